@@ -1,0 +1,1 @@
+"""Python-based Triton backends installed into the local server's backend directory."""

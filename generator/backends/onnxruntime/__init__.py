@@ -1,0 +1,1 @@
+"""A Python-based ``onnxruntime`` backend for servers that lack the native one."""

@@ -1,0 +1,97 @@
+"""A Python-based Triton backend named ``onnxruntime`` that runs ``model.onnx`` on CPU.
+
+The pytriton build of ``tritonserver`` ships only the Python backend. Installed as
+``<backend-directory>/onnxruntime/model.py``, this module serves every model whose config
+says ``backend: "onnxruntime"`` -- the same config files the official container serves
+with its native onnxruntime backend.
+
+All requests of one ``execute`` are padded to a common sequence length, concatenated and
+run in a single ``InferenceSession.run``; the outputs are split back per request.
+Session settings come from the config: ``parameters`` ``intra_op_thread_count`` and
+``inter_op_thread_count`` and ``optimization.graph.level``, as the native backend reads them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # outside the server: importable for tests
+    pb_utils = None
+
+__all__ = ["TritonPythonModel", "pad_and_concatenate", "session_options"]
+
+# Triton's graph level -> ONNX Runtime's enum name (the native backend's mapping).
+_GRAPH_LEVELS = {-1: "ORT_DISABLE_ALL", 0: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_ALL", 2: "ORT_ENABLE_EXTENDED"}
+
+
+def session_options(model_config: dict[str, Any]) -> Any:
+    """Build ``onnxruntime.SessionOptions`` from a Triton model config."""
+    import onnxruntime as ort
+
+    params = {k: v["string_value"] for k, v in (model_config.get("parameters") or {}).items()}
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = int(params.get("intra_op_thread_count", "0"))
+    options.inter_op_num_threads = int(params.get("inter_op_thread_count", "0"))
+    level = int(((model_config.get("optimization") or {}).get("graph") or {}).get("level", 1))
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _GRAPH_LEVELS.get(level, "ORT_ENABLE_ALL"))
+    return options
+
+
+def pad_and_concatenate(arrays: list[np.ndarray]) -> np.ndarray:
+    """Concatenate [batch, seq] arrays along batch, right-padding shorter ones with zeros."""
+    if all(a.ndim < 2 for a in arrays) or len({a.shape[1:] for a in arrays}) == 1:
+        return np.concatenate(arrays, axis=0)
+    width = max(a.shape[1] for a in arrays)
+    padded = [np.pad(a, [(0, 0), (0, width - a.shape[1])] + [(0, 0)] * (a.ndim - 2)) for a in arrays]
+    return np.concatenate(padded, axis=0)
+
+
+class TritonPythonModel:
+    """Runs the model step with ONNX Runtime."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        """Open an inference session on the version folder's model file."""
+        import onnxruntime as ort
+
+        config = json.loads(args["model_config"])
+        filename = config.get("default_model_filename") or "model.onnx"
+        path = Path(args["model_repository"]) / args["model_version"] / filename
+        if not path.is_file():
+            raise FileNotFoundError(f"model file `{path}` is missing")
+        self.session = ort.InferenceSession(str(path), session_options(config), providers=["CPUExecutionProvider"])
+        self.input_names = [inp["name"] for inp in config["input"]]
+        self.outputs = {
+            out["name"]: pb_utils.triton_string_to_numpy(out["data_type"]) if pb_utils else np.float32
+            for out in config["output"]
+        }
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """Run all requests in one session call and split the outputs back."""
+        feeds: dict[str, list[np.ndarray]] = {name: [] for name in self.input_names}
+        sizes = []
+        for request in requests:
+            for name in self.input_names:
+                feeds[name].append(pb_utils.get_input_tensor_by_name(request, name).as_numpy())
+            sizes.append(feeds[self.input_names[0]][-1].shape[0])
+        inputs = {name: pad_and_concatenate(arrays) for name, arrays in feeds.items()}
+        try:
+            results = self.session.run(list(self.outputs), inputs)
+        except Exception as exc:  # onnxruntime raises its own exception types for bad inputs
+            error = pb_utils.TritonError(f"onnxruntime failed: {exc}".splitlines()[0])
+            return [pb_utils.InferenceResponse(error=error) for _ in requests]
+        responses = []
+        start = 0
+        for size in sizes:
+            tensors = [
+                pb_utils.Tensor(name, np.ascontiguousarray(value[start : start + size].astype(dtype)))
+                for (name, dtype), value in zip(self.outputs.items(), results)
+            ]
+            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+            start += size
+        return responses

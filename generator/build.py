@@ -1,0 +1,255 @@
+"""Build a Triton ensemble repository from a checkpoint: the pipeline's one entry point.
+
+inspect -> export ONNX -> parity gate -> render and validate configs -> publish atomically.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from generator import triton_models
+from generator.checkpoint import Checkpoint, inspect_checkpoint
+from generator.errors import CheckpointError, UnsupportedModelError
+from generator.export import export_onnx
+from generator.parity import ParityReport, check_parity, require_parity
+from generator.render import render_config, validate_ensemble
+from generator.repository import staging
+from generator.spec import BuildSpec
+from generator.tasks import Task, TensorSpec, detect_task, get_task
+from generator.triton_models.tokenizer import TextEncoder
+
+__all__ = ["BuildResult", "build_repository", "step_names"]
+
+_MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+_PY_MODELS = Path(triton_models.__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What a build published."""
+
+    name: str
+    task: str
+    version: int
+    repository: Path
+    parity: ParityReport
+    max_length: int
+
+
+def step_names(name: str) -> dict[str, str]:
+    """The four model names of an ensemble called ``name``."""
+    return {
+        "ensemble": name,
+        "tokenizer": f"{name}_tokenizer",
+        "model": f"{name}_model",
+        "postprocess": f"{name}_postprocess",
+    }
+
+
+def _choose_task(spec: BuildSpec, checkpoint: Checkpoint) -> Task:
+    if spec.task is None:
+        return detect_task(checkpoint)
+    task = get_task(spec.task)
+    if task.name == "classification" and not task.matches(checkpoint):
+        raise UnsupportedModelError(
+            f"task `classification` needs a *ForSequenceClassification checkpoint; "
+            f"`{checkpoint.path}` has {checkpoint.architectures or 'no architectures'}"
+        )
+    return task
+
+
+def _load_tokenizer(checkpoint: Checkpoint) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
+    except Exception as exc:  # tokenizer loading raises many types for bad files
+        raise CheckpointError(f"cannot load the tokenizer of `{checkpoint.path}`: {str(exc).splitlines()[0]}") from None
+    if getattr(tokenizer, "backend_tokenizer", None) is None:
+        raise UnsupportedModelError(f"checkpoint `{checkpoint.path}` has no fast (Rust) tokenizer")
+    return tokenizer
+
+
+def _contexts(
+    spec: BuildSpec, checkpoint: Checkpoint, task: Task, inputs: list[str], max_length: int
+) -> dict[str, dict[str, Any]]:
+    names = step_names(spec.name)
+    token_tensors = [TensorSpec(n, "TYPE_INT64", (-1,)) for n in inputs]
+    onnx_out = [TensorSpec(task.onnx_output, "TYPE_FP32", task.onnx_output_dims(checkpoint))]
+    text_in = [TensorSpec("TEXT", "TYPE_STRING", (1,))]
+    final_out = task.ensemble_outputs(checkpoint)
+    buckets = sorted({b for b in spec.buckets if b < max_length} | {max_length})
+    common = {
+        "ensemble_name": names["ensemble"],
+        "max_batch_size": spec.max_batch_size,
+        "batching": spec.dynamic_batching,
+    }
+    trt_profiles = {
+        key: ",".join(f"{n}:{batch}x{length}" for n in inputs)
+        for key, batch, length in (
+            ("min", 1, 1),
+            ("opt", max(1, spec.max_batch_size // 2), buckets[len(buckets) // 2]),
+            ("max", max(1, spec.max_batch_size), max_length),
+        )
+    }
+    ort = spec.onnxruntime
+    return {
+        "tokenizer": {
+            **common,
+            "name": names["tokenizer"],
+            "inputs": text_in,
+            "outputs": token_tensors,
+            "instances": spec.tokenizer_instances,
+            "parameters": {
+                "tokenizer_file": "tokenizer.json",
+                "max_length": str(max_length),
+                "buckets": ",".join(str(b) for b in buckets),
+                "pad_id": "{pad_id}",
+                "pad_type_id": "0",
+            },
+        },
+        "model": {
+            **common,
+            "name": names["model"],
+            "inputs": token_tensors,
+            "outputs": onnx_out,
+            "instances": spec.model_instances,
+            "version_policy": spec.version_policy,
+            "onnxruntime": ort,
+            "tensorrt": spec.tensorrt,
+            "trt_profiles": trt_profiles,
+            "warmup": buckets if spec.warmup else [],
+            "parameters": {
+                key: str(value)
+                for key, value in (
+                    ("intra_op_thread_count", ort.intra_op_threads),
+                    ("inter_op_thread_count", ort.inter_op_threads),
+                )
+                if value
+            },
+        },
+        "postprocess": {
+            **common,
+            "name": names["postprocess"],
+            "inputs": onnx_out,
+            "outputs": final_out,
+            "instances": spec.postprocess_instances,
+            "parameters": task.postprocess_parameters(checkpoint),
+        },
+        "ensemble": {
+            **common,
+            "name": names["ensemble"],
+            "inputs": text_in,
+            "outputs": final_out,
+            "response_cache": spec.response_cache,
+            "steps": [
+                {"model_name": names["tokenizer"], "input_map": {"TEXT": "TEXT"}, "output_map": {n: n for n in inputs}},
+                {
+                    "model_name": names["model"],
+                    "input_map": {n: n for n in inputs},
+                    "output_map": {task.onnx_output: task.onnx_output},
+                },
+                {
+                    "model_name": names["postprocess"],
+                    "input_map": {task.onnx_output: task.onnx_output},
+                    "output_map": {t.name: t.name for t in final_out},
+                },
+            ],
+        },
+    }
+
+
+def _model_card(
+    spec: BuildSpec, checkpoint: Checkpoint, task: Task, version: int, max_length: int, report: ParityReport
+) -> str:
+    import onnxruntime
+    import torch
+    import transformers
+
+    outputs = ", ".join(f"`{t.name}` ({t.data_type}, {list(t.dims)})" for t in task.ensemble_outputs(checkpoint))
+    lines = [
+        f"# {spec.name} — version {version}",
+        "",
+        f"- source checkpoint: `{checkpoint.path}` ({checkpoint.model_type}, {', '.join(checkpoint.architectures) or 'bare encoder'})",
+        f"- task: {task.name}",
+        f"- built: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
+        f"- truncation: {max_length} tokens; length buckets: {spec.buckets}",
+        "- contract: input `TEXT` (TYPE_STRING, [1]); outputs " + outputs,
+        f"- tools: torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime {onnxruntime.__version__}",
+    ]
+    if task.name == "classification":
+        lines.append(f"- labels (id order): {list(checkpoint.id2label.values())}")
+    if task.name == "embedding":
+        lines.append(f"- pooling: {checkpoint.pooling.mode}, normalised: {checkpoint.pooling.normalize}")
+    return "\n".join(lines) + "\n\n## Parity\n\n" + report.to_markdown()
+
+
+def build_repository(spec: BuildSpec, *, console: Console | None = None) -> BuildResult:
+    """Build ``spec`` into a new version of its ensemble; publish only if every check passes."""
+    console = console or Console(stderr=True)
+    names = step_names(spec.name)
+    with console.status("Inspecting checkpoint…"):
+        checkpoint = inspect_checkpoint(spec.model)
+        task = _choose_task(spec, checkpoint)
+        hf_tokenizer = _load_tokenizer(checkpoint)
+    max_length = task.max_length(checkpoint, getattr(hf_tokenizer, "model_max_length", None))
+    inputs = [n for n in _MODEL_INPUTS if n in hf_tokenizer.model_input_names]
+    console.print(f"[bold]{checkpoint.path}[/]: {checkpoint.model_type}, task {task.name}, max length {max_length}")
+    with staging(spec.repository, list(names.values())) as stage:
+        tok_dir = stage.version_dir(names["tokenizer"])
+        hf_tokenizer.backend_tokenizer.save(str(tok_dir / "tokenizer.json"))
+        pad_id = hf_tokenizer.pad_token_id if hf_tokenizer.pad_token_id is not None else 0
+        encoder = TextEncoder(
+            str(tok_dir / "tokenizer.json"), max_length, spec.buckets, pad_id=pad_id, input_names=inputs
+        )
+        onnx_path = stage.version_dir(names["model"]) / "model.onnx"
+        with console.status("Loading PyTorch weights…"):
+            module = task.load_module(checkpoint)
+        with console.status("Exporting to ONNX (dynamic batch and sequence axes)…"):
+            export_onnx(module, encoder(["a short sample", "a longer sample text, used to trace the model"]),
+                        task.onnx_output, onnx_path)
+        with console.status("Checking parity against PyTorch…"):
+            report = check_parity(
+                module, hf_tokenizer, encoder, onnx_path, max_length=max_length, tolerance=spec.parity_tolerance
+            )
+        console.print(report.to_markdown())
+        require_parity(report)
+        with console.status("Rendering and validating configs…"):
+            configs = {}
+            for step, context in _contexts(spec, checkpoint, task, inputs, max_length).items():
+                if step == "tokenizer":
+                    context["parameters"]["pad_id"] = str(pad_id)
+                text, parsed = render_config(step, context)
+                configs[step] = (text, parsed)
+            validate_ensemble(configs["ensemble"][1], {parsed.name: parsed for _, parsed in configs.values()})
+            for step, (text, _) in configs.items():
+                stage.write_config(names[step], text)
+        for step in ("tokenizer", "postprocess"):
+            target = stage.version_dir(names[step])
+            shutil.copyfile(_PY_MODELS / f"{step}.py", target / "model.py")
+            shutil.copyfile(_PY_MODELS / "_common.py", target / "_common.py")
+        post_dir = stage.version_dir(names["postprocess"])
+        (post_dir / "labels.json").write_text(json.dumps(list(checkpoint.id2label.values()), ensure_ascii=False))
+        card_dir = stage.version_dir(names["ensemble"])
+        (card_dir / "model_card.md").write_text(
+            _model_card(spec, checkpoint, task, stage.version, max_length, report), encoding="utf-8"
+        )
+        (card_dir / "parity.json").write_text(
+            json.dumps(
+                {"passed": report.passed, "max_abs_diff": report.max_abs_diff, "tolerance": report.tolerance,
+                 "rows": [row.__dict__ for row in report.rows]},
+                ensure_ascii=False, indent=1,
+            ),
+            encoding="utf-8",
+        )
+        stage.publish()
+        version = stage.version
+    console.print(f"[green]Published[/] `{spec.name}` version {version} to {spec.repository}")
+    return BuildResult(spec.name, task.name, version, Path(spec.repository), report, max_length)

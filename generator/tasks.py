@@ -1,0 +1,204 @@
+"""The task registry: one small declarative entry per task we can deploy.
+
+Each task names its ONNX output, the ensemble's outputs, the postprocess parameters, how
+to build the exportable PyTorch module, and how to detect itself from a checkpoint.
+Register a new task with :func:`register_task`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from generator.errors import UnsupportedModelError
+
+if TYPE_CHECKING:
+    import torch
+
+    from generator.checkpoint import Checkpoint
+
+__all__ = ["TASKS", "Task", "TensorSpec", "detect_task", "get_task", "register_task"]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of a model's config: name, Triton data type and dims (without batch)."""
+
+    name: str
+    data_type: str
+    dims: tuple[int, ...]
+
+
+class Task:
+    """Base class of a task entry."""
+
+    name: ClassVar[str]
+    onnx_output: ClassVar[str]
+
+    def matches(self, checkpoint: Checkpoint) -> bool:
+        """Whether ``checkpoint`` looks like a model for this task."""
+        raise NotImplementedError
+
+    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
+        """Dims (without batch) of the ONNX model's output."""
+        raise NotImplementedError
+
+    def ensemble_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """The ensemble's (and postprocess step's) outputs."""
+        raise NotImplementedError
+
+    def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        """Parameters the postprocess model reads at initialise time."""
+        raise NotImplementedError
+
+    def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
+        """The module to export: ``forward(input_ids, attention_mask, token_type_ids=None)`` -> one tensor."""
+        raise NotImplementedError
+
+    def max_length(self, checkpoint: Checkpoint, tokenizer_max: int | None) -> int:
+        """The number of tokens inputs are truncated to."""
+        limits = [int(checkpoint.config.get("max_position_embeddings", 512))]
+        if checkpoint.model_type in ("roberta", "xlm-roberta", "camembert"):
+            limits[0] -= 2  # these offset positions by padding_idx + 1
+        if tokenizer_max and tokenizer_max < 1_000_000:
+            limits.append(int(tokenizer_max))
+        return min(limits)
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register_task(cls: type[Task]) -> type[Task]:
+    """Class decorator: add a task entry to :data:`TASKS`."""
+    TASKS[cls.name] = cls()
+    return cls
+
+
+def get_task(name: str) -> Task:
+    """Look a task up by name; unknown names list the supported ones."""
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise UnsupportedModelError(f"task `{name}` is not supported; supported: {', '.join(sorted(TASKS))}") from None
+
+
+def detect_task(checkpoint: Checkpoint) -> Task:
+    """Pick the task from the checkpoint's architectures and files."""
+    for task in TASKS.values():
+        if task.matches(checkpoint):
+            return task
+    raise UnsupportedModelError(
+        f"cannot tell the task of `{checkpoint.path}` (architectures {checkpoint.architectures}); "
+        f"name one of: {', '.join(sorted(TASKS))}"
+    )
+
+
+def _load_pretrained(auto_class: Any, checkpoint: Checkpoint) -> Any:
+    try:
+        model = auto_class.from_pretrained(str(checkpoint.path), attn_implementation="eager")
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        from generator.errors import CheckpointError
+
+        raise CheckpointError(f"cannot load weights of `{checkpoint.path}`: {str(exc).splitlines()[0]}") from None
+    return model.eval()
+
+
+@register_task
+class Classification(Task):
+    """Sequence classification: one label per text (``*ForSequenceClassification``)."""
+
+    name = "classification"
+    onnx_output = "logits"
+
+    def matches(self, checkpoint: Checkpoint) -> bool:
+        return any(a.endswith("ForSequenceClassification") for a in checkpoint.architectures)
+
+    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
+        return (len(checkpoint.id2label),)
+
+    def ensemble_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [
+            TensorSpec("LABEL", "TYPE_STRING", (1,)),
+            TensorSpec("SCORE", "TYPE_FP32", (1,)),
+            TensorSpec("PROBABILITIES", "TYPE_FP32", (len(checkpoint.id2label),)),
+        ]
+
+    def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        # The transformers pipeline's rule for picking the activation.
+        multi = checkpoint.config.get("problem_type") == "multi_label_classification"
+        function = "sigmoid" if multi or len(checkpoint.id2label) == 1 else "softmax"
+        return {"task": self.name, "function": function, "labels_file": "labels.json"}
+
+    def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
+        import torch
+        from transformers import AutoModelForSequenceClassification
+
+        model = _load_pretrained(AutoModelForSequenceClassification, checkpoint)
+
+        class LogitsOnly(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(
+                self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+            ) -> torch.Tensor:
+                extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+                return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
+
+        return LogitsOnly().eval()
+
+
+@register_task
+class Embedding(Task):
+    """Sentence embeddings: a bare encoder, pooled as its sentence-transformers files say."""
+
+    name = "embedding"
+    onnx_output = "sentence_embedding"
+
+    def matches(self, checkpoint: Checkpoint) -> bool:
+        if checkpoint.pooling.from_sentence_transformers:
+            return True
+        heads = ("For", "LMHead")
+        return not checkpoint.architectures or all(not any(h in a for h in heads) for a in checkpoint.architectures)
+
+    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
+        return (checkpoint.hidden_size,)
+
+    def ensemble_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [TensorSpec("EMBEDDING", "TYPE_FP32", (checkpoint.hidden_size,))]
+
+    def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        return {"task": self.name, "normalize": "true" if checkpoint.pooling.normalize else "false"}
+
+    def max_length(self, checkpoint: Checkpoint, tokenizer_max: int | None) -> int:
+        limit = super().max_length(checkpoint, tokenizer_max)
+        if checkpoint.pooling.max_seq_length:
+            limit = min(limit, checkpoint.pooling.max_seq_length)
+        return limit
+
+    def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
+        import torch
+        from transformers import AutoModel
+
+        model = _load_pretrained(AutoModel, checkpoint)
+        mode = checkpoint.pooling.mode
+
+        class Pooled(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(
+                self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+            ) -> torch.Tensor:
+                extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+                hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
+                mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+                if mode == "cls":
+                    return hidden[:, 0]
+                if mode == "max":
+                    return torch.where(mask > 0, hidden, torch.full_like(hidden, -1e9)).max(dim=1).values
+                return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+        return Pooled().eval()
