@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markdown import Markdown
 
 from generator import triton_models
 from generator.checkpoint import Checkpoint, inspect_checkpoint
@@ -191,9 +192,16 @@ def _model_card(
     return "\n".join(lines) + "\n\n## Parity\n\n" + report.to_markdown()
 
 
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # e.g. the "sequence longer than maximum" notice the parity texts trigger
+
+
 def build_repository(spec: BuildSpec, *, console: Console | None = None) -> BuildResult:
     """Build ``spec`` into a new version of its ensemble; publish only if every check passes."""
     console = console or Console(stderr=True)
+    _quiet_transformers()
     names = step_names(spec.name)
     with console.status("Inspecting checkpoint…"):
         checkpoint = inspect_checkpoint(spec.model)
@@ -219,7 +227,7 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             report = check_parity(
                 module, hf_tokenizer, encoder, onnx_path, max_length=max_length, tolerance=spec.parity_tolerance
             )
-        console.print(report.to_markdown())
+        console.print(Markdown(report.to_markdown()))
         require_parity(report)
         with console.status("Rendering and validating configs…"):
             configs = {}

