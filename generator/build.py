@@ -20,13 +20,13 @@ from generator.checkpoint import Checkpoint, inspect_checkpoint
 from generator.errors import CheckpointError, UnsupportedModelError
 from generator.export import export_onnx
 from generator.parity import ParityReport, check_parity, require_parity
-from generator.render import render_config, validate_ensemble
+from generator.render import render_all
 from generator.repository import staging
 from generator.spec import BuildSpec
 from generator.tasks import Task, TensorSpec, detect_task, get_task
 from generator.triton_models.tokenizer import TextEncoder
 
-__all__ = ["BuildResult", "build_repository", "step_names"]
+__all__ = ["BuildResult", "build_repository", "config_contexts", "step_names"]
 
 _MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _PY_MODELS = Path(triton_models.__file__).resolve().parent
@@ -78,9 +78,10 @@ def _load_tokenizer(checkpoint: Checkpoint) -> Any:
     return tokenizer
 
 
-def _contexts(
-    spec: BuildSpec, checkpoint: Checkpoint, task: Task, inputs: list[str], max_length: int
+def config_contexts(
+    spec: BuildSpec, checkpoint: Checkpoint, task: Task, inputs: list[str], max_length: int, pad_id: int = 0
 ) -> dict[str, dict[str, Any]]:
+    """Template variables of the four configs, keyed by step (tokenizer, model, postprocess, ensemble)."""
     names = step_names(spec.name)
     token_tensors = [TensorSpec(n, "TYPE_INT64", (-1,)) for n in inputs]
     onnx_out = [TensorSpec(task.onnx_output, "TYPE_FP32", task.onnx_output_dims(checkpoint))]
@@ -112,7 +113,7 @@ def _contexts(
                 "tokenizer_file": "tokenizer.json",
                 "max_length": str(max_length),
                 "buckets": ",".join(str(b) for b in buckets),
-                "pad_id": "{pad_id}",
+                "pad_id": str(pad_id),
                 "pad_type_id": "0",
             },
         },
@@ -230,13 +231,7 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         console.print(Markdown(report.to_markdown()))
         require_parity(report)
         with console.status("Rendering and validating configs…"):
-            configs = {}
-            for step, context in _contexts(spec, checkpoint, task, inputs, max_length).items():
-                if step == "tokenizer":
-                    context["parameters"]["pad_id"] = str(pad_id)
-                text, parsed = render_config(step, context)
-                configs[step] = (text, parsed)
-            validate_ensemble(configs["ensemble"][1], {parsed.name: parsed for _, parsed in configs.values()})
+            configs = render_all(config_contexts(spec, checkpoint, task, inputs, max_length, pad_id))
             for step, (text, _) in configs.items():
                 stage.write_config(names[step], text)
         for step in ("tokenizer", "postprocess"):

@@ -18,7 +18,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from generator.errors import ConfigValidationError
 
-__all__ = ["TEMPLATE_DIR", "parse_config", "render_config", "validate_ensemble"]
+__all__ = ["TEMPLATE_DIR", "parse_config", "render_all", "render_config", "validate_ensemble"]
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 
@@ -138,3 +138,11 @@ def validate_ensemble(ensemble: mc.ModelConfig, models: Mapping[str, mc.ModelCon
             raise ConfigValidationError(f"ensemble output `{output.name}` is produced by no step")
         consumer = _Tensor(output.data_type, tuple(output.dims), f"ensemble output `{output.name}`")
         _check(consumer, available[output.name], output.name)
+
+
+def render_all(contexts: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[str, mc.ModelConfig]]:
+    """Render every step's config (keyed by template name) and validate the ensemble wiring."""
+    rendered = {step: render_config(step, context) for step, context in contexts.items()}
+    if "ensemble" in rendered:
+        validate_ensemble(rendered["ensemble"][1], {config.name: config for _, config in rendered.values()})
+    return rendered

@@ -1,0 +1,58 @@
+from pathlib import Path
+
+import pytest
+
+from generator.errors import SpecError
+from generator.spec import BuildSpec, DynamicBatching, InstanceGroup, load_spec
+
+
+def test_load_spec_defaults_when_only_model_given():
+    spec = load_spec(model="m")
+    assert spec.name == "model"
+    assert spec.max_batch_size == 64
+    assert spec.dynamic_batching.enabled
+    assert spec.repository == Path("model_repository")
+
+
+def test_load_spec_reads_yaml_and_cli_overrides_win(tmp_path):
+    path = tmp_path / "deploy.yaml"
+    path.write_text(
+        "model: ckpt\nname: sentiment\nmax_batch_size: 32\n"
+        "dynamic_batching:\n  max_queue_delay_microseconds: 500\n  preferred_batch_size: [8, 16]\n"
+        "  queue_policy: {max_queue_size: 100}\n"
+        "model_instances: {count: 2}\n"
+    )
+    spec = load_spec(path, name="other", model_instances={"kind": "KIND_CPU"})
+    assert spec.name == "other"
+    assert spec.max_batch_size == 32
+    assert spec.dynamic_batching.preferred_batch_size == (8, 16)
+    assert spec.dynamic_batching.queue_policy.max_queue_size == 100
+    assert spec.model_instances == InstanceGroup(count=2, kind="KIND_CPU")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"dynamic_batching": DynamicBatching(preferred_batch_size=(128,))}, "preferred batch size 128"),
+        ({"max_batch_size": 0}, "dynamic batching needs max_batch_size > 0"),
+        ({"name": "bad name"}, "model name `bad name` is invalid"),
+        ({"buckets": (64, 32)}, "strictly increasing"),
+        ({"model_instances": InstanceGroup(count=0)}, "model instance count"),
+        ({"tokenizer_instances": InstanceGroup(gpus=(0,))}, "kind is KIND_CPU"),
+    ],
+)
+def test_build_spec_raises_spec_error_when_settings_contradict(changes, message):
+    with pytest.raises(SpecError, match=message):
+        BuildSpec(model="m", **changes)
+
+
+def test_load_spec_raises_when_yaml_has_unknown_key(tmp_path):
+    path = tmp_path / "deploy.yaml"
+    path.write_text("model: m\nmax_batch: 3\n")
+    with pytest.raises(SpecError, match=r"unknown setting\(s\) \['max_batch'\]"):
+        load_spec(path)
+
+
+def test_load_spec_raises_when_file_missing(tmp_path):
+    with pytest.raises(SpecError, match="does not exist"):
+        load_spec(tmp_path / "nope.yaml")

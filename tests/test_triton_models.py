@@ -1,0 +1,165 @@
+"""Unit tests of the Python-backend model.py files, with triton_python_backend_utils stubbed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generator.backends.onnxruntime import model as ort_model
+from generator.triton_models import postprocess, tokenizer
+from tests import pb_stub
+from tests.pb_stub import Request, texts
+
+
+@pytest.fixture(autouse=True)
+def _stub_pb_utils(monkeypatch):
+    for module in (tokenizer, postprocess, ort_model):
+        monkeypatch.setattr(module, "pb_utils", pb_stub)
+
+
+def _args(tmp_path: Path, config: dict) -> dict:
+    return {"model_config": json.dumps(config), "model_repository": str(tmp_path), "model_version": "1"}
+
+
+def _tokenizer_model(tmp_path: Path, minilm_path: Path, buckets: str = "8,16,32") -> tokenizer.TritonPythonModel:
+    (tmp_path / "1").mkdir(exist_ok=True)
+    shutil.copy(minilm_path / "tokenizer.json", tmp_path / "1" / "tokenizer.json")
+    config = {
+        "input": [{"name": "TEXT"}],
+        "output": [{"name": "input_ids"}, {"name": "attention_mask"}, {"name": "token_type_ids"}],
+        "parameters": {
+            "tokenizer_file": {"string_value": "tokenizer.json"},
+            "max_length": {"string_value": "64"},
+            "buckets": {"string_value": buckets},
+            "pad_id": {"string_value": "0"},
+        },
+    }
+    model = tokenizer.TritonPythonModel()
+    model.initialize(_args(tmp_path, config))
+    return model
+
+
+def test_tokenizer_pads_each_request_to_its_bucket_when_batched(tmp_path, minilm_path):
+    model = _tokenizer_model(tmp_path, minilm_path)
+    responses = model.execute([Request({"TEXT": texts("hi")}), Request({"TEXT": texts("a b c d e f g h i j k", "x")})])
+    assert len(responses) == 2
+    first, second = (r.output("input_ids") for r in responses)
+    assert first.shape == (1, 8)
+    assert second.shape == (2, 16)
+    mask = responses[1].output("attention_mask")
+    assert mask[1].sum() == 3  # [CLS] x [SEP]
+    assert first.dtype == np.int64
+
+
+def test_tokenizer_truncates_to_max_length_when_text_is_huge(tmp_path, minilm_path):
+    model = _tokenizer_model(tmp_path, minilm_path)
+    (response,) = model.execute([Request({"TEXT": texts("word " * 100_000)})])
+    assert response.output("input_ids").shape == (1, 64)
+    assert response.output("attention_mask").sum() == 64
+
+
+def test_tokenizer_returns_error_for_invalid_utf8_and_answers_the_rest(tmp_path, minilm_path):
+    model = _tokenizer_model(tmp_path, minilm_path)
+    responses = model.execute([Request({"TEXT": texts(b"\xff\xfe bad")}), Request({"TEXT": texts("")})])
+    assert responses[0].error is not None
+    assert "TEXT[0] is not valid UTF-8" in responses[0].error.message()
+    assert responses[1].error is None
+    assert responses[1].output("input_ids")[0, :2].tolist() == [101, 102]
+
+
+def test_text_encoder_matches_transformers_tokenizer(minilm_path):
+    from transformers import AutoTokenizer
+
+    reference = AutoTokenizer.from_pretrained(str(minilm_path))
+    encoder = tokenizer.TextEncoder(str(minilm_path / "tokenizer.json"), 32, [8, 16], input_names=["input_ids"])
+    for text in ["Café 🙂 東京", "", "a much longer sentence " * 20]:
+        expected = reference(text, truncation=True, max_length=32)["input_ids"]
+        packed = encoder([text])["input_ids"][0]
+        assert packed[: len(expected)].tolist() == expected
+        assert packed.shape[0] in (8, 16, 32)
+
+
+def _postprocess_model(tmp_path: Path, task: str, **params: str) -> postprocess.TritonPythonModel:
+    (tmp_path / "1").mkdir(exist_ok=True)
+    (tmp_path / "1" / "labels.json").write_text(json.dumps(["neg", "neu", "pos"]))
+    outputs = ["LABEL", "SCORE", "PROBABILITIES"] if task == "classification" else ["EMBEDDING"]
+    config = {
+        "input": [{"name": "logits" if task == "classification" else "sentence_embedding"}],
+        "output": [{"name": n} for n in outputs],
+        "parameters": {k: {"string_value": v} for k, v in {"task": task, **params}.items()},
+    }
+    model = postprocess.TritonPythonModel()
+    model.initialize(_args(tmp_path, config))
+    return model
+
+
+def test_postprocess_softmaxes_and_labels_each_request(tmp_path):
+    model = _postprocess_model(tmp_path, "classification", function="softmax", labels_file="labels.json")
+    logits = [np.array([[0.0, 1.0, 3.0]], np.float32), np.array([[2.0, 0.0, 0.0], [0.0, 5.0, 0.0]], np.float32)]
+    responses = model.execute([Request({"logits": a}) for a in logits])
+    assert [r.output("LABEL").reshape(-1).tolist() for r in responses] == [[b"pos"], [b"neg", b"neu"]]
+    probs = responses[1].output("PROBABILITIES")
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-6)
+    expected = np.exp([2.0, 0, 0]) / np.exp([2.0, 0, 0]).sum()
+    np.testing.assert_allclose(probs[0], expected, rtol=1e-6)
+    np.testing.assert_allclose(responses[1].output("SCORE")[:, 0], probs.max(axis=1))
+
+
+def test_postprocess_applies_sigmoid_when_configured():
+    scores = postprocess.activate(np.array([[0.0, 2.0]]), "sigmoid")
+    np.testing.assert_allclose(scores, [[0.5, 1 / (1 + np.exp(-2.0))]], rtol=1e-6)
+
+
+def test_postprocess_normalises_embeddings_when_asked(tmp_path):
+    model = _postprocess_model(tmp_path, "embedding", normalize="true")
+    (response,) = model.execute([Request({"sentence_embedding": np.array([[3.0, 4.0]], np.float32)})])
+    np.testing.assert_allclose(response.output("EMBEDDING"), [[0.6, 0.8]], rtol=1e-6)
+
+
+def test_pad_and_concatenate_right_pads_shorter_requests():
+    merged = ort_model.pad_and_concatenate([np.ones((1, 2), np.int64), np.ones((2, 4), np.int64)])
+    assert merged.shape == (3, 4)
+    assert merged[0].tolist() == [1, 1, 0, 0]
+
+
+def test_onnxruntime_backend_runs_requests_in_one_session_call(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    # A graph that sums input_ids * attention_mask over the sequence: padding must not change it.
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["input_ids", "attention_mask"], ["masked"]),
+            helper.make_node("Cast", ["masked"], ["as_float"], to=TensorProto.FLOAT),
+            helper.make_node("ReduceSum", ["as_float", "axes"], ["logits"], keepdims=1),
+        ],
+        "sum",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["b", "s"]),
+        ],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", 1])],
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [1])],
+    )
+    (tmp_path / "1").mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "1" / "model.onnx")
+    config = {
+        "input": [{"name": "input_ids"}, {"name": "attention_mask"}],
+        "output": [{"name": "logits", "data_type": "TYPE_FP32"}],
+        "parameters": {"intra_op_thread_count": {"string_value": "1"}},
+        "optimization": {"graph": {"level": -1}},
+    }
+    model = ort_model.TritonPythonModel()
+    model.initialize(_args(tmp_path, config))
+    calls = []
+    run = model.session.run
+    model.session.run = lambda *a, **k: calls.append(1) or run(*a, **k)
+    ids = [np.array([[1, 2]], np.int64), np.array([[3, 4, 5], [6, 0, 0]], np.int64)]
+    masks = [np.ones((1, 2), np.int64), np.array([[1, 1, 1], [1, 0, 0]], np.int64)]
+    responses = model.execute([Request({"input_ids": i, "attention_mask": m}) for i, m in zip(ids, masks)])
+    assert len(calls) == 1
+    assert [r.output("logits")[:, 0].tolist() for r in responses] == [[3.0], [12.0, 6.0]]
