@@ -88,10 +88,15 @@ def test_loads_offline(checkpoint: Builder, arch: str, task: str) -> None:
         assert not config.architectures[0].endswith("ForSequenceClassification")
         modules = json.loads((path / "modules.json").read_text())
         assert [(m["path"], m["type"].rsplit(".", 1)[1]) for m in modules] == [
-            ("", "Transformer"), ("1_Pooling", "Pooling"), ("2_Normalize", "Normalize")]
+            ("", "Transformer"),
+            ("1_Pooling", "Pooling"),
+            ("2_Normalize", "Normalize"),
+        ]
         pooling = json.loads((path / "1_Pooling" / "config.json").read_text())
         assert pooling["pooling_mode_mean_tokens"] is True and pooling["word_embedding_dimension"] == config.hidden_size
-        assert not any(v for k, v in pooling.items() if k.startswith("pooling_mode") and k != "pooling_mode_mean_tokens")
+        assert not any(
+            v for k, v in pooling.items() if k.startswith("pooling_mode") and k != "pooling_mode_mean_tokens"
+        )
         st_config = json.loads((path / "sentence_bert_config.json").read_text())
         assert st_config == {"max_seq_length": MAX_LENGTH, "do_lower_case": False}
 
@@ -116,7 +121,7 @@ def test_tokenizer_json_matches_auto_tokenizer(checkpoint: Builder, arch: str, t
         if text == LONG:
             assert len(enc.ids) == MAX_LENGTH, "the long text must be truncated to exactly max_length"
     assert raw.encode("").ids == [hf.cls_token_id, hf.sep_token_id]
-    assert hf.unk_token_id not in raw.encode(TEXTS[4]).ids or arch in {"bert", "distilbert", "electra", "mpnet"}
+    assert hf.unk_token_id not in raw.encode(TEXTS[4]).ids, "corpus characters must all be in the vocabulary"
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -140,8 +145,9 @@ def test_classification(checkpoint: Builder, arch: str) -> None:
         assert result["label"] in config.id2label.values()
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForSequenceClassification.from_pretrained(path).eval()
-    batch = tokenizer(["I love it 🙂", "Terrible, awful service.", LONG], padding=True, truncation=True,
-                      return_tensors="pt")
+    batch = tokenizer(
+        ["I love it 🙂", "Terrible, awful service.", LONG], padding=True, truncation=True, return_tensors="pt"
+    )
     assert batch["input_ids"].shape[1] == MAX_LENGTH  # a full-length input fits the position embeddings
     with torch.no_grad():
         logits = model(**batch).logits
@@ -167,8 +173,14 @@ def test_tokenizers_identical_across_processes() -> None:
         "print(hashlib.sha256(''.join(t._train_tokenizer(k).to_str() for k in t._KINDS).encode()).hexdigest())"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent)], env=env, check=True,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(Path(__file__).parent)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.stdout.strip().splitlines()[-1] == hashlib.sha256(here.encode()).hexdigest()
 
 

@@ -4,10 +4,11 @@
 ``model.safetensors``, ``tokenizer.json``, ``tokenizer_config.json`` and, for embedding models, the
 sentence-transformers files) without touching the network:
 
-* the tokenizer is trained offline with the ``tokenizers`` library on a small built-in corpus, using the
-  same algorithm, normalizer, pre-tokenizer, post-processor and special tokens as the architecture's real
+* the tokenizer is a ``tokenizers.Tokenizer`` built offline from a small built-in corpus, with the same
+  algorithm, normalizer, pre-tokenizer, post-processor and special tokens as the architecture's real
   tokenizer (WordPiece for BERT-likes, byte-level BPE for RoBERTa, Unigram/"▁" for the SentencePiece
-  families); trained tokenizers are cached per kind, so building many checkpoints is fast;
+  families); the vocabulary is the same in every process, and it is cached per kind, so building many
+  checkpoints is fast;
 * the model is tiny (hidden 32, 2 layers, 2 heads) and its weights depend only on ``seed``;
 * the maximum sequence length is ``max_length`` everywhere: ``max_position_embeddings`` (plus the padding
   offset of 2 for RoBERTa, XLM-R and MPNet), the tokenizer's ``model_max_length`` and, for embedding
@@ -30,12 +31,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import transformers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, PreTrainedTokenizerFast
 
-__all__ = ["ARCHITECTURES", "TASKS", "make_checkpoint", "label_names", "corpus"]
+__all__ = ["ARCHITECTURES", "TASKS", "corpus", "label_names", "make_checkpoint"]
 
-ARCHITECTURES: tuple[str, ...] = ("bert", "distilbert", "roberta", "xlm-roberta", "deberta-v2", "electra", "albert", "mpnet")
+ARCHITECTURES: tuple[str, ...] = (
+    "bert",
+    "distilbert",
+    "roberta",
+    "xlm-roberta",
+    "deberta-v2",
+    "electra",
+    "albert",
+    "mpnet",
+)
 TASKS: tuple[str, ...] = ("classification", "embedding")
 
 HIDDEN_SIZE = 32
@@ -58,19 +69,27 @@ _KINDS: dict[str, _TokenizerKind] = {
         "wordpiece", {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
     ),
     "wordpiece-mpnet": _TokenizerKind(
-        "wordpiece", {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "[UNK]", "mask": "<mask>"}, processor="roberta"
+        "wordpiece",
+        {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "[UNK]", "mask": "<mask>"},
+        processor="roberta",
     ),
     "bpe-roberta": _TokenizerKind(
-        "bpe", {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"}, True, "roberta"
+        "bpe",
+        {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"},
+        mask_last=True,
+        processor="roberta",
     ),
     "unigram-xlmr": _TokenizerKind(
-        "unigram", {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"}, True, "xlmr"
+        "unigram",
+        {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"},
+        mask_last=True,
+        processor="xlmr",
     ),
     "unigram-albert": _TokenizerKind(
         "unigram", {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
     ),
     "unigram-deberta": _TokenizerKind(
-        "unigram", {"pad": "[PAD]", "cls": "[CLS]", "sep": "[SEP]", "unk": "[UNK]", "mask": "[MASK]"}, True
+        "unigram", {"pad": "[PAD]", "cls": "[CLS]", "sep": "[SEP]", "unk": "[UNK]", "mask": "[MASK]"}, mask_last=True
     ),
 }
 
@@ -95,9 +114,17 @@ _ARCHS: dict[str, _ArchSpec] = {
         "unigram-deberta",
         True,
         0,
-        {**_LAYERS, "type_vocab_size": 0, "relative_attention": True, "pos_att_type": ["p2c", "c2p"],
-         "position_biased_input": False, "max_relative_positions": -1, "position_buckets": 64,
-         "norm_rel_ebd": "layer_norm", "share_att_key": True},
+        {
+            **_LAYERS,
+            "type_vocab_size": 0,
+            "relative_attention": True,
+            "pos_att_type": ["p2c", "c2p"],
+            "position_biased_input": False,
+            "max_relative_positions": -1,
+            "position_buckets": 64,
+            "norm_rel_ebd": "layer_norm",
+            "share_att_key": True,
+        },
     ),
     "electra": _ArchSpec("wordpiece", True, 0, {**_LAYERS, "embedding_size": HIDDEN_SIZE, "type_vocab_size": 2}),
     "albert": _ArchSpec("unigram-albert", True, 0, {**_LAYERS, "embedding_size": 16, "type_vocab_size": 2}),
@@ -129,28 +156,42 @@ def label_names(num_labels: int) -> list[str]:
 def corpus() -> list[str]:
     """A deterministic training corpus of a few hundred varied sentences, non-ASCII, CJK and emoji included."""
     rng = random.Random(1234)
-    subjects = ["The cat", "My friend", "A tiny robot", "The old café owner", "Our naïve intern", "Zoë", "The señor",
-                "Das Mädchen", "Le garçon", "東京の学生", "The team", "Everyone", "Nobody", "This model"]
-    verbs = ["loves", "hates", "reads", "writes about", "ignores", "recommends", "reviews", "dislikes",
-             "talks about", "remembers", "enjoys", "forgets"]
-    objects = ["the weather", "fresh coffee", "a long novel", "crème brûlée", "the Ünïcödé test", "東京", "北京の夜",
-               "ソフトウェア", "한국어 문장", "the new phone 📱", "pizza 🍕", "music 🎵", "this movie", "the service",
-               "numbers like 42 and 3.14", "e-mail @ example.com", "naïve résumé files", "Straße und Köln"]
-    tails = ["", " today", " again", " very much", " 🙂", " 😀!", " — honestly", " (really)", "...", " ?!", " 👍🏽",
-             " at 10:30 am", " in São Paulo", " with jalapeño", " 😢"]
-    words = ("time person year way day thing world life hand part child eye woman place work week case point number "
-             "group problem fact good new first last long great little own other old right big high different small "
-             "large next early young important few public bad same able quickly slowly happily sadly never always "
-             "water city market river mountain garden window kitchen station airport ticket budget meeting letter "
-             "doctor teacher student engineer pilot driver singer price quality delivery battery screen camera "
-             "naïveté façade jalapeño piñata smörgåsbord über déjà vu café 寿司 ラーメン 大阪 上海 🙂 😀 🎉 ❤️ 🚀").split()
-    lines = [f"{rng.choice(subjects)} {rng.choice(verbs)} {rng.choice(objects)}{rng.choice(tails)}." for _ in range(240)]
-    lines += [" ".join(rng.choice(words) for _ in range(rng.randint(4, 14))).capitalize() + rng.choice(".!?")
-              for _ in range(160)]
-    lines += ["I love it!", "I hate it.", "It was okay, I guess.", "Terrible, awful, bad service.",
-              "Great product, excellent quality!", "¿Dónde está la biblioteca?", "Ça va très bien, merci.",
-              "Привет, как дела?", "Γειά σου κόσμε", "مرحبا بالعالم", "こんにちは世界", "你好，世界", "🙂🙂🙂 😀 🎉",
-              "HELLO WORLD", "hello world", "don't can't won't it's", "A+B=C; x*y/z (1,2,3) [a] {b} #tag $5 %"]
+    subjects = (
+        "The cat|My friend|A tiny robot|The old café owner|Our naïve intern|Zoë|The señor|Das Mädchen|Le garçon|"
+        "東京の学生|The team|Everyone|Nobody|This model"
+    ).split("|")
+    verbs = "loves|hates|reads|writes about|ignores|recommends|reviews|dislikes|talks about|remembers|enjoys|forgets"
+    objects = (
+        "the weather|fresh coffee|a long novel|crème brûlée|the Ünïcödé test|東京|北京の夜|ソフトウェア|한국어 문장|"
+        "the new phone 📱|pizza 🍕|music 🎵|this movie|the service|numbers like 42 and 3.14|e-mail @ example.com|"
+        "naïve résumé files|Straße und Köln"
+    ).split("|")
+    tails = (
+        "| today| again| very much| 🙂| 😀!| — honestly| (really)|...| ?!| 👍🏽| at 10:30 am| in São Paulo|"
+        " with jalapeño| 😢"
+    ).split("|")
+    words = (
+        "time person year way day thing world life hand part child eye woman place work week case point number "
+        "group problem fact good new first last long great little own other old right big high different small "
+        "large next early young important few public bad same able quickly slowly happily sadly never always "
+        "water city market river mountain garden window kitchen station airport ticket budget meeting letter "
+        "doctor teacher student engineer pilot driver singer price quality delivery battery screen camera "
+        "naïveté façade jalapeño piñata smörgåsbord über déjà vu café 寿司 ラーメン 大阪 上海 🙂 😀 🎉 ❤️ 🚀"
+    ).split()
+    lines = [
+        f"{rng.choice(subjects)} {rng.choice(verbs.split('|'))} {rng.choice(objects)}{rng.choice(tails)}."
+        for _ in range(240)
+    ]
+    lines += [
+        " ".join(rng.choice(words) for _ in range(rng.randint(4, 14))).capitalize() + rng.choice(".!?")
+        for _ in range(160)
+    ]
+    lines += (
+        "I love it!|I hate it.|It was okay, I guess.|Terrible, awful, bad service.|Great product, excellent quality!|"
+        "¿Dónde está la biblioteca?|Ça va très bien, merci.|Привет, как дела?|Γειά σου κόσμε|مرحبا بالعالم|"
+        "こんにちは世界|你好，世界|🙂🙂🙂 😀 🎉|HELLO WORLD|hello world|don't can't won't it's|"
+        "A+B=C; x*y/z (1,2,3) [a] {b} #tag $5 %"
+    ).split("|")
     return lines
 
 
@@ -204,8 +245,12 @@ def _train_tokenizer(kind_name: str) -> Tokenizer:
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=_VOCAB_SIZE, special_tokens=leading,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        trainer = trainers.BpeTrainer(
+            vocab_size=_VOCAB_SIZE,
+            special_tokens=leading,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
         tok.train_from_iterator(corpus(), trainer=trainer)
     else:
         tok = Tokenizer(models.WordPiece({sp["unk"]: 0}, unk_token=sp["unk"]))  # placeholder until counted
@@ -216,8 +261,14 @@ def _train_tokenizer(kind_name: str) -> Tokenizer:
         else:
             steps = [normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")]
             if kind_name == "unigram-albert":  # albert-base-v2: quotes, accents stripped, lower-cased
-                steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"'), normalizers.NFKD(),
-                         normalizers.StripAccents(), normalizers.Lowercase(), *steps[1:]]
+                steps = [
+                    normalizers.Replace("``", '"'),
+                    normalizers.Replace("''", '"'),
+                    normalizers.NFKD(),
+                    normalizers.StripAccents(),
+                    normalizers.Lowercase(),
+                    *steps[1:],
+                ]
             tok.normalizer = normalizers.Sequence(steps)
             tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True)
             tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=True)
@@ -234,11 +285,14 @@ def _train_tokenizer(kind_name: str) -> Tokenizer:
         tok.post_processor = processors.RobertaProcessing(sep, cls, trim_offsets=True, add_prefix_space=False)
     elif kind.processor == "xlmr":
         tok.post_processor = processors.TemplateProcessing(
-            single=f"{cls[0]} $A {sep[0]}", pair=f"{cls[0]} $A {sep[0]} {sep[0]} $B {sep[0]}", special_tokens=[cls, sep])
+            single=f"{cls[0]} $A {sep[0]}", pair=f"{cls[0]} $A {sep[0]} {sep[0]} $B {sep[0]}", special_tokens=[cls, sep]
+        )
     else:
         tok.post_processor = processors.TemplateProcessing(
-            single=f"{cls[0]}:0 $A:0 {sep[0]}:0", pair=f"{cls[0]}:0 $A:0 {sep[0]}:0 $B:1 {sep[0]}:1",
-            special_tokens=[cls, sep])
+            single=f"{cls[0]}:0 $A:0 {sep[0]}:0",
+            pair=f"{cls[0]}:0 $A:0 {sep[0]}:0 $B:1 {sep[0]}:1",
+            special_tokens=[cls, sep],
+        )
     _TOKENIZER_CACHE[kind_name] = tok
     return tok
 
@@ -247,12 +301,20 @@ def _make_tokenizer(arch: str, max_length: int) -> PreTrainedTokenizerFast:
     """Wrap the cached tokenizer for ``arch`` with its special tokens, max length and model input names."""
     spec = _ARCHS[arch]
     sp = _KINDS[spec.tokenizer].specials
-    inputs = ["input_ids", "token_type_ids", "attention_mask"] if spec.token_type_ids else ["input_ids", "attention_mask"]
+    inputs = (
+        ["input_ids", "token_type_ids", "attention_mask"] if spec.token_type_ids else ["input_ids", "attention_mask"]
+    )
     extra = {"bos_token": sp["cls"], "eos_token": sp["sep"]} if sp["cls"] == "<s>" else {}
     return PreTrainedTokenizerFast(
         tokenizer_object=_train_tokenizer(spec.tokenizer),  # deep-copied, so the cache stays untouched
-        unk_token=sp["unk"], pad_token=sp["pad"], cls_token=sp["cls"], sep_token=sp["sep"], mask_token=sp["mask"],
-        model_max_length=max_length, model_input_names=inputs, **extra,
+        unk_token=sp["unk"],
+        pad_token=sp["pad"],
+        cls_token=sp["cls"],
+        sep_token=sp["sep"],
+        mask_token=sp["mask"],
+        model_max_length=max_length,
+        model_input_names=inputs,
+        **extra,
     )
 
 
@@ -293,10 +355,10 @@ def make_checkpoint(
         "pad_token_id": ids["pad"],
         **spec.config,
     }
-    if arch != "distilbert":
-        kwargs.update(bos_token_id=ids["cls"], eos_token_id=ids["sep"])
-    if arch == "distilbert":
+    if arch == "distilbert":  # DistilBERT names its width `dim` and has no bos/eos ids
         kwargs.pop("hidden_size")
+    else:
+        kwargs.update(bos_token_id=ids["cls"], eos_token_id=ids["sep"])
     if task == "classification":
         names = label_names(num_labels)
         kwargs.update(id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
@@ -326,7 +388,13 @@ def _write_sentence_transformers_files(out_dir: Path, max_length: int) -> None:
         "pooling_mode_max_tokens": False,
         "pooling_mode_mean_sqrt_len_tokens": False,
     }
-    versions = {"__version__": {"sentence_transformers": "2.0.0", "transformers": "5", "pytorch": torch.__version__}}
+    versions = {
+        "__version__": {
+            "sentence_transformers": "2.0.0",
+            "transformers": transformers.__version__,
+            "pytorch": torch.__version__,
+        }
+    }
     (out_dir / "1_Pooling").mkdir(exist_ok=True)
     for name, payload in [
         ("modules.json", modules),

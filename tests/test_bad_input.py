@@ -1,0 +1,138 @@
+"""Every failure a user can cause: one line naming the problem, exit code 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from generator.cli import main
+from generator.repository import staging
+
+
+def _run(capsys, *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err[-1] if err else ""
+
+
+def _assert_nothing_written(repo: Path) -> None:
+    assert not repo.exists() or not any(repo.iterdir()), f"{repo} has {list(repo.iterdir())}"
+    leftovers = [p.name for p in repo.parent.iterdir() if ".staging-" in p.name]
+    assert not leftovers
+
+
+@pytest.fixture
+def minilm_copy(tmp_path, minilm_path) -> Path:
+    target = tmp_path / "ckpt"
+    shutil.copytree(minilm_path, target)
+    return target
+
+
+def test_build_exits_2_when_checkpoint_dir_missing(tmp_path, capsys):
+    code, message = _run(capsys, "build", "--model", str(tmp_path / "nope"), "--repository", str(tmp_path / "repo"))
+    assert code == 2
+    assert message == f"error: checkpoint directory `{tmp_path / 'nope'}` does not exist"
+    _assert_nothing_written(tmp_path / "repo")
+
+
+def test_build_exits_2_when_config_json_missing(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code, message = _run(capsys, "build", "--model", str(tmp_path / "empty"), "--repository", str(tmp_path / "repo"))
+    assert code == 2
+    assert "has no config.json" in message
+    _assert_nothing_written(tmp_path / "repo")
+
+
+def test_build_exits_2_when_config_json_unreadable(minilm_copy, tmp_path, capsys):
+    (minilm_copy / "config.json").write_text("{not json")
+    code, message = _run(capsys, "build", "--model", str(minilm_copy), "--repository", str(tmp_path / "repo"))
+    assert code == 2
+    assert "config.json` is not valid JSON" in message
+
+
+def test_build_exits_2_when_architecture_unsupported(minilm_copy, tmp_path, capsys):
+    config = json.loads((minilm_copy / "config.json").read_text())
+    config.update(model_type="gpt2", architectures=["GPT2LMHeadModel"])
+    (minilm_copy / "config.json").write_text(json.dumps(config))
+    code, message = _run(capsys, "build", "--model", str(minilm_copy), "--repository", str(tmp_path / "repo"))
+    assert code == 2
+    assert message.startswith("error: architecture `gpt2` is not supported; supported: albert, bert")
+    _assert_nothing_written(tmp_path / "repo")
+
+
+def test_build_exits_2_when_task_unsupported(minilm_copy, tmp_path, capsys):
+    code, message = _run(
+        capsys, "build", "--model", str(minilm_copy), "--task", "translation", "--repository", str(tmp_path / "repo")
+    )
+    assert code == 2
+    assert message == "error: task `translation` is not supported; supported: classification, embedding"
+
+
+def test_build_exits_2_when_classification_asked_of_bare_encoder(minilm_copy, tmp_path, capsys):
+    code, message = _run(
+        capsys, "build", "--model", str(minilm_copy), "--task", "classification", "--repository", str(tmp_path / "r")
+    )
+    assert code == 2
+    assert "needs a *ForSequenceClassification checkpoint" in message
+
+
+def test_build_exits_2_when_weights_corrupt(minilm_copy, tmp_path, capsys):
+    weights = minilm_copy / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: 4096])
+    code, message = _run(capsys, "build", "--model", str(minilm_copy), "--repository", str(tmp_path / "repo"))
+    assert code == 2
+    assert "are corrupt or truncated" in message
+    _assert_nothing_written(tmp_path / "repo")
+
+
+def test_build_exits_2_when_weights_missing(minilm_copy, tmp_path, capsys):
+    (minilm_copy / "model.safetensors").unlink()
+    code, message = _run(capsys, "build", "--model", str(minilm_copy), "--repository", str(tmp_path / "repo"))
+    assert code == 2
+    assert "has no weights" in message
+
+
+def test_build_exits_2_when_spec_file_invalid(tmp_path, capsys):
+    spec = tmp_path / "deploy.yaml"
+    spec.write_text("model: x\nmax_batch_size: 8\ndynamic_batching: {preferred_batch_size: [16]}\n")
+    code, message = _run(capsys, "build", "--spec", str(spec), "--repository", str(tmp_path / "repo"))
+    assert code == 2
+    assert message == "error: preferred batch size 16 must be between 1 and max_batch_size (8)"
+
+
+def test_cli_process_exits_2_with_one_line_when_checkpoint_missing(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "generator", "build", "--model", str(tmp_path / "x"), "--repository", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"error: checkpoint directory `{tmp_path / 'x'}` does not exist"]
+
+
+def test_staging_leaves_nothing_when_build_fails_midway(tmp_path):
+    repo = tmp_path / "repo"
+    with pytest.raises(RuntimeError), staging(repo, ["a", "a_model"]) as stage:
+        stage.write_config("a", "name: 'a'")
+        raise RuntimeError("export blew up")
+    _assert_nothing_written(repo)
+
+
+def test_staging_adds_next_version_and_keeps_previous(tmp_path):
+    repo = tmp_path / "repo"
+    for expected in (1, 2):
+        with staging(repo, ["a", "a_model"]) as stage:
+            assert stage.version == expected
+            stage.write_config("a", f"version {expected}")
+            (stage.version_dir("a_model") / "model.onnx").write_text(str(expected))
+            stage.write_config("a_model", f"model {expected}")
+            stage.publish()
+    assert sorted(p.name for p in (repo / "a_model").iterdir()) == ["1", "2", "config.pbtxt"]
+    assert (repo / "a_model" / "1" / "model.onnx").read_text() == "1"
+    assert (repo / "a" / "config.pbtxt").read_text() == "version 2"

@@ -1,0 +1,66 @@
+"""Building repositories from tiny checkpoints of every supported architecture."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+
+from generator.build import build_repository
+from generator.errors import ParityError
+from generator.export import onnx_io
+from generator.spec import BuildSpec
+from tests.tiny_checkpoints import ARCHITECTURES
+
+WITHOUT_TOKEN_TYPES = {"distilbert", "roberta", "xlm-roberta", "mpnet"}
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_build_passes_parity_when_classifier_of_each_architecture(arch, tiny_factory, tmp_path):
+    repo = tmp_path / "repo"
+    result = build_repository(BuildSpec(model=str(tiny_factory(arch)), name="clf", repository=repo))
+    assert result.task == "classification"
+    assert result.parity.passed
+    assert result.parity.max_abs_diff <= 1e-4
+    assert any(row.truncated for row in result.parity.rows)
+    inputs, outputs = onnx_io(repo / "clf_model" / "1" / "model.onnx")
+    expected = ["input_ids", "attention_mask"] + ([] if arch in WITHOUT_TOKEN_TYPES else ["token_type_ids"])
+    assert inputs == expected
+    assert outputs == ["logits"]
+    model = onnx.load(str(repo / "clf_model" / "1" / "model.onnx"))
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    assert all(d.dim_param for d in dims), "batch and sequence axes must be dynamic"
+    labels = json.loads((repo / "clf_postprocess" / "1" / "labels.json").read_text())
+    assert labels == ["negative", "neutral", "positive"]
+    card = (repo / "clf" / "1" / "model_card.md").read_text()
+    assert "Parity against PyTorch: **PASSED**" in card
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta", "xlm-roberta", "mpnet"])
+def test_build_detects_embedding_task_from_sentence_transformers_files(arch, tiny_factory, tmp_path):
+    result = build_repository(
+        BuildSpec(model=str(tiny_factory(arch, "embedding")), name="emb", repository=tmp_path / "repo")
+    )
+    assert result.task == "embedding"
+    assert result.parity.passed
+    config = (tmp_path / "repo" / "emb_postprocess" / "config.pbtxt").read_text()
+    assert 'key: "normalize"' in config and 'string_value: "true"' in config
+
+
+def test_build_publishes_nothing_when_parity_fails(tiny_factory, tmp_path):
+    repo = tmp_path / "repo"
+    spec = BuildSpec(model=str(tiny_factory("bert")), name="clf", repository=repo, parity_tolerance=1e-15)
+    with pytest.raises(ParityError, match=r"max abs diff .* > tolerance 1e-15"):
+        build_repository(spec)
+    assert not repo.exists() or not any(repo.iterdir())
+
+
+def test_rebuild_adds_next_version_and_keeps_previous(tiny_factory, tmp_path):
+    repo = tmp_path / "repo"
+    spec = BuildSpec(model=str(tiny_factory("distilbert")), name="clf", repository=repo)
+    assert build_repository(spec).version == 1
+    assert build_repository(spec).version == 2
+    for model in ("clf", "clf_tokenizer", "clf_model", "clf_postprocess"):
+        assert sorted(p.name for p in (repo / model).iterdir()) == ["1", "2", "config.pbtxt"]
+    assert (repo / "clf_tokenizer" / "2" / "tokenizer.json").is_file()
