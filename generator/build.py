@@ -252,6 +252,14 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             ),
             encoding="utf-8",
         )
+        (card_dir / "build.json").write_text(
+            json.dumps(
+                {"spec": spec.to_dict(), "checkpoint": str(checkpoint.path), "task": task.name,
+                 "max_length": max_length, "inputs": inputs},
+                indent=1,
+            ),
+            encoding="utf-8",
+        )
         stage.publish()
         version = stage.version
     console.print(f"[green]Published[/] `{spec.name}` version {version} to {spec.repository}")

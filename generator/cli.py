@@ -30,10 +30,29 @@ def _build(args: argparse.Namespace) -> None:
         task=args.task,
         repository=args.repository,
         max_batch_size=args.max_batch_size,
-        buckets=tuple(int(b) for b in args.buckets.split(",")) if args.buckets else None,
+        buckets=_ints(args.buckets),
         response_cache=args.response_cache,
+        warmup=args.warmup,
+        dynamic_batching={
+            "enabled": args.dynamic_batching,
+            "max_queue_delay_microseconds": args.max_queue_delay_us,
+            "preferred_batch_size": _ints(args.preferred_batch_size),
+            "preserve_ordering": args.preserve_ordering,
+        },
+        model_instances={"count": args.model_instances, "kind": args.model_kind},
+        tokenizer_instances={"count": args.tokenizer_instances},
+        onnxruntime={"intra_op_threads": args.intra_op_threads, "inter_op_threads": args.inter_op_threads},
     )
     build_repository(spec)
+
+
+def _ints(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise GeneratorError(f"`{text}` is not a comma-separated list of integers") from None
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -78,7 +97,17 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--repository", type=Path, help="output repository (default: model_repository)")
     build.add_argument("--max-batch-size", type=int)
     build.add_argument("--buckets", help="comma-separated token length buckets, e.g. 16,32,64,128")
-    build.add_argument("--response-cache", action="store_true", default=None, help="enable the ensemble's response cache")
+    build.add_argument("--response-cache", action=argparse.BooleanOptionalAction, help="ensemble response cache")
+    build.add_argument("--warmup", action=argparse.BooleanOptionalAction, help="model_warmup per length bucket")
+    build.add_argument("--dynamic-batching", action=argparse.BooleanOptionalAction, help="dynamic batching")
+    build.add_argument("--max-queue-delay-us", type=int, help="dynamic batching max_queue_delay_microseconds")
+    build.add_argument("--preferred-batch-size", help="comma-separated preferred batch sizes")
+    build.add_argument("--preserve-ordering", action=argparse.BooleanOptionalAction)
+    build.add_argument("--model-instances", type=int, help="instance count of the model step")
+    build.add_argument("--model-kind", choices=("KIND_CPU", "KIND_GPU"), help="where the model step runs")
+    build.add_argument("--tokenizer-instances", type=int, help="instance count of the tokenizer step")
+    build.add_argument("--intra-op-threads", type=int, help="ONNX Runtime intra-op threads (0: default)")
+    build.add_argument("--inter-op-threads", type=int, help="ONNX Runtime inter-op threads (0: default)")
     build.set_defaults(func=_build)
 
     def add_server_options(p: argparse.ArgumentParser) -> None:

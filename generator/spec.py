@@ -115,6 +115,12 @@ class BuildSpec:
     def __post_init__(self) -> None:
         _validate(self)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as plain data (the YAML layout ``load_spec`` reads)."""
+        data = dataclasses.asdict(self)
+        data["repository"] = str(self.repository)
+        return data
+
     def replace(self, **changes: Any) -> BuildSpec:
         """Return a copy with ``changes`` applied (and validated again)."""
         return dataclasses.replace(self, **changes)
@@ -131,7 +137,7 @@ def _validate(spec: BuildSpec) -> None:
         raise SpecError(f"buckets must be positive and strictly increasing, got {list(spec.buckets)}")
     batching = spec.dynamic_batching
     if batching.enabled and spec.max_batch_size == 0:
-        raise SpecError("dynamic batching needs max_batch_size > 0 (it is 0)")
+        raise SpecError("dynamic batching needs max_batch_size > 0 (it is 0): disable dynamic batching or raise it")
     for size in batching.preferred_batch_size:
         if size <= 0 or size > spec.max_batch_size:
             raise SpecError(
@@ -223,9 +229,10 @@ def load_spec(path: Path | None = None, **overrides: Any) -> BuildSpec:
         if value is None:
             continue
         if key in _NESTED and isinstance(value, dict):
-            merged = dict(data.get(key) or {})
-            merged.update({k: v for k, v in value.items() if v is not None})
-            value = merged
+            given = {k: v for k, v in value.items() if v is not None}
+            if not given:
+                continue
+            value = {**(data.get(key) or {}), **given}
         data[key] = value
     if "model" not in data:
         raise SpecError("no model given: name a checkpoint directory or a hub id")
