@@ -5,6 +5,7 @@ inspect -> export ONNX -> parity gate -> render and validate configs -> publish 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import shutil
@@ -91,7 +92,8 @@ def config_contexts(
     common = {
         "ensemble_name": names["ensemble"],
         "max_batch_size": spec.max_batch_size,
-        "batching": spec.dynamic_batching,
+        # The Python steps are cheap: they batch whatever is queued and never wait for more.
+        "batching": dataclasses.replace(spec.dynamic_batching, max_queue_delay_microseconds=0, preferred_batch_size=()),
     }
     trt_profiles = {
         key: ",".join(f"{n}:{batch}x{length}" for n in inputs)
@@ -120,6 +122,7 @@ def config_contexts(
         "model": {
             **common,
             "name": names["model"],
+            "batching": spec.dynamic_batching,
             "inputs": token_tensors,
             "outputs": onnx_out,
             "instances": spec.model_instances,
@@ -129,12 +132,15 @@ def config_contexts(
             "trt_profiles": trt_profiles,
             "warmup": buckets if spec.warmup else [],
             "parameters": {
-                key: str(value)
-                for key, value in (
-                    ("intra_op_thread_count", ort.intra_op_threads),
-                    ("inter_op_thread_count", ort.inter_op_threads),
-                )
-                if value
+                **{
+                    key: str(value)
+                    for key, value in (
+                        ("intra_op_thread_count", ort.intra_op_threads),
+                        ("inter_op_thread_count", ort.inter_op_threads),
+                    )
+                    if value
+                },
+                "session.intra_op.allow_spinning": "1" if ort.allow_spinning else "0",
             },
         },
         "postprocess": {

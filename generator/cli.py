@@ -85,6 +85,22 @@ def _infer(args: argparse.Namespace) -> None:
         print(json.dumps({"TEXT": text, **row}, ensure_ascii=False))
 
 
+def _bench(args: argparse.Namespace) -> None:
+    from generator.bench import BenchOptions, Sweep, run_bench
+
+    sweep = Sweep(concurrency=_ints(args.concurrency) or Sweep().concurrency, request_count=args.request_count)
+    baselines = tuple(b for b in args.baselines.split(",") if b) if args.baselines is not None else None
+    options = BenchOptions(
+        name=args.name,
+        repository=args.repository,
+        output=args.output,
+        sweep=sweep,
+        texts=args.texts,
+        **({"baselines": baselines} if baselines is not None else {}),
+    )
+    run_bench(options)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m generator", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -130,6 +146,15 @@ def _parser() -> argparse.ArgumentParser:
     inf.add_argument("--url", help="host:port (default: --host and the protocol's port)")
     add_server_options(inf)
     inf.set_defaults(func=_infer)
+    bench = sub.add_parser("bench", help="perf_analyzer sweep of an ensemble against baselines")
+    bench.add_argument("--name", default="model")
+    bench.add_argument("--repository", type=Path, default=Path("model_repository"))
+    bench.add_argument("--output", type=Path, default=Path("perf_analyzer_configs"))
+    bench.add_argument("--concurrency", help="comma-separated concurrency levels (default 1,2,4,8,16)")
+    bench.add_argument("--request-count", type=int, default=256, help="requests per measurement window")
+    bench.add_argument("--texts", type=int, default=512, help="number of distinct request texts")
+    bench.add_argument("--baselines", help="comma-separated subset of pipeline,nobatch,ceiling (default: all)")
+    bench.set_defaults(func=_bench)
     return parser
 
 

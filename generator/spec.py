@@ -78,6 +78,8 @@ class OnnxRuntimeSettings:
     intra_op_threads: int = 0  # 0 lets ONNX Runtime decide
     inter_op_threads: int = 0
     graph_optimization_level: Literal[-1, 0, 1, 2] = 1  # Triton's scale: -1 off .. 1 all (2 extended)
+    # Busy-waiting worker threads steal CPU from the tokenizer and postprocess steps on small hosts.
+    allow_spinning: bool = False
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ with its native onnxruntime backend.
 All requests of one ``execute`` are padded to a common sequence length, concatenated and
 run in a single ``InferenceSession.run``; the outputs are split back per request.
 Session settings come from the config: ``parameters`` ``intra_op_thread_count`` and
-``inter_op_thread_count`` and ``optimization.graph.level``, as the native backend reads them.
+``inter_op_thread_count`` and ``optimization.graph.level``, as the native backend reads them,
+and any ``session.*`` parameter as an ONNX Runtime session config entry.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def session_options(model_config: dict[str, Any]) -> Any:
     options.inter_op_num_threads = int(params.get("inter_op_thread_count", "0"))
     level = int(((model_config.get("optimization") or {}).get("graph") or {}).get("level", 1))
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _GRAPH_LEVELS.get(level, "ORT_ENABLE_ALL"))
+    for key, value in params.items():
+        if key.startswith("session."):  # ONNX Runtime session config entries, passed through
+            options.add_session_config_entry(key, value)
     return options
 
 

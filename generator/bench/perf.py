@@ -1,0 +1,102 @@
+"""Drive the real perf_analyzer (from the tritonclient wheel) and parse its CSV."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from generator.errors import BenchError
+from generator.server import server_environment
+
+__all__ = ["PerfPoint", "Sweep", "perf_analyzer_binary", "run_perf_analyzer", "write_input_data"]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """perf_analyzer settings: a concurrency sweep measured in request-count windows."""
+
+    concurrency: tuple[int, ...] = (1, 2, 4, 8, 16)
+    request_count: int = 256  # requests per measurement window (count_windows mode)
+    stability_percentage: int = 15
+    max_trials: int = 6
+    protocol: str = "http"  # the FastAPI baseline speaks only HTTP; all configs use the same protocol
+
+
+@dataclass(frozen=True)
+class PerfPoint:
+    """One perf_analyzer measurement (latencies in milliseconds)."""
+
+    config: str
+    concurrency: int
+    throughput: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    avg_ms: float
+
+
+def perf_analyzer_binary() -> Path:
+    """The perf_analyzer that tritonclient installed into this environment."""
+    path = Path(sys.prefix) / "bin" / "perf_analyzer"
+    if not path.is_file():
+        raise BenchError(f"perf_analyzer is missing at `{path}`; reinstall tritonclient[all]==2.51.0")
+    return path
+
+
+def write_input_data(path: Path, texts: Sequence[str], *, with_batch_dim: bool = False) -> None:
+    """perf_analyzer ``--input-data`` JSON: one request per text, in order."""
+    shape = [1, 1] if with_batch_dim else [1]
+    data = {"data": [{"TEXT": {"content": [text], "shape": shape}} for text in texts]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+
+
+def run_perf_analyzer(
+    config: str, model: str, url: str, input_data: Path, concurrency: int, sweep: Sweep, workdir: Path
+) -> PerfPoint:
+    """Measure ``model`` at one concurrency; raise BenchError with perf_analyzer's reason on failure."""
+    csv_path = workdir / f"{config}_c{concurrency}.csv"
+    command = [
+        str(perf_analyzer_binary()),
+        "-m", model,
+        "-u", url,
+        "-i", sweep.protocol,
+        "--input-data", str(input_data),
+        "--concurrency-range", str(concurrency),
+        "--measurement-mode", "count_windows",
+        "--measurement-request-count", str(sweep.request_count),
+        "--stability-percentage", str(sweep.stability_percentage),
+        "--max-trials", str(sweep.max_trials),
+        "-f", str(csv_path),
+        "--verbose-csv",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, env=server_environment(), timeout=1800)
+    if result.returncode != 0 or not csv_path.is_file():
+        lines = [ln for ln in (result.stdout + result.stderr).splitlines() if ln.strip()]
+        reason = next((ln for ln in reversed(lines) if "rror" in ln or "fail" in ln.lower()), lines[-1] if lines else "")
+        raise BenchError(f"perf_analyzer on `{model}` at concurrency {concurrency} failed: {reason.strip()}")
+    (workdir / f"{config}_c{concurrency}.log").write_text(result.stdout)
+    return parse_csv(csv_path, config)
+
+
+def parse_csv(path: Path, config: str) -> PerfPoint:
+    """The first measurement row of a perf_analyzer CSV."""
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows:
+        raise BenchError(f"perf_analyzer wrote no measurement to `{path}`")
+    row = rows[0]
+    return PerfPoint(
+        config=config,
+        concurrency=int(row["Concurrency"]),
+        throughput=float(row["Inferences/Second"]),
+        p50_ms=float(row["p50 latency"]) / 1000,
+        p95_ms=float(row["p95 latency"]) / 1000,
+        p99_ms=float(row["p99 latency"]) / 1000,
+        avg_ms=float(row["Avg latency"]) / 1000,
+    )

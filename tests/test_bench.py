@@ -1,0 +1,55 @@
+"""A short, bounded run of the bench harness: real perf_analyzer, real server, real baselines."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from generator.bench import BenchOptions, Sweep, run_bench
+from generator.bench.perf import parse_csv
+from generator.build import build_repository
+from generator.errors import BenchError
+from generator.spec import BuildSpec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.bench]
+
+
+def test_bench_smoke_runs_perf_analyzer_and_writes_report(tmp_path, tiny_factory):
+    repo = tmp_path / "repo"
+    build_repository(BuildSpec(model=str(tiny_factory("bert")), name="clf", repository=repo, buckets=(16, 32)))
+    options = BenchOptions(
+        name="clf",
+        repository=repo,
+        output=tmp_path / "pa",
+        sweep=Sweep(concurrency=(1, 4), request_count=20, max_trials=3, stability_percentage=50),
+        texts=32,
+    )
+    report, paths = run_bench(options)
+    configs = {(p.config, p.concurrency) for p in report.points}
+    assert configs == {(c, n) for c in ("ensemble", "nobatch", "pipeline") for n in (1, 4)}
+    assert all(p.throughput > 0 and p.p99_ms >= p.p50_ms > 0 for p in report.points)
+    assert report.ceiling and all(p.throughput > 0 for p in report.ceiling)
+    assert set(report.ratios()) == {
+        "throughput vs (a) pipeline",
+        "p99 latency vs (a) pipeline",
+        "throughput vs (b) no batching",
+        "throughput vs (c) in-process ceiling",
+    }
+    steps = report.breakdown[("ensemble", 4)]
+    assert set(steps) == {"clf_tokenizer", "clf_model", "clf_postprocess"}
+    assert steps["clf_model"].success_count > 0
+    with open(paths["csv"]) as handle:
+        assert len(list(csv.DictReader(handle))) == 6
+    assert paths["plot"].stat().st_size > 10_000
+    summary = paths["summary"].read_text()
+    assert "## Ratios at concurrency 4" in summary and "clf_model" in summary
+    data = tmp_path / "pa" / "clf"
+    assert (data / "input_data.json").is_file() and (data / "sweep.json").is_file()
+    # perf_analyzer's own CSV is kept next to the report and parses the same way
+    assert parse_csv(data / "results" / "ensemble_c1.csv", "ensemble").concurrency == 1
+
+
+def test_bench_raises_when_ensemble_missing(tmp_path):
+    with pytest.raises(BenchError, match="no ensemble `ghost`"):
+        run_bench(BenchOptions(name="ghost", repository=tmp_path))
