@@ -14,12 +14,21 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 PYTEST_ARGS ?=
+PRECISION ?=
+OPTIMIZE ?=
+CALIBRATION ?=
+VALIDATION ?=
+RUNTIME ?=
 
-BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(TASK),--task "$(TASK)") $(if $(SPEC),--spec "$(SPEC)")
+BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(TASK),--task "$(TASK)") \
+	$(if $(SPEC),--spec "$(SPEC)") $(if $(PRECISION),--precision $(PRECISION)) \
+	$(if $(filter 1,$(OPTIMIZE)),--optimize) $(if $(filter 0,$(OPTIMIZE)),--no-optimize) \
+	$(if $(CALIBRATION),--calibration "$(CALIBRATION)") $(if $(VALIDATION),--validation "$(VALIDATION)") \
+	$(if $(RUNTIME),--runtime $(RUNTIME)) $(EXTRA_ARGS)
 PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv repo serve infer bench test lint clean
+.PHONY: help venv repo serve infer engine bench test lint clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-8s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -34,7 +43,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 
 venv: $(VENV)/.installed ## create .venv with the pinned packages (run by every target that needs it)
 
-repo: venv ## build a repository: make repo [MODEL=dir|hub-id] [NAME=name] [TASK=...] [REPO=dir] [SPEC=deploy.yaml]
+repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISION=fp32|fp16|int8] [OPTIMIZE=0|1] [RUNTIME=onnx|tensorrt]
 	$(PY) -m generator build $(BUILD_ARGS)
 
 serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1)
@@ -42,6 +51,9 @@ serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1)
 
 infer: venv ## query a served ensemble: make infer NAME=name TEXT="..." [PROTOCOL=grpc|http]
 	$(PY) -m generator infer --name "$(NAME)" --text "$(TEXT)" --protocol $(PROTOCOL) $(PORT_ARGS)
+
+engine: venv ## build the TensorRT plan of a RUNTIME=tensorrt build, on the GPU node
+	$(PY) -m generator engine --name "$(NAME)" --repository "$(REPO)"
 
 bench: venv ## benchmark NAME with perf_analyzer against the baselines
 	$(PY) -m generator bench --name "$(NAME)" --repository "$(REPO)"

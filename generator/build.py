@@ -20,11 +20,14 @@ from generator import triton_models
 from generator.checkpoint import Checkpoint, inspect_checkpoint
 from generator.errors import CheckpointError, UnsupportedModelError
 from generator.export import export_onnx
+from generator.accuracy import AccuracyReport, measure_accuracy, read_texts, require_accuracy
+from generator.optimize import OptimizeReport, optimize_model
 from generator.parity import ParityReport, check_parity, require_parity
 from generator.render import render_all
 from generator.repository import staging
 from generator.spec import BuildSpec
 from generator.tasks import Task, TensorSpec, detect_task, get_task
+from generator.tensorrt import EnginePlan, builder_flags, cc_model_filenames, plan_profiles
 from generator.triton_models.tokenizer import TextEncoder
 
 __all__ = ["BuildResult", "build_repository", "config_contexts", "step_names"]
@@ -43,6 +46,7 @@ class BuildResult:
     repository: Path
     parity: ParityReport
     max_length: int
+    accuracy: AccuracyReport | None = None
 
 
 def step_names(name: str) -> dict[str, str]:
@@ -131,6 +135,9 @@ def config_contexts(
             "tensorrt": spec.tensorrt,
             "trt_profiles": trt_profiles,
             "warmup": buckets if spec.warmup else [],
+            "runtime": spec.runtime,
+            "cc_model_filenames": cc_model_filenames(),
+            "engine_profiles": [str(i) for i in range(len(buckets))] if spec.runtime == "tensorrt" else [],
             "parameters": {
                 **{
                     key: str(value)
@@ -175,7 +182,13 @@ def config_contexts(
 
 
 def _model_card(
-    spec: BuildSpec, checkpoint: Checkpoint, task: Task, version: int, max_length: int, report: ParityReport
+    spec: BuildSpec,
+    checkpoint: Checkpoint,
+    task: Task,
+    version: int,
+    max_length: int,
+    report: ParityReport,
+    variant: tuple[OptimizeReport, AccuracyReport] | None,
 ) -> str:
     import onnxruntime
     import torch
@@ -196,7 +209,22 @@ def _model_card(
         lines.append(f"- labels (id order): {list(checkpoint.id2label.values())}")
     if task.name == "embedding":
         lines.append(f"- pooling: {checkpoint.pooling.mode}, normalised: {checkpoint.pooling.normalize}")
-    return "\n".join(lines) + "\n\n## Parity\n\n" + report.to_markdown()
+    lines.append(f"- served model: {_variant_name(spec)} ({spec.runtime} runtime)")
+    card = "\n".join(lines) + "\n\n## Parity of the FP32 export\n\n" + report.to_markdown()
+    if variant is not None:
+        optimized, accuracy = variant
+        card += "\n## Optimisation\n\n" + "".join(f"- {step}\n" for step in optimized.steps)
+        if optimized.fused_operators:
+            card += f"- fused operators: {optimized.fused_operators}\n"
+        card += "\n" + accuracy.to_markdown()
+    return card
+
+
+def _variant_name(spec: BuildSpec) -> str:
+    name = spec.precision.upper()
+    if spec.precision == "int8":
+        name += f" {spec.quantization}"
+    return name + (" optimised" if spec.optimize else "")
 
 
 def _quiet_transformers() -> None:
@@ -225,17 +253,33 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             str(tok_dir / "tokenizer.json"), max_length, spec.buckets, pad_id=pad_id, input_names=inputs
         )
         onnx_path = stage.version_dir(names["model"]) / "model.onnx"
+        fp32_path = stage.root.parent / f"{stage.root.name}.fp32.onnx"
         with console.status("Loading PyTorch weights…"):
             module = task.load_module(checkpoint)
-        with console.status("Exporting to ONNX (dynamic batch and sequence axes)…"):
-            export_onnx(module, encoder(["a short sample", "a longer sample text, used to trace the model"]),
-                        task.onnx_output, onnx_path)
-        with console.status("Checking parity against PyTorch…"):
-            report = check_parity(
-                module, hf_tokenizer, encoder, onnx_path, max_length=max_length, tolerance=spec.parity_tolerance
+        try:
+            with console.status("Exporting to ONNX (dynamic batch and sequence axes)…"):
+                export_onnx(module, encoder(["a short sample", "a longer sample text, used to trace the model"]),
+                            task.onnx_output, fp32_path)
+            with console.status("Checking parity against PyTorch…"):
+                report = check_parity(
+                    module, hf_tokenizer, encoder, fp32_path, max_length=max_length, tolerance=spec.parity_tolerance
+                )
+            console.print(Markdown(report.to_markdown()))
+            require_parity(report)
+            variant = _optimise(spec, checkpoint, task, module, hf_tokenizer, encoder, fp32_path, onnx_path,
+                                max_length, console)
+        finally:
+            fp32_path.unlink(missing_ok=True)
+        if spec.runtime == "tensorrt":
+            engine = EnginePlan(
+                inputs=inputs,
+                profiles=plan_profiles(sorted({b for b in spec.buckets if b < max_length} | {max_length}),
+                                       spec.max_batch_size),
+                flags=builder_flags(spec.precision),
+                workspace_bytes=spec.tensorrt.max_workspace_size_bytes,
+                cc_model_filenames=cc_model_filenames(),
             )
-        console.print(Markdown(report.to_markdown()))
-        require_parity(report)
+            (onnx_path.parent / "engine.json").write_text(engine.to_json())
         with console.status("Rendering and validating configs…"):
             configs = render_all(config_contexts(spec, checkpoint, task, inputs, max_length, pad_id))
             for step, (text, _) in configs.items():
@@ -248,7 +292,7 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         (post_dir / "labels.json").write_text(json.dumps(list(checkpoint.id2label.values()), ensure_ascii=False))
         card_dir = stage.version_dir(names["ensemble"])
         (card_dir / "model_card.md").write_text(
-            _model_card(spec, checkpoint, task, stage.version, max_length, report), encoding="utf-8"
+            _model_card(spec, checkpoint, task, stage.version, max_length, report, variant), encoding="utf-8"
         )
         (card_dir / "parity.json").write_text(
             json.dumps(
@@ -261,7 +305,8 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         (card_dir / "build.json").write_text(
             json.dumps(
                 {"spec": spec.to_dict(), "checkpoint": str(checkpoint.path), "task": task.name,
-                 "max_length": max_length, "inputs": inputs},
+                 "max_length": max_length, "inputs": inputs, "variant": _variant_name(spec),
+                 "accuracy": None if variant is None else variant[1].__dict__},
                 indent=1,
             ),
             encoding="utf-8",
@@ -269,4 +314,39 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         stage.publish()
         version = stage.version
     console.print(f"[green]Published[/] `{spec.name}` version {version} to {spec.repository}")
-    return BuildResult(spec.name, task.name, version, Path(spec.repository), report, max_length)
+    accuracy = None if variant is None else variant[1]
+    return BuildResult(spec.name, task.name, version, Path(spec.repository), report, max_length, accuracy)
+
+
+def _optimise(
+    spec: BuildSpec,
+    checkpoint: Checkpoint,
+    task: Task,
+    module: Any,
+    hf_tokenizer: Any,
+    encoder: TextEncoder,
+    fp32_path: Path,
+    target: Path,
+    max_length: int,
+    console: Console,
+) -> tuple[OptimizeReport, AccuracyReport] | None:
+    """Optimise/convert the FP32 export into ``target`` and gate it; None when FP32 is served as is."""
+    if spec.precision == "fp32" and not spec.optimize:
+        shutil.copyfile(fp32_path, target)
+        return None
+    calibration = read_texts(spec.calibration, "calibration") if spec.precision == "int8" else []
+    validation = read_texts(spec.validation, "validation")
+    with console.status(f"Optimising to {_variant_name(spec)}…"):
+        optimized = optimize_model(
+            fp32_path, target, checkpoint, precision=spec.precision, fuse=spec.optimize,
+            quantization=spec.quantization, encoder=encoder, calibration=calibration,
+            symmetric_activations=spec.runtime == "tensorrt",
+        )  # fmt: skip
+    with console.status(f"Accuracy gate on {len(validation)} validation texts…"):
+        accuracy = measure_accuracy(
+            module, hf_tokenizer, encoder, target, task=task.name, texts=validation, max_length=max_length,
+            variant=_variant_name(spec), function=task.postprocess_parameters(checkpoint).get("function", "softmax"),
+        )  # fmt: skip
+    console.print(Markdown(accuracy.to_markdown()))
+    require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)
+    return optimized, accuracy

@@ -1,4 +1,4 @@
-"""Command line: ``python -m generator <build|serve|infer|bench> ...``. Thin by design.
+"""Command line: ``python -m generator <build|serve|infer|engine|bench> ...``. Thin by design.
 
 Each command parses its options and calls one library function. Errors a user can cause
 (:class:`generator.errors.GeneratorError`) are printed as one line and exit with code 2.
@@ -42,6 +42,13 @@ def _build(args: argparse.Namespace) -> None:
         model_instances={"count": args.model_instances, "kind": args.model_kind},
         tokenizer_instances={"count": args.tokenizer_instances},
         onnxruntime={"intra_op_threads": args.intra_op_threads, "inter_op_threads": args.inter_op_threads},
+        precision=args.precision,
+        optimize=args.optimize,
+        quantization=args.quantization,
+        calibration=args.calibration,
+        validation=args.validation,
+        accept_accuracy_loss=args.accept_accuracy_loss,
+        runtime=args.runtime,
     )
     build_repository(spec)
 
@@ -85,6 +92,17 @@ def _infer(args: argparse.Namespace) -> None:
         print(json.dumps({"TEXT": text, **row}, ensure_ascii=False))
 
 
+def _engine(args: argparse.Namespace) -> None:
+    from generator.repository import existing_versions
+    from generator.tensorrt import build_engine
+
+    model_dir = args.repository / f"{args.name}_model"
+    versions = existing_versions(model_dir)
+    if not versions or not (model_dir / str(versions[-1]) / "engine.json").is_file():
+        raise GeneratorError(f"`{model_dir}` has no TensorRT build plan; build it with runtime tensorrt first")
+    print(f"Wrote {build_engine(model_dir / str(versions[-1]))}")
+
+
 def _bench(args: argparse.Namespace) -> None:
     from generator.bench import BenchOptions, Sweep, run_bench
 
@@ -124,6 +142,14 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--tokenizer-instances", type=int, help="instance count of the tokenizer step")
     build.add_argument("--intra-op-threads", type=int, help="ONNX Runtime intra-op threads (0: default)")
     build.add_argument("--inter-op-threads", type=int, help="ONNX Runtime inter-op threads (0: default)")
+    build.add_argument("--precision", choices=("fp32", "fp16", "int8"), help="served precision (default fp32)")
+    build.add_argument("--optimize", action=argparse.BooleanOptionalAction, help="offline transformer fusions")
+    build.add_argument("--quantization", choices=("static", "dynamic"), help="int8 method (default static)")
+    build.add_argument("--calibration", type=Path, help="calibration texts, one per line (default: built-in)")
+    build.add_argument("--validation", type=Path, help="accuracy-gate texts, one per line (default: built-in)")
+    build.add_argument("--accept-accuracy-loss", action="store_true", default=None,
+                       help="publish even if the accuracy gate fails (the figures go into the model card)")
+    build.add_argument("--runtime", choices=("onnx", "tensorrt"), help="model step runtime (default onnx)")
     build.set_defaults(func=_build)
 
     def add_server_options(p: argparse.ArgumentParser) -> None:
@@ -146,6 +172,11 @@ def _parser() -> argparse.ArgumentParser:
     inf.add_argument("--url", help="host:port (default: --host and the protocol's port)")
     add_server_options(inf)
     inf.set_defaults(func=_infer)
+    engine = sub.add_parser("engine", help="build the TensorRT plan of a tensorrt-runtime build (GPU node)")
+    engine.add_argument("--name", default="model")
+    engine.add_argument("--repository", type=Path, default=Path("model_repository"))
+    engine.set_defaults(func=_engine)
+
     bench = sub.add_parser("bench", help="perf_analyzer sweep of an ensemble against baselines")
     bench.add_argument("--name", default="model")
     bench.add_argument("--repository", type=Path, default=Path("model_repository"))

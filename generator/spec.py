@@ -113,6 +113,13 @@ class BuildSpec:
     onnxruntime: OnnxRuntimeSettings = field(default_factory=OnnxRuntimeSettings)
     tensorrt: TensorRTAccelerator = field(default_factory=TensorRTAccelerator)
     parity_tolerance: float = 1e-4
+    precision: Literal["fp32", "fp16", "int8"] = "fp32"
+    optimize: bool = False  # offline transformer fusions (ONNX Runtime only)
+    quantization: Literal["static", "dynamic"] = "static"  # for int8
+    calibration: Path | None = None  # one text per line; None: the built-in sample
+    validation: Path | None = None  # one text per line; None: the built-in sample
+    accept_accuracy_loss: bool = False
+    runtime: Literal["onnx", "tensorrt"] = "onnx"
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -120,7 +127,8 @@ class BuildSpec:
     def to_dict(self) -> dict[str, Any]:
         """The spec as plain data (the YAML layout ``load_spec`` reads)."""
         data = dataclasses.asdict(self)
-        data["repository"] = str(self.repository)
+        for key in ("repository", "calibration", "validation"):
+            data[key] = None if data[key] is None else str(data[key])
         return data
 
     def replace(self, **changes: Any) -> BuildSpec:
@@ -171,6 +179,23 @@ def _validate(spec: BuildSpec) -> None:
         raise SpecError("the TensorRT accelerator needs the model step on KIND_GPU instances")
     if spec.onnxruntime.graph_optimization_level not in (-1, 0, 1, 2):
         raise SpecError("graph_optimization_level must be -1, 0, 1 or 2")
+    if spec.precision not in ("fp32", "fp16", "int8"):
+        raise SpecError(f"precision must be fp32, fp16 or int8, got {spec.precision}")
+    if spec.quantization not in ("static", "dynamic"):
+        raise SpecError(f"quantization must be static or dynamic, got {spec.quantization}")
+    if spec.runtime not in ("onnx", "tensorrt"):
+        raise SpecError(f"runtime must be onnx or tensorrt, got {spec.runtime}")
+    if spec.runtime == "tensorrt":
+        if spec.optimize:
+            raise SpecError("graph optimisation emits ONNX Runtime-only operators; TensorRT fuses on its own: drop it")
+        if spec.precision == "int8" and spec.quantization == "dynamic":
+            raise SpecError("TensorRT takes int8 only as static QDQ quantisation, not dynamic")
+        if spec.max_batch_size == 0:
+            raise SpecError("a TensorRT engine needs max_batch_size > 0 for its optimisation profiles")
+        if spec.tensorrt.enabled:
+            raise SpecError("the TensorRT execution accelerator is for runtime onnx; runtime tensorrt builds a plan")
+    if spec.model_instances.kind == "KIND_CPU" and spec.runtime == "tensorrt":
+        raise SpecError("a TensorRT plan runs on KIND_GPU instances; set the model step's kind to KIND_GPU")
     if not 0 < spec.parity_tolerance < 1:
         raise SpecError(f"parity tolerance must be in (0, 1), got {spec.parity_tolerance}")
 
@@ -201,7 +226,7 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
             value = _build(QueuePolicy, value, "dynamic_batching.queue_policy")
         elif isinstance(value, list):
             value = tuple(value)
-        elif key == "repository":
+        elif key in ("repository", "calibration", "validation") and value is not None:
             value = Path(value)
         values[key] = value
     try:

@@ -43,3 +43,11 @@ def tiny_factory(tmp_path_factory: pytest.TempPathFactory):
         return cache[key]
 
     return build
+
+
+@pytest.fixture(scope="session")
+def sentiment_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real trained 3-class sentiment classifier (MiniLM encoder + fitted head)."""
+    from tests.trained_classifier import make_sentiment_classifier
+
+    return make_sentiment_classifier(tmp_path_factory.mktemp("sentiment"))

@@ -163,3 +163,14 @@ def test_onnxruntime_backend_runs_requests_in_one_session_call(tmp_path):
     responses = model.execute([Request({"input_ids": i, "attention_mask": m}) for i, m in zip(ids, masks)])
     assert len(calls) == 1
     assert [r.output("logits")[:, 0].tolist() for r in responses] == [[3.0], [12.0, 6.0]]
+
+
+def test_trim_padding_drops_columns_padded_in_every_row():
+    inputs = {
+        "input_ids": np.array([[5, 6, 0, 0], [7, 0, 0, 0]], np.int64),
+        "attention_mask": np.array([[1, 1, 0, 0], [1, 0, 0, 0]], np.int64),
+    }
+    trimmed = ort_model.trim_padding(inputs)
+    assert trimmed["input_ids"].tolist() == [[5, 6], [7, 0]]
+    assert ort_model.restore_width(np.ones((2, 2, 3)), 2, 4).shape == (2, 4, 3)
+    assert ort_model.restore_width(np.ones((2, 3)), 2, 4).shape == (2, 3)

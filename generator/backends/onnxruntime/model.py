@@ -6,7 +6,10 @@ says ``backend: "onnxruntime"`` -- the same config files the official container 
 with its native onnxruntime backend.
 
 All requests of one ``execute`` are padded to a common sequence length, concatenated and
-run in a single ``InferenceSession.run``; the outputs are split back per request.
+run in a single ``InferenceSession.run``; the outputs are split back per request. Columns
+that are padding in every row (``attention_mask`` all zero) are cut off before the run:
+the tokenizer pads to length buckets so that Triton can batch equal shapes, and on a CPU
+that padding would otherwise be computed. Outputs that keep a sequence axis are padded back.
 Session settings come from the config: ``parameters`` ``intra_op_thread_count`` and
 ``inter_op_thread_count`` and ``optimization.graph.level``, as the native backend reads them,
 and any ``session.*`` parameter as an ONNX Runtime session config entry.
@@ -25,7 +28,7 @@ try:
 except ImportError:  # outside the server: importable for tests
     pb_utils = None
 
-__all__ = ["TritonPythonModel", "pad_and_concatenate", "session_options"]
+__all__ = ["TritonPythonModel", "pad_and_concatenate", "restore_width", "session_options", "trim_padding"]
 
 # Triton's graph level -> ONNX Runtime's enum name (the native backend's mapping).
 _GRAPH_LEVELS = {-1: "ORT_DISABLE_ALL", 0: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_ALL", 2: "ORT_ENABLE_EXTENDED"}
@@ -56,6 +59,32 @@ def pad_and_concatenate(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(padded, axis=0)
 
 
+def trimmed_width(inputs: dict[str, np.ndarray]) -> int:
+    """Sequence width of (trimmed) inputs; 0 when they have no sequence axis."""
+    first = next(iter(inputs.values()))
+    return int(first.shape[1]) if first.ndim > 1 else 0
+
+
+def trim_padding(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Drop trailing columns where ``attention_mask`` is zero in every row (keeps at least one)."""
+    mask = inputs.get("attention_mask")
+    if mask is None or mask.ndim != 2:
+        return inputs
+    used = np.flatnonzero(mask.any(axis=0))
+    width = max(int(used[-1]) + 1 if used.size else 1, 1)
+    if width == mask.shape[1]:
+        return inputs
+    return {name: np.ascontiguousarray(array[:, :width]) for name, array in inputs.items()}
+
+
+def restore_width(output: np.ndarray, trimmed: int, original: int) -> np.ndarray:
+    """Pad an output's sequence axis back to ``original`` when it was computed on ``trimmed``."""
+    if output.ndim < 2 or trimmed == original or output.shape[1] != trimmed:
+        return output
+    pad = [(0, 0), (0, original - trimmed)] + [(0, 0)] * (output.ndim - 2)
+    return np.pad(output, pad)
+
+
 class TritonPythonModel:
     """Runs the model step with ONNX Runtime."""
 
@@ -70,6 +99,8 @@ class TritonPythonModel:
             raise FileNotFoundError(f"model file `{path}` is missing")
         self.session = ort.InferenceSession(str(path), session_options(config), providers=["CPUExecutionProvider"])
         self.input_names = [inp["name"] for inp in config["input"]]
+        # Outputs whose first non-batch axis is the (variable) sequence axis.
+        self.sequence_outputs = {out["name"] for out in config["output"] if list(out.get("dims", []))[:1] == [-1]}
         self.outputs = {
             out["name"]: pb_utils.triton_string_to_numpy(out["data_type"]) if pb_utils else np.float32
             for out in config["output"]
@@ -84,6 +115,8 @@ class TritonPythonModel:
                 feeds[name].append(pb_utils.get_input_tensor_by_name(request, name).as_numpy())
             sizes.append(feeds[self.input_names[0]][-1].shape[0])
         inputs = {name: pad_and_concatenate(arrays) for name, arrays in feeds.items()}
+        width = inputs[self.input_names[0]].shape[1] if inputs[self.input_names[0]].ndim > 1 else 0
+        inputs = trim_padding(inputs)
         try:
             results = self.session.run(list(self.outputs), inputs)
         except Exception as exc:  # onnxruntime raises its own exception types for bad inputs
@@ -91,6 +124,10 @@ class TritonPythonModel:
             return [pb_utils.InferenceResponse(error=error) for _ in requests]
         responses = []
         start = 0
+        results = [
+            restore_width(value, trimmed_width(inputs), width) if name in self.sequence_outputs else value
+            for name, value in zip(self.outputs, results)
+        ]
         for size in sizes:
             tensors = [
                 pb_utils.Tensor(name, np.ascontiguousarray(value[start : start + size].astype(dtype)))

@@ -1,0 +1,142 @@
+"""Graph optimisation, FP16 and INT8: each gated on accuracy, each served by the real server."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from generator.accuracy import AccuracyError, measure_accuracy, require_accuracy
+from generator.build import build_repository
+from generator.cli import main
+from generator.client import infer
+from generator.server import running_server
+from generator.spec import BuildSpec
+from generator.tasks import get_task
+from generator.triton_models.tokenizer import TextEncoder
+
+VARIANTS = {
+    "int8": {"precision": "int8"},
+    "int8_opt": {"precision": "int8", "optimize": True},
+    "int8_dyn": {"precision": "int8", "quantization": "dynamic"},
+    "fp32_opt": {"optimize": True},
+    "fp16": {"precision": "fp16"},
+}
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory, sentiment_checkpoint):
+    repo = tmp_path_factory.mktemp("precision") / "repo"
+    results = {}
+    for name, changes in VARIANTS.items():
+        spec = BuildSpec(model=str(sentiment_checkpoint), name=name, repository=repo, buckets=(32, 128), **changes)
+        results[name] = build_repository(spec)
+    return repo, results
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_variant_passes_accuracy_gate_and_records_it(variants, name):
+    repo, results = variants
+    accuracy = results[name].accuracy
+    assert accuracy is not None and accuracy.passed
+    assert accuracy.label_agreement >= 0.99
+    card = (repo / name / "1" / "model_card.md").read_text()
+    assert "Accuracy gate: **PASSED**" in card
+    build = json.loads((repo / name / "1" / "build.json").read_text())
+    assert build["accuracy"]["label_agreement"] == accuracy.label_agreement
+
+
+def test_int8_static_model_has_qdq_nodes(variants):
+    repo, _ = variants
+    ops = {n.op_type for n in onnx.load(str(repo / "int8_model" / "1" / "model.onnx")).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+
+
+def test_optimised_model_has_fused_operators(variants):
+    repo, _ = variants
+    ops = {n.op_type for n in onnx.load(str(repo / "fp32_opt_model" / "1" / "model.onnx")).graph.node}
+    assert "SkipLayerNormalization" in ops or "LayerNormalization" in ops
+    assert "Attention" in ops or "MultiHeadAttention" in ops
+
+
+def test_fp16_model_keeps_fp32_inputs_and_outputs(variants):
+    repo, _ = variants
+    model = onnx.load(str(repo / "fp16_model" / "1" / "model.onnx"))
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in model.graph.initializer)
+
+
+@pytest.mark.e2e
+def test_variants_serve_through_real_server_within_gate(variants, sentiment_checkpoint):
+    from transformers import pipeline
+
+    from generator.accuracy import default_texts
+
+    repo, _ = variants
+    texts = default_texts("validation")[:48]
+    pipe = pipeline("text-classification", model=str(sentiment_checkpoint), device="cpu")
+    expected = [r["label"] for r in pipe(texts, truncation=True)]
+    with running_server(repo) as server:
+        for name in VARIANTS:
+            rows = infer(texts, name=name, url=server.grpc_url)
+            assert all(abs(sum(r["PROBABILITIES"]) - 1) < 1e-3 for r in rows)
+            agreement = np.mean([row["LABEL"] == label for row, label in zip(rows, expected)])
+            assert agreement >= 0.95, f"{name}: {agreement:.2%} label agreement with the PyTorch pipeline"
+
+
+def _perturbed(source, target, scale: float) -> None:
+    model = onnx.load(str(source))
+    rng = np.random.default_rng(0)
+    for init in model.graph.initializer:
+        weights = numpy_helper.to_array(init)
+        if weights.dtype == np.float32 and weights.ndim == 2:
+            init.CopyFrom(numpy_helper.from_array(weights + rng.normal(0, scale, weights.shape).astype(np.float32),
+                                                  init.name))
+    onnx.save(model, str(target))
+
+
+def test_gate_refuses_model_with_perturbed_weights(variants, sentiment_checkpoint, tmp_path):
+    repo, results = variants
+    broken = tmp_path / "broken.onnx"
+    _perturbed(repo / "fp32_opt_model" / "1" / "model.onnx", broken, scale=0.5)
+    from transformers import AutoTokenizer
+
+    from generator.checkpoint import inspect_checkpoint
+
+    checkpoint = inspect_checkpoint(str(sentiment_checkpoint))
+    module = get_task("classification").load_module(checkpoint)
+    encoder = TextEncoder(str(repo / "int8_tokenizer" / "1" / "tokenizer.json"), 512, [32, 128],
+                          input_names=["input_ids", "attention_mask", "token_type_ids"])
+    texts = [f"review {i}: {'great' if i % 3 else 'awful'} product, would {'' if i % 2 else 'not '}buy" for i in range(60)]
+    report = measure_accuracy(module, AutoTokenizer.from_pretrained(str(sentiment_checkpoint)), encoder, broken,
+                              task="classification", texts=texts, max_length=512, variant="broken")
+    assert not report.passed
+    with pytest.raises(AccuracyError, match=r"accuracy gate failed: broken vs FP32 PyTorch on 60 validation texts"):
+        require_accuracy(report, accept_loss=False)
+    require_accuracy(report, accept_loss=True)  # accepted loss does not raise
+
+
+def test_build_exits_2_and_publishes_nothing_when_gate_fails(sentiment_checkpoint, tmp_path, capsys, monkeypatch):
+    import generator.build as build_module
+
+    real = build_module.optimize_model
+
+    def broken_optimize(source, target, *args, **kwargs):
+        report = real(source, target, *args, **kwargs)
+        _perturbed(target, target, scale=0.5)
+        return report
+
+    monkeypatch.setattr(build_module, "optimize_model", broken_optimize)
+    repo = tmp_path / "repo"
+    argv = ["build", "--model", str(sentiment_checkpoint), "--name", "s", "--repository", str(repo), "--optimize"]
+    assert main(argv) == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message.startswith("error: accuracy gate failed: FP32 optimised vs FP32 PyTorch on 294 validation texts")
+    assert not repo.exists() or not any(repo.iterdir())
+    assert main([*argv, "--accept-accuracy-loss"]) == 0
+    assert "FAILED (accepted with --accept-accuracy-loss)" in (repo / "s" / "1" / "model_card.md").read_text()
+    shutil.rmtree(repo)
