@@ -97,23 +97,29 @@ def default_texts(which: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-def _reference(module: Any, hf_tokenizer: Any, texts: Sequence[str], names: Sequence[str], max_length: int) -> np.ndarray:
+def _reference(
+    module: Any, hf_tokenizer: Any, texts: Sequence[str], pairs: Sequence[str] | None, names: Sequence[str],
+    max_length: int,
+) -> np.ndarray:
     import torch
 
     outputs = []
     for start in range(0, len(texts), 32):
-        batch = hf_tokenizer(list(texts[start : start + 32]), truncation=True, max_length=max_length,
-                             padding=True, return_tensors="pt")
+        segments = [list(texts[start : start + 32])] + ([list(pairs[start : start + 32])] if pairs else [])
+        batch = hf_tokenizer(*segments, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
         with torch.no_grad():
             outputs.append(module(**{n: batch[n] for n in names}).numpy())
     return np.concatenate(outputs)
 
 
-def _candidate(onnx_path: Path, encoder: Any, texts: Sequence[str]) -> np.ndarray:
+def _candidate(onnx_path: Path, encoder: Any, texts: Sequence[str], pairs: Sequence[str] | None) -> np.ndarray:
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    outputs = [session.run(None, encoder(list(texts[i : i + 32])))[0] for i in range(0, len(texts), 32)]
+    outputs = [
+        session.run(None, encoder(list(texts[i : i + 32]), list(pairs[i : i + 32]) if pairs else None))[0]
+        for i in range(0, len(texts), 32)
+    ]
     return np.concatenate(outputs).astype(np.float32)
 
 
@@ -128,11 +134,12 @@ def measure_accuracy(
     max_length: int,
     variant: str,
     function: str = "softmax",
+    pairs: Sequence[str] | None = None,
 ) -> AccuracyReport:
     """Compare ``onnx_path`` (served path) with ``module`` (FP32 PyTorch) on ``texts``."""
-    reference = _reference(module, hf_tokenizer, texts, encoder.input_names, max_length)
-    candidate = _candidate(onnx_path, encoder, texts)
-    if task == "classification":
+    reference = _reference(module, hf_tokenizer, texts, pairs, encoder.input_names, max_length)
+    candidate = _candidate(onnx_path, encoder, texts, pairs)
+    if task != "embedding":
         ref_p, cand_p = activate(reference, function), activate(candidate, function)
         return AccuracyReport(
             variant=variant,

@@ -11,6 +11,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
@@ -22,7 +23,7 @@ from generator.errors import CheckpointError, UnsupportedModelError
 from generator.export import export_onnx
 from generator.accuracy import AccuracyReport, measure_accuracy, read_texts, require_accuracy
 from generator.optimize import OptimizeReport, optimize_model
-from generator.parity import ParityReport, check_parity, require_parity
+from generator.parity import PARITY_TEXTS, ParityReport, check_parity, require_parity
 from generator.render import render_all
 from generator.repository import staging
 from generator.spec import BuildSpec
@@ -63,9 +64,11 @@ def _choose_task(spec: BuildSpec, checkpoint: Checkpoint) -> Task:
     if spec.task is None:
         return detect_task(checkpoint)
     task = get_task(spec.task)
-    if task.name == "classification" and not task.matches(checkpoint):
+    if task.name in ("classification", "text-pair-classification") and not task.matches(checkpoint) and not any(
+        a.endswith("ForSequenceClassification") for a in checkpoint.architectures
+    ):
         raise UnsupportedModelError(
-            f"task `classification` needs a *ForSequenceClassification checkpoint; "
+            f"task `{task.name}` needs a *ForSequenceClassification checkpoint; "
             f"`{checkpoint.path}` has {checkpoint.architectures or 'no architectures'}"
         )
     return task
@@ -90,7 +93,7 @@ def config_contexts(
     names = step_names(spec.name)
     token_tensors = [TensorSpec(n, "TYPE_INT64", (-1,)) for n in inputs]
     onnx_out = [TensorSpec(task.onnx_output, "TYPE_FP32", task.onnx_output_dims(checkpoint))]
-    text_in = [TensorSpec("TEXT", "TYPE_STRING", (1,))]
+    text_in = task.ensemble_inputs(checkpoint)
     final_out = task.ensemble_outputs(checkpoint)
     buckets = sorted({b for b in spec.buckets if b < max_length} | {max_length})
     common = {
@@ -156,7 +159,14 @@ def config_contexts(
             "inputs": onnx_out,
             "outputs": final_out,
             "instances": spec.postprocess_instances,
-            "parameters": task.postprocess_parameters(checkpoint),
+            "parameters": {
+                **task.postprocess_parameters(checkpoint),
+                **(
+                    {"threshold": str(spec.multi_label_threshold), "top_k": str(spec.multi_label_top_k)}
+                    if any(t.name == "LABELS" for t in final_out)
+                    else {}
+                ),
+            },
         },
         "ensemble": {
             **common,
@@ -165,7 +175,11 @@ def config_contexts(
             "outputs": final_out,
             "response_cache": spec.response_cache,
             "steps": [
-                {"model_name": names["tokenizer"], "input_map": {"TEXT": "TEXT"}, "output_map": {n: n for n in inputs}},
+                {
+                    "model_name": names["tokenizer"],
+                    "input_map": {t.name: t.name for t in text_in},
+                    "output_map": {n: n for n in inputs},
+                },
                 {
                     "model_name": names["model"],
                     "input_map": {n: n for n in inputs},
@@ -202,10 +216,11 @@ def _model_card(
         f"- task: {task.name}",
         f"- built: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
         f"- truncation: {max_length} tokens; length buckets: {spec.buckets}",
-        "- contract: input `TEXT` (TYPE_STRING, [1]); outputs " + outputs,
+        "- contract: inputs " + ", ".join(f"`{t.name}`" for t in task.ensemble_inputs(checkpoint))
+        + " (TYPE_STRING, [1]); outputs " + outputs,
         f"- tools: torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime {onnxruntime.__version__}",
     ]
-    if task.name == "classification":
+    if "classification" in task.name:
         lines.append(f"- labels (id order): {list(checkpoint.id2label.values())}")
     if task.name == "embedding":
         lines.append(f"- pooling: {checkpoint.pooling.mode}, normalised: {checkpoint.pooling.normalize}")
@@ -218,6 +233,13 @@ def _model_card(
             card += f"- fused operators: {optimized.fused_operators}\n"
         card += "\n" + accuracy.to_markdown()
     return card
+
+
+def _pairs_for(task: Task, checkpoint: Checkpoint, texts: Sequence[str]) -> list[str] | None:
+    """Second segments for pair tasks: each text paired with the next one (varied lengths and scripts)."""
+    if not any(t.name == "TEXT_PAIR" for t in task.ensemble_inputs(checkpoint)):
+        return None
+    return [texts[(i + 1) % len(texts)] for i in range(len(texts))]
 
 
 def _variant_name(spec: BuildSpec) -> str:
@@ -262,8 +284,9 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
                             task.onnx_output, fp32_path)
             with console.status("Checking parity against PyTorch…"):
                 report = check_parity(
-                    module, hf_tokenizer, encoder, fp32_path, max_length=max_length, tolerance=spec.parity_tolerance
-                )
+                    module, hf_tokenizer, encoder, fp32_path, max_length=max_length, tolerance=spec.parity_tolerance,
+                    pairs=_pairs_for(task, checkpoint, PARITY_TEXTS),
+                )  # fmt: skip
             console.print(Markdown(report.to_markdown()))
             require_parity(report)
             variant = _optimise(spec, checkpoint, task, module, hf_tokenizer, encoder, fp32_path, onnx_path,
@@ -346,6 +369,7 @@ def _optimise(
         accuracy = measure_accuracy(
             module, hf_tokenizer, encoder, target, task=task.name, texts=validation, max_length=max_length,
             variant=_variant_name(spec), function=task.postprocess_parameters(checkpoint).get("function", "softmax"),
+            pairs=_pairs_for(task, checkpoint, validation),
         )  # fmt: skip
     console.print(Markdown(accuracy.to_markdown()))
     require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)

@@ -104,24 +104,27 @@ def check_parity(
     max_length: int,
     tolerance: float,
     texts: Sequence[str] = PARITY_TEXTS,
+    pairs: Sequence[str] | None = None,
 ) -> ParityReport:
     """Compare the served path with PyTorch on ``texts``; return the report (never raises)."""
     import onnxruntime as ort
     import torch
 
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    encodings = encoder.encode(list(texts))
+    encodings = encoder.encode(list(texts), None if pairs is None else list(pairs))
     exported = session.run(None, encoder.pack(encodings))[0]
     mismatches = []
     rows = []
-    for text, encoding, exported_row in zip(texts, encodings, exported):
-        reference_inputs = hf_tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
+    second = list(pairs) if pairs is not None else [None] * len(texts)
+    for text, pair, encoding, exported_row in zip(texts, second, encodings, exported):
+        segments = (text,) if pair is None else (text, pair)
+        reference_inputs = hf_tokenizer(*segments, truncation=True, max_length=max_length, return_tensors="pt")
         if reference_inputs["input_ids"][0].tolist() != list(encoding.ids):
             mismatches.append(text)
         feeds = {name: reference_inputs[name] for name in encoder.input_names}
         with torch.no_grad():
             reference = module(**feeds).numpy()[0]
-        full_length = len(hf_tokenizer(text, truncation=False)["input_ids"])
+        full_length = len(hf_tokenizer(*segments, truncation=False)["input_ids"])
         rows.append(
             ParityRow(
                 text=text,

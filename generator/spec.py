@@ -120,6 +120,8 @@ class BuildSpec:
     validation: Path | None = None  # one text per line; None: the built-in sample
     accept_accuracy_loss: bool = False
     runtime: Literal["onnx", "tensorrt"] = "onnx"
+    multi_label_threshold: float = 0.5  # multi-label: labels at or above this score go into LABELS
+    multi_label_top_k: int = 0  # multi-label: at most this many labels in LABELS (0: no limit)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -196,6 +198,8 @@ def _validate(spec: BuildSpec) -> None:
             raise SpecError("the TensorRT execution accelerator is for runtime onnx; runtime tensorrt builds a plan")
     if spec.model_instances.kind == "KIND_CPU" and spec.runtime == "tensorrt":
         raise SpecError("a TensorRT plan runs on KIND_GPU instances; set the model step's kind to KIND_GPU")
+    if not 0 <= spec.multi_label_threshold <= 1 or spec.multi_label_top_k < 0:
+        raise SpecError("multi-label threshold must be in [0, 1] and top_k >= 0")
     if not 0 < spec.parity_tolerance < 1:
         raise SpecError(f"parity tolerance must be in (0, 1), got {spec.parity_tolerance}")
 

@@ -34,6 +34,7 @@ class Task:
 
     name: ClassVar[str]
     onnx_output: ClassVar[str]
+    detect_order: ClassVar[int] = 50  # detection tries the more specific tasks (lower numbers) first
 
     def matches(self, checkpoint: Checkpoint) -> bool:
         """Whether ``checkpoint`` looks like a model for this task."""
@@ -42,6 +43,10 @@ class Task:
     def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
         """Dims (without batch) of the ONNX model's output."""
         raise NotImplementedError
+
+    def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """The ensemble's (and tokenizer step's) inputs: one text by default."""
+        return [TensorSpec("TEXT", "TYPE_STRING", (1,))]
 
     def ensemble_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         """The ensemble's (and postprocess step's) outputs."""
@@ -84,7 +89,7 @@ def get_task(name: str) -> Task:
 
 def detect_task(checkpoint: Checkpoint) -> Task:
     """Pick the task from the checkpoint's architectures and files."""
-    for task in TASKS.values():
+    for task in sorted(TASKS.values(), key=lambda t: t.detect_order):
         if task.matches(checkpoint):
             return task
     raise UnsupportedModelError(
@@ -117,17 +122,19 @@ class Classification(Task):
         return (len(checkpoint.id2label),)
 
     def ensemble_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [
+        outputs = [
             TensorSpec("LABEL", "TYPE_STRING", (1,)),
             TensorSpec("SCORE", "TYPE_FP32", (1,)),
             TensorSpec("PROBABILITIES", "TYPE_FP32", (len(checkpoint.id2label),)),
         ]
+        if _multi_label(checkpoint):
+            outputs.append(TensorSpec("LABELS", "TYPE_STRING", (1,)))  # JSON list of the labels that apply
+        return outputs
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         # The transformers pipeline's rule for picking the activation.
-        multi = checkpoint.config.get("problem_type") == "multi_label_classification"
-        function = "sigmoid" if multi or len(checkpoint.id2label) == 1 else "softmax"
-        return {"task": self.name, "function": function, "labels_file": "labels.json"}
+        function = "sigmoid" if _multi_label(checkpoint) or len(checkpoint.id2label) == 1 else "softmax"
+        return {"task": "classification", "function": function, "labels_file": "labels.json"}
 
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
         import torch
@@ -149,12 +156,38 @@ class Classification(Task):
         return LogitsOnly().eval()
 
 
+def _multi_label(checkpoint: Checkpoint) -> bool:
+    return checkpoint.config.get("problem_type") == "multi_label_classification"
+
+
+_PAIR_LABELS = {"entailment", "contradiction", "not_entailment"}
+
+
+@register_task
+class TextPairClassification(Classification):
+    """Classification of a text pair (NLI, cross-encoder re-rankers): ``TEXT`` and ``TEXT_PAIR``."""
+
+    name = "text-pair-classification"
+    detect_order = 10
+
+    def matches(self, checkpoint: Checkpoint) -> bool:
+        labels = {label.lower() for label in checkpoint.id2label.values()}
+        cross_encoder = "sbert_ce_default_activation_function" in checkpoint.config or (
+            (checkpoint.config.get("sentence_transformers") or {}).get("model_type") == "CrossEncoder"
+        )
+        return super().matches(checkpoint) and (cross_encoder or bool(labels & _PAIR_LABELS))
+
+    def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [TensorSpec("TEXT", "TYPE_STRING", (1,)), TensorSpec("TEXT_PAIR", "TYPE_STRING", (1,))]
+
+
 @register_task
 class Embedding(Task):
     """Sentence embeddings: a bare encoder, pooled as its sentence-transformers files say."""
 
     name = "embedding"
     onnx_output = "sentence_embedding"
+    detect_order = 90  # a bare encoder is the fallback
 
     def matches(self, checkpoint: Checkpoint) -> bool:
         if checkpoint.pooling.from_sentence_transformers:

@@ -45,13 +45,29 @@ def activate(logits: np.ndarray, function: str) -> np.ndarray:
     raise ValueError(f"unknown activation `{function}`; expected softmax, sigmoid or none")
 
 
-def classify(logits: np.ndarray, function: str, labels: Sequence[str]) -> dict[str, np.ndarray]:
-    """Scores, best label and best score per row of ``logits``."""
+def classify(
+    logits: np.ndarray, function: str, labels: Sequence[str], *, threshold: float = 0.5, top_k: int = 0
+) -> dict[str, np.ndarray]:
+    """Scores, best label and best score per row of ``logits``.
+
+    ``LABELS`` (for multi-label models) is a JSON list of ``{"label", "score"}`` for every
+    label scoring at least ``threshold``, best first, at most ``top_k`` of them (0: all).
+    """
     probabilities = activate(logits, function)
     best = probabilities.argmax(axis=-1)
     names = np.array([labels[i].encode("utf-8") for i in best], dtype=np.object_).reshape(-1, 1)
     scores = probabilities[np.arange(len(best)), best].reshape(-1, 1).astype(np.float32)
-    return {"LABEL": names, "SCORE": scores, "PROBABILITIES": probabilities.astype(np.float32)}
+    chosen = []
+    for row in probabilities:
+        order = [int(i) for i in np.argsort(-row, kind="stable") if row[i] >= threshold]
+        order = order[:top_k] if top_k else order
+        chosen.append(json.dumps([{"label": labels[i], "score": float(row[i])} for i in order]).encode("utf-8"))
+    return {
+        "LABEL": names,
+        "SCORE": scores,
+        "PROBABILITIES": probabilities.astype(np.float32),
+        "LABELS": np.array(chosen, dtype=np.object_).reshape(-1, 1),
+    }
 
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
@@ -74,6 +90,8 @@ class TritonPythonModel:
         if self.task == "classification":
             self.function = params.get("function", "softmax")
             self.labels = read_json(resolve_version_file(args, params.get("labels_file", "labels.json")))
+            self.threshold = float(params.get("threshold", "0.5"))
+            self.top_k = int(params.get("top_k", "0"))
         elif self.task == "embedding":
             self.normalize = params.get("normalize", "false") == "true"
         else:
@@ -81,7 +99,7 @@ class TritonPythonModel:
 
     def _process(self, values: np.ndarray) -> dict[str, np.ndarray]:
         if self.task == "classification":
-            return classify(values, self.function, self.labels)
+            return classify(values, self.function, self.labels, threshold=self.threshold, top_k=self.top_k)
         return {"EMBEDDING": l2_normalize(values) if self.normalize else values.astype(np.float32)}
 
     def execute(self, requests: list[Any]) -> list[Any]:

@@ -65,7 +65,8 @@ class TextEncoder:
         """Encode all texts (and optional second segments) in one call."""
         if pairs is None:
             return self.tokenizer.encode_batch(list(texts))
-        return self.tokenizer.encode_batch(list(zip(texts, pairs)))
+        # An empty second segment means no pair, as in transformers (`if text_pair:`).
+        return self.tokenizer.encode_batch([(t, p) if p else t for t, p in zip(texts, pairs)])
 
     def pack(self, encodings: Sequence[Any]) -> dict[str, np.ndarray]:
         """Pad ``encodings`` to one bucket length and return the model inputs."""

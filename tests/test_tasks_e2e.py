@@ -1,0 +1,104 @@
+"""Text-pair and multi-label classification, detected from the checkpoint and served for real."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generator.build import build_repository
+from generator.checkpoint import inspect_checkpoint
+from generator.client import infer
+from generator.server import running_server
+from generator.spec import BuildSpec
+from generator.tasks import detect_task
+
+PAIRS = [
+    ("A man is playing a guitar.", "Someone makes music."),
+    ("The café in Zürich is closed today.", "Le café est fermé 😞"),
+    ("東京は大きい", "Tokyo is big."),
+    ("short", "a much longer second segment that goes on and on " * 20),
+]
+TEXTS = ["I love it", "Terrible, awful, bad.", "Ünïcödé and emoji 🎉", "word " * 200]
+
+
+def _patch_config(path: Path, **changes) -> Path:
+    config = json.loads((path / "config.json").read_text())
+    config.update(changes)
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    from tests.tiny_checkpoints import make_checkpoint
+
+    nli = {"0": "entailment", "1": "neutral", "2": "contradiction"}
+    made = {}
+    for arch in ("bert", "roberta"):
+        path = make_checkpoint(arch, tmp_path_factory.mktemp(f"pair-{arch}"), task="classification", seed=3)
+        made[f"pair_{arch}"] = _patch_config(path, id2label=nli, label2id={v: int(k) for k, v in nli.items()})
+    path = make_checkpoint("xlm-roberta", tmp_path_factory.mktemp("multi"), task="classification", seed=5)
+    made["multi"] = _patch_config(path, problem_type="multi_label_classification")
+    return made
+
+
+def test_detect_task_picks_pair_and_multilabel(checkpoints):
+    assert detect_task(inspect_checkpoint(str(checkpoints["pair_bert"]))).name == "text-pair-classification"
+    assert detect_task(inspect_checkpoint(str(checkpoints["multi"]))).name == "classification"
+
+
+@pytest.fixture(scope="module")
+def served(checkpoints, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("tasks") / "repo"
+    for name, path in checkpoints.items():
+        build_repository(BuildSpec(model=str(path), name=name, repository=repo, multi_label_threshold=0.5))
+    with running_server(repo) as server:
+        yield server
+
+
+def _pipeline_rows(path: Path, inputs: list, **kwargs) -> np.ndarray:
+    from transformers import AutoConfig, pipeline
+
+    pipe = pipeline("text-classification", model=str(path), top_k=None, device="cpu")
+    label2id = {v: int(k) for k, v in AutoConfig.from_pretrained(str(path)).id2label.items()}
+    rows = []
+    for result in pipe(inputs, truncation=True, **kwargs):
+        row = np.zeros(len(label2id), np.float32)
+        for item in result:
+            row[label2id[item["label"]]] = item["score"]
+        rows.append(row)
+    return np.stack(rows)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["pair_bert", "pair_roberta"])
+def test_text_pair_matches_pipeline(served, checkpoints, name):
+    rows = infer([a for a, _ in PAIRS], name=name, url=served.grpc_url, inputs={"TEXT_PAIR": [b for _, b in PAIRS]})
+    expected = _pipeline_rows(checkpoints[name], [{"text": a, "text_pair": b} for a, b in PAIRS])
+    np.testing.assert_allclose([r["PROBABILITIES"] for r in rows], expected, atol=1e-4)
+    labels = ["entailment", "neutral", "contradiction"]
+    assert [r["LABEL"] for r in rows] == [labels[i] for i in expected.argmax(1)]
+
+
+@pytest.mark.e2e
+def test_text_pair_request_without_pair_gets_clear_error(served):
+    from generator.errors import ServerError
+
+    with pytest.raises(ServerError, match="TEXT_PAIR"):
+        infer(["only one text"], name="pair_bert", url=served.grpc_url)
+    assert infer(["a"], name="pair_bert", url=served.grpc_url, inputs={"TEXT_PAIR": ["b"]})[0]["LABEL"]
+
+
+@pytest.mark.e2e
+def test_multilabel_uses_sigmoid_and_threshold(served, checkpoints):
+    rows = infer(TEXTS, name="multi", url=served.grpc_url)
+    expected = _pipeline_rows(checkpoints["multi"], TEXTS)
+    np.testing.assert_allclose([r["PROBABILITIES"] for r in rows], expected, atol=1e-4)
+    labels = json.loads((checkpoints["multi"] / "config.json").read_text())["id2label"]
+    for row, probs in zip(rows, expected):
+        chosen = json.loads(row["LABELS"])
+        want = [labels[str(i)] for i in np.argsort(-probs, kind="stable") if probs[i] >= 0.5]
+        assert [c["label"] for c in chosen] == want
