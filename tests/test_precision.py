@@ -29,11 +29,12 @@ VARIANTS = {
 
 
 @pytest.fixture(scope="module")
-def variants(tmp_path_factory, sentiment_checkpoint):
+def variants(tmp_path_factory, minilm_path):
+    """Every variant of the real all-MiniLM-L6-v2 (the embedding gate: cosine mean >= 0.99, min >= 0.98)."""
     repo = tmp_path_factory.mktemp("precision") / "repo"
     results = {}
     for name, changes in VARIANTS.items():
-        spec = BuildSpec(model=str(sentiment_checkpoint), name=name, repository=repo, buckets=(32, 128), **changes)
+        spec = BuildSpec(model=str(minilm_path), name=name, repository=repo, buckets=(32, 128), **changes)
         results[name] = build_repository(spec)
     return repo, results
 
@@ -43,11 +44,11 @@ def test_variant_passes_accuracy_gate_and_records_it(variants, name):
     repo, results = variants
     accuracy = results[name].accuracy
     assert accuracy is not None and accuracy.passed
-    assert accuracy.label_agreement >= 0.99
+    assert accuracy.cosine_mean >= 0.99 and accuracy.cosine_min >= 0.98
     card = (repo / name / "1" / "model_card.md").read_text()
     assert "Accuracy gate: **PASSED**" in card
     build = json.loads((repo / name / "1" / "build.json").read_text())
-    assert build["accuracy"]["label_agreement"] == accuracy.label_agreement
+    assert build["accuracy"]["cosine_mean"] == accuracy.cosine_mean
 
 
 def test_int8_static_model_has_qdq_nodes(variants):
@@ -59,8 +60,9 @@ def test_int8_static_model_has_qdq_nodes(variants):
 def test_optimised_model_has_fused_operators(variants):
     repo, _ = variants
     ops = {n.op_type for n in onnx.load(str(repo / "fp32_opt_model" / "1" / "model.onnx")).graph.node}
-    assert "SkipLayerNormalization" in ops or "LayerNormalization" in ops
-    assert "Attention" in ops or "MultiHeadAttention" in ops
+    # The optimiser's LayerNorm and GELU fusions match the dynamo export; its attention patterns do not.
+    assert "SkipLayerNormalization" in ops
+    assert "BiasGelu" in ops or "FastGelu" in ops or "Gelu" in ops
 
 
 def test_fp16_model_keeps_fp32_inputs_and_outputs(variants):
@@ -71,21 +73,31 @@ def test_fp16_model_keeps_fp32_inputs_and_outputs(variants):
 
 
 @pytest.mark.e2e
-def test_variants_serve_through_real_server_within_gate(variants, sentiment_checkpoint):
-    from transformers import pipeline
-
+def test_variants_serve_through_real_server_within_gate(variants, minilm_path):
     from generator.accuracy import default_texts
+    from tests.test_e2e import _sentence_embeddings
 
     repo, _ = variants
     texts = default_texts("validation")[:48]
-    pipe = pipeline("text-classification", model=str(sentiment_checkpoint), device="cpu")
-    expected = [r["label"] for r in pipe(texts, truncation=True)]
+    expected = _sentence_embeddings(minilm_path, texts, max_length=256)
     with running_server(repo) as server:
         for name in VARIANTS:
-            rows = infer(texts, name=name, url=server.grpc_url)
-            assert all(abs(sum(r["PROBABILITIES"]) - 1) < 1e-3 for r in rows)
-            agreement = np.mean([row["LABEL"] == label for row, label in zip(rows, expected)])
-            assert agreement >= 0.95, f"{name}: {agreement:.2%} label agreement with the PyTorch pipeline"
+            got = np.array([r["EMBEDDING"] for r in infer(texts, name=name, url=server.grpc_url)], np.float32)
+            cosine = (got * expected).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
+            assert cosine.mean() >= 0.99 and cosine.min() >= 0.98, f"{name}: {cosine.mean():.4f} / {cosine.min():.4f}"
+
+
+def test_classifier_gate_passes_fp16_and_refuses_int8_with_figures(sentiment_checkpoint, tmp_path, capsys):
+    """A real case: INT8 flips labels of a head-only classifier with small margins; the gate must say so."""
+    repo = tmp_path / "repo"
+    base = ["build", "--model", str(sentiment_checkpoint), "--repository", str(repo), "--buckets", "32,128"]
+    assert main([*base, "--name", "half", "--precision", "fp16"]) == 0
+    assert "Accuracy gate: **PASSED**" in (repo / "half" / "1" / "model_card.md").read_text()
+    assert main([*base, "--name", "q", "--precision", "int8", "--optimize"]) == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message.startswith("error: accuracy gate failed: INT8 static optimised vs FP32 PyTorch on 294 validation")
+    assert "label agreement" in message and "(gate >= 99%)" in message
+    assert not (repo / "q").exists()
 
 
 def _perturbed(source, target, scale: float) -> None:
@@ -99,18 +111,19 @@ def _perturbed(source, target, scale: float) -> None:
     onnx.save(model, str(target))
 
 
-def test_gate_refuses_model_with_perturbed_weights(variants, sentiment_checkpoint, tmp_path):
-    repo, results = variants
-    broken = tmp_path / "broken.onnx"
-    _perturbed(repo / "fp32_opt_model" / "1" / "model.onnx", broken, scale=0.5)
+def test_gate_refuses_model_with_perturbed_weights(sentiment_checkpoint, tmp_path):
     from transformers import AutoTokenizer
 
     from generator.checkpoint import inspect_checkpoint
+    from generator.export import export_onnx
 
     checkpoint = inspect_checkpoint(str(sentiment_checkpoint))
     module = get_task("classification").load_module(checkpoint)
-    encoder = TextEncoder(str(repo / "int8_tokenizer" / "1" / "tokenizer.json"), 512, [32, 128],
+    encoder = TextEncoder(str(sentiment_checkpoint / "tokenizer.json"), 512, [32, 128],
                           input_names=["input_ids", "attention_mask", "token_type_ids"])
+    export_onnx(module, encoder(["a b", "a longer text here"]), "logits", tmp_path / "fp32.onnx")
+    broken = tmp_path / "broken.onnx"
+    _perturbed(tmp_path / "fp32.onnx", broken, scale=0.5)
     texts = [f"review {i}: {'great' if i % 3 else 'awful'} product, would {'' if i % 2 else 'not '}buy" for i in range(60)]
     report = measure_accuracy(module, AutoTokenizer.from_pretrained(str(sentiment_checkpoint)), encoder, broken,
                               task="classification", texts=texts, max_length=512, variant="broken")

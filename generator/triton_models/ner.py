@@ -27,6 +27,10 @@ character offsets ``(start, end)`` and token string ``token`` (``Tokenizer.id_to
   offsets; a Unigram ``▁`` piece's offsets start at the word (the space is not covered);
 * the unknown token (``unk_id``) takes the text slice as its word and is never a subword.
 
+Special-token *text* inside the input (``"<mask>"``, ``"[UNK]"`` typed by a user) is matched as an added
+token but is not flagged in ``special_tokens_mask``, so the pipeline classifies it like any token; so
+does ``aggregate``. Only the tokens the post-processor adds (and padding) are skipped.
+
 ``word`` is, as in the pipeline, the raw token string for ``none`` (``"##ing"``, ``"Ġworld"``,
 ``"▁world"``) and ``tokenizer.decoder.decode(tokens)`` (``convert_tokens_to_string``; ``" ".join``
 without a decoder) of the group's token strings otherwise. ``word_ids`` are returned by
@@ -210,7 +214,7 @@ def encode_tokens(
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
-    """The pipeline's numerically stable softmax over the last axis (float16/bfloat16 go to float32)."""
+    """Apply the pipeline's numerically stable softmax over the last axis (float16/bfloat16 go to float32)."""
     logits = np.asarray(logits)
     if logits.dtype not in (np.float32, np.float64):
         logits = logits.astype(np.float32)
@@ -268,7 +272,13 @@ def _aggregate_word(group: list[dict[str, Any]], strategy: str, labels: Mapping[
     else:  # average
         scores = np.nanmean(np.stack([entity["scores"] for entity in group]), axis=0)
     idx = int(scores.argmax())
-    return {"entity": labels[idx], "score": scores[idx], "word": word, "start": group[0]["start"], "end": group[-1]["end"]}
+    return {
+        "entity": labels[idx],
+        "score": scores[idx],
+        "word": word,
+        "start": group[0]["start"],
+        "end": group[-1]["end"],
+    }
 
 
 def _aggregate_words(pre_entities: list[dict[str, Any]], strategy: str, labels: Mapping[int, str], vocab: TokenVocab):
@@ -340,7 +350,7 @@ def aggregate(
     ignore_labels: Iterable[str] | None = ("O",),
     tokenizer: Any = None,
 ) -> list[dict[str, Any]]:
-    """The pipeline's entities for one text (one row of ``encode_tokens``' arrays and the model's logits).
+    """Return the pipeline's entities for one text (one row of ``encode_tokens``' arrays and its logits).
 
     ``logits`` [seq, num_labels]; ``offsets`` [seq, 2] (None: no offsets, like a slow tokenizer: ``start``
     and ``end`` are None and only ``none``/``simple`` are allowed); ``special_mask``, ``input_ids`` [seq];
