@@ -56,7 +56,7 @@ engine: venv ## build the TensorRT plan of a RUNTIME=tensorrt build, on the GPU 
 	$(PY) -m generator engine --name "$(NAME)" --repository "$(REPO)"
 
 bench: venv ## benchmark NAME with perf_analyzer against the baselines
-	$(PY) -m generator bench --name "$(NAME)" --repository "$(REPO)"
+	$(PY) -m generator bench --name "$(NAME)" --repository "$(REPO)" $(BENCH_ARGS)
 
 test: venv ## run the test suite (unit and end-to-end against the real server)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -114,6 +114,7 @@ def _bench(args: argparse.Namespace) -> None:
         output=args.output,
         sweep=sweep,
         texts=args.texts,
+        compare=tuple(n for n in (args.compare or "").split(",") if n),
         **({"baselines": baselines} if baselines is not None else {}),
     )
     run_bench(options)
@@ -184,6 +185,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--concurrency", help="comma-separated concurrency levels (default 1,2,4,8,16)")
     bench.add_argument("--request-count", type=int, default=256, help="requests per measurement window")
     bench.add_argument("--texts", type=int, default=512, help="number of distinct request texts")
+    bench.add_argument("--compare", help="comma-separated other ensembles to measure in the same run")
     bench.add_argument("--baselines", help="comma-separated subset of pipeline,nobatch,ceiling (default: all)")
     bench.set_defaults(func=_bench)
     return parser

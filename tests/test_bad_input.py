@@ -70,7 +70,9 @@ def test_build_exits_2_when_task_unsupported(minilm_copy, tmp_path, capsys):
         capsys, "build", "--model", str(minilm_copy), "--task", "translation", "--repository", str(tmp_path / "repo")
     )
     assert code == 2
-    assert message == "error: task `translation` is not supported; supported: classification, embedding"
+    assert message == (
+        "error: task `translation` is not supported; supported: classification, embedding, text-pair-classification"
+    )
 
 
 def test_build_exits_2_when_classification_asked_of_bare_encoder(minilm_copy, tmp_path, capsys):

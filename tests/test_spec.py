@@ -56,3 +56,9 @@ def test_load_spec_raises_when_yaml_has_unknown_key(tmp_path):
 def test_load_spec_raises_when_file_missing(tmp_path):
     with pytest.raises(SpecError, match="does not exist"):
         load_spec(tmp_path / "nope.yaml")
+
+
+def test_example_spec_in_repository_is_valid():
+    spec = load_spec(Path(__file__).parent.parent / "examples" / "deploy.yaml")
+    assert spec.name == "minilm"
+    assert spec.dynamic_batching.preferred_batch_size == (8, 16)

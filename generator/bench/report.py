@@ -49,6 +49,10 @@ class BenchReport:
             ratios["p99 latency vs (a) pipeline"] = ours.p99_ms / pipe.p99_ms
         if ours and nobatch:
             ratios["throughput vs (b) no batching"] = ours.throughput / nobatch.throughput
+        for other in sorted({p.config for p in self.points} - {"ensemble", "pipeline", "nobatch"}):
+            point = self.at(other, c)
+            if ours and point:
+                ratios[f"throughput of `{other}` vs `{self.name}`"] = point.throughput / ours.throughput
         if ours and self.ceiling:
             ratios["throughput vs (c) in-process ceiling"] = ours.throughput / max(p.throughput for p in self.ceiling)
         return ratios

@@ -49,6 +49,7 @@ class BenchOptions:
     sweep: Sweep = field(default_factory=Sweep)
     texts: int = 512
     baselines: tuple[str, ...] = BASELINES
+    compare: tuple[str, ...] = ()  # more ensembles of the same repository, measured in the same server run
 
 
 def _build_metadata(repository: Path, name: str) -> dict[str, Any]:
@@ -127,6 +128,9 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
     points: list[PerfPoint] = []
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         configs = {"ensemble": (name, out / "input_data.json")}
+        for other in options.compare:
+            _build_metadata(repository, other)  # fails clearly when it is missing
+            configs[other] = (other, out / "input_data.json")
         extra = []
         if "nobatch" in options.baselines:
             console.print("[bold]Building baseline (b): the same ensemble without dynamic batching…")
