@@ -98,7 +98,11 @@ def default_texts(which: str) -> list[str]:
 
 
 def _reference(
-    module: Any, hf_tokenizer: Any, texts: Sequence[str], pairs: Sequence[str] | None, names: Sequence[str],
+    module: Any,
+    hf_tokenizer: Any,
+    texts: Sequence[str],
+    pairs: Sequence[str] | None,
+    names: Sequence[str],
     max_length: int,
 ) -> np.ndarray:
     import torch

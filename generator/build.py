@@ -9,19 +9,19 @@ import dataclasses
 import datetime as _dt
 import json
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.markdown import Markdown
 
 from generator import triton_models
+from generator.accuracy import AccuracyReport, measure_accuracy, read_texts, require_accuracy
 from generator.checkpoint import Checkpoint, inspect_checkpoint
 from generator.errors import CheckpointError, UnsupportedModelError
 from generator.export import export_onnx
-from generator.accuracy import AccuracyReport, measure_accuracy, read_texts, require_accuracy
 from generator.optimize import OptimizeReport, optimize_model
 from generator.parity import PARITY_TEXTS, ParityReport, check_parity, require_parity
 from generator.render import render_all
@@ -64,8 +64,10 @@ def _choose_task(spec: BuildSpec, checkpoint: Checkpoint) -> Task:
     if spec.task is None:
         return detect_task(checkpoint)
     task = get_task(spec.task)
-    if task.name in ("classification", "text-pair-classification") and not task.matches(checkpoint) and not any(
-        a.endswith("ForSequenceClassification") for a in checkpoint.architectures
+    if (
+        task.name in ("classification", "text-pair-classification")
+        and not task.matches(checkpoint)
+        and not any(a.endswith("ForSequenceClassification") for a in checkpoint.architectures)
     ):
         raise UnsupportedModelError(
             f"task `{task.name}` needs a *ForSequenceClassification checkpoint; "
@@ -209,16 +211,20 @@ def _model_card(
     import transformers
 
     outputs = ", ".join(f"`{t.name}` ({t.data_type}, {list(t.dims)})" for t in task.ensemble_outputs(checkpoint))
+    architectures = ", ".join(checkpoint.architectures) or "bare encoder"
+    tools = f"torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime {onnxruntime.__version__}"
     lines = [
         f"# {spec.name} — version {version}",
         "",
-        f"- source checkpoint: `{checkpoint.path}` ({checkpoint.model_type}, {', '.join(checkpoint.architectures) or 'bare encoder'})",
+        f"- source checkpoint: `{checkpoint.path}` ({checkpoint.model_type}, {architectures})",
         f"- task: {task.name}",
         f"- built: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
         f"- truncation: {max_length} tokens; length buckets: {spec.buckets}",
-        "- contract: inputs " + ", ".join(f"`{t.name}`" for t in task.ensemble_inputs(checkpoint))
-        + " (TYPE_STRING, [1]); outputs " + outputs,
-        f"- tools: torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime {onnxruntime.__version__}",
+        "- contract: inputs "
+        + ", ".join(f"`{t.name}`" for t in task.ensemble_inputs(checkpoint))
+        + " (TYPE_STRING, [1]); outputs "
+        + outputs,
+        f"- tools: {tools}",
     ]
     if "classification" in task.name:
         lines.append(f"- labels (id order): {list(checkpoint.id2label.values())}")
@@ -280,8 +286,12 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             module = task.load_module(checkpoint)
         try:
             with console.status("Exporting to ONNX (dynamic batch and sequence axes)…"):
-                export_onnx(module, encoder(["a short sample", "a longer sample text, used to trace the model"]),
-                            task.onnx_output, fp32_path)
+                export_onnx(
+                    module,
+                    encoder(["a short sample", "a longer sample text, used to trace the model"]),
+                    task.onnx_output,
+                    fp32_path,
+                )
             with console.status("Checking parity against PyTorch…"):
                 report = check_parity(
                     module, hf_tokenizer, encoder, fp32_path, max_length=max_length, tolerance=spec.parity_tolerance,
@@ -289,15 +299,17 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
                 )  # fmt: skip
             console.print(Markdown(report.to_markdown()))
             require_parity(report)
-            variant = _optimise(spec, checkpoint, task, module, hf_tokenizer, encoder, fp32_path, onnx_path,
-                                max_length, console)
+            variant = _optimise(
+                spec, checkpoint, task, module, hf_tokenizer, encoder, fp32_path, onnx_path, max_length, console
+            )
         finally:
             fp32_path.unlink(missing_ok=True)
         if spec.runtime == "tensorrt":
             engine = EnginePlan(
                 inputs=inputs,
-                profiles=plan_profiles(sorted({b for b in spec.buckets if b < max_length} | {max_length}),
-                                       spec.max_batch_size),
+                profiles=plan_profiles(
+                    sorted({b for b in spec.buckets if b < max_length} | {max_length}), spec.max_batch_size
+                ),
                 flags=builder_flags(spec.precision),
                 workspace_bytes=spec.tensorrt.max_workspace_size_bytes,
                 cc_model_filenames=cc_model_filenames(),
@@ -319,17 +331,28 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         )
         (card_dir / "parity.json").write_text(
             json.dumps(
-                {"passed": report.passed, "max_abs_diff": report.max_abs_diff, "tolerance": report.tolerance,
-                 "rows": [row.__dict__ for row in report.rows]},
-                ensure_ascii=False, indent=1,
+                {
+                    "passed": report.passed,
+                    "max_abs_diff": report.max_abs_diff,
+                    "tolerance": report.tolerance,
+                    "rows": [row.__dict__ for row in report.rows],
+                },
+                ensure_ascii=False,
+                indent=1,
             ),
             encoding="utf-8",
         )
         (card_dir / "build.json").write_text(
             json.dumps(
-                {"spec": spec.to_dict(), "checkpoint": str(checkpoint.path), "task": task.name,
-                 "max_length": max_length, "inputs": inputs, "variant": _variant_name(spec),
-                 "accuracy": None if variant is None else variant[1].__dict__},
+                {
+                    "spec": spec.to_dict(),
+                    "checkpoint": str(checkpoint.path),
+                    "task": task.name,
+                    "max_length": max_length,
+                    "inputs": inputs,
+                    "variant": _variant_name(spec),
+                    "accuracy": None if variant is None else variant[1].__dict__,
+                },
                 indent=1,
             ),
             encoding="utf-8",

@@ -13,7 +13,15 @@ from typing import Any
 
 from generator.errors import CheckpointError, UnsupportedModelError
 
-__all__ = ["BUNDLED_MODEL", "SUPPORTED_MODEL_TYPES", "bundled_minilm", "Checkpoint", "Pooling", "inspect_checkpoint", "resolve_checkpoint"]
+__all__ = [
+    "BUNDLED_MODEL",
+    "SUPPORTED_MODEL_TYPES",
+    "Checkpoint",
+    "Pooling",
+    "bundled_minilm",
+    "inspect_checkpoint",
+    "resolve_checkpoint",
+]
 
 SUPPORTED_MODEL_TYPES = (
     "albert",
@@ -147,7 +155,9 @@ def _read_pooling(path: Path) -> Pooling:
         if kind.endswith("Pooling"):
             pool_cfg = _read_json(path / module.get("path", "") / "config.json")
             active = [name for key, name in _POOLING_MODES.items() if pool_cfg.get(key)]
-            unsupported = [k for k, v in pool_cfg.items() if k.startswith("pooling_mode") and v and k not in _POOLING_MODES]
+            unsupported = [
+                k for k, v in pool_cfg.items() if k.startswith("pooling_mode") and v and k not in _POOLING_MODES
+            ]
             if unsupported or len(active) != 1:
                 raise UnsupportedModelError(
                     f"sentence-transformers pooling {unsupported or active} is not supported; "

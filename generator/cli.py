@@ -148,8 +148,12 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--quantization", choices=("static", "dynamic"), help="int8 method (default static)")
     build.add_argument("--calibration", type=Path, help="calibration texts, one per line (default: built-in)")
     build.add_argument("--validation", type=Path, help="accuracy-gate texts, one per line (default: built-in)")
-    build.add_argument("--accept-accuracy-loss", action="store_true", default=None,
-                       help="publish even if the accuracy gate fails (the figures go into the model card)")
+    build.add_argument(
+        "--accept-accuracy-loss",
+        action="store_true",
+        default=None,
+        help="publish even if the accuracy gate fails (the figures go into the model card)",
+    )
     build.add_argument("--runtime", choices=("onnx", "tensorrt"), help="model step runtime (default onnx)")
     build.set_defaults(func=_build)
 

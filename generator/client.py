@@ -50,8 +50,10 @@ def infer(
     client = module.InferenceServerClient(url)
     try:
         metadata = client.get_model_metadata(name)
-        outputs = [o["name"] if isinstance(o, dict) else o.name for o in (
-            metadata["outputs"] if isinstance(metadata, dict) else metadata.outputs)]
+        outputs = [
+            o["name"] if isinstance(o, dict) else o.name
+            for o in (metadata["outputs"] if isinstance(metadata, dict) else metadata.outputs)
+        ]
         tensors = [_text_input(module, "TEXT", texts)]
         tensors += [_text_input(module, key, values) for key, values in (inputs or {}).items()]
         result = client.infer(name, tensors, outputs=[module.InferRequestedOutput(o) for o in outputs])

@@ -47,8 +47,9 @@ def _fuse(source: Path, target: Path, checkpoint: Checkpoint, *, attention: bool
     heads, hidden = _heads_and_hidden(checkpoint)
     options = FusionOptions("bert")
     options.enable_attention = attention  # attention fusion hides the MatMuls that int8 quantises
-    model = ort_optimize(str(source), model_type="bert", num_heads=heads, hidden_size=hidden,
-                         optimization_options=options, opt_level=0)
+    model = ort_optimize(
+        str(source), model_type="bert", num_heads=heads, hidden_size=hidden, optimization_options=options, opt_level=0
+    )
     report.fused_operators = {k: int(v) for k, v in model.get_fused_operator_statistics().items() if v}
     model.save_model_to_file(str(target))
     report.steps.append("transformer fusions" + ("" if attention else " (attention left unfused for int8)"))
@@ -111,7 +112,14 @@ def _weight_matmuls(path: Path) -> tuple[list[str], list[str]]:
 
 
 def _quantize(
-    source: Path, target: Path, *, mode: str, encoder: Any, texts: Sequence[str], symmetric: bool, report: OptimizeReport
+    source: Path,
+    target: Path,
+    *,
+    mode: str,
+    encoder: Any,
+    texts: Sequence[str],
+    symmetric: bool,
+    report: OptimizeReport,
 ) -> None:
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
@@ -134,8 +142,14 @@ def _quantize(
         raise ExportError("the model has no weight MatMul to quantise to int8")
     if mode == "dynamic":
         # Dynamic quantisation needs no calibration and no pre-processed shapes.
-        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                         nodes_to_quantize=weight_matmuls, per_channel=True)
+        quantize_dynamic(
+            str(source),
+            str(target),
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=["MatMul"],
+            nodes_to_quantize=weight_matmuls,
+            per_channel=True,
+        )
         report.steps.append(
             f"int8 dynamic quantisation of {len(weight_matmuls)} weight MatMuls (per-channel); "
             f"{len(kept)} down-projections kept in float"
@@ -169,8 +183,9 @@ def _quantize(
     prepared.unlink(missing_ok=True)
     cleaned.unlink(missing_ok=True)
     model = onnx.load(str(target), load_external_data=False)
-    report.quantized_nodes = sum(n.op_type in ("QuantizeLinear", "MatMulInteger", "DynamicQuantizeLinear")
-                                 for n in model.graph.node)
+    report.quantized_nodes = sum(
+        n.op_type in ("QuantizeLinear", "MatMulInteger", "DynamicQuantizeLinear") for n in model.graph.node
+    )
 
 
 def optimize_model(
@@ -201,15 +216,24 @@ def optimize_model(
             current = half
         elif precision == "int8":
             quantized = work / "int8.onnx"
-            _quantize(current, quantized, mode=quantization, encoder=encoder, texts=calibration,
-                      symmetric=symmetric_activations, report=report)
+            _quantize(
+                current,
+                quantized,
+                mode=quantization,
+                encoder=encoder,
+                texts=calibration,
+                symmetric=symmetric_activations,
+                report=report,
+            )
             current = quantized
         if current != target:
             shutil.copyfile(current, target)
     except ExportError:
         raise
     except Exception as exc:  # the optimiser and quantiser raise many types
-        raise ExportError(f"optimising the model ({precision}, fuse={fuse}) failed: {str(exc).splitlines()[0]}") from None
+        raise ExportError(
+            f"optimising the model ({precision}, fuse={fuse}) failed: {str(exc).splitlines()[0]}"
+        ) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return report

@@ -144,7 +144,9 @@ def require_parity(report: ParityReport) -> None:
         return
     problems = []
     if report.tokenizer_mismatches:
-        problems.append(f"tokenizer.json disagrees with the transformers tokenizer on {len(report.tokenizer_mismatches)} text(s)")
+        problems.append(
+            f"tokenizer.json disagrees with the transformers tokenizer on {len(report.tokenizer_mismatches)} text(s)"
+        )
     if report.max_abs_diff > report.tolerance:
         problems.append(f"max abs diff {report.max_abs_diff:.2e} > tolerance {report.tolerance:.0e}")
     if not report.argmax_agrees:

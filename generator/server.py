@@ -43,7 +43,9 @@ def triton_paths() -> dict[str, Path]:
         "home": home,
         "binary": home / "bin" / "tritonserver",
         "python_backend": home / "backends" / "python",
-        "stub": home / "python_backend_stubs" / f"{sys.version_info.major}.{sys.version_info.minor}"
+        "stub": home
+        / "python_backend_stubs"
+        / f"{sys.version_info.major}.{sys.version_info.minor}"
         / "triton_python_backend_stub",
         "caches": home / "caches",
         "libs": package.parent / "nvidia_pytriton.libs",

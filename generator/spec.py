@@ -152,9 +152,7 @@ def _validate(spec: BuildSpec) -> None:
         raise SpecError("dynamic batching needs max_batch_size > 0 (it is 0): disable dynamic batching or raise it")
     for size in batching.preferred_batch_size:
         if size <= 0 or size > spec.max_batch_size:
-            raise SpecError(
-                f"preferred batch size {size} must be between 1 and max_batch_size ({spec.max_batch_size})"
-            )
+            raise SpecError(f"preferred batch size {size} must be between 1 and max_batch_size ({spec.max_batch_size})")
     if batching.max_queue_delay_microseconds < 0:
         raise SpecError("max_queue_delay_microseconds must be >= 0")
     if batching.queue_policy and batching.queue_policy.max_queue_size < 0:

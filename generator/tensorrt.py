@@ -125,7 +125,9 @@ def build_engine(version_dir: Path, *, log: object = print) -> Path:
     try:
         import tensorrt as trt
     except ImportError:
-        raise EngineError("the tensorrt Python package is missing; install tensorrt matching the server's TensorRT") from None
+        raise EngineError(
+            "the tensorrt Python package is missing; install tensorrt matching the server's TensorRT"
+        ) from None
     plan = EnginePlan.from_json((version_dir / "engine.json").read_text())
     filename = plan.cc_model_filenames.get(cc, f"model.sm{cc.replace('.', '')}.plan")
     logger = trt.Logger(trt.Logger.WARNING)

@@ -85,7 +85,7 @@ def test_build_exits_2_when_classification_asked_of_bare_encoder(minilm_copy, tm
 
 def test_build_exits_2_when_weights_corrupt(minilm_copy, tmp_path, capsys):
     weights = minilm_copy / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[: 4096])
+    weights.write_bytes(weights.read_bytes()[:4096])
     code, message = _run(capsys, "build", "--model", str(minilm_copy), "--repository", str(tmp_path / "repo"))
     assert code == 2
     assert "are corrupt or truncated" in message
@@ -109,7 +109,16 @@ def test_build_exits_2_when_spec_file_invalid(tmp_path, capsys):
 
 def test_cli_process_exits_2_with_one_line_when_checkpoint_missing(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "generator", "build", "--model", str(tmp_path / "x"), "--repository", str(tmp_path / "r")],
+        [
+            sys.executable,
+            "-m",
+            "generator",
+            "build",
+            "--model",
+            str(tmp_path / "x"),
+            "--repository",
+            str(tmp_path / "r"),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

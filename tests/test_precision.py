@@ -106,8 +106,9 @@ def _perturbed(source, target, scale: float) -> None:
     for init in model.graph.initializer:
         weights = numpy_helper.to_array(init)
         if weights.dtype == np.float32 and weights.ndim == 2:
-            init.CopyFrom(numpy_helper.from_array(weights + rng.normal(0, scale, weights.shape).astype(np.float32),
-                                                  init.name))
+            init.CopyFrom(
+                numpy_helper.from_array(weights + rng.normal(0, scale, weights.shape).astype(np.float32), init.name)
+            )
     onnx.save(model, str(target))
 
 
@@ -119,14 +120,28 @@ def test_gate_refuses_model_with_perturbed_weights(sentiment_checkpoint, tmp_pat
 
     checkpoint = inspect_checkpoint(str(sentiment_checkpoint))
     module = get_task("classification").load_module(checkpoint)
-    encoder = TextEncoder(str(sentiment_checkpoint / "tokenizer.json"), 512, [32, 128],
-                          input_names=["input_ids", "attention_mask", "token_type_ids"])
+    encoder = TextEncoder(
+        str(sentiment_checkpoint / "tokenizer.json"),
+        512,
+        [32, 128],
+        input_names=["input_ids", "attention_mask", "token_type_ids"],
+    )
     export_onnx(module, encoder(["a b", "a longer text here"]), "logits", tmp_path / "fp32.onnx")
     broken = tmp_path / "broken.onnx"
     _perturbed(tmp_path / "fp32.onnx", broken, scale=0.5)
-    texts = [f"review {i}: {'great' if i % 3 else 'awful'} product, would {'' if i % 2 else 'not '}buy" for i in range(60)]
-    report = measure_accuracy(module, AutoTokenizer.from_pretrained(str(sentiment_checkpoint)), encoder, broken,
-                              task="classification", texts=texts, max_length=512, variant="broken")
+    texts = [
+        f"review {i}: {'great' if i % 3 else 'awful'} product, would {'' if i % 2 else 'not '}buy" for i in range(60)
+    ]
+    report = measure_accuracy(
+        module,
+        AutoTokenizer.from_pretrained(str(sentiment_checkpoint)),
+        encoder,
+        broken,
+        task="classification",
+        texts=texts,
+        max_length=512,
+        variant="broken",
+    )
     assert not report.passed
     with pytest.raises(AccuracyError, match=r"accuracy gate failed: broken vs FP32 PyTorch on 60 validation texts"):
         require_accuracy(report, accept_loss=False)

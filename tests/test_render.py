@@ -111,7 +111,7 @@ def test_validate_ensemble_raises_when_step_input_missing():
 def test_validate_ensemble_raises_when_dtype_disagrees():
     configs = _configs()
     configs["model"].input[0].data_type = mc.TYPE_INT32
-    with pytest.raises(ConfigValidationError, match="is TYPE_INT64 from output `input_ids`.*expects TYPE_INT32"):
+    with pytest.raises(ConfigValidationError, match=r"is TYPE_INT64 from output `input_ids`.*expects TYPE_INT32"):
         validate_ensemble(configs["ensemble"], {c.name: c for c in configs.values()})
 
 

@@ -52,8 +52,9 @@ def test_engine_plan_round_trips_through_json():
 
 
 def test_tensorrt_runtime_renders_plan_config_with_profiles():
-    spec = BuildSpec(model="m", name="t", runtime="tensorrt", buckets=(16, 64),
-                     model_instances=InstanceGroup(kind="KIND_GPU"))
+    spec = BuildSpec(
+        model="m", name="t", runtime="tensorrt", buckets=(16, 64), model_instances=InstanceGroup(kind="KIND_GPU")
+    )
     rendered = render_all(config_contexts(spec, _checkpoint(), get_task("classification"), INPUTS, 128))
     model = rendered["model"][1]
     assert model.platform == "tensorrt_plan"
@@ -94,7 +95,15 @@ def test_engine_builds_on_gpu(tmp_path, tiny_factory):
     from generator.build import build_repository
 
     repo = tmp_path / "repo"
-    build_repository(BuildSpec(model=str(tiny_factory("bert")), name="t", repository=repo, runtime="tensorrt",
-                               precision="fp16", model_instances=InstanceGroup(kind="KIND_GPU")))
+    build_repository(
+        BuildSpec(
+            model=str(tiny_factory("bert")),
+            name="t",
+            repository=repo,
+            runtime="tensorrt",
+            precision="fp16",
+            model_instances=InstanceGroup(kind="KIND_GPU"),
+        )
+    )
     plan = build_engine(repo / "t_model" / "1")
     assert plan.stat().st_size > 0

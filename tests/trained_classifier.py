@@ -34,8 +34,13 @@ def make_sentiment_classifier(out_dir: Path, *, examples: int = 1200, seed: int 
     features = []
     with torch.no_grad():
         for start in range(0, len(rows), 64):
-            batch = tokenizer([t for t, _ in rows[start : start + 64]], padding=True, truncation=True,
-                              max_length=128, return_tensors="pt")
+            batch = tokenizer(
+                [t for t, _ in rows[start : start + 64]],
+                padding=True,
+                truncation=True,
+                max_length=128,
+                return_tensors="pt",
+            )
             features.append(model.bert(**batch).pooler_output)
     x = torch.cat(features)
     y = torch.tensor([LABELS.index(label) for _, label in rows])

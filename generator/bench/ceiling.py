@@ -34,8 +34,9 @@ def measure_ceiling(
 
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     # Every length is a bucket: pad each batch to its longest text, the best an in-process caller can do.
-    encoder = TextEncoder(str(tokenizer_file), max_length, range(1, max_length + 1), pad_id=pad_id,
-                          input_names=input_names)
+    encoder = TextEncoder(
+        str(tokenizer_file), max_length, range(1, max_length + 1), pad_id=pad_id, input_names=input_names
+    )
     points = []
     for batch_size in batch_sizes:
         batches = [list(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]

@@ -78,7 +78,9 @@ def run_perf_analyzer(
     result = subprocess.run(command, capture_output=True, text=True, env=server_environment(), timeout=1800)
     if result.returncode != 0 or not csv_path.is_file():
         lines = [ln for ln in (result.stdout + result.stderr).splitlines() if ln.strip()]
-        reason = next((ln for ln in reversed(lines) if "rror" in ln or "fail" in ln.lower()), lines[-1] if lines else "")
+        reason = next(
+            (ln for ln in reversed(lines) if "rror" in ln or "fail" in ln.lower()), lines[-1] if lines else ""
+        )
         raise BenchError(f"perf_analyzer on `{model}` at concurrency {concurrency} failed: {reason.strip()}")
     (workdir / f"{config}_c{concurrency}.log").write_text(result.stdout)
     return parse_csv(csv_path, config)

@@ -83,8 +83,10 @@ def write_report(report: BenchReport, directory: Path) -> dict[str, Path]:
 
 
 def _step_figures(stats: StepStats) -> tuple[str, str, str]:
-    compute = stats.per_request_ms("compute_input_ns") + stats.per_request_ms("compute_infer_ns") + stats.per_request_ms(
-        "compute_output_ns"
+    compute = (
+        stats.per_request_ms("compute_input_ns")
+        + stats.per_request_ms("compute_infer_ns")
+        + stats.per_request_ms("compute_output_ns")
     )
     return f"{stats.average_batch_size:.2f}", f"{stats.per_request_ms('queue_ns'):.2f}", f"{compute:.2f}"
 
@@ -102,14 +104,22 @@ def summary_markdown(report: BenchReport) -> str:
     if report.ceiling:
         best = max(report.ceiling, key=lambda p: p.throughput)
         sizes = ", ".join(f"{p.batch_size}: {p.throughput:.1f}" for p in report.ceiling)
-        lines += ["", f"(c) in-process ONNX Runtime ceiling: best {best.throughput:.1f} texts/s at batch {best.batch_size} "
-                  f"(batch size: texts/s — {sizes})."]
+        lines += [
+            "",
+            f"(c) in-process ONNX Runtime ceiling: best {best.throughput:.1f} texts/s at batch {best.batch_size} "
+            f"(batch size: texts/s — {sizes}).",
+        ]
     lines += ["", f"## Ratios at concurrency {c}", ""]
     lines += [f"- {key}: **{value:.2f}x**" for key, value in report.ratios().items()]
     steps = report.breakdown.get(("ensemble", c), {})
     if steps:
-        lines += ["", f"## Per-step breakdown of the ensemble at concurrency {c}", "",
-                  "| step | avg batch | queue ms/request | compute ms/request |", "|---|---:|---:|---:|"]
+        lines += [
+            "",
+            f"## Per-step breakdown of the ensemble at concurrency {c}",
+            "",
+            "| step | avg batch | queue ms/request | compute ms/request |",
+            "|---|---:|---:|---:|",
+        ]
         for step, stats in sorted(steps.items()):
             batch, queue, compute = _step_figures(stats)
             lines.append(f"| {step} | {batch} | {queue} | {compute} |")
@@ -133,8 +143,9 @@ def _plot(report: BenchReport, path: Path) -> None:
             for p, x, y in zip(points, xs, ys):
                 axis.annotate(str(p.concurrency), (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
         if report.ceiling:
-            axis.axvline(max(p.throughput for p in report.ceiling), color="grey", linestyle="--",
-                         label="(c) in-process ceiling")
+            axis.axvline(
+                max(p.throughput for p in report.ceiling), color="grey", linestyle="--", label="(c) in-process ceiling"
+            )
         axis.set_xlabel("throughput (infer/s)")
         axis.set_ylabel(f"{title} (ms)")
         axis.set_yscale("log")

@@ -155,7 +155,9 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
             for concurrency in options.sweep.concurrency:
                 console.print(f"  pipeline: concurrency {concurrency}…")
                 points.append(
-                    run_perf_analyzer("pipeline", name, url, out / "input_data.json", concurrency, options.sweep, results)
+                    run_perf_analyzer(
+                        "pipeline", name, url, out / "input_data.json", concurrency, options.sweep, results
+                    )
                 )
     ceiling = []
     if "ceiling" in options.baselines:
