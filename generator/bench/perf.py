@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import subprocess
 import sys
@@ -23,7 +24,7 @@ class Sweep:
     concurrency: tuple[int, ...] = (1, 2, 4, 8, 16)
     request_count: int = 256  # requests per measurement window (count_windows mode)
     stability_percentage: int = 15
-    max_trials: int = 6
+    max_trials: int = 10
     protocol: str = "http"  # the FastAPI baseline speaks only HTTP; all configs use the same protocol
 
 
@@ -38,6 +39,7 @@ class PerfPoint:
     p95_ms: float
     p99_ms: float
     avg_ms: float
+    stable: bool = True  # False: perf_analyzer could not stabilise; measured with a relaxed threshold
 
 
 def perf_analyzer_binary() -> Path:
@@ -76,6 +78,13 @@ def run_perf_analyzer(
         "--verbose-csv",
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, env=server_environment(), timeout=1800)
+    stable = True
+    if result.returncode != 0 and "Failed to obtain stable measurement" in result.stdout + result.stderr:
+        # A noisy machine: measure again with a relaxed threshold and say so in the report.
+        stable = False
+        relaxed = [*command[: command.index("--stability-percentage") + 1], "50",
+                   *command[command.index("--stability-percentage") + 2 :]]  # fmt: skip
+        result = subprocess.run(relaxed, capture_output=True, text=True, env=server_environment(), timeout=1800)
     if result.returncode != 0 or not csv_path.is_file():
         lines = [ln for ln in (result.stdout + result.stderr).splitlines() if ln.strip()]
         reason = next(
@@ -83,7 +92,8 @@ def run_perf_analyzer(
         )
         raise BenchError(f"perf_analyzer on `{model}` at concurrency {concurrency} failed: {reason.strip()}")
     (workdir / f"{config}_c{concurrency}.log").write_text(result.stdout)
-    return parse_csv(csv_path, config)
+    point = parse_csv(csv_path, config)
+    return point if stable else dataclasses.replace(point, stable=False)
 
 
 def parse_csv(path: Path, config: str) -> PerfPoint:

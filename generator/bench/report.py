@@ -95,10 +95,17 @@ def summary_markdown(report: BenchReport) -> str:
     """The summary: the sweep table, the ratios, the ceiling and the per-step breakdown."""
     c = report.top_concurrency
     lines = [f"# Benchmark of `{report.name}`", "", f"Command: `{report.command}`", ""]
+    if any(not p.stable for p in report.points):
+        lines += [
+            "Rows marked *unstable* did not settle within 15% over 10 trials (a noisy machine) and were "
+            "measured again with a 50% threshold.",
+            "",
+        ]
     lines += ["| configuration | concurrency | infer/s | p50 ms | p95 ms | p99 ms |", "|---|---:|---:|---:|---:|---:|"]
     for p in report.points:
         lines.append(
-            f"| {LABELS.get(p.config, p.config)} | {p.concurrency} | {p.throughput:.1f} | {p.p50_ms:.1f} | "
+            f"| {LABELS.get(p.config, p.config)} | {p.concurrency}{'' if p.stable else ' (unstable)'} | "
+            f"{p.throughput:.1f} | {p.p50_ms:.1f} | "
             f"{p.p95_ms:.1f} | {p.p99_ms:.1f} |"
         )
     if report.ceiling:
