@@ -7,6 +7,7 @@ Register a new task with :func:`register_task`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -98,6 +99,24 @@ def detect_task(checkpoint: Checkpoint) -> Task:
     )
 
 
+def _exportable(model: Any, head: Callable[[Any, torch.Tensor], torch.Tensor]) -> torch.nn.Module:
+    """Wrap ``model`` as ``forward(input_ids, attention_mask, token_type_ids=None)`` -> ``head(outputs, mask)``."""
+    import torch
+
+    class Exportable(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(
+            self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+        ) -> torch.Tensor:
+            extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            return head(self.model(input_ids=input_ids, attention_mask=attention_mask, **extra), attention_mask)
+
+    return Exportable().eval()
+
+
 def _load_pretrained(auto_class: Any, checkpoint: Checkpoint) -> Any:
     try:
         model = auto_class.from_pretrained(str(checkpoint.path), attn_implementation="eager")
@@ -137,23 +156,14 @@ class Classification(Task):
         return {"task": "classification", "function": function, "labels_file": "labels.json"}
 
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
-        import torch
         from transformers import AutoModelForSequenceClassification
 
         model = _load_pretrained(AutoModelForSequenceClassification, checkpoint)
 
-        class LogitsOnly(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
+        def logits(outputs: Any, attention_mask: torch.Tensor) -> torch.Tensor:
+            return outputs.logits
 
-            def forward(
-                self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
-            ) -> torch.Tensor:
-                extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-                return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
-
-        return LogitsOnly().eval()
+        return _exportable(model, logits)
 
 
 def _multi_label(checkpoint: Checkpoint) -> bool:
@@ -217,21 +227,13 @@ class Embedding(Task):
         model = _load_pretrained(AutoModel, checkpoint)
         mode = checkpoint.pooling.mode
 
-        class Pooled(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
+        def pool(outputs: Any, attention_mask: torch.Tensor) -> torch.Tensor:
+            hidden = outputs.last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            if mode == "cls":
+                return hidden[:, 0]
+            if mode == "max":
+                return torch.where(mask > 0, hidden, torch.full_like(hidden, -1e9)).max(dim=1).values
+            return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
 
-            def forward(
-                self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
-            ) -> torch.Tensor:
-                extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-                hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
-                mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-                if mode == "cls":
-                    return hidden[:, 0]
-                if mode == "max":
-                    return torch.where(mask > 0, hidden, torch.full_like(hidden, -1e9)).max(dim=1).values
-                return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-
-        return Pooled().eval()
+        return _exportable(model, pool)
