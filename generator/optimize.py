@@ -11,6 +11,8 @@ Every result still has to pass the accuracy gate (``generator.accuracy``).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -111,6 +113,17 @@ def _weight_matmuls(path: Path) -> tuple[list[str], list[str]]:
     return quantize, kept
 
 
+@contextlib.contextmanager
+def _working_directory(path: Path) -> Iterator[None]:
+    """Run in ``path``: ONNX Runtime's quantisation tools write temporary files to the current directory."""
+    previous = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
 def _quantize(
     source: Path,
     target: Path,
@@ -202,7 +215,7 @@ def optimize_model(
 ) -> OptimizeReport:
     """Write the optimised/converted model for ``precision`` and ``fuse`` to ``target``."""
     report = OptimizeReport()
-    work = target.parent / "_optimize"
+    work = target.resolve().parent / "_optimize"
     work.mkdir(parents=True, exist_ok=True)
     try:
         current = source
@@ -216,15 +229,16 @@ def optimize_model(
             current = half
         elif precision == "int8":
             quantized = work / "int8.onnx"
-            _quantize(
-                current,
-                quantized,
-                mode=quantization,
-                encoder=encoder,
-                texts=calibration,
-                symmetric=symmetric_activations,
-                report=report,
-            )
+            with _working_directory(work):
+                _quantize(
+                    current.resolve(),
+                    quantized.resolve(),
+                    mode=quantization,
+                    encoder=encoder,
+                    texts=calibration,
+                    symmetric=symmetric_activations,
+                    report=report,
+                )
             current = quantized
         if current != target:
             shutil.copyfile(current, target)
