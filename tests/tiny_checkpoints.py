@@ -339,30 +339,12 @@ def make_checkpoint(
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     if max_length < 8:
         raise ValueError(f"max_length must be >= 8, got {max_length}")
-    spec = _ARCHS[arch]
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-
-    tokenizer = _make_tokenizer(arch, max_length)
-    tokenizer.save_pretrained(out_dir)
-
-    ids = {role: tokenizer.convert_tokens_to_ids(token) for role, token in _KINDS[spec.tokenizer].specials.items()}
-    kwargs: dict[str, Any] = {
-        "vocab_size": len(tokenizer),
-        "hidden_size": HIDDEN_SIZE,
-        "max_position_embeddings": max_length + spec.position_offset,
-        "initializer_range": _INITIALIZER_RANGE,
-        "pad_token_id": ids["pad"],
-        **spec.config,
-    }
-    if arch == "distilbert":  # DistilBERT names its width `dim` and has no bos/eos ids
-        kwargs.pop("hidden_size")
-    else:
-        kwargs.update(bos_token_id=ids["cls"], eos_token_id=ids["sep"])
+    extra: dict[str, Any] = {}
     if task == "classification":
         names = label_names(num_labels)
-        kwargs.update(id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
-    config = AutoConfig.for_model(arch, **kwargs)
+        extra = {"id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
+    out_dir = Path(out_dir)
+    config = write_tokenizer_and_config(arch, out_dir, max_length, _INITIALIZER_RANGE, **extra)
 
     torch.manual_seed(seed)
     auto_cls = AutoModelForSequenceClassification if task == "classification" else AutoModel
@@ -372,6 +354,31 @@ def make_checkpoint(
     if task == "embedding":
         _write_sentence_transformers_files(out_dir, max_length)
     return out_dir
+
+
+def write_tokenizer_and_config(
+    arch: str, out_dir: Path, max_length: int, initializer_range: float, **extra: Any
+) -> Any:
+    """Save the tiny tokenizer for ``arch`` into ``out_dir`` and return a matching model config."""
+    spec = _ARCHS[arch]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = _make_tokenizer(arch, max_length)
+    tokenizer.save_pretrained(out_dir)
+    ids = {role: tokenizer.convert_tokens_to_ids(token) for role, token in _KINDS[spec.tokenizer].specials.items()}
+    kwargs: dict[str, Any] = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": HIDDEN_SIZE,
+        "max_position_embeddings": max_length + spec.position_offset,
+        "initializer_range": initializer_range,
+        "pad_token_id": ids["pad"],
+        **extra,
+        **spec.config,
+    }
+    if arch == "distilbert":  # DistilBERT names its width `dim` and has no bos/eos ids
+        kwargs.pop("hidden_size")
+    else:
+        kwargs.update(bos_token_id=ids["cls"], eos_token_id=ids["sep"])
+    return AutoConfig.for_model(arch, **kwargs)
 
 
 def _write_sentence_transformers_files(out_dir: Path, max_length: int) -> None:

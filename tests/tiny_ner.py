@@ -10,15 +10,14 @@ runs and subwords that disagree all appear.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
-from transformers import AutoConfig, AutoModelForTokenClassification
+from transformers import AutoModelForTokenClassification
 
 try:  # `python -m pytest` from the repository root (or importlib import mode)
-    from tests.tiny_checkpoints import _ARCHS, _INITIALIZER_RANGE, _KINDS, HIDDEN_SIZE, _make_tokenizer
+    from tests.tiny_checkpoints import _ARCHS, _INITIALIZER_RANGE, write_tokenizer_and_config
 except ImportError:  # pytest's default "prepend" import mode puts tests/ itself on sys.path
-    from tiny_checkpoints import _ARCHS, _INITIALIZER_RANGE, _KINDS, HIDDEN_SIZE, _make_tokenizer
+    from tiny_checkpoints import _ARCHS, _INITIALIZER_RANGE, write_tokenizer_and_config
 
 __all__ = ["NER_LABELS", "make_token_classifier"]
 
@@ -35,32 +34,17 @@ def make_token_classifier(
     """
     if arch not in _ARCHS:
         raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(_ARCHS)}")
-    spec = _ARCHS[arch]
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-
-    tokenizer = _make_tokenizer(arch, max_length)
-    tokenizer.save_pretrained(out_dir)
-
-    ids = {role: tokenizer.convert_tokens_to_ids(token) for role, token in _KINDS[spec.tokenizer].specials.items()}
-    kwargs: dict[str, Any] = {
-        "vocab_size": len(tokenizer),
-        "hidden_size": HIDDEN_SIZE,
-        "max_position_embeddings": max_length + spec.position_offset,
-        "initializer_range": initializer_range,
-        "pad_token_id": ids["pad"],
-        "num_labels": len(NER_LABELS),
-        "id2label": dict(enumerate(NER_LABELS)),
-        "label2id": {label: i for i, label in enumerate(NER_LABELS)},
-        **spec.config,
-    }
-    if arch == "distilbert":  # DistilBERT names its width `dim` and has no bos/eos ids
-        kwargs.pop("hidden_size")
-    else:
-        kwargs.update(bos_token_id=ids["cls"], eos_token_id=ids["sep"])
-    config = AutoConfig.for_model(arch, **kwargs)
+    config = write_tokenizer_and_config(
+        arch,
+        Path(out_dir),
+        max_length,
+        initializer_range,
+        num_labels=len(NER_LABELS),
+        id2label=dict(enumerate(NER_LABELS)),
+        label2id={label: i for i, label in enumerate(NER_LABELS)},
+    )
 
     torch.manual_seed(seed)
     model = AutoModelForTokenClassification.from_config(config).eval()
     model.save_pretrained(out_dir)
-    return out_dir
+    return Path(out_dir)
