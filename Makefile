@@ -9,6 +9,8 @@ TASK ?=
 REPO ?= model_repository
 SPEC ?=
 TEXT ?= I love this movie
+QUESTION ?=
+CONTEXT ?=
 PROTOCOL ?= grpc
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
@@ -50,8 +52,9 @@ repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISI
 serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1)
 	$(PY) -m generator serve --repository "$(REPO)" $(PORT_ARGS)
 
-infer: venv ## query a served ensemble: make infer NAME=name TEXT="..." [PROTOCOL=grpc|http]
-	$(PY) -m generator infer --name "$(NAME)" --text "$(TEXT)" --protocol $(PROTOCOL) $(PORT_ARGS)
+infer: venv ## query a served ensemble: make infer NAME=name TEXT="..." (QA: QUESTION="..." CONTEXT="...") [PROTOCOL=]
+	$(PY) -m generator infer --name "$(NAME)" $(if $(QUESTION),--question "$(QUESTION)" --context "$(CONTEXT)",--text "$(TEXT)") \
+		--protocol $(PROTOCOL) $(PORT_ARGS)
 
 engine: venv ## build the TensorRT plan of a RUNTIME=tensorrt build, on the GPU node
 	$(PY) -m generator engine --name "$(NAME)" --repository "$(REPO)"

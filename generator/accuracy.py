@@ -3,8 +3,9 @@
 The candidate runs the served path (the tokenizer model's ``TextEncoder`` with bucket
 padding, then ONNX Runtime, batched) on validation texts; the reference is the FP32
 PyTorch module on the checkpoint's own tokenizer output. Classification needs >= 99% label
-agreement (the largest probability difference is reported); embeddings need a mean cosine
->= 0.99 and a minimum >= 0.98.
+agreement (the largest probability difference is reported), token classification >= 99%
+per real token, QA >= 99% of texts with the same most likely start and end token;
+embeddings need a mean cosine >= 0.99 and a minimum >= 0.98.
 """
 
 from __future__ import annotations
@@ -38,12 +39,20 @@ class AccuracyError(GeneratorError):
     """The optimised model lost more accuracy than the gate allows."""
 
 
+GATES = ("labels", "cosine", "token_labels", "spans")
+_AGREEMENT_NAMES = {
+    "labels": "label agreement",
+    "token_labels": "per-token label agreement",
+    "spans": "answer start/end agreement",
+}
+
+
 @dataclass(frozen=True)
 class AccuracyReport:
-    """Figures of one comparison against FP32 PyTorch."""
+    """Figures of one comparison against FP32 PyTorch (``gate`` is one of :data:`GATES`)."""
 
     variant: str
-    task: str
+    gate: str
     texts: int
     label_agreement: float | None = None
     max_probability_diff: float | None = None
@@ -53,15 +62,15 @@ class AccuracyReport:
     @property
     def passed(self) -> bool:
         """Whether the figures are within the gate."""
-        if self.task == "classification":
+        if self.gate != "cosine":
             return (self.label_agreement or 0.0) >= LABEL_AGREEMENT_MIN
         return (self.cosine_mean or 0.0) >= COSINE_MEAN_MIN and (self.cosine_min or 0.0) >= COSINE_MIN_MIN
 
     def summary(self) -> str:
         """One line with the figures and the thresholds."""
-        if self.task == "classification":
+        if self.gate != "cosine":
             figures = (
-                f"label agreement {self.label_agreement:.2%} (gate >= {LABEL_AGREEMENT_MIN:.0%}), "
+                f"{_AGREEMENT_NAMES[self.gate]} {self.label_agreement:.2%} (gate >= {LABEL_AGREEMENT_MIN:.0%}), "
                 f"max probability diff {self.max_probability_diff:.4f}"
             )
         else:
@@ -97,34 +106,9 @@ def default_texts(which: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-def _reference(
-    module: Any,
-    hf_tokenizer: Any,
-    texts: Sequence[str],
-    pairs: Sequence[str] | None,
-    names: Sequence[str],
-    max_length: int,
-) -> np.ndarray:
-    import torch
-
-    outputs = []
-    for start in range(0, len(texts), 32):
-        segments = [list(texts[start : start + 32])] + ([list(pairs[start : start + 32])] if pairs else [])
-        batch = hf_tokenizer(*segments, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
-        with torch.no_grad():
-            outputs.append(module(**{n: batch[n] for n in names}).numpy())
-    return np.concatenate(outputs)
-
-
-def _candidate(onnx_path: Path, encoder: Any, texts: Sequence[str], pairs: Sequence[str] | None) -> np.ndarray:
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    outputs = [
-        session.run(None, encoder(list(texts[i : i + 32]), list(pairs[i : i + 32]) if pairs else None))[0]
-        for i in range(0, len(texts), 32)
-    ]
-    return np.concatenate(outputs).astype(np.float32)
+def _chunks(texts: Sequence[str], pairs: Sequence[str] | None, size: int = 32):
+    for start in range(0, len(texts), size):
+        yield list(texts[start : start + size]), (list(pairs[start : start + size]) if pairs else None)
 
 
 def measure_accuracy(
@@ -133,30 +117,73 @@ def measure_accuracy(
     encoder: Any,
     onnx_path: Path,
     *,
-    task: str,
+    gate: str,
     texts: Sequence[str],
     max_length: int,
     variant: str,
     function: str = "softmax",
     pairs: Sequence[str] | None = None,
 ) -> AccuracyReport:
-    """Compare ``onnx_path`` (served path) with ``module`` (FP32 PyTorch) on ``texts``."""
-    reference = _reference(module, hf_tokenizer, texts, pairs, encoder.input_names, max_length)
-    candidate = _candidate(onnx_path, encoder, texts, pairs)
-    if task != "embedding":
-        ref_p, cand_p = activate(reference, function), activate(candidate, function)
+    """Compare ``onnx_path`` (served path) with ``module`` (FP32 PyTorch) on ``texts``.
+
+    ``gate``: ``labels`` (argmax per text of ``function``-activated outputs), ``cosine`` (embeddings),
+    ``token_labels`` (softmax argmax per real token) or ``spans`` (argmax start and end token per text).
+    """
+    import onnxruntime as ort
+    import torch
+
+    if gate not in GATES:
+        raise GeneratorError(f"accuracy gate `{gate}` is unknown; expected one of {', '.join(GATES)}")
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    agree: list[np.ndarray] = []
+    diffs: list[float] = []
+    cosines: list[np.ndarray] = []
+    for chunk, pair_chunk in _chunks(texts, pairs):
+        segments = [chunk] + ([pair_chunk] if pair_chunk else [])
+        batch = hf_tokenizer(*segments, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            reference = module(**{n: batch[n] for n in encoder.input_names}).numpy().astype(np.float32)
+        candidate = session.run(None, encoder(chunk, pair_chunk))[0].astype(np.float32)
+        mask = batch["attention_mask"].numpy().astype(bool)
+        if gate == "cosine":
+            norms = np.linalg.norm(reference, axis=-1) * np.linalg.norm(candidate, axis=-1)
+            cosines.append((reference * candidate).sum(-1) / np.maximum(norms, 1e-12))
+            continue
+        if gate == "labels":
+            ref_p, cand_p = activate(reference, function), activate(candidate, function)
+            agree.append(ref_p.argmax(-1) == cand_p.argmax(-1))
+        elif gate == "token_labels":  # real tokens only; the candidate is padded to a length bucket
+            ref_p = activate(reference, "softmax")[mask]
+            cand_p = activate(candidate[:, : mask.shape[1]], "softmax")[mask]
+            agree.append(ref_p.argmax(-1) == cand_p.argmax(-1))
+        else:  # spans: [batch, seq, 2] start/end logits, softmax over the real tokens of each text
+            ref_p = _token_softmax(reference, mask)
+            cand_p = _token_softmax(candidate[:, : mask.shape[1]], mask)
+            agree.append((ref_p.argmax(1) == cand_p.argmax(1)).all(-1))
+        diffs.append(float(np.abs(ref_p - cand_p).max()))
+    if gate == "cosine":
+        cosine = np.concatenate(cosines)
         return AccuracyReport(
             variant=variant,
-            task=task,
+            gate=gate,
             texts=len(texts),
-            label_agreement=float((ref_p.argmax(-1) == cand_p.argmax(-1)).mean()),
-            max_probability_diff=float(np.abs(ref_p - cand_p).max()),
+            cosine_mean=float(cosine.mean()),
+            cosine_min=float(cosine.min()),
         )
-    norms = np.linalg.norm(reference, axis=-1) * np.linalg.norm(candidate, axis=-1)
-    cosine = (reference * candidate).sum(-1) / np.maximum(norms, 1e-12)
     return AccuracyReport(
-        variant=variant, task=task, texts=len(texts), cosine_mean=float(cosine.mean()), cosine_min=float(cosine.min())
+        variant=variant,
+        gate=gate,
+        texts=len(texts),
+        label_agreement=float(np.concatenate(agree).mean()),
+        max_probability_diff=max(diffs),
     )
+
+
+def _token_softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Softmax over the sequence axis (1) of ``logits`` [batch, seq, k], padding excluded."""
+    masked = np.where(mask[..., None], logits, -np.inf)
+    exp = np.exp(masked - masked.max(axis=1, keepdims=True))
+    return exp / exp.sum(axis=1, keepdims=True)
 
 
 def require_accuracy(report: AccuracyReport, *, accept_loss: bool) -> None:

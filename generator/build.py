@@ -64,16 +64,37 @@ def _choose_task(spec: BuildSpec, checkpoint: Checkpoint) -> Task:
     if spec.task is None:
         return detect_task(checkpoint)
     task = get_task(spec.task)
-    if (
-        task.name in ("classification", "text-pair-classification")
-        and not task.matches(checkpoint)
-        and not any(a.endswith("ForSequenceClassification") for a in checkpoint.architectures)
-    ):
+    heads = {
+        "classification": "ForSequenceClassification",
+        "text-pair-classification": "ForSequenceClassification",
+        "token-classification": "ForTokenClassification",
+        "question-answering": "ForQuestionAnswering",
+    }
+    head = heads.get(task.name)
+    if head and not any(a.endswith(head) for a in checkpoint.architectures):
         raise UnsupportedModelError(
-            f"task `{task.name}` needs a *ForSequenceClassification checkpoint; "
+            f"task `{task.name}` needs a *{head} checkpoint; "
             f"`{checkpoint.path}` has {checkpoint.architectures or 'no architectures'}"
         )
     return task
+
+
+def _max_length(spec: BuildSpec, checkpoint: Checkpoint, task: Task, hf_tokenizer: Any) -> int:
+    """Tokens per model row: the truncation length, or for QA the window length."""
+    limit = task.max_length(checkpoint, getattr(hf_tokenizer, "model_max_length", None))
+    if task.name != "question-answering":
+        return limit
+    from generator.triton_models.qa import QAInputError, resolve_window_sizes
+
+    if spec.qa_max_seq_len is not None and spec.qa_max_seq_len > limit:
+        raise UnsupportedModelError(
+            f"qa_max_seq_len {spec.qa_max_seq_len} is above the model's limit of {limit} tokens"
+        )
+    try:
+        window, _ = resolve_window_sizes(spec.qa_max_seq_len, spec.qa_doc_stride, limit)
+    except QAInputError as exc:
+        raise UnsupportedModelError(f"QA windows: {exc}") from None
+    return window
 
 
 def _load_tokenizer(checkpoint: Checkpoint) -> Any:
@@ -89,20 +110,38 @@ def _load_tokenizer(checkpoint: Checkpoint) -> Any:
 
 
 def config_contexts(
-    spec: BuildSpec, checkpoint: Checkpoint, task: Task, inputs: list[str], max_length: int, pad_id: int = 0
+    spec: BuildSpec,
+    checkpoint: Checkpoint,
+    task: Task,
+    inputs: list[str],
+    max_length: int,
+    pad_id: int = 0,
+    tokenizer_facts: dict[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Template variables of the four configs, keyed by step (tokenizer, model, postprocess, ensemble)."""
+    """Template variables of the four configs, keyed by step (tokenizer, model, postprocess, ensemble).
+
+    ``tokenizer_facts`` holds ``cls_id`` and ``unk_token`` (strings, "" for none) for the steps that need them.
+    """
+    facts = tokenizer_facts or {}
     names = step_names(spec.name)
     token_tensors = [TensorSpec(n, "TYPE_INT64", (-1,)) for n in inputs]
     onnx_out = [TensorSpec(task.onnx_output, "TYPE_FP32", task.onnx_output_dims(checkpoint))]
     text_in = task.ensemble_inputs(checkpoint)
+    tokenizer_out = token_tensors + task.tokenizer_outputs(checkpoint)
+    post_in = task.postprocess_inputs(checkpoint)
     final_out = task.ensemble_outputs(checkpoint)
     buckets = sorted({b for b in spec.buckets if b < max_length} | {max_length})
+    # The Python steps are cheap: they batch whatever is queued and never wait for more. A task whose
+    # requests become a different number of model rows (QA windows) runs them per request instead.
+    python_batching = dataclasses.replace(
+        spec.dynamic_batching, max_queue_delay_microseconds=0, preferred_batch_size=()
+    )
+    if not task.batched_io:
+        python_batching = dataclasses.replace(python_batching, enabled=False)
     common = {
         "ensemble_name": names["ensemble"],
-        "max_batch_size": spec.max_batch_size,
-        # The Python steps are cheap: they batch whatever is queued and never wait for more.
-        "batching": dataclasses.replace(spec.dynamic_batching, max_queue_delay_microseconds=0, preferred_batch_size=()),
+        "max_batch_size": spec.max_batch_size if task.batched_io else 0,
+        "batching": python_batching,
     }
     trt_profiles = {
         key: ",".join(f"{n}:{batch}x{length}" for n in inputs)
@@ -118,7 +157,7 @@ def config_contexts(
             **common,
             "name": names["tokenizer"],
             "inputs": text_in,
-            "outputs": token_tensors,
+            "outputs": tokenizer_out,
             "instances": spec.tokenizer_instances,
             "parameters": {
                 "tokenizer_file": "tokenizer.json",
@@ -126,10 +165,12 @@ def config_contexts(
                 "buckets": ",".join(str(b) for b in buckets),
                 "pad_id": str(pad_id),
                 "pad_type_id": "0",
+                **(_qa_tokenizer_parameters(spec, max_length, facts) if task.name == "question-answering" else {}),
             },
         },
         "model": {
             **common,
+            "max_batch_size": spec.max_batch_size,
             "name": names["model"],
             "batching": spec.dynamic_batching,
             "inputs": token_tensors,
@@ -158,16 +199,12 @@ def config_contexts(
         "postprocess": {
             **common,
             "name": names["postprocess"],
-            "inputs": onnx_out,
+            "inputs": post_in,
             "outputs": final_out,
             "instances": spec.postprocess_instances,
             "parameters": {
                 **task.postprocess_parameters(checkpoint),
-                **(
-                    {"threshold": str(spec.multi_label_threshold), "top_k": str(spec.multi_label_top_k)}
-                    if any(t.name == "LABELS" for t in final_out)
-                    else {}
-                ),
+                **_postprocess_settings(spec, checkpoint, task, facts),
             },
         },
         "ensemble": {
@@ -180,7 +217,7 @@ def config_contexts(
                 {
                     "model_name": names["tokenizer"],
                     "input_map": {t.name: t.name for t in text_in},
-                    "output_map": {n: n for n in inputs},
+                    "output_map": {t.name: t.name for t in tokenizer_out},
                 },
                 {
                     "model_name": names["model"],
@@ -189,12 +226,40 @@ def config_contexts(
                 },
                 {
                     "model_name": names["postprocess"],
-                    "input_map": {task.onnx_output: task.onnx_output},
+                    "input_map": {t.name: t.name for t in post_in},
                     "output_map": {t.name: t.name for t in final_out},
                 },
             ],
         },
     }
+
+
+def _qa_tokenizer_parameters(spec: BuildSpec, window: int, facts: dict[str, str]) -> dict[str, str]:
+    from generator.triton_models.qa import resolve_window_sizes
+
+    _, stride = resolve_window_sizes(window, spec.qa_doc_stride)
+    return {
+        "mode": "qa",
+        "max_seq_len": str(window),
+        "doc_stride": str(stride),
+        "cls_id": facts.get("cls_id", ""),
+        # One request's windows go to the model step as one batch.
+        "max_windows": str(spec.max_batch_size or 1 << 30),
+    }
+
+
+def _postprocess_settings(spec: BuildSpec, checkpoint: Checkpoint, task: Task, facts: dict[str, str]) -> dict[str, str]:
+    """The build spec's settings for the postprocess step of ``task``."""
+    if task.name == "token-classification":
+        return {"aggregation_strategy": spec.aggregation_strategy, "unk_token": facts.get("unk_token", "")}
+    if task.name == "question-answering":
+        return {
+            "max_answer_len": str(spec.qa_max_answer_len),
+            "handle_impossible_answer": "true" if spec.qa_handle_impossible_answer else "false",
+        }
+    if any(t.name == "LABELS" for t in task.ensemble_outputs(checkpoint)):
+        return {"threshold": str(spec.multi_label_threshold), "top_k": str(spec.multi_label_top_k)}
+    return {}
 
 
 def _model_card(
@@ -243,7 +308,7 @@ def _model_card(
 
 def _pairs_for(task: Task, checkpoint: Checkpoint, texts: Sequence[str]) -> list[str] | None:
     """Second segments for pair tasks: each text paired with the next one (varied lengths and scripts)."""
-    if not any(t.name == "TEXT_PAIR" for t in task.ensemble_inputs(checkpoint)):
+    if not task.pair_input:
         return None
     return [texts[(i + 1) % len(texts)] for i in range(len(texts))]
 
@@ -270,7 +335,7 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         checkpoint = inspect_checkpoint(spec.model)
         task = _choose_task(spec, checkpoint)
         hf_tokenizer = _load_tokenizer(checkpoint)
-    max_length = task.max_length(checkpoint, getattr(hf_tokenizer, "model_max_length", None))
+    max_length = _max_length(spec, checkpoint, task, hf_tokenizer)
     inputs = [n for n in _MODEL_INPUTS if n in hf_tokenizer.model_input_names]
     console.print(f"[bold]{checkpoint.path}[/]: {checkpoint.model_type}, task {task.name}, max length {max_length}")
     with staging(spec.repository, list(names.values())) as stage:
@@ -296,6 +361,7 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
                 report = check_parity(
                     module, hf_tokenizer, encoder, fp32_path, max_length=max_length, tolerance=spec.parity_tolerance,
                     pairs=_pairs_for(task, checkpoint, PARITY_TEXTS),
+                    argmax_axis=0 if task.gate == "spans" else -1,
                 )  # fmt: skip
             console.print(Markdown(report.to_markdown()))
             require_parity(report)
@@ -316,14 +382,21 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             )
             (onnx_path.parent / "engine.json").write_text(engine.to_json())
         with console.status("Rendering and validating configs…"):
-            configs = render_all(config_contexts(spec, checkpoint, task, inputs, max_length, pad_id))
+            facts = {
+                "cls_id": "" if hf_tokenizer.cls_token_id is None else str(hf_tokenizer.cls_token_id),
+                "unk_token": hf_tokenizer.unk_token or "",
+            }
+            configs = render_all(config_contexts(spec, checkpoint, task, inputs, max_length, pad_id, facts))
             for step, (text, _) in configs.items():
                 stage.write_config(names[step], text)
         for step in ("tokenizer", "postprocess"):
             target = stage.version_dir(names[step])
             shutil.copyfile(_PY_MODELS / f"{step}.py", target / "model.py")
-            shutil.copyfile(_PY_MODELS / "_common.py", target / "_common.py")
+            for helper in ("_common", *task.helper_modules):
+                shutil.copyfile(_PY_MODELS / f"{helper}.py", target / f"{helper}.py")
         post_dir = stage.version_dir(names["postprocess"])
+        if "tokenizer_file" in task.postprocess_parameters(checkpoint):
+            shutil.copyfile(tok_dir / "tokenizer.json", post_dir / "tokenizer.json")
         (post_dir / "labels.json").write_text(json.dumps(list(checkpoint.id2label.values()), ensure_ascii=False))
         card_dir = stage.version_dir(names["ensemble"])
         (card_dir / "model_card.md").write_text(
@@ -390,7 +463,7 @@ def _optimise(
         )  # fmt: skip
     with console.status(f"Accuracy gate on {len(validation)} validation texts…"):
         accuracy = measure_accuracy(
-            module, hf_tokenizer, encoder, target, task=task.name, texts=validation, max_length=max_length,
+            module, hf_tokenizer, encoder, target, gate=task.gate, texts=validation, max_length=max_length,
             variant=_variant_name(spec), function=task.postprocess_parameters(checkpoint).get("function", "softmax"),
             pairs=_pairs_for(task, checkpoint, validation),
         )  # fmt: skip

@@ -49,6 +49,11 @@ def _build(args: argparse.Namespace) -> None:
         validation=args.validation,
         accept_accuracy_loss=args.accept_accuracy_loss,
         runtime=args.runtime,
+        aggregation_strategy=args.aggregation_strategy,
+        qa_max_seq_len=args.qa_max_seq_len,
+        qa_doc_stride=args.qa_doc_stride,
+        qa_max_answer_len=args.qa_max_answer_len,
+        qa_handle_impossible_answer=args.qa_handle_impossible_answer,
     )
     build_repository(spec)
 
@@ -87,9 +92,17 @@ def _infer(args: argparse.Namespace) -> None:
 
     port = args.grpc_port if args.protocol == "grpc" else args.http_port
     url = args.url or f"{args.host}:{port}"
-    extra = {"TEXT_PAIR": args.text_pair} if args.text_pair else None
-    for text, row in zip(args.text, infer(args.text, name=args.name, url=url, protocol=args.protocol, inputs=extra)):
-        print(json.dumps({"TEXT": text, **row}, ensure_ascii=False))
+    if args.question:
+        if not args.context or len(args.context) != len(args.question):
+            raise GeneratorError("give one --context per --question")
+        key, texts, extra = "QUESTION", args.question, {"CONTEXT": args.context}
+    elif args.text:
+        key, texts, extra = "TEXT", args.text, ({"TEXT_PAIR": args.text_pair} if args.text_pair else None)
+    else:
+        raise GeneratorError("nothing to send: give --text (or --question and --context for QA models)")
+    rows = infer(texts, name=args.name, url=url, protocol=args.protocol, inputs=extra, text_input=key)
+    for text, row in zip(texts, rows):
+        print(json.dumps({key: text, **row}, ensure_ascii=False))
 
 
 def _engine(args: argparse.Namespace) -> None:
@@ -128,7 +141,11 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--spec", type=Path, help="YAML build spec; options given here override it")
     build.add_argument("--model", help="checkpoint directory or hub id")
     build.add_argument("--name", help="ensemble name (default: model)")
-    build.add_argument("--task", help="classification or embedding (default: detected)")
+    build.add_argument(
+        "--task",
+        help="classification, text-pair-classification, embedding, token-classification or "
+        "question-answering (default: detected)",
+    )
     build.add_argument("--repository", type=Path, help="output repository (default: model_repository)")
     build.add_argument("--max-batch-size", type=int)
     build.add_argument("--buckets", help="comma-separated token length buckets, e.g. 16,32,64,128")
@@ -155,6 +172,19 @@ def _parser() -> argparse.ArgumentParser:
         help="publish even if the accuracy gate fails (the figures go into the model card)",
     )
     build.add_argument("--runtime", choices=("onnx", "tensorrt"), help="model step runtime (default onnx)")
+    build.add_argument(
+        "--aggregation-strategy",
+        choices=("none", "simple", "first", "average", "max"),
+        help="token classification: how tokens are grouped into entities (default simple)",
+    )
+    build.add_argument("--qa-max-seq-len", type=int, help="QA window length in tokens (default min(max, 384))")
+    build.add_argument("--qa-doc-stride", type=int, help="QA tokens shared by neighbouring windows (default 128)")
+    build.add_argument("--qa-max-answer-len", type=int, help="QA longest answer in tokens (default 15)")
+    build.add_argument(
+        "--qa-handle-impossible-answer",
+        action=argparse.BooleanOptionalAction,
+        help='QA: allow the empty "no answer" to win',
+    )
     build.set_defaults(func=_build)
 
     def add_server_options(p: argparse.ArgumentParser) -> None:
@@ -171,7 +201,9 @@ def _parser() -> argparse.ArgumentParser:
 
     inf = sub.add_parser("infer", help="query a served ensemble")
     inf.add_argument("--name", default="model")
-    inf.add_argument("--text", action="append", required=True, help="text to send (repeat for a batch)")
+    inf.add_argument("--text", action="append", help="text to send (repeat for a batch)")
+    inf.add_argument("--question", action="append", help="question, for question-answering models")
+    inf.add_argument("--context", action="append", help="context of each --question")
     inf.add_argument("--text-pair", action="append", help="second segment, for text-pair models")
     inf.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     inf.add_argument("--url", help="host:port (default: --host and the protocol's port)")

@@ -41,10 +41,12 @@ def infer(
     url: str = "127.0.0.1:8001",
     protocol: str = "grpc",
     inputs: dict[str, Sequence[str | bytes]] | None = None,
+    text_input: str = "TEXT",
 ) -> list[dict[str, Any]]:
-    """Send ``texts`` (as ``TEXT``, plus any extra string ``inputs``) in one request.
+    """Send ``texts`` (as ``text_input``, plus any extra string ``inputs``) in one request.
 
-    Returns one dict per text, mapping each ensemble output to a Python value.
+    Returns one dict per text, mapping each ensemble output to a Python value. For question
+    answering, send the questions as ``QUESTION`` and ``inputs={"CONTEXT": contexts}``.
     """
     module = _module(protocol)
     client = module.InferenceServerClient(url)
@@ -54,7 +56,7 @@ def infer(
             o["name"] if isinstance(o, dict) else o.name
             for o in (metadata["outputs"] if isinstance(metadata, dict) else metadata.outputs)
         ]
-        tensors = [_text_input(module, "TEXT", texts)]
+        tensors = [_text_input(module, text_input, texts)]
         tensors += [_text_input(module, key, values) for key, values in (inputs or {}).items()]
         result = client.infer(name, tensors, outputs=[module.InferRequestedOutput(o) for o in outputs])
     except Exception as exc:  # tritonclient raises InferenceServerException and transport errors
@@ -71,7 +73,8 @@ def infer(
             if value.dtype == np.object_:
                 row[key] = value.reshape(-1)[0].decode("utf-8")
             elif value.size == 1:
-                row[key] = float(value.reshape(-1)[0])
+                item = value.reshape(-1)[0]
+                row[key] = int(item) if np.issubdtype(value.dtype, np.integer) else float(item)
             else:
                 row[key] = value.astype(float).tolist()
         rows.append(row)

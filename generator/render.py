@@ -73,6 +73,11 @@ class _Tensor:
     where: str
 
 
+def _shape(tensor: Any, config: mc.ModelConfig) -> tuple[int, ...]:
+    """A tensor's whole shape: its dims, after the batch axis when the model batches."""
+    return tuple(tensor.dims) if config.max_batch_size == 0 else (-1, *tensor.dims)
+
+
 def _dims_agree(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b))
 
@@ -101,8 +106,10 @@ def validate_ensemble(ensemble: mc.ModelConfig, models: Mapping[str, mc.ModelCon
     """
     if ensemble.platform != "ensemble":
         raise ConfigValidationError(f"`{ensemble.name}` is not an ensemble")
+    # Shapes are compared whole (batch axis included), so steps that batch and steps that take whole
+    # requests (max_batch_size 0) can be mixed.
     available: dict[str, _Tensor] = {
-        t.name: _Tensor(t.data_type, tuple(t.dims), f"ensemble input `{t.name}`") for t in ensemble.input
+        t.name: _Tensor(t.data_type, _shape(t, ensemble), f"ensemble input `{t.name}`") for t in ensemble.input
     }
     for step in ensemble.ensemble_scheduling.step:
         model = models.get(step.model_name)
@@ -120,7 +127,7 @@ def validate_ensemble(ensemble: mc.ModelConfig, models: Mapping[str, mc.ModelCon
                 raise ConfigValidationError(f"step `{model.name}` has no input `{key}` (inputs: {sorted(inputs)})")
             if value not in available:
                 raise ConfigValidationError(f"step `{model.name}` reads `{value}`, which no earlier step produces")
-            consumer = _Tensor(inputs[key].data_type, tuple(inputs[key].dims), f"input `{key}` of `{model.name}`")
+            consumer = _Tensor(inputs[key].data_type, _shape(inputs[key], model), f"input `{key}` of `{model.name}`")
             _check(consumer, available[value], value)
         missing = sorted(set(inputs) - set(step.input_map) - {t.name for t in model.input if t.optional})
         if missing:
@@ -131,12 +138,12 @@ def validate_ensemble(ensemble: mc.ModelConfig, models: Mapping[str, mc.ModelCon
             if value in available:
                 raise ConfigValidationError(f"ensemble tensor `{value}` is produced more than once")
             available[value] = _Tensor(
-                outputs[key].data_type, tuple(outputs[key].dims), f"output `{key}` of `{model.name}`"
+                outputs[key].data_type, _shape(outputs[key], model), f"output `{key}` of `{model.name}`"
             )
     for output in ensemble.output:
         if output.name not in available:
             raise ConfigValidationError(f"ensemble output `{output.name}` is produced by no step")
-        consumer = _Tensor(output.data_type, tuple(output.dims), f"ensemble output `{output.name}`")
+        consumer = _Tensor(output.data_type, _shape(output, ensemble), f"ensemble output `{output.name}`")
         _check(consumer, available[output.name], output.name)
 
 

@@ -18,6 +18,7 @@ import yaml
 from generator.errors import SpecError
 
 __all__ = [
+    "AGGREGATION_STRATEGIES",
     "BuildSpec",
     "DynamicBatching",
     "InstanceGroup",
@@ -29,6 +30,7 @@ __all__ = [
 ]
 
 DEFAULT_BUCKETS = (16, 32, 64, 128, 256, 512)
+AGGREGATION_STRATEGIES = ("none", "simple", "first", "average", "max")  # the transformers pipeline's
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -122,6 +124,11 @@ class BuildSpec:
     runtime: Literal["onnx", "tensorrt"] = "onnx"
     multi_label_threshold: float = 0.5  # multi-label: labels at or above this score go into LABELS
     multi_label_top_k: int = 0  # multi-label: at most this many labels in LABELS (0: no limit)
+    aggregation_strategy: str = "simple"  # token classification: none, simple, first, average or max
+    qa_max_seq_len: int | None = None  # QA window length; None: min(model max length, 384) as in transformers
+    qa_doc_stride: int | None = None  # QA window overlap; None: min(window // 2, 128) as in transformers
+    qa_max_answer_len: int = 15  # QA: longest answer, in tokens
+    qa_handle_impossible_answer: bool = False  # QA: the empty answer may win ("no answer")
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -198,6 +205,17 @@ def _validate(spec: BuildSpec) -> None:
         raise SpecError("a TensorRT plan runs on KIND_GPU instances; set the model step's kind to KIND_GPU")
     if not 0 <= spec.multi_label_threshold <= 1 or spec.multi_label_top_k < 0:
         raise SpecError("multi-label threshold must be in [0, 1] and top_k >= 0")
+    if spec.aggregation_strategy not in AGGREGATION_STRATEGIES:
+        raise SpecError(
+            f"aggregation strategy `{spec.aggregation_strategy}` is unknown; "
+            f"use one of {', '.join(AGGREGATION_STRATEGIES)}"
+        )
+    if spec.qa_max_answer_len < 1:
+        raise SpecError(f"qa_max_answer_len must be >= 1, got {spec.qa_max_answer_len}")
+    if spec.qa_max_seq_len is not None and spec.qa_max_seq_len < 8:
+        raise SpecError(f"qa_max_seq_len must be >= 8, got {spec.qa_max_seq_len}")
+    if spec.qa_doc_stride is not None and not 0 <= spec.qa_doc_stride < (spec.qa_max_seq_len or 1 << 30):
+        raise SpecError(f"qa_doc_stride must be >= 0 and below qa_max_seq_len, got {spec.qa_doc_stride}")
     if not 0 < spec.parity_tolerance < 1:
         raise SpecError(f"parity tolerance must be in (0, 1), got {spec.parity_tolerance}")
 

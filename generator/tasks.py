@@ -36,6 +36,16 @@ class Task:
     name: ClassVar[str]
     onnx_output: ClassVar[str]
     detect_order: ClassVar[int] = 50  # detection tries the more specific tasks (lower numbers) first
+    # False when one request becomes a different number of model rows (QA windows): the tokenizer,
+    # postprocess and ensemble then take whole requests (max_batch_size 0); the model step still batches.
+    batched_io: ClassVar[bool] = True
+    # Whether the model reads two segments (so parity and the accuracy gate feed text pairs).
+    pair_input: ClassVar[bool] = False
+    # The accuracy gate's measure: "labels" (argmax per text), "cosine", "token_labels" (argmax per
+    # token), or "spans" (the argmax start and end token per text).
+    gate: ClassVar[str] = "labels"
+    # Modules of ``generator/triton_models`` the Python steps import, copied next to their ``model.py``.
+    helper_modules: ClassVar[tuple[str, ...]] = ()
 
     def matches(self, checkpoint: Checkpoint) -> bool:
         """Whether ``checkpoint`` looks like a model for this task."""
@@ -56,6 +66,14 @@ class Task:
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         """Parameters the postprocess model reads at initialise time."""
         raise NotImplementedError
+
+    def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """Tensors the tokenizer step emits besides the model inputs (for the postprocess step)."""
+        return []
+
+    def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """Ensemble tensors the postprocess step reads: the model output by default."""
+        return [TensorSpec(self.onnx_output, "TYPE_FP32", self.onnx_output_dims(checkpoint))]
 
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
         """The module to export: ``forward(input_ids, attention_mask, token_type_ids=None)`` -> one tensor."""
@@ -179,6 +197,7 @@ class TextPairClassification(Classification):
 
     name = "text-pair-classification"
     detect_order = 10
+    pair_input = True
 
     def matches(self, checkpoint: Checkpoint) -> bool:
         labels = {label.lower() for label in checkpoint.id2label.values()}
@@ -198,6 +217,7 @@ class Embedding(Task):
     name = "embedding"
     onnx_output = "sentence_embedding"
     detect_order = 90  # a bare encoder is the fallback
+    gate = "cosine"
 
     def matches(self, checkpoint: Checkpoint) -> bool:
         if checkpoint.pooling.from_sentence_transformers:
@@ -237,3 +257,112 @@ class Embedding(Task):
             return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
 
         return _exportable(model, pool)
+
+
+_TOKEN_METADATA = [
+    TensorSpec("special_mask", "TYPE_INT64", (-1,)),
+    TensorSpec("word_ids", "TYPE_INT64", (-1,)),
+    TensorSpec("offsets", "TYPE_INT64", (-1, 2)),
+]
+
+
+@register_task
+class TokenClassification(Task):
+    """Token classification (NER): ``TEXT`` -> ``ENTITIES``, a JSON list as the transformers pipeline returns."""
+
+    name = "token-classification"
+    onnx_output = "logits"
+    gate = "token_labels"
+    helper_modules = ("ner",)
+
+    def matches(self, checkpoint: Checkpoint) -> bool:
+        return any(a.endswith("ForTokenClassification") for a in checkpoint.architectures)
+
+    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
+        return (-1, len(checkpoint.id2label))
+
+    def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return list(_TOKEN_METADATA)
+
+    def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [
+            TensorSpec("TEXT", "TYPE_STRING", (1,)),
+            *super().postprocess_inputs(checkpoint),
+            TensorSpec("input_ids", "TYPE_INT64", (-1,)),
+            *_TOKEN_METADATA,
+        ]
+
+    def ensemble_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [TensorSpec("ENTITIES", "TYPE_STRING", (1,))]  # JSON list of entities
+
+    def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        return {"task": self.name, "labels_file": "labels.json", "tokenizer_file": "tokenizer.json"}
+
+    def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
+        from transformers import AutoModelForTokenClassification
+
+        model = _load_pretrained(AutoModelForTokenClassification, checkpoint)
+        return _exportable(model, lambda outputs, mask: outputs.logits)
+
+
+@register_task
+class QuestionAnswering(Task):
+    """Extractive QA: ``QUESTION`` + ``CONTEXT`` -> ``ANSWER``, ``SCORE``, ``START``, ``END``.
+
+    Long contexts become several windows, so one request is several model rows: the model's start
+    and end logits are exported as one ``span_logits`` tensor [batch, seq, 2].
+    """
+
+    name = "question-answering"
+    onnx_output = "span_logits"
+    batched_io = False
+    pair_input = True
+    gate = "spans"
+    helper_modules = ("qa",)
+
+    def matches(self, checkpoint: Checkpoint) -> bool:
+        return any(a.endswith("ForQuestionAnswering") for a in checkpoint.architectures)
+
+    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
+        return (-1, 2)
+
+    def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [TensorSpec("QUESTION", "TYPE_STRING", (1,)), TensorSpec("CONTEXT", "TYPE_STRING", (1,))]
+
+    def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [
+            TensorSpec("window_example", "TYPE_INT64", (1,)),  # the request row each window belongs to
+            TensorSpec("sequence_ids", "TYPE_INT64", (-1,)),
+            TensorSpec("p_mask", "TYPE_BOOL", (-1,)),
+            *_TOKEN_METADATA[1:],  # word_ids, offsets
+        ]
+
+    def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [
+            TensorSpec("CONTEXT", "TYPE_STRING", (1,)),
+            *super().postprocess_inputs(checkpoint),
+            TensorSpec("attention_mask", "TYPE_INT64", (-1,)),
+            *self.tokenizer_outputs(checkpoint),
+        ]
+
+    def ensemble_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [
+            TensorSpec("ANSWER", "TYPE_STRING", (1,)),
+            TensorSpec("SCORE", "TYPE_FP32", (1,)),
+            TensorSpec("START", "TYPE_INT64", (1,)),
+            TensorSpec("END", "TYPE_INT64", (1,)),
+        ]
+
+    def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        return {"task": self.name}
+
+    def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
+        import torch
+        from transformers import AutoModelForQuestionAnswering
+
+        model = _load_pretrained(AutoModelForQuestionAnswering, checkpoint)
+
+        def spans(outputs: Any, attention_mask: torch.Tensor) -> torch.Tensor:
+            return torch.stack([outputs.start_logits, outputs.end_logits], dim=-1)
+
+        return _exportable(model, spans)

@@ -155,7 +155,7 @@ def test_gate_refuses_model_with_perturbed_weights(sentiment_checkpoint, tmp_pat
         AutoTokenizer.from_pretrained(str(sentiment_checkpoint)),
         encoder,
         broken,
-        task="classification",
+        gate="labels",
         texts=texts,
         max_length=512,
         variant="broken",

@@ -119,7 +119,7 @@ def test_validate_ensemble_raises_when_dims_disagree():
     configs = _configs()
     del configs["postprocess"].input[0].dims[:]
     configs["postprocess"].input[0].dims.extend([3])
-    with pytest.raises(ConfigValidationError, match=r"has dims \[2\].*expects \[3\]"):
+    with pytest.raises(ConfigValidationError, match=r"has dims \[-1, 2\].*expects \[-1, 3\]"):
         validate_ensemble(configs["ensemble"], {c.name: c for c in configs.values()})
 
 

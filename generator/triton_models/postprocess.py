@@ -6,8 +6,15 @@ multi-label problems). Embedding: ``sentence_embedding`` -> ``EMBEDDING``, L2-no
 checkpoint's sentence-transformers files ask for it. The outputs of all requests in one
 ``execute`` are processed as one array.
 
+Token classification: ``TEXT``, ``logits`` and the tokenizer's ``input_ids``, ``special_mask``,
+``word_ids`` and ``offsets`` -> ``ENTITIES``, a JSON list per text as the transformers pipeline
+returns it (``ner.aggregate``). Question answering: ``CONTEXT``, ``span_logits`` and the window
+metadata -> ``ANSWER``, ``SCORE``, ``START``, ``END``: the best answer of each pair over all its
+windows (``qa.decode_answers``).
+
 Settings come from the config's ``parameters``: ``task``, ``function``, ``labels_file``,
-``normalize``.
+``normalize``, ``threshold``, ``top_k``; ``aggregation_strategy``, ``tokenizer_file`` and
+``unk_token`` for token classification; ``max_answer_len`` and ``handle_impossible_answer`` for QA.
 """
 
 from __future__ import annotations
@@ -24,11 +31,11 @@ except ImportError:  # outside the server: importable for tests and build-time c
     pb_utils = None
 
 try:
-    from _common import model_parameters, read_json, resolve_version_file
+    from _common import decode_texts, model_parameters, read_json, resolve_version_file
 except ImportError:
-    from generator.triton_models._common import model_parameters, read_json, resolve_version_file
+    from generator.triton_models._common import decode_texts, model_parameters, read_json, resolve_version_file
 
-__all__ = ["TritonPythonModel", "activate", "classify", "l2_normalize"]
+__all__ = ["TritonPythonModel", "activate", "answer_arrays", "classify", "l2_normalize"]
 
 
 def activate(logits: np.ndarray, function: str) -> np.ndarray:
@@ -77,6 +84,33 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(norms, 1e-12)
 
 
+def answer_arrays(answers: Sequence[dict | list]) -> dict[str, np.ndarray]:
+    """``qa.decode_answers``' best answer per pair as [N, 1] arrays; no span left gives "", 0, -1, -1."""
+    best = [a if isinstance(a, dict) else (a[0] if a else None) for a in answers]
+    return {
+        "ANSWER": np.array([[(b["answer"] if b else "").encode("utf-8")] for b in best], dtype=np.object_),
+        "SCORE": np.array([[b["score"] if b else 0.0] for b in best], dtype=np.float32),
+        "START": np.array([[b["start"] if b else -1] for b in best], dtype=np.int64),
+        "END": np.array([[b["end"] if b else -1] for b in best], dtype=np.int64),
+    }
+
+
+def _import(name: str) -> Any:
+    """A sibling module copied next to ``model.py`` in the server, the package module elsewhere."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return importlib.import_module(f"generator.triton_models.{name}")
+
+
+def _load_tokenizer(path: Any) -> Any:
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path))
+
+
 class TritonPythonModel:
     """The postprocessing step of the ensemble."""
 
@@ -94,6 +128,18 @@ class TritonPythonModel:
             self.top_k = int(params.get("top_k", "0"))
         elif self.task == "embedding":
             self.normalize = params.get("normalize", "false") == "true"
+        elif self.task == "token-classification":
+            self.ner = _import("ner")
+            self.labels = read_json(resolve_version_file(args, params.get("labels_file", "labels.json")))
+            self.strategy = params.get("aggregation_strategy", "simple")
+            self.vocab = self.ner.TokenVocab.from_tokenizer(
+                _load_tokenizer(resolve_version_file(args, params.get("tokenizer_file", "tokenizer.json"))),
+                unk_token=params.get("unk_token") or None,
+            )
+        elif self.task == "question-answering":
+            self.qa = _import("qa")
+            self.max_answer_len = int(params.get("max_answer_len", "15"))
+            self.handle_impossible_answer = params.get("handle_impossible_answer", "false") == "true"
         else:
             raise ValueError(f"postprocess task `{self.task}` is not supported")
 
@@ -102,8 +148,63 @@ class TritonPythonModel:
             return classify(values, self.function, self.labels, threshold=self.threshold, top_k=self.top_k)
         return {"EMBEDDING": l2_normalize(values) if self.normalize else values.astype(np.float32)}
 
+    def _entities(self, request: Any) -> dict[str, np.ndarray]:
+        def get(name: str) -> np.ndarray:
+            return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+
+        texts = decode_texts(get("TEXT"), "TEXT")
+        encoded = {name: get(name) for name in ("input_ids", "special_mask", "word_ids", "offsets")}
+        entities = self.ner.aggregate_batch(
+            get("logits"), encoded, texts, self.labels, strategy=self.strategy, tokenizer=self.vocab
+        )
+        rows = [[json.dumps(row, ensure_ascii=False).encode("utf-8")] for row in entities]
+        return {"ENTITIES": np.array(rows, dtype=np.object_)}
+
+    def _answers(self, request: Any) -> dict[str, np.ndarray]:
+        def get(name: str) -> np.ndarray:
+            return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
+
+        contexts = decode_texts(get("CONTEXT"), "CONTEXT")
+        spans = get("span_logits")
+        attention = get("attention_mask")
+        windows = self.qa.QAWindows(
+            input_ids=attention,  # decoding reads only its shape
+            attention_mask=attention,
+            token_type_ids=np.zeros_like(attention),
+            example_index=get("window_example").reshape(-1),
+            lengths=attention.sum(axis=1),
+            offsets=get("offsets"),
+            sequence_ids=get("sequence_ids"),
+            word_ids=get("word_ids"),
+            p_mask=get("p_mask").astype(bool),
+            num_examples=len(contexts),
+            max_seq_len=attention.shape[1],
+            doc_stride=0,
+        )
+        answers = self.qa.decode_answers(
+            spans[..., 0], spans[..., 1], windows, contexts,
+            max_answer_len=self.max_answer_len, handle_impossible_answer=self.handle_impossible_answer,
+        )  # fmt: skip
+        return answer_arrays(answers)
+
+    def _respond(self, requests: list[Any], process: Any) -> list[Any]:
+        responses = []
+        for request in requests:
+            try:
+                arrays = process(request)
+            except ValueError as exc:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
+                continue
+            tensors = [pb_utils.Tensor(name, arrays[name]) for name in self.output_names]
+            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+        return responses
+
     def execute(self, requests: list[Any]) -> list[Any]:
         """Process the outputs of all requests as one array, then split them back."""
+        if self.task == "token-classification":
+            return self._respond(requests, self._entities)
+        if self.task == "question-answering":
+            return self._respond(requests, self._answers)
         arrays = [pb_utils.get_input_tensor_by_name(r, self.input_name).as_numpy() for r in requests]
         merged = self._process(np.concatenate(arrays, axis=0))
         responses = []

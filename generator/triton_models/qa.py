@@ -25,7 +25,7 @@ DeBERTa, ELECTRA, ALBERT, MPNet and DistilBERT families.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,6 +43,7 @@ __all__ = [
     "check_example",
     "decode_answers",
     "encode_windows",
+    "pad_windows",
     "resolve_window_sizes",
 ]
 
@@ -302,6 +303,31 @@ def _pack(
         num_examples=num_examples,
         max_seq_len=max_seq_len,
         doc_stride=doc_stride,
+    )
+
+
+def pad_windows(windows: QAWindows, width: int, *, pad_id: int = 0, pad_type_id: int = 0) -> QAWindows:
+    """Right-pad every per-token array of ``windows`` to ``width`` columns (a length bucket).
+
+    Padding matches ``encode_windows``: ``pad_id``/``pad_type_id``, attention 0, offsets (0, 0),
+    sequence and word ids -1, ``p_mask`` True; decoding ignores it.
+    """
+    extra = width - windows.input_ids.shape[1]
+    if extra <= 0:
+        return windows
+
+    def pad(array: np.ndarray, value: Any) -> np.ndarray:
+        return np.pad(array, [(0, 0), (0, extra)] + [(0, 0)] * (array.ndim - 2), constant_values=value)
+
+    return replace(
+        windows,
+        input_ids=pad(windows.input_ids, pad_id),
+        attention_mask=pad(windows.attention_mask, 0),
+        token_type_ids=pad(windows.token_type_ids, pad_type_id),
+        offsets=pad(windows.offsets, 0),
+        sequence_ids=pad(windows.sequence_ids, -1),
+        word_ids=pad(windows.word_ids, -1),
+        p_mask=pad(windows.p_mask, True),
     )
 
 

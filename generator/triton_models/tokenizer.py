@@ -5,8 +5,14 @@ model's maximum length, and pads each request to the smallest length bucket that
 that Triton's dynamic batcher can batch equally shaped requests for the model step. All
 texts of all requests in one ``execute`` are encoded in a single ``encode_batch`` call.
 
+Token classification adds ``special_mask``, ``word_ids`` and ``offsets`` (character offsets
+into each text) for the postprocess step. Question answering (``mode`` ``qa``) takes
+``QUESTION`` and ``CONTEXT`` and emits every window of every pair (``qa.encode_windows``),
+with the window metadata the postprocess step needs to merge them back into one answer.
+
 Settings come from the config's ``parameters``: ``tokenizer_file``, ``max_length``,
-``buckets`` (comma-separated), ``pad_id``, ``pad_type_id``.
+``buckets`` (comma-separated), ``pad_id``, ``pad_type_id``; for QA also ``mode``,
+``max_seq_len``, ``doc_stride``, ``cls_id`` and ``max_windows``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,17 @@ except ImportError:
     from generator.triton_models._common import decode_texts, model_parameters, resolve_version_file
 
 __all__ = ["TextEncoder", "TritonPythonModel"]
+
+
+_ENCODER_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids", "special_mask", "word_ids", "offsets")
+
+
+def _load_qa() -> Any:
+    try:
+        import qa
+    except ImportError:
+        from generator.triton_models import qa
+    return qa
 
 
 class TextEncoder:
@@ -81,11 +98,28 @@ class TextEncoder:
             mask[row, :n] = enc.attention_mask
             types[row, :n] = enc.type_ids
         arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        if {"special_mask", "word_ids", "offsets"} & set(self.input_names):
+            arrays.update(_token_metadata(encodings, width))
         return {name: arrays[name] for name in self.input_names}
 
     def __call__(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Encode and pack in one step."""
         return self.pack(self.encode(texts, pairs))
+
+
+def _token_metadata(encodings: Sequence[Any], width: int) -> dict[str, np.ndarray]:
+    """Per-token facts for token classification; special tokens and padding are marked special."""
+    rows = len(encodings)
+    special = np.ones((rows, width), dtype=np.int64)
+    words = np.full((rows, width), -1, dtype=np.int64)
+    offsets = np.zeros((rows, width, 2), dtype=np.int64)
+    for row, enc in enumerate(encodings):
+        n = len(enc.ids)
+        if n:
+            special[row, :n] = enc.special_tokens_mask
+            words[row, :n] = [-1 if w is None else w for w in enc.word_ids]
+            offsets[row, :n] = np.asarray(enc.offsets, dtype=np.int64).reshape(n, 2)
+    return {"special_mask": special, "word_ids": words, "offsets": offsets}
 
 
 class TritonPythonModel:
@@ -103,8 +137,15 @@ class TritonPythonModel:
             [int(b) for b in params.get("buckets", "").split(",") if b.strip()],
             pad_id=int(params.get("pad_id", "0")),
             pad_type_id=int(params.get("pad_type_id", "0")),
-            input_names=self.output_names,
+            input_names=[n for n in self.output_names if n in _ENCODER_OUTPUTS],
         )
+        self.mode = params.get("mode", "text")
+        if self.mode == "qa":
+            self.qa = _load_qa()
+            self.max_seq_len = int(params["max_seq_len"])
+            self.doc_stride = int(params["doc_stride"])
+            self.max_windows = int(params["max_windows"])
+            self.cls_id = int(params["cls_id"]) if params.get("cls_id", "") != "" else None
 
     def _read(self, request: Any) -> tuple[list[str], list[str] | None]:
         texts = decode_texts(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(), "TEXT")
@@ -118,8 +159,51 @@ class TritonPythonModel:
                 raise ValueError(f"TEXT has {len(texts)} rows but TEXT_PAIR has {len(pairs)}")
         return texts, pairs
 
+    def _windows(self, request: Any) -> dict[str, np.ndarray]:
+        """All windows of one QA request, padded to a length bucket."""
+        questions = decode_texts(pb_utils.get_input_tensor_by_name(request, "QUESTION").as_numpy(), "QUESTION")
+        contexts = decode_texts(pb_utils.get_input_tensor_by_name(request, "CONTEXT").as_numpy(), "CONTEXT")
+        windows = self.qa.encode_windows(
+            self.encoder.tokenizer, questions, contexts, max_seq_len=self.max_seq_len, doc_stride=self.doc_stride,
+            pad_id=self.encoder.pad_id, pad_type_id=self.encoder.pad_type_id, cls_id=self.cls_id,
+        )  # fmt: skip
+        if windows.num_windows > self.max_windows:
+            raise ValueError(
+                f"the contexts need {windows.num_windows} windows of {self.max_seq_len} tokens, more than the "
+                f"{self.max_windows} the model step takes in one request: send fewer or shorter contexts"
+            )
+        windows = self.qa.pad_windows(
+            windows,
+            self.encoder.bucket(windows.input_ids.shape[1]),
+            pad_id=self.encoder.pad_id,
+            pad_type_id=self.encoder.pad_type_id,
+        )
+        arrays = {
+            **windows.model_inputs(),
+            "window_example": windows.example_index.reshape(-1, 1),
+            "sequence_ids": windows.sequence_ids,
+            "p_mask": windows.p_mask,
+            "word_ids": windows.word_ids,
+            "offsets": windows.offsets,
+        }
+        return {name: arrays[name] for name in self.output_names}
+
+    def _execute_qa(self, requests: list[Any]) -> list[Any]:
+        responses = []
+        for request in requests:
+            try:
+                arrays = self._windows(request)
+            except ValueError as exc:  # qa.QAInputError is a ValueError
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
+                continue
+            tensors = [pb_utils.Tensor(name, arrays[name]) for name in self.output_names]
+            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+        return responses
+
     def execute(self, requests: list[Any]) -> list[Any]:
         """Encode every text of every request at once, then answer each request."""
+        if self.mode == "qa":
+            return self._execute_qa(requests)
         responses: list[Any] = [None] * len(requests)
         batches: list[tuple[int, list[str], list[str] | None]] = []
         for index, request in enumerate(requests):
