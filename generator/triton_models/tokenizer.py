@@ -170,7 +170,8 @@ class TritonPythonModel:
         if windows.num_windows > self.max_windows:
             raise ValueError(
                 f"the contexts need {windows.num_windows} windows of {self.max_seq_len} tokens, more than the "
-                f"{self.max_windows} the model step takes in one request: send fewer or shorter contexts"
+                f"{self.max_windows} the model step takes in one request: send fewer or shorter contexts, "
+                "or rebuild with a larger max_batch_size"
             )
         windows = self.qa.pad_windows(
             windows,

@@ -1,0 +1,178 @@
+"""Token classification and question answering through the real server, against the transformers pipelines.
+
+NER: tiny random ``*ForTokenClassification`` checkpoints (WordPiece, byte-level BPE and Unigram tokenizers),
+one ensemble per aggregation strategy, compared with transformers 5's ``TokenClassificationPipeline``.
+QA: the tiny checkpoints of ``tests/assets/qa`` against the answers the transformers 4.57 pipeline gave
+(``tests/assets/qa/golden.json``, made by ``scripts/make_qa_golden.py``), with default, short and
+"no answer" window settings.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generator.build import build_repository
+from generator.checkpoint import inspect_checkpoint
+from generator.client import infer
+from generator.errors import ServerError
+from generator.server import running_server
+from generator.spec import BuildSpec
+from generator.tasks import detect_task
+from tests.tiny_ner import make_token_classifier
+
+QA_ASSETS = Path(__file__).parent / "assets" / "qa"
+GOLDEN = json.loads((QA_ASSETS / "golden.json").read_text(encoding="utf-8"))
+SCORE_TOLERANCE = 1e-4
+
+NER_TEXTS = [
+    "My name is Wolfgang and I live in Berlin.",
+    "Zoë ate crème brûlée at the old café in São Paulo 🎉 with Łukasz.",
+    "東京の学生 loves 北京の夜, and the café in Zürich.",
+    "The team 👍🏽 sent the new phone 📱 to the family in Москва!",
+    "spaces,  tabs\tand\nnewlines   everywhere",
+    "",
+    " ".join(f"Berlin{i} and Paris, then São Paulo" for i in range(30)),  # truncated at the model's length
+]
+# (checkpoint arch, aggregation strategy): every strategy, and each tokenizer family more than once.
+NER_BUILDS = {
+    "ner_bert_simple": ("bert", "simple"),
+    "ner_roberta_first": ("roberta", "first"),
+    "ner_xlmr_max": ("xlm-roberta", "max"),
+    "ner_bert_average": ("bert", "average"),
+    "ner_roberta_none": ("roberta", "none"),
+}
+# ensemble name -> (asset checkpoint, golden settings key, build spec settings)
+QA_BUILDS = {
+    "qa_bert": ("bert", "defaults", {}),
+    "qa_roberta": ("roberta", "defaults", {}),
+    "qa_xlmr": ("xlm-roberta", "defaults", {}),
+    "qa_bert_impossible": ("bert", "impossible", {"qa_handle_impossible_answer": True}),
+    "qa_roberta_short": (
+        "roberta",
+        "short_windows",
+        {"qa_max_seq_len": 64, "qa_doc_stride": 16, "max_batch_size": 256},  # ~100 windows per request
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def ner_checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ner")
+    return {arch: make_token_classifier(arch, root / arch, seed=1) for arch in {a for a, _ in NER_BUILDS.values()}}
+
+
+@pytest.fixture(scope="module")
+def served(ner_checkpoints, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("ner_qa") / "repo"
+    for name, (arch, strategy) in NER_BUILDS.items():
+        build_repository(
+            BuildSpec(model=str(ner_checkpoints[arch]), name=name, repository=repo, aggregation_strategy=strategy)
+        )
+    for name, (arch, _, settings) in QA_BUILDS.items():
+        build_repository(BuildSpec(model=str(QA_ASSETS / arch), name=name, repository=repo, **settings))
+    with running_server(repo) as server:
+        yield server
+
+
+def test_detect_task_finds_token_classification_and_question_answering(ner_checkpoints):
+    assert detect_task(inspect_checkpoint(str(ner_checkpoints["bert"]))).name == "token-classification"
+    assert detect_task(inspect_checkpoint(str(QA_ASSETS / "roberta"))).name == "question-answering"
+
+
+def _same_entities(got: list[dict], want: list[dict]) -> None:
+    assert len(got) == len(want), (got, want)
+    for g, w in zip(got, want):
+        assert set(g) == set(w)
+        for key, value in w.items():
+            if key == "score":
+                assert g[key] == pytest.approx(float(value), abs=SCORE_TOLERANCE)
+            else:
+                assert g[key] == (int(value) if isinstance(value, np.integer) else value), key
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", sorted(NER_BUILDS))
+def test_ner_entities_match_pipeline(served, ner_checkpoints, name):
+    from transformers import pipeline
+
+    arch, strategy = NER_BUILDS[name]
+    pipe = pipeline("token-classification", model=str(ner_checkpoints[arch]), aggregation_strategy=strategy)
+    rows = infer(NER_TEXTS, name=name, url=served.grpc_url)
+    found = 0
+    for text, row in zip(NER_TEXTS, rows):
+        got = json.loads(row["ENTITIES"])
+        _same_entities(got, pipe(text))
+        for entity in got:  # offsets point into the original text
+            assert entity["start"] <= entity["end"] <= len(text)
+        found += len(got)
+    assert found > 10  # random heads label many tokens: the comparison is not vacuous
+
+
+def _ask(served, name: str, cases: list[dict]) -> list[dict]:
+    rows = []
+    for start in range(0, len(cases), 4):  # a few pairs per request: their windows go to the model as one batch
+        chunk = cases[start : start + 4]
+        rows += infer(
+            [c["question"] for c in chunk],
+            name=name,
+            url=served.grpc_url,
+            text_input="QUESTION",
+            inputs={"CONTEXT": [c["context"] for c in chunk]},
+        )
+    return rows
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", sorted(QA_BUILDS))
+def test_qa_answers_match_v4_pipeline_golden(served, name):
+    arch, setting, _ = QA_BUILDS[name]
+    golden = GOLDEN["checkpoints"][arch]
+    rows = _ask(served, name, golden["cases"])
+    expected = golden["outputs"][setting]
+    assert len(rows) == len(expected)
+    for case, row, want in zip(golden["cases"], rows, expected):
+        if want == []:  # v4 found no span at all (every candidate masked): we answer "" at -1, -1
+            assert (row["ANSWER"], row["START"], row["END"], row["SCORE"]) == ("", -1, -1, 0.0), case
+            continue
+        want = want[0] if isinstance(want, list) else want
+        assert (row["ANSWER"], row["START"], row["END"]) == (want["answer"], want["start"], want["end"]), case
+        assert row["SCORE"] == pytest.approx(want["score"], abs=SCORE_TOLERANCE)
+        assert case["context"][row["START"] : row["END"]] == row["ANSWER"]
+    if setting == "impossible":
+        assert any(row["ANSWER"] == "" for row in rows)  # "no answer" does win sometimes
+
+
+@pytest.mark.e2e
+def test_qa_long_context_is_split_into_several_windows(served):
+    # The golden cases include contexts far longer than one window; check one really needs several.
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(QA_ASSETS / "roberta" / "tokenizer.json"))
+    longest = max(GOLDEN["checkpoints"]["roberta"]["cases"], key=lambda c: len(c["context"]))
+    assert len(tokenizer.encode(longest["context"]).ids) > 3 * 64  # 64: the short-window build's window
+
+
+@pytest.mark.e2e
+def test_qa_bad_requests_get_clear_errors_and_server_keeps_serving(served):
+    with pytest.raises(ServerError, match="CONTEXT"):
+        infer(["Where?"], name="qa_bert", url=served.grpc_url, text_input="QUESTION")
+    with pytest.raises(ServerError, match="`question` cannot be empty"):
+        infer([""], name="qa_bert", url=served.grpc_url, text_input="QUESTION", inputs={"CONTEXT": ["Bob lives here."]})
+    with pytest.raises(ServerError, match="`context` cannot be empty"):
+        infer(["Who?"], name="qa_bert", url=served.grpc_url, text_input="QUESTION", inputs={"CONTEXT": [""]})
+    row = infer(["Who?"], name="qa_bert", url=served.grpc_url, text_input="QUESTION", inputs={"CONTEXT": ["Bob"]})[0]
+    assert row["ANSWER"] == "Bob"
+
+
+@pytest.mark.e2e
+def test_qa_request_with_too_many_windows_is_refused_clearly(served):
+    context = "word " * 20_000  # hundreds of windows, more than max_batch_size
+    with pytest.raises(ServerError, match="windows"):
+        infer(
+            ["Which word?"], name="qa_bert", url=served.grpc_url, text_input="QUESTION", inputs={"CONTEXT": [context]}
+        )
+    assert infer(["Who?"], name="qa_bert", url=served.grpc_url, text_input="QUESTION", inputs={"CONTEXT": ["Bob"]})
