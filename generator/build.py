@@ -127,7 +127,7 @@ def config_contexts(
     token_tensors = [TensorSpec(n, "TYPE_INT64", (-1,)) for n in inputs]
     onnx_out = [TensorSpec(task.onnx_output, "TYPE_FP32", task.onnx_output_dims(checkpoint))]
     text_in = task.ensemble_inputs(checkpoint)
-    tokenizer_out = token_tensors + task.tokenizer_outputs(checkpoint)
+    tokenizer_out = token_tensors + [t for t in task.tokenizer_outputs(checkpoint) if t.name not in inputs]
     post_in = task.postprocess_inputs(checkpoint)
     final_out = task.ensemble_outputs(checkpoint)
     buckets = sorted({b for b in spec.buckets if b < max_length} | {max_length})

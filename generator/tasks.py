@@ -331,6 +331,7 @@ class QuestionAnswering(Task):
 
     def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [
+            TensorSpec("attention_mask", "TYPE_INT64", (-1,)),  # even for models that do not take it
             TensorSpec("window_example", "TYPE_INT64", (1,)),  # the request row each window belongs to
             TensorSpec("sequence_ids", "TYPE_INT64", (-1,)),
             TensorSpec("p_mask", "TYPE_BOOL", (-1,)),
@@ -341,7 +342,6 @@ class QuestionAnswering(Task):
         return [
             TensorSpec("CONTEXT", "TYPE_STRING", (1,)),
             *super().postprocess_inputs(checkpoint),
-            TensorSpec("attention_mask", "TYPE_INT64", (-1,)),
             *self.tokenizer_outputs(checkpoint),
         ]
 

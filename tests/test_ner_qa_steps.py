@@ -1,0 +1,196 @@
+"""The NER and QA pieces of the steps, without the server: configs, settings and the Python models."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from generator.build import config_contexts
+from generator.checkpoint import Checkpoint, Pooling
+from generator.errors import SpecError
+from generator.render import render_all
+from generator.spec import BuildSpec
+from generator.tasks import get_task
+from generator.triton_models import ner, postprocess, qa, tokenizer
+from tests import pb_stub
+from tests.pb_stub import Request, texts
+
+QA_BERT = Path(__file__).parent / "assets" / "qa" / "bert"
+
+
+@pytest.fixture(autouse=True)
+def _stub_pb_utils(monkeypatch):
+    for module in (tokenizer, postprocess):
+        monkeypatch.setattr(module, "pb_utils", pb_stub)
+
+
+def _checkpoint(architecture: str, labels: dict[str, str]) -> Checkpoint:
+    config = {
+        "model_type": "bert",
+        "architectures": [architecture],
+        "id2label": labels,
+        "hidden_size": 32,
+        "max_position_embeddings": 128,
+    }
+    return Checkpoint(path=Path("/ckpt"), config=config, pooling=Pooling())
+
+
+def _qa_configs(**settings):
+    spec = BuildSpec(model="m", name="qa", **settings)
+    checkpoint = _checkpoint("BertForQuestionAnswering", {"0": "LABEL_0", "1": "LABEL_1"})
+    facts = {"cls_id": "2", "unk_token": "[UNK]"}
+    contexts = config_contexts(spec, checkpoint, get_task("question-answering"), ["input_ids"], 128, 0, facts)
+    return {step: config for step, (_, config) in render_all(contexts).items()}
+
+
+def test_qa_configs_take_whole_requests_but_the_model_step_batches_windows():
+    configs = _qa_configs(max_batch_size=32)
+    for step in ("ensemble", "tokenizer", "postprocess"):
+        assert configs[step].max_batch_size == 0
+        assert not configs[step].HasField("dynamic_batching")
+    assert configs["ensemble"].input[0].name == "QUESTION"
+    assert list(configs["ensemble"].input[1].dims) == [-1, 1]
+    assert configs["model"].max_batch_size == 32
+    assert configs["model"].HasField("dynamic_batching")
+    params = {k: v.string_value for k, v in configs["tokenizer"].parameters.items()}
+    assert (params["mode"], params["max_seq_len"], params["doc_stride"], params["max_windows"]) == (
+        "qa",
+        "128",
+        "64",
+        "32",
+    )
+    post = {k: v.string_value for k, v in configs["postprocess"].parameters.items()}
+    assert (post["max_answer_len"], post["handle_impossible_answer"]) == ("15", "false")
+
+
+def test_qa_configs_carry_window_and_no_answer_settings():
+    configs = _qa_configs(qa_doc_stride=32, qa_max_answer_len=7, qa_handle_impossible_answer=True)
+    params = {k: v.string_value for k, v in configs["tokenizer"].parameters.items()}
+    post = {k: v.string_value for k, v in configs["postprocess"].parameters.items()}
+    assert params["doc_stride"] == "32"
+    assert (post["max_answer_len"], post["handle_impossible_answer"]) == ("7", "true")
+
+
+def test_ner_configs_pass_offsets_and_word_ids_to_postprocess():
+    spec = BuildSpec(model="m", name="ner", aggregation_strategy="max")
+    checkpoint = _checkpoint("BertForTokenClassification", {"0": "O", "1": "B-PER", "2": "I-PER"})
+    contexts = config_contexts(spec, checkpoint, get_task("token-classification"), ["input_ids"], 128, 0, {})
+    configs = {step: config for step, (_, config) in render_all(contexts).items()}
+    post_inputs = {t.name: list(t.dims) for t in configs["postprocess"].input}
+    assert post_inputs["offsets"] == [-1, 2]
+    assert post_inputs["logits"] == [-1, 3]
+    assert {"TEXT", "word_ids", "special_mask", "input_ids"} <= set(post_inputs)
+    assert configs["postprocess"].parameters["aggregation_strategy"].string_value == "max"
+    assert [t.name for t in configs["ensemble"].output] == ["ENTITIES"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"aggregation_strategy": "longest"}, "aggregation strategy `longest` is unknown"),
+        ({"qa_max_answer_len": 0}, "qa_max_answer_len"),
+        ({"qa_max_seq_len": 64, "qa_doc_stride": 64}, "qa_doc_stride"),
+    ],
+)
+def test_spec_rejects_bad_task_settings(settings, message):
+    with pytest.raises(SpecError, match=message):
+        BuildSpec(model="m", **settings)
+
+
+def _qa_tokenizer(tmp_path: Path, max_windows: int = 64) -> tokenizer.TritonPythonModel:
+    (tmp_path / "1").mkdir(exist_ok=True)
+    shutil.copy(QA_BERT / "tokenizer.json", tmp_path / "1" / "tokenizer.json")
+    outputs = ["input_ids", "attention_mask", "token_type_ids", "window_example", "sequence_ids", "p_mask"]
+    params = {"max_length": "32", "buckets": "16,32", "pad_id": "0", "mode": "qa", "max_seq_len": "32"}
+    params.update(doc_stride="8", cls_id="2", max_windows=str(max_windows))
+    config = {
+        "input": [{"name": "QUESTION"}, {"name": "CONTEXT"}],
+        "output": [{"name": n} for n in [*outputs, "word_ids", "offsets"]],
+        "parameters": {k: {"string_value": v} for k, v in params.items()},
+    }
+    model = tokenizer.TritonPythonModel()
+    model.initialize({"model_config": json.dumps(config), "model_repository": str(tmp_path), "model_version": "1"})
+    return model
+
+
+def test_qa_tokenizer_emits_every_window_and_errors_per_request(tmp_path):
+    model = _qa_tokenizer(tmp_path)
+    long_context = "Berlin is a city. " * 20
+    good, bad = model.execute(
+        [
+            Request({"QUESTION": texts("Where?", "Who?"), "CONTEXT": texts(long_context, "Bob")}),
+            Request({"QUESTION": texts(""), "CONTEXT": texts("Bob")}),
+        ]
+    )
+    assert "`question` cannot be empty" in bad.error.message()
+    windows = good.output("window_example").reshape(-1)
+    assert windows[0] == 0 and windows[-1] == 1 and (windows == 0).sum() > 3  # the long context needs several
+    assert good.output("input_ids").shape == (len(windows), 32)  # padded to the 32-token bucket
+    assert good.output("p_mask").dtype == np.bool_
+    assert good.output("offsets").shape == (len(windows), 32, 2)
+
+
+def test_qa_tokenizer_refuses_more_windows_than_the_model_batch(tmp_path):
+    model = _qa_tokenizer(tmp_path, max_windows=2)
+    (response,) = model.execute([Request({"QUESTION": texts("Where?"), "CONTEXT": texts("Berlin is big. " * 30)})])
+    assert "more than the 2 the model step takes" in response.error.message()
+
+
+def test_qa_postprocess_decodes_tokenizer_outputs_like_decode_answers(tmp_path):
+    model = _qa_tokenizer(tmp_path)
+    contexts = ["Berlin is a city in Germany. " * 6, "Bob lives in Paris."]
+    (response,) = model.execute([Request({"QUESTION": texts("Where?", "Who?"), "CONTEXT": texts(*contexts)})])
+    arrays = {t.name(): t.as_numpy() for t in response.output_tensors}
+    rng = np.random.default_rng(0)
+    spans = rng.normal(size=(*arrays["input_ids"].shape, 2)).astype(np.float32)
+
+    post = postprocess.TritonPythonModel()
+    config = {
+        "input": [{"name": "CONTEXT"}],
+        "output": [{"name": n} for n in ("ANSWER", "SCORE", "START", "END")],
+        "parameters": {"task": {"string_value": "question-answering"}},
+    }
+    post.initialize({"model_config": json.dumps(config), "model_repository": str(tmp_path), "model_version": "1"})
+    names = ("attention_mask", "window_example", "sequence_ids", "p_mask", "word_ids", "offsets")
+    (result,) = post.execute(
+        [Request({"CONTEXT": texts(*contexts), "span_logits": spans, **{n: arrays[n] for n in names}})]
+    )
+
+    windows = qa.encode_windows(
+        Tokenizer.from_file(str(QA_BERT / "tokenizer.json")), ["Where?", "Who?"], contexts, max_seq_len=32, doc_stride=8
+    )
+    width = windows.input_ids.shape[1]
+    expected = qa.decode_answers(spans[:, :width, 0], spans[:, :width, 1], windows, contexts)
+    assert [a.decode() for a in result.output("ANSWER").reshape(-1)] == [e["answer"] for e in expected]
+    assert result.output("START").reshape(-1).tolist() == [e["start"] for e in expected]
+    np.testing.assert_allclose(result.output("SCORE").reshape(-1), [e["score"] for e in expected], rtol=1e-6)
+
+
+def test_ner_tokenizer_metadata_matches_encode_tokens(tmp_path):
+    (tmp_path / "1").mkdir()
+    shutil.copy(QA_BERT / "tokenizer.json", tmp_path / "1" / "tokenizer.json")
+    outputs = ["input_ids", "attention_mask", "special_mask", "word_ids", "offsets"]
+    config = {
+        "input": [{"name": "TEXT"}],
+        "output": [{"name": n} for n in outputs],
+        "parameters": {k: {"string_value": v} for k, v in {"max_length": "24", "buckets": "8,16"}.items()},
+    }
+    model = tokenizer.TritonPythonModel()
+    model.initialize({"model_config": json.dumps(config), "model_repository": str(tmp_path), "model_version": "1"})
+    batch = ["Zoë ate crème brûlée in São Paulo", "ok", "word " * 40]
+    (response,) = model.execute([Request({"TEXT": texts(*batch)})])
+    expected = ner.encode_tokens(Tokenizer.from_file(str(QA_BERT / "tokenizer.json")), batch, max_length=24, pad_id=0)
+    for name in outputs:
+        np.testing.assert_array_equal(response.output(name), expected[name], err_msg=name)
+
+
+def test_answer_arrays_mark_a_pair_without_any_span():
+    arrays = postprocess.answer_arrays([{"answer": "Bob", "score": 0.5, "start": 0, "end": 3}, []])
+    assert arrays["ANSWER"].reshape(-1).tolist() == [b"Bob", b""]
+    assert arrays["START"].reshape(-1).tolist() == [0, -1]
+    assert arrays["SCORE"].dtype == np.float32
