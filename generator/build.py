@@ -302,7 +302,7 @@ def _model_card(
         card += "\n## Optimisation\n\n" + "".join(f"- {step}\n" for step in optimized.steps)
         if optimized.fused_operators:
             card += f"- fused operators: {optimized.fused_operators}\n"
-        card += "\n" + accuracy.to_markdown()
+        card += "\n" + accuracy.to_markdown(accepted=spec.accept_accuracy_loss)
     return card
 
 
@@ -467,6 +467,6 @@ def _optimise(
             variant=_variant_name(spec), function=task.postprocess_parameters(checkpoint).get("function", "softmax"),
             pairs=_pairs_for(task, checkpoint, validation),
         )  # fmt: skip
-    console.print(Markdown(accuracy.to_markdown()))
+    console.print(Markdown(accuracy.to_markdown(accepted=spec.accept_accuracy_loss)))
     require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)
     return optimized, accuracy

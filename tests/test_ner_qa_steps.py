@@ -194,3 +194,18 @@ def test_answer_arrays_mark_a_pair_without_any_span():
     assert arrays["ANSWER"].reshape(-1).tolist() == [b"Bob", b""]
     assert arrays["START"].reshape(-1).tolist() == [0, -1]
     assert arrays["SCORE"].dtype == np.float32
+
+
+def test_accuracy_gate_measures_tokens_for_ner_and_spans_for_qa(tmp_path):
+    from generator.build import build_repository
+    from tests.tiny_ner import make_token_classifier
+
+    ner_path = make_token_classifier("bert", tmp_path / "ner", seed=2)
+    ner_result = build_repository(BuildSpec(model=str(ner_path), name="n", repository=tmp_path / "r", precision="fp16"))
+    assert ner_result.accuracy.gate == "token_labels"
+    assert ner_result.accuracy.label_agreement >= 0.99
+    qa_result = build_repository(BuildSpec(model=str(QA_BERT), name="q", repository=tmp_path / "r", optimize=True))
+    assert qa_result.accuracy.gate == "spans"
+    assert qa_result.accuracy.label_agreement >= 0.99  # fusions keep FP32: the same start and end everywhere
+    card = (tmp_path / "r" / "q" / "1" / "model_card.md").read_text()
+    assert "answer start/end agreement" in card
