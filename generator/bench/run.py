@@ -52,6 +52,9 @@ class BenchOptions:
     compare: tuple[str, ...] = ()  # more ensembles of the same repository, measured in the same server run
 
 
+_BENCH_TASKS = ("classification", "embedding")  # TEXT in; the baselines know these pipelines
+
+
 def _build_metadata(repository: Path, name: str) -> dict[str, Any]:
     versions = existing_versions(repository / name)
     if not versions:
@@ -117,6 +120,11 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
         raise BenchError(f"unknown baseline(s) {unknown}; choose from {list(BASELINES)}")
     name, repository = options.name, Path(options.repository).resolve()
     meta = _build_metadata(repository, name)
+    if meta["task"] not in _BENCH_TASKS:
+        raise BenchError(
+            f"`{name}` is a {meta['task']} ensemble; the bench drives single-text ensembles "
+            f"({', '.join(_BENCH_TASKS)}) only"
+        )
     out = Path(options.output) / name
     results = out / "results"
     results.mkdir(parents=True, exist_ok=True)
