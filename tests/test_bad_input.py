@@ -71,16 +71,36 @@ def test_build_exits_2_when_task_unsupported(minilm_copy, tmp_path, capsys):
     )
     assert code == 2
     assert message == (
-        "error: task `translation` is not supported; supported: classification, embedding, text-pair-classification"
+        "error: task `translation` is not supported; supported: classification, embedding, question-answering, "
+        "text-pair-classification, token-classification"
     )
 
 
-def test_build_exits_2_when_classification_asked_of_bare_encoder(minilm_copy, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("task", "head"),
+    [
+        ("classification", "ForSequenceClassification"),
+        ("token-classification", "ForTokenClassification"),
+        ("question-answering", "ForQuestionAnswering"),
+    ],
+)
+def test_build_exits_2_when_task_asked_of_bare_encoder(minilm_copy, tmp_path, capsys, task, head):
     code, message = _run(
-        capsys, "build", "--model", str(minilm_copy), "--task", "classification", "--repository", str(tmp_path / "r")
+        capsys, "build", "--model", str(minilm_copy), "--task", task, "--repository", str(tmp_path / "r")
     )
     assert code == 2
-    assert "needs a *ForSequenceClassification checkpoint" in message
+    assert f"needs a *{head} checkpoint" in message
+    _assert_nothing_written(tmp_path / "r")
+
+
+def test_build_exits_2_when_qa_window_settings_invalid(tmp_path, capsys):
+    qa_bert = Path(__file__).parent / "assets" / "qa" / "bert"
+    code, message = _run(
+        capsys, "build", "--model", str(qa_bert), "--qa-max-seq-len", "512", "--repository", str(tmp_path / "r")
+    )
+    assert code == 2
+    assert message == "error: qa_max_seq_len 512 is above the model's limit of 128 tokens"
+    _assert_nothing_written(tmp_path / "r")
 
 
 def test_build_exits_2_when_weights_corrupt(minilm_copy, tmp_path, capsys):
