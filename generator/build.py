@@ -275,7 +275,10 @@ def _model_card(
     import torch
     import transformers
 
-    outputs = ", ".join(f"`{t.name}` ({t.data_type}, {list(t.dims)})" for t in task.ensemble_outputs(checkpoint))
+    def shape(dims: tuple[int, ...]) -> list[int]:
+        return list(dims) if task.batched_io else [-1, *dims]  # whole requests: the batch axis is in dims
+
+    outputs = ", ".join(f"`{t.name}` ({t.data_type}, {shape(t.dims)})" for t in task.ensemble_outputs(checkpoint))
     architectures = ", ".join(checkpoint.architectures) or "bare encoder"
     tools = f"torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime {onnxruntime.__version__}"
     lines = [
@@ -287,7 +290,7 @@ def _model_card(
         f"- truncation: {max_length} tokens; length buckets: {spec.buckets}",
         "- contract: inputs "
         + ", ".join(f"`{t.name}`" for t in task.ensemble_inputs(checkpoint))
-        + " (TYPE_STRING, [1]); outputs "
+        + f" (TYPE_STRING, {shape((1,))}); outputs "
         + outputs,
         f"- tools: {tools}",
     ]
@@ -295,6 +298,16 @@ def _model_card(
         lines.append(f"- labels (id order): {list(checkpoint.id2label.values())}")
     if task.name == "embedding":
         lines.append(f"- pooling: {checkpoint.pooling.mode}, normalised: {checkpoint.pooling.normalize}")
+    if task.name == "token-classification":
+        lines.append(f"- aggregation strategy: {spec.aggregation_strategy} (ignored labels: O)")
+    if task.name == "question-answering":
+        from generator.triton_models.qa import resolve_window_sizes
+
+        window, stride = resolve_window_sizes(max_length, spec.qa_doc_stride)
+        lines.append(
+            f"- windows: {window} tokens, stride {stride}; longest answer {spec.qa_max_answer_len} tokens; "
+            f"no answer allowed: {spec.qa_handle_impossible_answer}"
+        )
     lines.append(f"- served model: {_variant_name(spec)} ({spec.runtime} runtime)")
     card = "\n".join(lines) + "\n\n## Parity of the FP32 export\n\n" + report.to_markdown()
     if variant is not None:
