@@ -9,8 +9,15 @@ import numpy as np
 
 
 class TritonError:
-    def __init__(self, message: str) -> None:
+    INTERNAL = 1
+    INVALID_ARG = 3
+
+    def __init__(self, message: str, code: int = INTERNAL) -> None:
         self._message = message
+        self._code = code
+
+    def code(self) -> int:
+        return self._code
 
     def message(self) -> str:
         return self._message

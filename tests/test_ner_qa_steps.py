@@ -128,6 +128,7 @@ def test_qa_tokenizer_emits_every_window_and_errors_per_request(tmp_path):
         ]
     )
     assert "`question` cannot be empty" in bad.error.message()
+    assert bad.error.code() == pb_stub.TritonError.INVALID_ARG  # a client error, not an internal one
     windows = good.output("window_example").reshape(-1)
     assert windows[0] == 0 and windows[-1] == 1 and (windows == 0).sum() > 3  # the long context needs several
     assert good.output("input_ids").shape == (len(windows), 32)  # padded to the 32-token bucket

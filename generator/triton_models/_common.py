@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["decode_texts", "model_parameters", "resolve_version_file"]
+__all__ = ["decode_texts", "input_error", "model_parameters", "read_json", "resolve_version_file"]
 
 
 def model_parameters(model_config: dict[str, Any]) -> dict[str, str]:
@@ -44,3 +44,9 @@ def decode_texts(array: np.ndarray, tensor_name: str) -> list[str]:
 def read_json(path: Path) -> Any:
     """Load a JSON file."""
     return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def input_error(pb_utils: Any, message: str) -> Any:
+    """A ``TritonError`` for a bad request: clients see gRPC INVALID_ARGUMENT / HTTP 400, not an internal error."""
+    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)  # error codes came with Triton 23.x
+    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)

@@ -31,9 +31,15 @@ except ImportError:  # outside the server: importable for tests and build-time c
     pb_utils = None
 
 try:
-    from _common import decode_texts, model_parameters, read_json, resolve_version_file
+    from _common import decode_texts, input_error, model_parameters, read_json, resolve_version_file
 except ImportError:
-    from generator.triton_models._common import decode_texts, model_parameters, read_json, resolve_version_file
+    from generator.triton_models._common import (
+        decode_texts,
+        input_error,
+        model_parameters,
+        read_json,
+        resolve_version_file,
+    )
 
 __all__ = ["TritonPythonModel", "activate", "answer_arrays", "classify", "l2_normalize"]
 
@@ -193,7 +199,7 @@ class TritonPythonModel:
             try:
                 arrays = process(request)
             except ValueError as exc:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
+                responses.append(pb_utils.InferenceResponse(error=input_error(pb_utils, str(exc))))
                 continue
             tensors = [pb_utils.Tensor(name, arrays[name]) for name in self.output_names]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))

@@ -29,9 +29,9 @@ except ImportError:  # outside the server: importable for tests and build-time c
     pb_utils = None
 
 try:
-    from _common import decode_texts, model_parameters, resolve_version_file
+    from _common import decode_texts, input_error, model_parameters, resolve_version_file
 except ImportError:
-    from generator.triton_models._common import decode_texts, model_parameters, resolve_version_file
+    from generator.triton_models._common import decode_texts, input_error, model_parameters, resolve_version_file
 
 __all__ = ["TextEncoder", "TritonPythonModel"]
 
@@ -195,7 +195,7 @@ class TritonPythonModel:
             try:
                 arrays = self._windows(request)
             except ValueError as exc:  # qa.QAInputError is a ValueError
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
+                responses.append(pb_utils.InferenceResponse(error=input_error(pb_utils, str(exc))))
                 continue
             tensors = [pb_utils.Tensor(name, arrays[name]) for name in self.output_names]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
@@ -211,7 +211,7 @@ class TritonPythonModel:
             try:
                 texts, pairs = self._read(request)
             except ValueError as exc:
-                responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
+                responses[index] = pb_utils.InferenceResponse(error=input_error(pb_utils, str(exc)))
                 continue
             batches.append((index, texts, pairs))
         if batches:
