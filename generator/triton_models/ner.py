@@ -47,6 +47,11 @@ from typing import Any
 
 import numpy as np
 
+try:
+    from _common import token_metadata
+except ImportError:  # outside the server
+    from generator.triton_models._common import token_metadata
+
 __all__ = [
     "STRATEGIES",
     "WORD_STRATEGIES",
@@ -191,20 +196,13 @@ def encode_tokens(
         "input_ids": np.full((rows, width), pad, dtype=np.int64),
         "attention_mask": np.zeros((rows, width), dtype=np.int64),
         "token_type_ids": np.full((rows, width), pad_type_id, dtype=np.int64),
-        "special_mask": np.ones((rows, width), dtype=np.int64),
-        "word_ids": np.full((rows, width), -1, dtype=np.int64),
-        "offsets": np.zeros((rows, width, 2), dtype=np.int64),
+        **token_metadata(encodings, width),
     }
     for row, enc in enumerate(encodings):
         n = len(enc.ids)
-        if n == 0:
-            continue
         out["input_ids"][row, :n] = enc.ids
         out["attention_mask"][row, :n] = enc.attention_mask
         out["token_type_ids"][row, :n] = enc.type_ids
-        out["special_mask"][row, :n] = enc.special_tokens_mask
-        out["word_ids"][row, :n] = [-1 if w is None else w for w in enc.word_ids]
-        out["offsets"][row, :n] = np.asarray(enc.offsets, dtype=np.int64).reshape(n, 2)
     return out
 
 

@@ -31,14 +31,22 @@ except ImportError:  # outside the server: importable for tests and build-time c
     pb_utils = None
 
 try:
-    from _common import decode_texts, input_error, model_parameters, read_json, resolve_version_file
-except ImportError:
-    from generator.triton_models._common import (
+    from _common import (
         decode_texts,
-        input_error,
+        import_sibling,
         model_parameters,
         read_json,
         resolve_version_file,
+        respond_per_request,
+    )
+except ImportError:
+    from generator.triton_models._common import (
+        decode_texts,
+        import_sibling,
+        model_parameters,
+        read_json,
+        resolve_version_file,
+        respond_per_request,
     )
 
 __all__ = ["TritonPythonModel", "activate", "answer_arrays", "classify", "l2_normalize"]
@@ -101,14 +109,8 @@ def answer_arrays(answers: Sequence[dict | list]) -> dict[str, np.ndarray]:
     }
 
 
-def _import(name: str) -> Any:
-    """A sibling module copied next to ``model.py`` in the server, the package module elsewhere."""
-    import importlib
-
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return importlib.import_module(f"generator.triton_models.{name}")
+def _input(request: Any, name: str) -> np.ndarray:
+    return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
 
 
 def _load_tokenizer(path: Any) -> Any:
@@ -135,7 +137,7 @@ class TritonPythonModel:
         elif self.task == "embedding":
             self.normalize = params.get("normalize", "false") == "true"
         elif self.task == "token-classification":
-            self.ner = _import("ner")
+            self.ner = import_sibling("ner")
             self.labels = read_json(resolve_version_file(args, params.get("labels_file", "labels.json")))
             self.strategy = params.get("aggregation_strategy", "simple")
             self.vocab = self.ner.TokenVocab.from_tokenizer(
@@ -143,7 +145,7 @@ class TritonPythonModel:
                 unk_token=params.get("unk_token") or None,
             )
         elif self.task == "question-answering":
-            self.qa = _import("qa")
+            self.qa = import_sibling("qa")
             self.max_answer_len = int(params.get("max_answer_len", "15"))
             self.handle_impossible_answer = params.get("handle_impossible_answer", "false") == "true"
         else:
@@ -155,34 +157,28 @@ class TritonPythonModel:
         return {"EMBEDDING": l2_normalize(values) if self.normalize else values.astype(np.float32)}
 
     def _entities(self, request: Any) -> dict[str, np.ndarray]:
-        def get(name: str) -> np.ndarray:
-            return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
-
-        texts = decode_texts(get("TEXT"), "TEXT")
-        encoded = {name: get(name) for name in ("input_ids", "special_mask", "word_ids", "offsets")}
+        texts = decode_texts(_input(request, "TEXT"), "TEXT")
+        encoded = {name: _input(request, name) for name in ("input_ids", "special_mask", "word_ids", "offsets")}
         entities = self.ner.aggregate_batch(
-            get("logits"), encoded, texts, self.labels, strategy=self.strategy, tokenizer=self.vocab
+            _input(request, "logits"), encoded, texts, self.labels, strategy=self.strategy, tokenizer=self.vocab
         )
         rows = [[json.dumps(row, ensure_ascii=False).encode("utf-8")] for row in entities]
         return {"ENTITIES": np.array(rows, dtype=np.object_)}
 
     def _answers(self, request: Any) -> dict[str, np.ndarray]:
-        def get(name: str) -> np.ndarray:
-            return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
-
-        contexts = decode_texts(get("CONTEXT"), "CONTEXT")
-        spans = get("span_logits")
-        attention = get("attention_mask")
+        contexts = decode_texts(_input(request, "CONTEXT"), "CONTEXT")
+        spans = _input(request, "span_logits")
+        attention = _input(request, "attention_mask")
         windows = self.qa.QAWindows(
             input_ids=attention,  # decoding reads only its shape
             attention_mask=attention,
             token_type_ids=np.zeros_like(attention),
-            example_index=get("window_example").reshape(-1),
+            example_index=_input(request, "window_example").reshape(-1),
             lengths=attention.sum(axis=1),
-            offsets=get("offsets"),
-            sequence_ids=get("sequence_ids"),
-            word_ids=get("word_ids"),
-            p_mask=get("p_mask").astype(bool),
+            offsets=_input(request, "offsets"),
+            sequence_ids=_input(request, "sequence_ids"),
+            word_ids=_input(request, "word_ids"),
+            p_mask=_input(request, "p_mask").astype(bool),
             num_examples=len(contexts),
             max_seq_len=attention.shape[1],
             doc_stride=0,
@@ -193,25 +189,13 @@ class TritonPythonModel:
         )  # fmt: skip
         return answer_arrays(answers)
 
-    def _respond(self, requests: list[Any], process: Any) -> list[Any]:
-        responses = []
-        for request in requests:
-            try:
-                arrays = process(request)
-            except ValueError as exc:
-                responses.append(pb_utils.InferenceResponse(error=input_error(pb_utils, str(exc))))
-                continue
-            tensors = [pb_utils.Tensor(name, arrays[name]) for name in self.output_names]
-            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
-        return responses
-
     def execute(self, requests: list[Any]) -> list[Any]:
         """Process the outputs of all requests as one array, then split them back."""
         if self.task == "token-classification":
-            return self._respond(requests, self._entities)
+            return respond_per_request(pb_utils, requests, self.output_names, self._entities)
         if self.task == "question-answering":
-            return self._respond(requests, self._answers)
-        arrays = [pb_utils.get_input_tensor_by_name(r, self.input_name).as_numpy() for r in requests]
+            return respond_per_request(pb_utils, requests, self.output_names, self._answers)
+        arrays = [_input(r, self.input_name) for r in requests]
         merged = self._process(np.concatenate(arrays, axis=0))
         responses = []
         start = 0

@@ -29,22 +29,30 @@ except ImportError:  # outside the server: importable for tests and build-time c
     pb_utils = None
 
 try:
-    from _common import decode_texts, input_error, model_parameters, resolve_version_file
+    from _common import (
+        decode_texts,
+        import_sibling,
+        input_error,
+        model_parameters,
+        resolve_version_file,
+        respond_per_request,
+        token_metadata,
+    )
 except ImportError:
-    from generator.triton_models._common import decode_texts, input_error, model_parameters, resolve_version_file
+    from generator.triton_models._common import (
+        decode_texts,
+        import_sibling,
+        input_error,
+        model_parameters,
+        resolve_version_file,
+        respond_per_request,
+        token_metadata,
+    )
 
 __all__ = ["TextEncoder", "TritonPythonModel"]
 
 
 _ENCODER_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids", "special_mask", "word_ids", "offsets")
-
-
-def _load_qa() -> Any:
-    try:
-        import qa
-    except ImportError:
-        from generator.triton_models import qa
-    return qa
 
 
 class TextEncoder:
@@ -99,27 +107,12 @@ class TextEncoder:
             types[row, :n] = enc.type_ids
         arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         if {"special_mask", "word_ids", "offsets"} & set(self.input_names):
-            arrays.update(_token_metadata(encodings, width))
+            arrays.update(token_metadata(encodings, width))
         return {name: arrays[name] for name in self.input_names}
 
     def __call__(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Encode and pack in one step."""
         return self.pack(self.encode(texts, pairs))
-
-
-def _token_metadata(encodings: Sequence[Any], width: int) -> dict[str, np.ndarray]:
-    """Per-token facts for token classification; special tokens and padding are marked special."""
-    rows = len(encodings)
-    special = np.ones((rows, width), dtype=np.int64)
-    words = np.full((rows, width), -1, dtype=np.int64)
-    offsets = np.zeros((rows, width, 2), dtype=np.int64)
-    for row, enc in enumerate(encodings):
-        n = len(enc.ids)
-        if n:
-            special[row, :n] = enc.special_tokens_mask
-            words[row, :n] = [-1 if w is None else w for w in enc.word_ids]
-            offsets[row, :n] = np.asarray(enc.offsets, dtype=np.int64).reshape(n, 2)
-    return {"special_mask": special, "word_ids": words, "offsets": offsets}
 
 
 class TritonPythonModel:
@@ -141,7 +134,7 @@ class TritonPythonModel:
         )
         self.mode = params.get("mode", "text")
         if self.mode == "qa":
-            self.qa = _load_qa()
+            self.qa = import_sibling("qa")
             self.max_seq_len = int(params["max_seq_len"])
             self.doc_stride = int(params["doc_stride"])
             self.max_windows = int(params["max_windows"])
@@ -189,22 +182,10 @@ class TritonPythonModel:
         }
         return {name: arrays[name] for name in self.output_names}
 
-    def _execute_qa(self, requests: list[Any]) -> list[Any]:
-        responses = []
-        for request in requests:
-            try:
-                arrays = self._windows(request)
-            except ValueError as exc:  # qa.QAInputError is a ValueError
-                responses.append(pb_utils.InferenceResponse(error=input_error(pb_utils, str(exc))))
-                continue
-            tensors = [pb_utils.Tensor(name, arrays[name]) for name in self.output_names]
-            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
-        return responses
-
     def execute(self, requests: list[Any]) -> list[Any]:
         """Encode every text of every request at once, then answer each request."""
         if self.mode == "qa":
-            return self._execute_qa(requests)
+            return respond_per_request(pb_utils, requests, self.output_names, self._windows)
         responses: list[Any] = [None] * len(requests)
         batches: list[tuple[int, list[str], list[str] | None]] = []
         for index, request in enumerate(requests):
