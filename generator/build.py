@@ -64,16 +64,9 @@ def _choose_task(spec: BuildSpec, checkpoint: Checkpoint) -> Task:
     if spec.task is None:
         return detect_task(checkpoint)
     task = get_task(spec.task)
-    heads = {
-        "classification": "ForSequenceClassification",
-        "text-pair-classification": "ForSequenceClassification",
-        "token-classification": "ForTokenClassification",
-        "question-answering": "ForQuestionAnswering",
-    }
-    head = heads.get(task.name)
-    if head and not any(a.endswith(head) for a in checkpoint.architectures):
+    if not task.has_head(checkpoint):
         raise UnsupportedModelError(
-            f"task `{task.name}` needs a *{head} checkpoint; "
+            f"task `{task.name}` needs a *{task.head} checkpoint; "
             f"`{checkpoint.path}` has {checkpoint.architectures or 'no architectures'}"
         )
     return task

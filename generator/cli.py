@@ -134,6 +134,8 @@ def _bench(args: argparse.Namespace) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from generator.triton_models.ner import STRATEGIES
+
     parser = argparse.ArgumentParser(prog="python -m generator", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -174,7 +176,7 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--runtime", choices=("onnx", "tensorrt"), help="model step runtime (default onnx)")
     build.add_argument(
         "--aggregation-strategy",
-        choices=("none", "simple", "first", "average", "max"),
+        choices=STRATEGIES,
         help="token classification: how tokens are grouped into entities (default simple)",
     )
     build.add_argument("--qa-max-seq-len", type=int, help="QA window length in tokens (default min(max, 384))")

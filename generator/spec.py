@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from generator.errors import SpecError
+from generator.triton_models.ner import STRATEGIES
 
 __all__ = [
     "AGGREGATION_STRATEGIES",
@@ -30,7 +31,7 @@ __all__ = [
 ]
 
 DEFAULT_BUCKETS = (16, 32, 64, 128, 256, 512)
-AGGREGATION_STRATEGIES = ("none", "simple", "first", "average", "max")  # the transformers pipeline's
+AGGREGATION_STRATEGIES = STRATEGIES  # token classification: the transformers pipeline's strategies
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 

@@ -36,6 +36,8 @@ class Task:
     name: ClassVar[str]
     onnx_output: ClassVar[str]
     detect_order: ClassVar[int] = 50  # detection tries the more specific tasks (lower numbers) first
+    # The architecture suffix of the checkpoints this task needs (``*ForTokenClassification``); None: any.
+    head: ClassVar[str | None] = None
     # False when one request becomes a different number of model rows (QA windows): the tokenizer,
     # postprocess and ensemble then take whole requests (max_batch_size 0); the model step still batches.
     batched_io: ClassVar[bool] = True
@@ -48,8 +50,12 @@ class Task:
     helper_modules: ClassVar[tuple[str, ...]] = ()
 
     def matches(self, checkpoint: Checkpoint) -> bool:
-        """Whether ``checkpoint`` looks like a model for this task."""
-        raise NotImplementedError
+        """Whether ``checkpoint`` looks like a model for this task (detection)."""
+        return self.has_head(checkpoint)
+
+    def has_head(self, checkpoint: Checkpoint) -> bool:
+        """Whether ``checkpoint`` has the head this task needs (asking for the task by name)."""
+        return self.head is None or any(a.endswith(self.head) for a in checkpoint.architectures)
 
     def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
         """Dims (without batch) of the ONNX model's output."""
@@ -151,9 +157,7 @@ class Classification(Task):
 
     name = "classification"
     onnx_output = "logits"
-
-    def matches(self, checkpoint: Checkpoint) -> bool:
-        return any(a.endswith("ForSequenceClassification") for a in checkpoint.architectures)
+    head = "ForSequenceClassification"
 
     def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
         return (len(checkpoint.id2label),)
@@ -274,9 +278,7 @@ class TokenClassification(Task):
     onnx_output = "logits"
     gate = "token_labels"
     helper_modules = ("ner",)
-
-    def matches(self, checkpoint: Checkpoint) -> bool:
-        return any(a.endswith("ForTokenClassification") for a in checkpoint.architectures)
+    head = "ForTokenClassification"
 
     def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
         return (-1, len(checkpoint.id2label))
@@ -319,9 +321,7 @@ class QuestionAnswering(Task):
     pair_input = True
     gate = "spans"
     helper_modules = ("qa",)
-
-    def matches(self, checkpoint: Checkpoint) -> bool:
-        return any(a.endswith("ForQuestionAnswering") for a in checkpoint.architectures)
+    head = "ForQuestionAnswering"
 
     def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
         return (-1, 2)
