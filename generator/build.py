@@ -72,24 +72,6 @@ def _choose_task(spec: BuildSpec, checkpoint: Checkpoint) -> Task:
     return task
 
 
-def _max_length(spec: BuildSpec, checkpoint: Checkpoint, task: Task, hf_tokenizer: Any) -> int:
-    """Tokens per model row: the truncation length, or for QA the window length."""
-    limit = task.max_length(checkpoint, getattr(hf_tokenizer, "model_max_length", None))
-    if task.name != "question-answering":
-        return limit
-    from generator.triton_models.qa import QAInputError, resolve_window_sizes
-
-    if spec.qa_max_seq_len is not None and spec.qa_max_seq_len > limit:
-        raise UnsupportedModelError(
-            f"qa_max_seq_len {spec.qa_max_seq_len} is above the model's limit of {limit} tokens"
-        )
-    try:
-        window, _ = resolve_window_sizes(spec.qa_max_seq_len, spec.qa_doc_stride, limit)
-    except QAInputError as exc:
-        raise UnsupportedModelError(f"QA windows: {exc}") from None
-    return window
-
-
 def _load_tokenizer(checkpoint: Checkpoint) -> Any:
     from transformers import AutoTokenizer
 
@@ -122,6 +104,7 @@ def config_contexts(
     text_in = task.ensemble_inputs(checkpoint)
     tokenizer_out = token_tensors + [t for t in task.tokenizer_outputs(checkpoint) if t.name not in inputs]
     post_in = task.postprocess_inputs(checkpoint)
+    tokenizer_settings, postprocess_settings = task.step_parameters(spec, checkpoint, max_length, facts)
     final_out = task.ensemble_outputs(checkpoint)
     buckets = sorted({b for b in spec.buckets if b < max_length} | {max_length})
     # The Python steps are cheap: they batch whatever is queued and never wait for more. A task whose
@@ -158,7 +141,7 @@ def config_contexts(
                 "buckets": ",".join(str(b) for b in buckets),
                 "pad_id": str(pad_id),
                 "pad_type_id": "0",
-                **(_qa_tokenizer_parameters(spec, max_length, facts) if task.name == "question-answering" else {}),
+                **tokenizer_settings,
             },
         },
         "model": {
@@ -197,7 +180,7 @@ def config_contexts(
             "instances": spec.postprocess_instances,
             "parameters": {
                 **task.postprocess_parameters(checkpoint),
-                **_postprocess_settings(spec, checkpoint, task, facts),
+                **postprocess_settings,
             },
         },
         "ensemble": {
@@ -225,34 +208,6 @@ def config_contexts(
             ],
         },
     }
-
-
-def _qa_tokenizer_parameters(spec: BuildSpec, window: int, facts: dict[str, str]) -> dict[str, str]:
-    from generator.triton_models.qa import resolve_window_sizes
-
-    _, stride = resolve_window_sizes(window, spec.qa_doc_stride)
-    return {
-        "mode": "qa",
-        "max_seq_len": str(window),
-        "doc_stride": str(stride),
-        "cls_id": facts.get("cls_id", ""),
-        # One request's windows go to the model step as one batch.
-        "max_windows": str(spec.max_batch_size or 1 << 30),
-    }
-
-
-def _postprocess_settings(spec: BuildSpec, checkpoint: Checkpoint, task: Task, facts: dict[str, str]) -> dict[str, str]:
-    """The build spec's settings for the postprocess step of ``task``."""
-    if task.name == "token-classification":
-        return {"aggregation_strategy": spec.aggregation_strategy, "unk_token": facts.get("unk_token", "")}
-    if task.name == "question-answering":
-        return {
-            "max_answer_len": str(spec.qa_max_answer_len),
-            "handle_impossible_answer": "true" if spec.qa_handle_impossible_answer else "false",
-        }
-    if any(t.name == "LABELS" for t in task.ensemble_outputs(checkpoint)):
-        return {"threshold": str(spec.multi_label_threshold), "top_k": str(spec.multi_label_top_k)}
-    return {}
 
 
 def _model_card(
@@ -287,20 +242,7 @@ def _model_card(
         + outputs,
         f"- tools: {tools}",
     ]
-    if "classification" in task.name:
-        lines.append(f"- labels (id order): {list(checkpoint.id2label.values())}")
-    if task.name == "embedding":
-        lines.append(f"- pooling: {checkpoint.pooling.mode}, normalised: {checkpoint.pooling.normalize}")
-    if task.name == "token-classification":
-        lines.append(f"- aggregation strategy: {spec.aggregation_strategy} (ignored labels: O)")
-    if task.name == "question-answering":
-        from generator.triton_models.qa import resolve_window_sizes
-
-        window, stride = resolve_window_sizes(max_length, spec.qa_doc_stride)
-        lines.append(
-            f"- windows: {window} tokens, stride {stride}; longest answer {spec.qa_max_answer_len} tokens; "
-            f"no answer allowed: {spec.qa_handle_impossible_answer}"
-        )
+    lines += task.card_lines(spec, checkpoint, max_length)
     lines.append(f"- served model: {_variant_name(spec)} ({spec.runtime} runtime)")
     card = "\n".join(lines) + "\n\n## Parity of the FP32 export\n\n" + report.to_markdown()
     if variant is not None:
@@ -341,7 +283,7 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         checkpoint = inspect_checkpoint(spec.model)
         task = _choose_task(spec, checkpoint)
         hf_tokenizer = _load_tokenizer(checkpoint)
-    max_length = _max_length(spec, checkpoint, task, hf_tokenizer)
+    max_length = task.row_length(spec, checkpoint, getattr(hf_tokenizer, "model_max_length", None))
     inputs = [n for n in _MODEL_INPUTS if n in hf_tokenizer.model_input_names]
     console.print(f"[bold]{checkpoint.path}[/]: {checkpoint.model_type}, task {task.name}, max length {max_length}")
     with staging(spec.repository, list(names.values())) as stage:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import torch
 
     from generator.checkpoint import Checkpoint
+    from generator.spec import BuildSpec
 
 __all__ = ["TASKS", "Task", "TensorSpec", "detect_task", "get_task", "register_task"]
 
@@ -72,6 +73,23 @@ class Task:
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         """Parameters the postprocess model reads at initialise time."""
         raise NotImplementedError
+
+    def row_length(self, spec: BuildSpec, checkpoint: Checkpoint, tokenizer_max: int | None) -> int:
+        """Tokens per model row: the truncation length (:meth:`max_length`)."""
+        return self.max_length(checkpoint, tokenizer_max)
+
+    def step_parameters(
+        self, spec: BuildSpec, checkpoint: Checkpoint, row_length: int, facts: dict[str, str]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """The build spec's settings as (tokenizer, postprocess) parameters.
+
+        ``facts`` holds the tokenizer's ``cls_id`` and ``unk_token`` (strings, "" for none).
+        """
+        return {}, {}
+
+    def card_lines(self, spec: BuildSpec, checkpoint: Checkpoint, row_length: int) -> list[str]:
+        """Task-specific lines of the model card."""
+        return []
 
     def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         """Tensors the tokenizer step emits besides the model inputs (for the postprocess step)."""
@@ -177,6 +195,16 @@ class Classification(Task):
         function = "sigmoid" if _multi_label(checkpoint) or len(checkpoint.id2label) == 1 else "softmax"
         return {"task": "classification", "function": function, "labels_file": "labels.json"}
 
+    def step_parameters(
+        self, spec: BuildSpec, checkpoint: Checkpoint, row_length: int, facts: dict[str, str]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        if not _multi_label(checkpoint):
+            return {}, {}
+        return {}, {"threshold": str(spec.multi_label_threshold), "top_k": str(spec.multi_label_top_k)}
+
+    def card_lines(self, spec: BuildSpec, checkpoint: Checkpoint, row_length: int) -> list[str]:
+        return [_labels_line(checkpoint)]
+
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
         from transformers import AutoModelForSequenceClassification
 
@@ -237,6 +265,9 @@ class Embedding(Task):
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"task": self.name, "normalize": "true" if checkpoint.pooling.normalize else "false"}
+
+    def card_lines(self, spec: BuildSpec, checkpoint: Checkpoint, row_length: int) -> list[str]:
+        return [f"- pooling: {checkpoint.pooling.mode}, normalised: {checkpoint.pooling.normalize}"]
 
     def max_length(self, checkpoint: Checkpoint, tokenizer_max: int | None) -> int:
         limit = super().max_length(checkpoint, tokenizer_max)
@@ -300,6 +331,14 @@ class TokenClassification(Task):
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"task": self.name, "labels_file": "labels.json", "tokenizer_file": "tokenizer.json"}
 
+    def step_parameters(
+        self, spec: BuildSpec, checkpoint: Checkpoint, row_length: int, facts: dict[str, str]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        return {}, {"aggregation_strategy": spec.aggregation_strategy, "unk_token": facts.get("unk_token", "")}
+
+    def card_lines(self, spec: BuildSpec, checkpoint: Checkpoint, row_length: int) -> list[str]:
+        return [_labels_line(checkpoint), f"- aggregation strategy: {spec.aggregation_strategy} (ignored labels: O)"]
+
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
         from transformers import AutoModelForTokenClassification
 
@@ -356,6 +395,44 @@ class QuestionAnswering(Task):
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"task": self.name}
 
+    def row_length(self, spec: BuildSpec, checkpoint: Checkpoint, tokenizer_max: int | None) -> int:
+        """The window length: ``qa_max_seq_len``, else v4's min(model limit, 384)."""
+        from generator.triton_models.qa import QAInputError, resolve_window_sizes
+
+        limit = self.max_length(checkpoint, tokenizer_max)
+        if spec.qa_max_seq_len is not None and spec.qa_max_seq_len > limit:
+            raise UnsupportedModelError(
+                f"qa_max_seq_len {spec.qa_max_seq_len} is above the model's limit of {limit} tokens"
+            )
+        try:
+            window, _ = resolve_window_sizes(spec.qa_max_seq_len, spec.qa_doc_stride, limit)
+        except QAInputError as exc:
+            raise UnsupportedModelError(f"QA windows: {exc}") from None
+        return window
+
+    def step_parameters(
+        self, spec: BuildSpec, checkpoint: Checkpoint, row_length: int, facts: dict[str, str]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        tokenizer = {
+            "mode": "qa",
+            "max_seq_len": str(row_length),
+            "doc_stride": str(_doc_stride(spec, row_length)),
+            "cls_id": facts.get("cls_id", ""),
+            # One request's windows go to the model step as one batch.
+            "max_windows": str(spec.max_batch_size or 1 << 30),
+        }
+        postprocess = {
+            "max_answer_len": str(spec.qa_max_answer_len),
+            "handle_impossible_answer": "true" if spec.qa_handle_impossible_answer else "false",
+        }
+        return tokenizer, postprocess
+
+    def card_lines(self, spec: BuildSpec, checkpoint: Checkpoint, row_length: int) -> list[str]:
+        return [
+            f"- windows: {row_length} tokens, stride {_doc_stride(spec, row_length)}; "
+            f"longest answer {spec.qa_max_answer_len} tokens; no answer allowed: {spec.qa_handle_impossible_answer}"
+        ]
+
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
         import torch
         from transformers import AutoModelForQuestionAnswering
@@ -366,3 +443,13 @@ class QuestionAnswering(Task):
             return torch.stack([outputs.start_logits, outputs.end_logits], dim=-1)
 
         return _exportable(model, spans)
+
+
+def _doc_stride(spec: BuildSpec, window: int) -> int:
+    from generator.triton_models.qa import resolve_window_sizes
+
+    return resolve_window_sizes(window, spec.qa_doc_stride)[1]
+
+
+def _labels_line(checkpoint: Checkpoint) -> str:
+    return f"- labels (id order): {list(checkpoint.id2label.values())}"
