@@ -22,7 +22,8 @@ def test_bench_smoke_runs_perf_analyzer_and_writes_report(tmp_path, tiny_factory
         name="clf",
         repository=repo,
         output=tmp_path / "pa",
-        sweep=Sweep(concurrency=(1, 4), request_count=20, max_trials=3, stability_percentage=50),
+        # A fixed number of requests, no stability criterion: the smoke run proves the harness, not a quiet machine.
+        sweep=Sweep(concurrency=(1, 4), fixed_requests=24),
         texts=32,
     )
     report, paths = run_bench(options)
