@@ -5,11 +5,12 @@ inspect -> export ONNX -> parity gate -> render and validate configs -> publish 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ from rich.markdown import Markdown
 from generator import triton_models
 from generator.accuracy import AccuracyReport, measure_accuracy, read_texts, require_accuracy
 from generator.checkpoint import Checkpoint, inspect_checkpoint
-from generator.errors import CheckpointError, UnsupportedModelError
+from generator.errors import CheckpointError, GeneratorError, StageError, UnsupportedModelError
 from generator.export import export_onnx
+from generator.model_facts import ModelFacts, read_model_facts
 from generator.optimize import OptimizeReport, optimize_model
 from generator.parity import PARITY_TEXTS, ParityReport, check_parity, require_parity
 from generator.render import render_all
@@ -33,7 +35,6 @@ from generator.triton_models.tokenizer import TextEncoder
 
 __all__ = ["BuildResult", "build_repository", "config_contexts", "step_names"]
 
-_MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _PY_MODELS = Path(triton_models.__file__).resolve().parent
 
 
@@ -95,7 +96,8 @@ def config_contexts(
 ) -> dict[str, dict[str, Any]]:
     """Template variables of the four configs, keyed by step (tokenizer, model, postprocess, ensemble).
 
-    ``tokenizer_facts`` holds ``cls_id`` and ``unk_token`` (strings, "" for none) for the steps that need them.
+    ``tokenizer_facts`` holds ``cls_id``, ``unk_token`` (strings, "" for none) and ``special_tokens`` (the count
+    added to one text) for the steps that need them.
     """
     facts = tokenizer_facts or {}
     names = step_names(spec.name)
@@ -105,7 +107,7 @@ def config_contexts(
     tokenizer_out = token_tensors + [t for t in task.tokenizer_outputs(checkpoint) if t.name not in inputs]
     post_in = task.postprocess_inputs(checkpoint)
     tokenizer_settings, postprocess_settings = task.step_parameters(spec, checkpoint, max_length, facts)
-    final_out = task.ensemble_outputs(checkpoint)
+    post_out = task.postprocess_outputs(checkpoint)
     buckets = sorted({b for b in spec.buckets if b < max_length} | {max_length})
     # The Python steps are cheap: they batch whatever is queued and never wait for more. A task whose
     # requests become a different number of model rows (QA windows) runs them per request instead.
@@ -176,7 +178,7 @@ def config_contexts(
             **common,
             "name": names["postprocess"],
             "inputs": post_in,
-            "outputs": final_out,
+            "outputs": post_out,
             "instances": spec.postprocess_instances,
             "parameters": {
                 **task.postprocess_parameters(checkpoint),
@@ -187,7 +189,7 @@ def config_contexts(
             **common,
             "name": names["ensemble"],
             "inputs": text_in,
-            "outputs": final_out,
+            "outputs": task.ensemble_outputs(checkpoint),
             "response_cache": spec.response_cache,
             "steps": [
                 {
@@ -203,7 +205,7 @@ def config_contexts(
                 {
                     "model_name": names["postprocess"],
                     "input_map": {t.name: t.name for t in post_in},
-                    "output_map": {t.name: t.name for t in final_out},
+                    "output_map": {t.name: t.name for t in post_out},
                 },
             ],
         },
@@ -216,6 +218,7 @@ def _model_card(
     task: Task,
     version: int,
     max_length: int,
+    facts: ModelFacts,
     report: ParityReport,
     variant: tuple[OptimizeReport, AccuracyReport] | None,
 ) -> str:
@@ -235,7 +238,15 @@ def _model_card(
         f"- source checkpoint: `{checkpoint.path}` ({checkpoint.model_type}, {architectures})",
         f"- task: {task.name}",
         f"- built: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
-        f"- truncation: {max_length} tokens; length buckets: {spec.buckets}",
+        f"- model inputs: {', '.join(facts.inputs)} (from the model's forward signature and config)",
+        f"- model limit: {facts.position_limit} tokens ({facts.limit_source})",
+        (
+            f"- truncation: texts longer than {max_length} tokens are cut there, as the transformers pipeline and "
+            "sentence-transformers do; the `TRUNCATED` output says which"
+            if task.truncates
+            else f"- windows of {max_length} tokens: nothing is truncated"
+        ),
+        f"- length buckets: {spec.buckets}",
         "- contract: inputs "
         + ", ".join(f"`{t.name}`" for t in task.ensemble_inputs(checkpoint))
         + f" (TYPE_STRING, {shape((1,))}); outputs "
@@ -274,6 +285,27 @@ def _quiet_transformers() -> None:
     hf_logging.set_verbosity_error()  # e.g. the "sequence longer than maximum" notice the parity texts trigger
 
 
+@contextlib.contextmanager
+def _stage(name: str) -> Iterator[None]:
+    """Run one build stage: an error no check anticipated becomes a one-line :class:`StageError` naming it.
+
+    Errors raised on purpose (:class:`GeneratorError`) pass unchanged; so do Ctrl-C and exits. Rust
+    panics (tokenizers, safetensors) derive from BaseException, so everything else is caught.
+    """
+    try:
+        yield
+    except (GeneratorError, KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:
+        raise StageError(name, exc) from exc
+
+
+def _probe_token(hf_tokenizer: Any) -> int:
+    """An ordinary (non-special, non-padding) token id to probe the model's length with."""
+    ids = hf_tokenizer("a", add_special_tokens=False)["input_ids"]
+    return int(ids[0]) if ids else int(hf_tokenizer.unk_token_id or 0)
+
+
 def build_repository(spec: BuildSpec, *, console: Console | None = None) -> BuildResult:
     """Build ``spec`` into a new version of its ensemble; publish only if every check passes."""
     console = console or Console(stderr=True)
@@ -283,9 +315,16 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         checkpoint = inspect_checkpoint(spec.model)
         task = _choose_task(spec, checkpoint)
         hf_tokenizer = _load_tokenizer(checkpoint)
-    max_length = task.row_length(spec, checkpoint, getattr(hf_tokenizer, "model_max_length", None))
-    inputs = [n for n in _MODEL_INPUTS if n in hf_tokenizer.model_input_names]
-    console.print(f"[bold]{checkpoint.path}[/]: {checkpoint.model_type}, task {task.name}, max length {max_length}")
+    with console.status("Loading PyTorch weights…"), _stage("loading the PyTorch model"):
+        module = task.load_module(checkpoint)
+    with console.status("Reading the model's inputs and length limit…"), _stage("reading the model's inputs"):
+        facts = read_model_facts(module, _probe_token(hf_tokenizer))
+    max_length = task.row_length(spec, checkpoint, facts.position_limit, getattr(hf_tokenizer, "model_max_length", 0))
+    inputs = list(facts.inputs)
+    console.print(
+        f"[bold]{checkpoint.path}[/]: {checkpoint.model_type}, task {task.name}, max length {max_length} "
+        f"(model: {facts.position_limit}, {facts.limit_source}), inputs {', '.join(inputs)}"
+    )
     with staging(spec.repository, list(names.values())) as stage:
         tok_dir = stage.version_dir(names["tokenizer"])
         hf_tokenizer.backend_tokenizer.save(str(tok_dir / "tokenizer.json"))
@@ -295,17 +334,15 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         )
         onnx_path = stage.version_dir(names["model"]) / "model.onnx"
         fp32_path = stage.root.parent / f"{stage.root.name}.fp32.onnx"
-        with console.status("Loading PyTorch weights…"):
-            module = task.load_module(checkpoint)
         try:
-            with console.status("Exporting to ONNX (dynamic batch and sequence axes)…"):
+            with console.status("Exporting to ONNX (dynamic batch and sequence axes)…"), _stage("ONNX export"):
                 export_onnx(
                     module,
                     encoder(["a short sample", "a longer sample text, used to trace the model"]),
                     task.onnx_output,
                     fp32_path,
                 )
-            with console.status("Checking parity against PyTorch…"):
+            with console.status("Checking parity against PyTorch…"), _stage("parity check"):
                 report = check_parity(
                     module, hf_tokenizer, encoder, fp32_path, max_length=max_length, tolerance=spec.parity_tolerance,
                     pairs=_pairs_for(task, checkpoint, PARITY_TEXTS),
@@ -313,9 +350,10 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
                 )  # fmt: skip
             console.print(Markdown(report.to_markdown()))
             require_parity(report)
-            variant = _optimise(
-                spec, checkpoint, task, module, hf_tokenizer, encoder, fp32_path, onnx_path, max_length, console
-            )
+            with _stage("optimisation and accuracy gate"):
+                variant = _optimise(
+                    spec, checkpoint, task, module, hf_tokenizer, encoder, fp32_path, onnx_path, max_length, console
+                )
         finally:
             fp32_path.unlink(missing_ok=True)
         if spec.runtime == "tensorrt":
@@ -330,11 +368,13 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             )
             (onnx_path.parent / "engine.json").write_text(engine.to_json())
         with console.status("Rendering and validating configs…"):
-            facts = {
+            tokenizer_facts = {
                 "cls_id": "" if hf_tokenizer.cls_token_id is None else str(hf_tokenizer.cls_token_id),
                 "unk_token": hf_tokenizer.unk_token or "",
+                "special_tokens": str(encoder.tokenizer.num_special_tokens_to_add(False)),
             }
-            configs = render_all(config_contexts(spec, checkpoint, task, inputs, max_length, pad_id, facts))
+            contexts = config_contexts(spec, checkpoint, task, inputs, max_length, pad_id, tokenizer_facts)
+            configs = render_all(contexts)
             for step, (text, _) in configs.items():
                 stage.write_config(names[step], text)
         for step in ("tokenizer", "postprocess"):
@@ -348,7 +388,7 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         (post_dir / "labels.json").write_text(json.dumps(list(checkpoint.id2label.values()), ensure_ascii=False))
         card_dir = stage.version_dir(names["ensemble"])
         (card_dir / "model_card.md").write_text(
-            _model_card(spec, checkpoint, task, stage.version, max_length, report, variant), encoding="utf-8"
+            _model_card(spec, checkpoint, task, stage.version, max_length, facts, report, variant), encoding="utf-8"
         )
         (card_dir / "parity.json").write_text(
             json.dumps(
@@ -371,6 +411,7 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
                     "task": task.name,
                     "max_length": max_length,
                     "inputs": inputs,
+                    "position_limit": facts.position_limit,
                     "variant": _variant_name(spec),
                     "accuracy": None if variant is None else variant[1].__dict__,
                 },

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from generator.errors import GeneratorError
+from generator.errors import GeneratorError, describe
 
 __all__ = ["main"]
 
 EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 1
 
 
 def _build(args: argparse.Namespace) -> None:
@@ -50,6 +52,8 @@ def _build(args: argparse.Namespace) -> None:
         accept_accuracy_loss=args.accept_accuracy_loss,
         runtime=args.runtime,
         aggregation_strategy=args.aggregation_strategy,
+        ner_stride=args.ner_stride,
+        max_length=args.max_length,
         qa_max_seq_len=args.qa_max_seq_len,
         qa_doc_stride=args.qa_doc_stride,
         qa_max_answer_len=args.qa_max_answer_len,
@@ -119,7 +123,11 @@ def _engine(args: argparse.Namespace) -> None:
 def _bench(args: argparse.Namespace) -> None:
     from generator.bench import BenchOptions, Sweep, run_bench
 
-    sweep = Sweep(concurrency=_ints(args.concurrency) or Sweep().concurrency, request_count=args.request_count)
+    sweep = Sweep(
+        concurrency=_ints(args.concurrency) or Sweep().concurrency,
+        request_count=args.request_count,
+        fixed_requests=args.fixed_requests,
+    )
     baselines = tuple(b for b in args.baselines.split(",") if b) if args.baselines is not None else None
     options = BenchOptions(
         name=args.name,
@@ -179,6 +187,10 @@ def _parser() -> argparse.ArgumentParser:
         choices=STRATEGIES,
         help="token classification: how tokens are grouped into entities (default simple)",
     )
+    build.add_argument(
+        "--ner-stride", type=int, help="token classification: tokens neighbouring windows share (default window/4)"
+    )
+    build.add_argument("--max-length", type=int, help="tokens per model row (default: the model's own limit)")
     build.add_argument("--qa-max-seq-len", type=int, help="QA window length in tokens (default min(max, 384))")
     build.add_argument("--qa-doc-stride", type=int, help="QA tokens shared by neighbouring windows (default 128)")
     build.add_argument("--qa-max-answer-len", type=int, help="QA longest answer in tokens (default 15)")
@@ -222,6 +234,12 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--output", type=Path, default=Path("perf_analyzer_configs"))
     bench.add_argument("--concurrency", help="comma-separated concurrency levels (default 1,2,4,8,16)")
     bench.add_argument("--request-count", type=int, default=256, help="requests per measurement window")
+    bench.add_argument(
+        "--fixed-requests",
+        type=int,
+        default=0,
+        help="send exactly N requests per point, no stability criterion (smoke runs; default: until stable)",
+    )
     bench.add_argument("--texts", type=int, default=512, help="number of distinct request texts")
     bench.add_argument("--compare", help="comma-separated other ensembles to measure in the same run")
     bench.add_argument("--baselines", help="comma-separated subset of pipeline,nobatch,ceiling (default: all)")
@@ -239,4 +257,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug of ours: still one line, the traceback only on request
+        if os.environ.get("TRITONGEN_TRACEBACK"):
+            raise
+        print(
+            f"internal error in `{args.command}`: {describe(exc)} "
+            "(set TRITONGEN_TRACEBACK=1 for the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL_ERROR
     return 0

@@ -72,6 +72,8 @@ def infer(
             value = array[i]
             if value.dtype == np.object_:
                 row[key] = value.reshape(-1)[0].decode("utf-8")
+            elif value.dtype == np.bool_:
+                row[key] = bool(value.reshape(-1)[0])
             elif value.size == 1:
                 item = value.reshape(-1)[0]
                 row[key] = int(item) if np.issubdtype(value.dtype, np.integer) else float(item)

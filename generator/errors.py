@@ -9,6 +9,7 @@ them to a one-line message and exit code 2. The tree::
     ├── SpecError                invalid build settings
     ├── ExportError              ONNX export failed
     ├── ParityError              exported model disagrees with PyTorch
+    ├── StageError               an unexpected failure inside one build stage (names the stage)
     ├── ConfigValidationError    a rendered config.pbtxt or the ensemble wiring is wrong
     ├── RepositoryError          the output repository cannot be written
     ├── ServerError              tritonserver could not start or answer
@@ -40,6 +41,26 @@ class ExportError(GeneratorError):
 
 class ParityError(GeneratorError):
     """The exported model's outputs differ from PyTorch beyond tolerance."""
+
+
+class StageError(GeneratorError):
+    """Something failed inside one build stage that no check caught (a library error, a model quirk).
+
+    ``stage`` names the stage (``export``, ``parity check``, ...) and ``cause`` keeps the original
+    exception; the message is one line built from both, so the CLI never shows a traceback.
+    """
+
+    def __init__(self, stage: str, cause: BaseException) -> None:
+        self.stage = stage
+        self.cause = cause
+        super().__init__(f"{stage} failed: {describe(cause)}")
+
+
+def describe(exc: BaseException, width: int = 300) -> str:
+    """``Type: message`` on one line (ONNX Runtime puts the cause on its second line), at most ``width`` long."""
+    message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 class ConfigValidationError(GeneratorError):

@@ -17,7 +17,7 @@ import numpy as np
 
 from generator.errors import ParityError
 
-__all__ = ["PARITY_TEXTS", "ParityReport", "ParityRow", "check_parity", "require_parity"]
+__all__ = ["PARITY_TEXTS", "ParityReport", "ParityRow", "check_parity", "reference_encode", "require_parity"]
 
 PARITY_TEXTS: tuple[str, ...] = (
     "I love this movie!",
@@ -131,7 +131,7 @@ def check_parity(
     second = list(pairs) if pairs is not None else [None] * len(texts)
     for text, pair, encoding, exported_row in zip(texts, second, encodings, exported):
         segments = (text,) if pair is None else (text, pair)
-        reference_inputs = hf_tokenizer(*segments, truncation=True, max_length=max_length, return_tensors="pt")
+        reference_inputs = reference_encode(hf_tokenizer, encoder, segments, max_length=max_length)
         if reference_inputs["input_ids"][0].tolist() != list(encoding.ids):
             mismatches.append(text)
         feeds = {name: reference_inputs[name] for name in encoder.input_names}
@@ -151,6 +151,21 @@ def check_parity(
             )
         )
     return ParityReport(rows=rows, tolerance=tolerance, tokenizer_mismatches=mismatches)
+
+
+def reference_encode(hf_tokenizer: Any, encoder: Any, segments: Sequence[Any], **kwargs: Any) -> Any:
+    """The checkpoint's own tokenizer on ``segments``, returning every input the model takes (as tensors).
+
+    Type ids are asked for explicitly: transformers 5 returns them only when the tokenizer config lists
+    them in ``model_input_names``, which tokenizers it saved often do not, although the model embeds them.
+    """
+    return hf_tokenizer(
+        *segments,
+        truncation=True,
+        return_tensors="pt",
+        return_token_type_ids="token_type_ids" in encoder.input_names,
+        **kwargs,
+    )
 
 
 def require_parity(report: ParityReport) -> None:

@@ -115,6 +115,7 @@ class BuildSpec:
     response_cache: bool = False
     onnxruntime: OnnxRuntimeSettings = field(default_factory=OnnxRuntimeSettings)
     tensorrt: TensorRTAccelerator = field(default_factory=TensorRTAccelerator)
+    max_length: int | None = None  # tokens a model row holds; None: the model's own limit (and the tokenizer's)
     parity_tolerance: float = 1e-4
     precision: Literal["fp32", "fp16", "int8"] = "fp32"
     optimize: bool = False  # offline transformer fusions (ONNX Runtime only)
@@ -126,6 +127,7 @@ class BuildSpec:
     multi_label_threshold: float = 0.5  # multi-label: labels at or above this score go into LABELS
     multi_label_top_k: int = 0  # multi-label: at most this many labels in LABELS (0: no limit)
     aggregation_strategy: str = "simple"  # token classification: none, simple, first, average or max
+    ner_stride: int | None = None  # token classification: tokens neighbouring windows share; None: window/4 (<= 128)
     qa_max_seq_len: int | None = None  # QA window length; None: min(model max length, 384) as in transformers
     qa_doc_stride: int | None = None  # QA window overlap; None: min(window // 2, 128) as in transformers
     qa_max_answer_len: int = 15  # QA: longest answer, in tokens
@@ -211,6 +213,15 @@ def _validate(spec: BuildSpec) -> None:
             f"aggregation strategy `{spec.aggregation_strategy}` is unknown; "
             f"use one of {', '.join(AGGREGATION_STRATEGIES)}"
         )
+    if spec.ner_stride is not None and spec.ner_stride < 0:
+        raise SpecError(f"ner_stride must be >= 0, got {spec.ner_stride}")
+    if spec.ner_stride and spec.aggregation_strategy == "none":
+        raise SpecError(
+            "aggregation strategy `none` cannot merge overlapping windows (nor can the transformers pipeline): "
+            "set ner_stride to 0 or choose simple, first, average or max"
+        )
+    if spec.max_length is not None and spec.max_length < 8:
+        raise SpecError(f"max_length must be >= 8, got {spec.max_length}")
     if spec.qa_max_answer_len < 1:
         raise SpecError(f"qa_max_answer_len must be >= 1, got {spec.qa_max_answer_len}")
     if spec.qa_max_seq_len is not None and spec.qa_max_seq_len < 8:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from generator.errors import UnsupportedModelError
+from generator.errors import SpecError, UnsupportedModelError
 
 if TYPE_CHECKING:
     import torch
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from generator.checkpoint import Checkpoint
     from generator.spec import BuildSpec
 
-__all__ = ["TASKS", "Task", "TensorSpec", "detect_task", "get_task", "register_task"]
+__all__ = ["TASKS", "TRUNCATED", "Task", "TensorSpec", "detect_task", "get_task", "ner_stride", "register_task"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,9 @@ class TensorSpec:
     name: str
     data_type: str
     dims: tuple[int, ...]
+
+
+TRUNCATED = TensorSpec("TRUNCATED", "TYPE_BOOL", (1,))  # True where the text was cut at the model's length
 
 
 class Task:
@@ -47,6 +50,9 @@ class Task:
     # The accuracy gate's measure: "labels" (argmax per text), "cosine", "token_labels" (argmax per
     # token), or "spans" (the argmax start and end token per text).
     gate: ClassVar[str] = "labels"
+    # Whether a text longer than the model loses its tail (classification and embeddings, as the transformers
+    # pipeline and sentence-transformers do): the ensemble then says so per text in ``TRUNCATED``.
+    truncates: ClassVar[bool] = True
     # Modules of ``generator/triton_models`` the Python steps import, copied next to their ``model.py``.
     helper_modules: ClassVar[tuple[str, ...]] = ()
 
@@ -66,17 +72,28 @@ class Task:
         """The ensemble's (and tokenizer step's) inputs: one text by default."""
         return [TensorSpec("TEXT", "TYPE_STRING", (1,))]
 
-    def ensemble_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        """The ensemble's (and postprocess step's) outputs."""
+    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """The postprocess step's outputs (the ensemble's, but ``TRUNCATED``)."""
         raise NotImplementedError
+
+    def ensemble_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """What clients get: the postprocess outputs, and ``TRUNCATED`` for tasks that truncate by design."""
+        return self.postprocess_outputs(checkpoint) + ([TRUNCATED] if self.truncates else [])
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         """Parameters the postprocess model reads at initialise time."""
         raise NotImplementedError
 
-    def row_length(self, spec: BuildSpec, checkpoint: Checkpoint, tokenizer_max: int | None) -> int:
-        """Tokens per model row: the truncation length (:meth:`max_length`)."""
-        return self.max_length(checkpoint, tokenizer_max)
+    def row_length(
+        self, spec: BuildSpec, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None
+    ) -> int:
+        """Tokens per model row: the truncation length (:meth:`max_length`), or the spec's shorter ``max_length``."""
+        limit = self.max_length(checkpoint, position_limit, tokenizer_max)
+        if spec.max_length is None:
+            return limit
+        if spec.max_length > limit:
+            raise UnsupportedModelError(f"max_length {spec.max_length} is above the model's limit of {limit} tokens")
+        return spec.max_length
 
     def step_parameters(
         self, spec: BuildSpec, checkpoint: Checkpoint, row_length: int, facts: dict[str, str]
@@ -92,8 +109,8 @@ class Task:
         return []
 
     def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        """Tensors the tokenizer step emits besides the model inputs (for the postprocess step)."""
-        return []
+        """Tensors the tokenizer step emits besides the model inputs (for the postprocess step or the client)."""
+        return [TRUNCATED] if self.truncates else []
 
     def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         """Ensemble tensors the postprocess step reads: the model output by default."""
@@ -103,17 +120,21 @@ class Task:
         """The module to export: ``forward(input_ids, attention_mask, token_type_ids=None)`` -> one tensor."""
         raise NotImplementedError
 
-    def max_length(self, checkpoint: Checkpoint, tokenizer_max: int | None) -> int:
-        """The number of tokens inputs are truncated to."""
-        limits = [int(checkpoint.config.get("max_position_embeddings", 512))]
-        if checkpoint.model_type in ("roberta", "xlm-roberta", "camembert"):
-            limits[0] -= 2  # these offset positions by padding_idx + 1
-        if tokenizer_max and tokenizer_max < 1_000_000:
+    def max_length(self, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None) -> int:
+        """The number of tokens inputs are truncated to.
+
+        ``position_limit`` is the longest input the model runs (``generator.model_facts``); a tokenizer
+        that declares a shorter ``model_max_length`` lowers it, as the transformers pipeline truncates there
+        (transformers writes 1e30 when none was declared: no limit).
+        """
+        limits = [int(position_limit)]
+        if tokenizer_max and tokenizer_max < _NO_TOKENIZER_LIMIT:
             limits.append(int(tokenizer_max))
         return min(limits)
 
 
 TASKS: dict[str, Task] = {}
+_NO_TOKENIZER_LIMIT = 1_000_000  # tokenizers that declare no limit report int(1e30)
 
 
 def register_task(cls: type[Task]) -> type[Task]:
@@ -180,7 +201,7 @@ class Classification(Task):
     def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
         return (len(checkpoint.id2label),)
 
-    def ensemble_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         outputs = [
             TensorSpec("LABEL", "TYPE_STRING", (1,)),
             TensorSpec("SCORE", "TYPE_FP32", (1,)),
@@ -260,7 +281,7 @@ class Embedding(Task):
     def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
         return (checkpoint.hidden_size,)
 
-    def ensemble_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [TensorSpec("EMBEDDING", "TYPE_FP32", (checkpoint.hidden_size,))]
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
@@ -269,8 +290,8 @@ class Embedding(Task):
     def card_lines(self, spec: BuildSpec, checkpoint: Checkpoint, row_length: int) -> list[str]:
         return [f"- pooling: {checkpoint.pooling.mode}, normalised: {checkpoint.pooling.normalize}"]
 
-    def max_length(self, checkpoint: Checkpoint, tokenizer_max: int | None) -> int:
-        limit = super().max_length(checkpoint, tokenizer_max)
+    def max_length(self, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None) -> int:
+        limit = super().max_length(checkpoint, position_limit, tokenizer_max)
         if checkpoint.pooling.max_seq_length:
             limit = min(limit, checkpoint.pooling.max_seq_length)
         return limit
@@ -299,6 +320,23 @@ _TOKEN_METADATA = [
     TensorSpec("word_ids", "TYPE_INT64", (-1,)),
     TensorSpec("offsets", "TYPE_INT64", (-1, 2)),
 ]
+_WINDOW_EXAMPLE = TensorSpec("window_example", "TYPE_INT64", (1,))  # the request row each window belongs to
+
+
+def ner_stride(spec: BuildSpec, window: int) -> int:
+    """Tokens neighbouring NER windows share: ``ner_stride``, else a quarter window (at most 128); 0 for ``none``.
+
+    The pipeline refuses a stride with ``none`` (it could not merge repeated tokens), so ``none`` gets
+    windows that do not overlap.
+    """
+    if spec.ner_stride is not None:
+        return spec.ner_stride
+    return 0 if spec.aggregation_strategy == "none" else min(window // 4, 128)
+
+
+def _max_windows(spec: BuildSpec) -> dict[str, str]:
+    """One request's windows go to the model step as one batch: at most its max_batch_size."""
+    return {"max_windows": str(spec.max_batch_size or 1 << 30)}
 
 
 @register_task
@@ -310,22 +348,25 @@ class TokenClassification(Task):
     gate = "token_labels"
     helper_modules = ("ner",)
     head = "ForTokenClassification"
+    # Long texts become the pipeline's overlapping windows (one request, several model rows): nothing is cut.
+    batched_io = False
+    truncates = False
 
     def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
         return (-1, len(checkpoint.id2label))
 
     def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return list(_TOKEN_METADATA)
+        return [*_TOKEN_METADATA, _WINDOW_EXAMPLE]
 
     def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [
             TensorSpec("TEXT", "TYPE_STRING", (1,)),
             *super().postprocess_inputs(checkpoint),
             TensorSpec("input_ids", "TYPE_INT64", (-1,)),
-            *_TOKEN_METADATA,
+            *self.tokenizer_outputs(checkpoint),
         ]
 
-    def ensemble_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [TensorSpec("ENTITIES", "TYPE_STRING", (1,))]  # JSON list of entities
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
@@ -334,10 +375,22 @@ class TokenClassification(Task):
     def step_parameters(
         self, spec: BuildSpec, checkpoint: Checkpoint, row_length: int, facts: dict[str, str]
     ) -> tuple[dict[str, str], dict[str, str]]:
-        return {}, {"aggregation_strategy": spec.aggregation_strategy, "unk_token": facts.get("unk_token", "")}
+        stride = ner_stride(spec, row_length)
+        room = row_length - int(facts.get("special_tokens", "0"))
+        if stride >= room:
+            raise SpecError(
+                f"ner_stride {stride} must be below the {room} text tokens of a {row_length}-token window; lower it"
+            )
+        tokenizer = {"mode": "windows", "stride": str(stride), **_max_windows(spec)}
+        return tokenizer, {"aggregation_strategy": spec.aggregation_strategy, "unk_token": facts.get("unk_token", "")}
 
     def card_lines(self, spec: BuildSpec, checkpoint: Checkpoint, row_length: int) -> list[str]:
-        return [_labels_line(checkpoint), f"- aggregation strategy: {spec.aggregation_strategy} (ignored labels: O)"]
+        return [
+            _labels_line(checkpoint),
+            f"- aggregation strategy: {spec.aggregation_strategy} (ignored labels: O)",
+            f"- long texts: windows of {row_length} tokens sharing {ner_stride(spec, row_length)} tokens, "
+            "entities merged as the transformers pipeline does with `stride` (nothing is truncated)",
+        ]
 
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
         from transformers import AutoModelForTokenClassification
@@ -357,6 +410,7 @@ class QuestionAnswering(Task):
     name = "question-answering"
     onnx_output = "span_logits"
     batched_io = False
+    truncates = False  # long contexts become windows
     pair_input = True
     gate = "spans"
     helper_modules = ("qa",)
@@ -371,7 +425,7 @@ class QuestionAnswering(Task):
     def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [
             TensorSpec("attention_mask", "TYPE_INT64", (-1,)),  # even for models that do not take it
-            TensorSpec("window_example", "TYPE_INT64", (1,)),  # the request row each window belongs to
+            _WINDOW_EXAMPLE,
             TensorSpec("sequence_ids", "TYPE_INT64", (-1,)),
             TensorSpec("p_mask", "TYPE_BOOL", (-1,)),
             *_TOKEN_METADATA[1:],  # word_ids, offsets
@@ -384,7 +438,7 @@ class QuestionAnswering(Task):
             *self.tokenizer_outputs(checkpoint),
         ]
 
-    def ensemble_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [
             TensorSpec("ANSWER", "TYPE_STRING", (1,)),
             TensorSpec("SCORE", "TYPE_FP32", (1,)),
@@ -395,11 +449,13 @@ class QuestionAnswering(Task):
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"task": self.name}
 
-    def row_length(self, spec: BuildSpec, checkpoint: Checkpoint, tokenizer_max: int | None) -> int:
+    def row_length(
+        self, spec: BuildSpec, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None
+    ) -> int:
         """The window length: ``qa_max_seq_len``, else v4's min(model limit, 384)."""
         from generator.triton_models.qa import QAInputError, resolve_window_sizes
 
-        limit = self.max_length(checkpoint, tokenizer_max)
+        limit = self.max_length(checkpoint, position_limit, tokenizer_max)
         if spec.qa_max_seq_len is not None and spec.qa_max_seq_len > limit:
             raise UnsupportedModelError(
                 f"qa_max_seq_len {spec.qa_max_seq_len} is above the model's limit of {limit} tokens"
@@ -418,8 +474,7 @@ class QuestionAnswering(Task):
             "max_seq_len": str(row_length),
             "doc_stride": str(_doc_stride(spec, row_length)),
             "cls_id": facts.get("cls_id", ""),
-            # One request's windows go to the model step as one batch.
-            "max_windows": str(spec.max_batch_size or 1 << 30),
+            **_max_windows(spec),
         }
         postprocess = {
             "max_answer_len": str(spec.qa_max_answer_len),

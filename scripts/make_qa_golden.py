@@ -32,7 +32,7 @@ from transformers import AutoTokenizer, pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "tests" / "assets" / "qa"
-ARCHS = ("bert", "roberta", "xlm-roberta")
+ARCHS = ("bert", "roberta", "xlm-roberta", "albert")
 
 # name -> keyword arguments of the pipeline call (v4 names)
 SETTINGS: dict[str, dict] = {
@@ -98,7 +98,28 @@ COMMON_CASES: list[dict[str, str]] = [
     {"question": "Nothing?", "context": "   "},
     {"question": "When did Zoë pay, and how much?", "context": LONG},
     {"question": "Where was Zoë born?", "context": LONG[: len(LONG) // 3]},
+    # One sentence with accented words and an emoji (the case that exposed dropped token type ids).
+    {"question": "What is this?", "context": "This is a crème brûlée from the café in Zürich 🍮, très délicieuse."},
 ]
+# Several questions about each context: accents (precomposed and combining), emoji sequences, mixed case.
+_MULTI = {
+    "Ame\u0301lie Poulain and Zoe\u0308 Saldaña opened a CAFÉ in Malmö 🇸🇪 in 2019; "
+    "the café serves crème brûlée, jalapeño piñatas and smörgåsbord to 👩🏽\u200d🍳 chefs.": (
+        "Who opened the café?",
+        "Where is the CAFÉ?",
+        "When did they open it?",
+        "What does the café serve?",
+        "WHO ARE THE CHEFS? 👩🏽\u200d🍳",
+    ),
+    "The naïve résumé of Søren Kierkegaard lists Ørsted, Åland and São Tomé; "
+    "its façade 🏛️ is dated 1843 — déjà vu for the coöperative.": (
+        "Whose résumé is it?",
+        "What year is the façade dated?",
+        "Which places does it list?",
+        "resume?",
+    ),
+}
+COMMON_CASES += [{"question": q, "context": c} for c, questions in _MULTI.items() for q in questions]
 
 
 def _boundary_cases(tokenizer, question: str, text: str, sizes: tuple[int, ...]) -> list[dict[str, str]]:

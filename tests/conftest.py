@@ -34,10 +34,10 @@ def tiny_factory(tmp_path_factory: pytest.TempPathFactory):
     """Build (once per session) a tiny random checkpoint: ``tiny_factory(arch, task)``."""
     from tests.tiny_checkpoints import make_checkpoint
 
-    cache: dict[tuple[str, str], Path] = {}
+    cache: dict[tuple, Path] = {}
 
     def build(arch: str, task: str = "classification", **kwargs) -> Path:
-        key = (arch, task)
+        key = (arch, task, *sorted(kwargs.items()))
         if key not in cache:
             cache[key] = make_checkpoint(arch, tmp_path_factory.mktemp(f"{arch}-{task}"), task=task, **kwargs)
         return cache[key]

@@ -127,6 +127,86 @@ def test_build_exits_2_when_spec_file_invalid(tmp_path, capsys):
     assert message == "error: preferred batch size 16 must be between 1 and max_batch_size (8)"
 
 
+def _raise_on_call(number: int, real, error: BaseException):
+    """``real``, except that its ``number``-th call raises ``error`` (a failure inside one stage)."""
+    calls = {"n": 0}
+
+    def wrapper(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == number:
+            raise error
+        return real(*args, **kwargs)
+
+    return wrapper
+
+
+def _break_export(monkeypatch):
+    import onnx
+
+    monkeypatch.setattr(onnx.checker, "check_model", _raise_on_call(1, None, onnx.checker.ValidationError("bad graph")))
+
+
+def _break_session_run(number: int):
+    def patch(monkeypatch):
+        import onnxruntime
+        from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+        error = InvalidArgument(
+            "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Non-zero status code returned while running Gather node.\n"
+            "Status Message: indices element out of data bounds, idx=514 must be within the inclusive range [-514,513]"
+        )
+        run = onnxruntime.InferenceSession.run
+        monkeypatch.setattr(onnxruntime.InferenceSession, "run", _raise_on_call(number, run, error))
+
+    return patch
+
+
+def _break_fp16_conversion(monkeypatch):
+    import onnxruntime.transformers.float16 as float16
+
+    monkeypatch.setattr(float16, "convert_float_to_float16", _raise_on_call(1, None, KeyError("Cast")))
+
+
+# stage named in the message -> (how to break it, build options). FP16 keeps the optimised builds fast.
+STAGE_FAILURES = {
+    "ONNX export": (_break_export, []),
+    "parity check": (_break_session_run(1), []),  # what an MPNet built past its positions used to do
+    "optimisation": (_break_fp16_conversion, ["--precision", "fp16"]),
+    "accuracy gate": (_break_session_run(2), ["--precision", "fp16"]),  # parity ran the 1st session.run
+}
+
+
+@pytest.mark.parametrize("stage", list(STAGE_FAILURES))
+def test_build_exits_2_with_one_line_naming_the_stage_when_it_fails_inside(
+    stage, tiny_factory, tmp_path, capsys, monkeypatch
+):
+    breaker, options = STAGE_FAILURES[stage]
+    breaker(monkeypatch)
+    repo = tmp_path / "repo"
+    code = main(["build", "--model", str(tiny_factory("bert")), "--repository", str(repo), *options])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "Traceback" not in err
+    message = err.strip().splitlines()[-1]
+    assert message.startswith(f"error: {stage} failed: "), message
+    assert len(message) < 400
+    _assert_nothing_written(repo)
+
+
+def test_cli_reports_an_internal_error_in_one_line_without_traceback(tmp_path, capsys, monkeypatch):
+    import generator.spec
+
+    monkeypatch.setattr(generator.spec, "load_spec", _raise_on_call(1, None, ZeroDivisionError("division by zero")))
+    code = main(["build", "--model", str(tmp_path), "--repository", str(tmp_path / "repo")])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Traceback" not in err
+    assert err.strip().splitlines() == [
+        "internal error in `build`: ZeroDivisionError: division by zero "
+        "(set TRITONGEN_TRACEBACK=1 for the traceback, and please report it)"
+    ]
+
+
 def test_cli_process_exits_2_with_one_line_when_checkpoint_missing(tmp_path):
     result = subprocess.run(
         [

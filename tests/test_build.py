@@ -13,17 +13,28 @@ from generator.export import onnx_io
 from generator.spec import BuildSpec
 from tests.tiny_checkpoints import ARCHITECTURES
 
-WITHOUT_TOKEN_TYPES = {"distilbert", "roberta", "xlm-roberta", "mpnet"}
+# Models that embed no second segment: no token-type table (DistilBERT, MPNet), one type (RoBERTa, XLM-R), or
+# type_vocab_size 0 (DeBERTa-v3 layout).
+WITHOUT_TOKEN_TYPES = {"distilbert", "roberta", "xlm-roberta", "mpnet", "deberta-v2"}
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_build_passes_parity_when_classifier_of_each_architecture(arch, tiny_factory, tmp_path):
+def test_build_passes_parity_when_tokenizer_declares_no_limit_nor_inputs(arch, tiny_factory, tmp_path):
+    """The tokenizer says nothing (model_max_length 1e30, no model_input_names), as transformers 5 saves it.
+
+    The length limit (64 tokens, whatever the position scheme: RoBERTa and MPNet number positions from
+    padding_idx + 1) and the inputs (type ids where the model embeds two segments) come from the model, and
+    the parity texts longer than the model run at that limit.
+    """
     repo = tmp_path / "repo"
-    result = build_repository(BuildSpec(model=str(tiny_factory(arch)), name="clf", repository=repo))
+    result = build_repository(
+        BuildSpec(model=str(tiny_factory(arch, declare_limits=False)), name="clf", repository=repo)
+    )
     assert result.task == "classification"
+    assert result.max_length == 64
     assert result.parity.passed
     assert result.parity.max_abs_diff <= 1e-4
-    assert any(row.truncated for row in result.parity.rows)
+    assert any(row.truncated and row.tokens == 64 for row in result.parity.rows)
     inputs, outputs = onnx_io(repo / "clf_model" / "1" / "model.onnx")
     expected = ["input_ids", "attention_mask"] + ([] if arch in WITHOUT_TOKEN_TYPES else ["token_type_ids"])
     assert inputs == expected

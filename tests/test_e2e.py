@@ -88,6 +88,8 @@ def test_classification_matches_transformers_pipeline(deployment, name, protocol
     id2label = AutoConfig.from_pretrained(str(checkpoints[name])).id2label
     assert [row["LABEL"] for row in rows] == [id2label[int(i)] for i in expected.argmax(axis=1)]
     np.testing.assert_allclose([row["SCORE"] for row in rows], expected.max(axis=1), atol=1e-4)
+    # Classification truncates by design (as the pipeline does); the response says where it did.
+    assert [row["TRUNCATED"] for row in rows] == [False] * (len(TEXTS) - 1) + [True]
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
@@ -98,6 +100,7 @@ def test_embedding_matches_sentence_transformers_pooling(deployment, protocol):
     expected = _sentence_embeddings(checkpoints["emb"], TEXTS, max_length=256)
     assert got.shape == (len(TEXTS), 384)
     np.testing.assert_allclose(got, expected, atol=1e-4)
+    assert [row["TRUNCATED"] for row in rows] == [False] * (len(TEXTS) - 1) + [True]  # 360 words > 256 tokens
 
 
 def test_invalid_utf8_gets_an_error_and_server_keeps_serving(deployment):
@@ -116,6 +119,7 @@ def test_huge_text_is_truncated_not_rejected(deployment):
     (row,) = infer(["x" + " word" * 20_000], name="emb", url=server.grpc_url)  # 100,000 characters
     assert len(row["EMBEDDING"]) == 384
     assert abs(np.linalg.norm(row["EMBEDDING"]) - 1.0) < 1e-4
+    assert row["TRUNCATED"] is True
 
 
 def test_batch_of_64_matches_single_requests(deployment):

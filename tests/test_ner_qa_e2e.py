@@ -35,21 +35,26 @@ NER_TEXTS = [
     "The team 👍🏽 sent the new phone 📱 to the family in Москва!",
     "spaces,  tabs\tand\nnewlines   everywhere",
     "",
-    " ".join(f"Berlin{i} and Paris, then São Paulo" for i in range(30)),  # truncated at the model's length
+    # Several times the model's 32 tokens: windows overlapping by the stride, entities merged.
+    " ".join(f"Berlin{i} and Paris, then São Paulo" for i in range(30)),
+    " ".join(f"Zoë met Łukasz in Zürich 🎉 on day {i}; the café in 東京 was closed." for i in range(12)),
 ]
-# (checkpoint arch, aggregation strategy): every strategy, and each tokenizer family more than once.
+# (checkpoint arch, aggregation strategy, ner_stride): every strategy, each tokenizer family more than once,
+# the default stride (a quarter window: 8 tokens) and an explicit one.
 NER_BUILDS = {
-    "ner_bert_simple": ("bert", "simple"),
-    "ner_roberta_first": ("roberta", "first"),
-    "ner_xlmr_max": ("xlm-roberta", "max"),
-    "ner_bert_average": ("bert", "average"),
-    "ner_roberta_none": ("roberta", "none"),
+    "ner_bert_simple": ("bert", "simple", None),
+    "ner_roberta_first": ("roberta", "first", 5),
+    "ner_xlmr_max": ("xlm-roberta", "max", None),
+    "ner_bert_average": ("bert", "average", 12),
+    "ner_roberta_none": ("roberta", "none", None),  # `none` cannot merge overlaps: windows do not overlap
 }
+NER_WINDOW = 32
 # ensemble name -> (asset checkpoint, golden settings key, build spec settings)
 QA_BUILDS = {
     "qa_bert": ("bert", "defaults", {}),
     "qa_roberta": ("roberta", "defaults", {}),
     "qa_xlmr": ("xlm-roberta", "defaults", {}),
+    "qa_albert": ("albert", "defaults", {}),  # accent-stripping, lower-casing normaliser; undeclared inputs
     "qa_bert_impossible": ("bert", "impossible", {"qa_handle_impossible_answer": True}),
     "qa_roberta_short": (
         "roberta",
@@ -62,16 +67,21 @@ QA_BUILDS = {
 @pytest.fixture(scope="module")
 def ner_checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("ner")
-    return {arch: make_token_classifier(arch, root / arch, seed=1) for arch in {a for a, _ in NER_BUILDS.values()}}
+    return {arch: make_token_classifier(arch, root / arch, seed=1) for arch in {a for a, _, _ in NER_BUILDS.values()}}
 
 
 @pytest.fixture(scope="module")
 def served(ner_checkpoints, tmp_path_factory):
     repo = tmp_path_factory.mktemp("ner_qa") / "repo"
-    for name, (arch, strategy) in NER_BUILDS.items():
-        build_repository(
-            BuildSpec(model=str(ner_checkpoints[arch]), name=name, repository=repo, aggregation_strategy=strategy)
+    for name, (arch, strategy, stride) in NER_BUILDS.items():
+        spec = BuildSpec(
+            model=str(ner_checkpoints[arch]),
+            name=name,
+            repository=repo,
+            aggregation_strategy=strategy,
+            ner_stride=stride,
         )
+        build_repository(spec)
     for name, (arch, _, settings) in QA_BUILDS.items():
         build_repository(BuildSpec(model=str(QA_ASSETS / arch), name=name, repository=repo, **settings))
     with running_server(repo) as server:
@@ -94,22 +104,50 @@ def _same_entities(got: list[dict], want: list[dict]) -> None:
                 assert g[key] == (int(value) if isinstance(value, np.integer) else value), key
 
 
+def _strided_pipeline(pipe, text: str, stride: int) -> list[dict]:
+    """``pipe(text, stride=stride)``; for ``none`` (which the pipeline refuses with a stride) each window on its own.
+
+    ``none`` windows do not overlap (stride 0), so the reference is the pipeline's own per-window result.
+    """
+    if pipe._postprocess_params.get("aggregation_strategy").value != "none":
+        return pipe(text, stride=stride)
+    assert stride == 0
+    params = {"return_overflowing_tokens": True, "padding": True, "stride": 0}
+    entities = []
+    for chunk in pipe.preprocess(text, is_split_into_words=False, tokenizer_params=params):
+        output = pipe.forward(chunk)
+        output["sentence"] = text  # the pipeline hands the text to the first window only
+        entities += pipe.postprocess([output], **pipe._postprocess_params)
+    return entities
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("name", sorted(NER_BUILDS))
-def test_ner_entities_match_pipeline(served, ner_checkpoints, name):
+def test_ner_entities_match_strided_pipeline(served, ner_checkpoints, name):
+    """Nothing past the model's length is lost: long texts give the strided pipeline's entities."""
     from transformers import pipeline
 
-    arch, strategy = NER_BUILDS[name]
+    from generator.tasks import ner_stride
+
+    arch, strategy, stride = NER_BUILDS[name]
+    stride = ner_stride(BuildSpec(model="x", aggregation_strategy=strategy, ner_stride=stride), NER_WINDOW)
     pipe = pipeline("token-classification", model=str(ner_checkpoints[arch]), aggregation_strategy=strategy)
-    rows = infer(NER_TEXTS, name=name, url=served.grpc_url)
-    found = 0
+    # A few texts per request (each request's windows go to the model step as one batch, at most 64 rows).
+    rows = [
+        row for i in range(0, len(NER_TEXTS), 3) for row in infer(NER_TEXTS[i : i + 3], name=name, url=served.grpc_url)
+    ]
+    found = beyond = 0
     for text, row in zip(NER_TEXTS, rows):
         got = json.loads(row["ENTITIES"])
-        _same_entities(got, pipe(text))
+        _same_entities(got, _strided_pipeline(pipe, text, stride))
         for entity in got:  # offsets point into the original text
             assert entity["start"] <= entity["end"] <= len(text)
         found += len(got)
+        first_window = pipe.tokenizer(text, truncation=True, return_offsets_mapping=True)["offset_mapping"]
+        truncated_at = first_window[-2][1] if text else 0  # where the last real token of the first window ends
+        beyond += sum(entity["start"] >= truncated_at for entity in got)
     assert found > 10  # random heads label many tokens: the comparison is not vacuous
+    assert beyond > 10  # and many entities lie past the first window, where truncation used to cut them
 
 
 def _ask(served, name: str, cases: list[dict]) -> list[dict]:

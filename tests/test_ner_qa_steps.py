@@ -82,11 +82,16 @@ def test_ner_configs_pass_offsets_and_word_ids_to_postprocess():
     contexts = config_contexts(spec, checkpoint, get_task("token-classification"), ["input_ids"], 128, 0, {})
     configs = {step: config for step, (_, config) in render_all(contexts).items()}
     post_inputs = {t.name: list(t.dims) for t in configs["postprocess"].input}
-    assert post_inputs["offsets"] == [-1, 2]
-    assert post_inputs["logits"] == [-1, 3]
+    # Whole requests (a long text is several windows): the batch axis is in the dims.
+    assert post_inputs["offsets"] == [-1, -1, 2]
+    assert post_inputs["logits"] == [-1, -1, 3]
+    assert post_inputs["window_example"] == [-1, 1]
     assert {"TEXT", "word_ids", "special_mask", "input_ids"} <= set(post_inputs)
     assert configs["postprocess"].parameters["aggregation_strategy"].string_value == "max"
-    assert [t.name for t in configs["ensemble"].output] == ["ENTITIES"]
+    assert configs["tokenizer"].parameters["mode"].string_value == "windows"
+    assert configs["tokenizer"].parameters["stride"].string_value == "32"  # a quarter of the 128-token window
+    assert configs["model"].max_batch_size == 64 and configs["model"].HasField("dynamic_batching")
+    assert [t.name for t in configs["ensemble"].output] == ["ENTITIES"]  # nothing is truncated
 
 
 @pytest.mark.parametrize(
@@ -172,22 +177,60 @@ def test_qa_postprocess_decodes_tokenizer_outputs_like_decode_answers(tmp_path):
     np.testing.assert_allclose(result.output("SCORE").reshape(-1), [e["score"] for e in expected], rtol=1e-6)
 
 
-def test_ner_tokenizer_metadata_matches_encode_tokens(tmp_path):
-    (tmp_path / "1").mkdir()
+def _ner_tokenizer(tmp_path: Path, max_windows: int = 64) -> tokenizer.TritonPythonModel:
+    (tmp_path / "1").mkdir(exist_ok=True)
     shutil.copy(QA_BERT / "tokenizer.json", tmp_path / "1" / "tokenizer.json")
-    outputs = ["input_ids", "attention_mask", "special_mask", "word_ids", "offsets"]
+    outputs = ["input_ids", "attention_mask", "special_mask", "word_ids", "offsets", "window_example"]
+    params = {"max_length": "24", "buckets": "8,16", "mode": "windows", "stride": "6", "max_windows": str(max_windows)}
     config = {
         "input": [{"name": "TEXT"}],
         "output": [{"name": n} for n in outputs],
-        "parameters": {k: {"string_value": v} for k, v in {"max_length": "24", "buckets": "8,16"}.items()},
+        "parameters": {k: {"string_value": v} for k, v in params.items()},
     }
     model = tokenizer.TritonPythonModel()
     model.initialize({"model_config": json.dumps(config), "model_repository": str(tmp_path), "model_version": "1"})
-    batch = ["Zoë ate crème brûlée in São Paulo", "ok", "word " * 40]
+    return model
+
+
+def test_ner_tokenizer_emits_the_strided_pipelines_windows(tmp_path):
+    """Each text becomes the windows ``tokenizer(..., stride=6, return_overflowing_tokens=True)`` gives."""
+    from transformers import AutoTokenizer
+
+    model = _ner_tokenizer(tmp_path)
+    batch = ["Zoë ate crème brûlée in São Paulo", "ok", "word " * 40, ""]
     (response,) = model.execute([Request({"TEXT": texts(*batch)})])
-    expected = ner.encode_tokens(Tokenizer.from_file(str(QA_BERT / "tokenizer.json")), batch, max_length=24, pad_id=0)
-    for name in outputs:
-        np.testing.assert_array_equal(response.output(name), expected[name], err_msg=name)
+    reference = AutoTokenizer.from_pretrained(str(QA_BERT))(
+        batch, truncation=True, max_length=24, stride=6, return_overflowing_tokens=True,
+        return_offsets_mapping=True, return_special_tokens_mask=True,
+    )  # fmt: skip
+    owners = response.output("window_example").reshape(-1)
+    assert owners.tolist() == reference["overflow_to_sample_mapping"]
+    assert owners.tolist().count(2) > 2  # the long text needs several windows
+    ids, offsets = response.output("input_ids"), response.output("offsets")
+    assert ids.shape[1] == 24  # padded to the bucket of the longest window
+    for row, want in enumerate(reference["input_ids"]):
+        assert ids[row, : len(want)].tolist() == want
+        assert offsets[row, : len(want)].tolist() == [list(o) for o in reference["offset_mapping"][row]]
+        assert response.output("special_mask")[row, : len(want)].tolist() == reference["special_tokens_mask"][row]
+
+
+def test_ner_tokenizer_refuses_more_windows_than_the_model_batch(tmp_path):
+    model = _ner_tokenizer(tmp_path, max_windows=3)
+    (error, fine) = model.execute([Request({"TEXT": texts("word " * 200)}), Request({"TEXT": texts("ok")})])
+    assert "windows of 24 tokens, more than the 3" in error.error.message()
+    assert fine.output("window_example").reshape(-1).tolist() == [0]
+
+
+def test_merge_overlapping_keeps_the_longest_then_the_best_entity():
+    entities = [
+        {"entity_group": "PER", "score": 0.9, "word": "zoe", "start": 0, "end": 3},
+        {"entity_group": "PER", "score": 0.5, "word": "zoe saldana", "start": 0, "end": 11},  # longer wins
+        {"entity_group": "LOC", "score": 0.4, "word": "malmo", "start": 20, "end": 25},
+        {"entity_group": "LOC", "score": 0.8, "word": "malmo", "start": 20, "end": 25},  # same span: better wins
+        {"entity_group": "ORG", "score": 0.7, "word": "cafe", "start": 12, "end": 16},
+    ]
+    merged = ner.merge_overlapping(entities)
+    assert [(e["start"], e["end"], e["score"]) for e in merged] == [(0, 11, 0.5), (12, 16, 0.7), (20, 25, 0.8)]
 
 
 def test_answer_arrays_mark_a_pair_without_any_span():

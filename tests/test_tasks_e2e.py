@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,13 @@ def checkpoints(tmp_path_factory):
     for arch in ("bert", "roberta"):
         path = make_checkpoint(arch, tmp_path_factory.mktemp(f"pair-{arch}"), task="classification", seed=3)
         made[f"pair_{arch}"] = _patch_config(path, id2label=nli, label2id={v: int(k) for k, v in nli.items()})
+    # The same BERT pair model (same seed, same weights) with its tokenizer saved as transformers 5 saves one
+    # nobody configured: no model_input_names. Served, it must still get the second segment's type ids.
+    twin = shutil.copytree(made["pair_bert"], tmp_path_factory.mktemp("pair-bert-undeclared") / "ckpt")
+    tokenizer_config = json.loads((twin / "tokenizer_config.json").read_text())
+    del tokenizer_config["model_input_names"]
+    (twin / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    made["pair_bert_undeclared"] = twin
     path = make_checkpoint("xlm-roberta", tmp_path_factory.mktemp("multi"), task="classification", seed=5)
     made["multi"] = _patch_config(path, problem_type="multi_label_classification")
     return made
@@ -74,13 +82,26 @@ def _pipeline_rows(path: Path, inputs: list, **kwargs) -> np.ndarray:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("name", ["pair_bert", "pair_roberta"])
-def test_text_pair_matches_pipeline(served, checkpoints, name):
+@pytest.mark.parametrize(
+    ("name", "reference"),
+    [("pair_bert", "pair_bert"), ("pair_roberta", "pair_roberta"), ("pair_bert_undeclared", "pair_bert")],
+)
+def test_text_pair_matches_pipeline(served, checkpoints, name, reference):
     rows = infer([a for a, _ in PAIRS], name=name, url=served.grpc_url, inputs={"TEXT_PAIR": [b for _, b in PAIRS]})
-    expected = _pipeline_rows(checkpoints[name], [{"text": a, "text_pair": b} for a, b in PAIRS])
+    expected = _pipeline_rows(checkpoints[reference], [{"text": a, "text_pair": b} for a, b in PAIRS])
     np.testing.assert_allclose([r["PROBABILITIES"] for r in rows], expected, atol=1e-4)
     labels = ["entailment", "neutral", "contradiction"]
     assert [r["LABEL"] for r in rows] == [labels[i] for i in expected.argmax(1)]
+
+
+def test_undeclared_tokenizer_would_drop_type_ids_which_changes_the_answer(checkpoints):
+    """Not vacuous: transformers 5 leaves the type ids out for the undeclared tokenizer, and that changes scores."""
+    from transformers import AutoTokenizer
+
+    pairs = [{"text": a, "text_pair": b} for a, b in PAIRS]
+    assert "token_type_ids" not in AutoTokenizer.from_pretrained(str(checkpoints["pair_bert_undeclared"]))("a", "b")
+    without_types = _pipeline_rows(checkpoints["pair_bert_undeclared"], pairs)
+    assert np.abs(without_types - _pipeline_rows(checkpoints["pair_bert"], pairs)).max() > 1e-2
 
 
 @pytest.mark.e2e

@@ -35,7 +35,7 @@ import transformers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, PreTrainedTokenizerFast
 
-__all__ = ["ARCHITECTURES", "TASKS", "corpus", "label_names", "make_checkpoint"]
+__all__ = ["ARCHITECTURES", "TASKS", "corpus", "label_names", "make_checkpoint", "undeclare_limits"]
 
 ARCHITECTURES: tuple[str, ...] = (
     "bert",
@@ -326,12 +326,15 @@ def make_checkpoint(
     num_labels: int = 3,
     seed: int = 0,
     max_length: int = 64,
+    declare_limits: bool = True,
 ) -> Path:
     """Write a tiny random ``arch`` checkpoint for ``task`` into ``out_dir`` and return ``out_dir``.
 
     ``task="classification"`` saves ``AutoModelForSequenceClassification`` with ``num_labels`` named labels
     (``label_names``); ``task="embedding"`` saves the bare ``AutoModel`` plus the sentence-transformers files of
     all-MiniLM-L6-v2 (mean pooling, then L2 normalisation). Same arguments give identical weights.
+    ``declare_limits=False`` saves the tokenizer as transformers 5 does when nobody declared anything
+    (``undeclare_limits``).
     """
     if arch not in _ARCHS:
         raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
@@ -345,6 +348,8 @@ def make_checkpoint(
         extra = {"id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
     out_dir = Path(out_dir)
     config = write_tokenizer_and_config(arch, out_dir, max_length, _INITIALIZER_RANGE, **extra)
+    if not declare_limits:
+        undeclare_limits(out_dir)
 
     torch.manual_seed(seed)
     auto_cls = AutoModelForSequenceClassification if task == "classification" else AutoModel
@@ -354,6 +359,20 @@ def make_checkpoint(
     if task == "embedding":
         _write_sentence_transformers_files(out_dir, max_length)
     return out_dir
+
+
+def undeclare_limits(out_dir: Path) -> Path:
+    """Make ``out_dir``'s tokenizer_config.json declare neither a length nor the model inputs.
+
+    That is what transformers 5 writes for a tokenizer nobody configured: ``model_max_length`` 1e30 and no
+    ``model_input_names`` (it then reports ``input_ids`` and ``attention_mask`` only, type ids or not).
+    """
+    path = Path(out_dir) / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["model_max_length"] = int(1e30)
+    config.pop("model_input_names", None)
+    path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return Path(out_dir)
 
 
 def write_tokenizer_and_config(

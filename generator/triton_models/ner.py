@@ -58,7 +58,11 @@ __all__ = [
     "TokenVocab",
     "aggregate",
     "aggregate_batch",
+    "aggregate_windows",
     "encode_tokens",
+    "encode_windows",
+    "merge_overlapping",
+    "pack_encodings",
     "softmax",
 ]
 
@@ -190,10 +194,14 @@ def encode_tokens(
         if saved_padding is not None:
             tokenizer.enable_padding(**saved_padding)
 
+    return pack_encodings(encodings, max((len(enc.ids) for enc in encodings), default=0), pad, pad_type_id)
+
+
+def pack_encodings(encodings: Sequence[Any], width: int, pad_id: int, pad_type_id: int = 0) -> dict[str, np.ndarray]:
+    """Model inputs and token metadata of ``encodings``, right-padded to ``width`` (see ``encode_tokens``)."""
     rows = len(encodings)
-    width = max((len(enc.ids) for enc in encodings), default=0)
     out = {
-        "input_ids": np.full((rows, width), pad, dtype=np.int64),
+        "input_ids": np.full((rows, width), pad_id, dtype=np.int64),
         "attention_mask": np.zeros((rows, width), dtype=np.int64),
         "token_type_ids": np.full((rows, width), pad_type_id, dtype=np.int64),
         **token_metadata(encodings, width),
@@ -204,6 +212,45 @@ def encode_tokens(
         out["attention_mask"][row, :n] = enc.attention_mask
         out["token_type_ids"][row, :n] = enc.type_ids
     return out
+
+
+def encode_windows(
+    tokenizer: Any, texts: Sequence[str], *, max_length: int, stride: int
+) -> tuple[list[Any], np.ndarray]:
+    """Split each text into the pipeline's windows (``stride``): encodings, and the text each belongs to.
+
+    This is what ``pipeline("token-classification")(text, stride=stride)`` feeds the model: the fast
+    tokenizer truncates at ``max_length`` with ``return_overflowing_tokens=True`` and ``stride``, so a long
+    text becomes windows of ``max_length`` tokens (special tokens included) whose neighbours share
+    ``stride`` tokens; a short text is one window. Offsets stay offsets into the whole text. The
+    tokenizer's own truncation and padding settings are restored afterwards.
+    """
+    texts = list(texts)
+    if not all(isinstance(text, str) for text in texts):
+        raise ValueError("encode_windows() takes a list of strings")
+    room = max_length - tokenizer.num_special_tokens_to_add(False)
+    if not 0 <= stride < room:
+        raise ValueError(
+            f"stride {stride} must be >= 0 and below the {room} text tokens of a {max_length}-token window"
+        )
+    saved_truncation, saved_padding = tokenizer.truncation, tokenizer.padding
+    try:
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(int(max_length), stride=int(stride), strategy="longest_first", direction="right")
+        encodings = tokenizer.encode_batch(texts, add_special_tokens=True) if texts else []
+    finally:
+        if saved_truncation is None:
+            tokenizer.no_truncation()
+        else:
+            tokenizer.enable_truncation(**saved_truncation)
+        if saved_padding is not None:
+            tokenizer.enable_padding(**saved_padding)
+    windows, owners = [], []
+    for index, encoding in enumerate(encodings):
+        for window in [encoding, *encoding.overflowing]:
+            windows.append(window)
+            owners.append(index)
+    return windows, np.asarray(owners, dtype=np.int64)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -408,6 +455,59 @@ def aggregate(
         for entity in entities
         if entity.get("entity") not in ignore and entity.get("entity_group") not in ignore
     ]
+
+
+def merge_overlapping(entities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pipeline's ``aggregate_overlapping_entities``: of entities that overlap, keep the longest (then best)."""
+    if not entities:
+        return entities
+    entities = sorted(entities, key=lambda entity: entity["start"])
+    merged = []
+    previous = entities[0]
+    for entity in entities:
+        if previous["start"] <= entity["start"] < previous["end"]:
+            length, previous_length = entity["end"] - entity["start"], previous["end"] - previous["start"]
+            if length > previous_length or (length == previous_length and entity["score"] > previous["score"]):
+                previous = entity
+        else:
+            merged.append(previous)
+            previous = entity
+    merged.append(previous)
+    return merged
+
+
+def aggregate_windows(
+    logits: np.ndarray,
+    encoded: Mapping[str, np.ndarray],
+    owners: np.ndarray,
+    texts: Sequence[str],
+    id2label: Mapping[int, str] | Mapping[str, str] | Sequence[str],
+    *,
+    strategy: str = "simple",
+    ignore_labels: Iterable[str] | None = ("O",),
+    tokenizer: Any = None,
+) -> list[list[dict[str, Any]]]:
+    """Entities of every text from its windows (``encode_windows``), merged as the strided pipeline merges them.
+
+    Each window is aggregated on its own against the whole text; a text of several windows then keeps,
+    of overlapping entities, the longest (``merge_overlapping``). With ``none`` (which the pipeline does not
+    allow with a stride) windows must not overlap, and the tokens of every window are listed in order.
+    """
+    name = _strategy(strategy)
+    vocab = _vocab(tokenizer)
+    owners = np.asarray(owners).reshape(-1)
+    results = []
+    for example, text in enumerate(texts):
+        rows = np.flatnonzero(owners == example)
+        entities = []
+        for row in rows:
+            window = {key: encoded[key][row] for key in ("offsets", "special_mask", "word_ids", "input_ids")}
+            entities += aggregate(
+                logits[row], **window, text=text, id2label=id2label, strategy=name, ignore_labels=ignore_labels,
+                tokenizer=vocab,
+            )  # fmt: skip
+        results.append(merge_overlapping(entities) if len(rows) > 1 and name != "none" else entities)
+    return results
 
 
 def aggregate_batch(

@@ -7,8 +7,9 @@ checkpoint's sentence-transformers files ask for it. The outputs of all requests
 ``execute`` are processed as one array.
 
 Token classification: ``TEXT``, ``logits`` and the tokenizer's ``input_ids``, ``special_mask``,
-``word_ids`` and ``offsets`` -> ``ENTITIES``, a JSON list per text as the transformers pipeline
-returns it (``ner.aggregate``). Question answering: ``CONTEXT``, ``span_logits`` and the window
+``word_ids``, ``offsets`` and ``window_example`` -> ``ENTITIES``, a JSON list per text as the strided
+transformers pipeline returns it (``ner.aggregate_windows``: windows aggregated, overlaps merged).
+Question answering: ``CONTEXT``, ``span_logits`` and the window
 metadata -> ``ANSWER``, ``SCORE``, ``START``, ``END``: the best answer of each pair over all its
 windows (``qa.decode_answers``).
 
@@ -159,9 +160,10 @@ class TritonPythonModel:
     def _entities(self, request: Any) -> dict[str, np.ndarray]:
         texts = decode_texts(_input(request, "TEXT"), "TEXT")
         encoded = {name: _input(request, name) for name in ("input_ids", "special_mask", "word_ids", "offsets")}
-        entities = self.ner.aggregate_batch(
-            _input(request, "logits"), encoded, texts, self.labels, strategy=self.strategy, tokenizer=self.vocab
-        )
+        entities = self.ner.aggregate_windows(
+            _input(request, "logits"), encoded, _input(request, "window_example"), texts, self.labels,
+            strategy=self.strategy, tokenizer=self.vocab,
+        )  # fmt: skip
         rows = [[json.dumps(row, ensure_ascii=False).encode("utf-8")] for row in entities]
         return {"ENTITIES": np.array(rows, dtype=np.object_)}
 

@@ -5,14 +5,17 @@ model's maximum length, and pads each request to the smallest length bucket that
 that Triton's dynamic batcher can batch equally shaped requests for the model step. All
 texts of all requests in one ``execute`` are encoded in a single ``encode_batch`` call.
 
-Token classification adds ``special_mask``, ``word_ids`` and ``offsets`` (character offsets
-into each text) for the postprocess step. Question answering (``mode`` ``qa``) takes
+Tasks that truncate by design (classification, embeddings) also emit ``TRUNCATED``: whether the
+text was longer than the model and lost its tail. Token classification (``mode`` ``windows``)
+never truncates: each text becomes the transformers pipeline's overlapping windows (``stride``),
+with ``special_mask``, ``word_ids``, ``offsets`` (character offsets into the whole text) and
+``window_example`` for the postprocess step. Question answering (``mode`` ``qa``) takes
 ``QUESTION`` and ``CONTEXT`` and emits every window of every pair (``qa.encode_windows``),
 with the window metadata the postprocess step needs to merge them back into one answer.
 
 Settings come from the config's ``parameters``: ``tokenizer_file``, ``max_length``,
-``buckets`` (comma-separated), ``pad_id``, ``pad_type_id``; for QA also ``mode``,
-``max_seq_len``, ``doc_stride``, ``cls_id`` and ``max_windows``.
+``buckets`` (comma-separated), ``pad_id``, ``pad_type_id``; ``mode``; for token classification
+``stride`` and ``max_windows``; for QA ``max_seq_len``, ``doc_stride``, ``cls_id`` and ``max_windows``.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ except ImportError:
         token_metadata,
     )
 
-__all__ = ["TextEncoder", "TritonPythonModel"]
+__all__ = ["TextEncoder", "TritonPythonModel", "truncated"]
 
 
 _ENCODER_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids", "special_mask", "word_ids", "offsets")
@@ -115,6 +118,19 @@ class TextEncoder:
         return self.pack(self.encode(texts, pairs))
 
 
+def truncated(encodings: Sequence[Any]) -> np.ndarray:
+    """[N, 1] bool: whether each text lost tokens to truncation (the tokenizer kept what did not fit)."""
+    return np.array([[bool(encoding.overflowing)] for encoding in encodings], dtype=bool).reshape(-1, 1)
+
+
+def _check_windows(count: int, limit: int, window: int, what: str) -> None:
+    if count > limit:
+        raise ValueError(
+            f"the {what} need {count} windows of {window} tokens, more than the {limit} the model step takes in one "
+            f"request: send fewer or shorter {what}, or rebuild with a larger max_batch_size"
+        )
+
+
 class TritonPythonModel:
     """The tokenizer step of the ensemble."""
 
@@ -133,6 +149,10 @@ class TritonPythonModel:
             input_names=[n for n in self.output_names if n in _ENCODER_OUTPUTS],
         )
         self.mode = params.get("mode", "text")
+        if self.mode == "windows":
+            self.ner = import_sibling("ner")
+            self.stride = int(params["stride"])
+            self.max_windows = int(params["max_windows"])
         if self.mode == "qa":
             self.qa = import_sibling("qa")
             self.max_seq_len = int(params["max_seq_len"])
@@ -160,12 +180,7 @@ class TritonPythonModel:
             self.encoder.tokenizer, questions, contexts, max_seq_len=self.max_seq_len, doc_stride=self.doc_stride,
             pad_id=self.encoder.pad_id, pad_type_id=self.encoder.pad_type_id, cls_id=self.cls_id,
         )  # fmt: skip
-        if windows.num_windows > self.max_windows:
-            raise ValueError(
-                f"the contexts need {windows.num_windows} windows of {self.max_seq_len} tokens, more than the "
-                f"{self.max_windows} the model step takes in one request: send fewer or shorter contexts, "
-                "or rebuild with a larger max_batch_size"
-            )
+        _check_windows(windows.num_windows, self.max_windows, self.max_seq_len, "contexts")
         windows = self.qa.pad_windows(
             windows,
             self.encoder.bucket(windows.input_ids.shape[1]),
@@ -182,8 +197,22 @@ class TritonPythonModel:
         }
         return {name: arrays[name] for name in self.output_names}
 
+    def _text_windows(self, request: Any) -> dict[str, np.ndarray]:
+        """All windows of one token-classification request (long texts split with ``stride``), bucket-padded."""
+        texts = decode_texts(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(), "TEXT")
+        windows, owners = self.ner.encode_windows(
+            self.encoder.tokenizer, texts, max_length=self.encoder.max_length, stride=self.stride
+        )
+        _check_windows(len(windows), self.max_windows, self.encoder.max_length, "texts")
+        width = self.encoder.bucket(max((len(w.ids) for w in windows), default=1))
+        arrays = self.ner.pack_encodings(windows, width, self.encoder.pad_id, self.encoder.pad_type_id)
+        arrays["window_example"] = owners.reshape(-1, 1)
+        return {name: arrays[name] for name in self.output_names}
+
     def execute(self, requests: list[Any]) -> list[Any]:
         """Encode every text of every request at once, then answer each request."""
+        if self.mode == "windows":
+            return respond_per_request(pb_utils, requests, self.output_names, self._text_windows)
         if self.mode == "qa":
             return respond_per_request(pb_utils, requests, self.output_names, self._windows)
         responses: list[Any] = [None] * len(requests)
@@ -205,6 +234,7 @@ class TritonPythonModel:
                 chunk = encodings[start : start + len(request_texts)]
                 start += len(request_texts)
                 arrays = self.encoder.pack(chunk)
+                arrays["TRUNCATED"] = truncated(chunk)
                 responses[index] = pb_utils.InferenceResponse(
                     output_tensors=[pb_utils.Tensor(name, arrays[name]) for name in self.output_names]
                 )
