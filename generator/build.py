@@ -321,6 +321,12 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         facts = read_model_facts(module, _probe_token(hf_tokenizer))
     max_length = task.row_length(spec, checkpoint, facts.position_limit, getattr(hf_tokenizer, "model_max_length", 0))
     inputs = list(facts.inputs)
+    tokenizer_facts = {
+        "cls_id": "" if hf_tokenizer.cls_token_id is None else str(hf_tokenizer.cls_token_id),
+        "unk_token": hf_tokenizer.unk_token or "",
+        "special_tokens": str(hf_tokenizer.backend_tokenizer.num_special_tokens_to_add(False)),
+    }
+    task.step_parameters(spec, checkpoint, max_length, tokenizer_facts)  # refuse bad task settings before exporting
     console.print(
         f"[bold]{checkpoint.path}[/]: {checkpoint.model_type}, task {task.name}, max length {max_length} "
         f"(model: {facts.position_limit}, {facts.limit_source}), inputs {', '.join(inputs)}"
@@ -368,11 +374,6 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             )
             (onnx_path.parent / "engine.json").write_text(engine.to_json())
         with console.status("Rendering and validating configs…"):
-            tokenizer_facts = {
-                "cls_id": "" if hf_tokenizer.cls_token_id is None else str(hf_tokenizer.cls_token_id),
-                "unk_token": hf_tokenizer.unk_token or "",
-                "special_tokens": str(encoder.tokenizer.num_special_tokens_to_add(False)),
-            }
             contexts = config_contexts(spec, checkpoint, task, inputs, max_length, pad_id, tokenizer_facts)
             configs = render_all(contexts)
             for step, (text, _) in configs.items():

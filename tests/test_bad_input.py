@@ -103,6 +103,26 @@ def test_build_exits_2_when_qa_window_settings_invalid(tmp_path, capsys):
     _assert_nothing_written(tmp_path / "r")
 
 
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (["--max-length", "100"], "error: max_length 100 is above the model's limit of 32 tokens"),
+        (
+            ["--ner-stride", "30"],
+            "error: ner_stride 30 must be below the 30 text tokens of a 32-token window; lower it",
+        ),
+    ],
+)
+def test_build_exits_2_when_length_settings_exceed_the_model(tmp_path, capsys, options, expected):
+    from tests.tiny_ner import make_token_classifier
+
+    checkpoint = make_token_classifier("bert", tmp_path / "ner")
+    code, message = _run(capsys, "build", "--model", str(checkpoint), "--repository", str(tmp_path / "r"), *options)
+    assert code == 2
+    assert message == expected
+    _assert_nothing_written(tmp_path / "r")
+
+
 def test_build_exits_2_when_weights_corrupt(minilm_copy, tmp_path, capsys):
     weights = minilm_copy / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:4096])

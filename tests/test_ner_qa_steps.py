@@ -100,6 +100,9 @@ def test_ner_configs_pass_offsets_and_word_ids_to_postprocess():
         ({"aggregation_strategy": "longest"}, "aggregation strategy `longest` is unknown"),
         ({"qa_max_answer_len": 0}, "qa_max_answer_len"),
         ({"qa_max_seq_len": 64, "qa_doc_stride": 64}, "qa_doc_stride"),
+        ({"aggregation_strategy": "none", "ner_stride": 4}, "`none` cannot merge overlapping windows"),
+        ({"ner_stride": -1}, "ner_stride must be >= 0"),
+        ({"max_length": 4}, "max_length must be >= 8"),
     ],
 )
 def test_spec_rejects_bad_task_settings(settings, message):

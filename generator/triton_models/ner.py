@@ -1,14 +1,15 @@
 """Token classification (NER) pre- and postprocessing in pure numpy, for the Triton Python backend.
 
-It reproduces transformers 5's ``TokenClassificationPipeline`` for plain-string inputs (no ``stride``,
-no ``is_split_into_words``, no user ``offset_mapping``) with every aggregation strategy (``none``,
+It reproduces transformers 5's ``TokenClassificationPipeline`` for plain-string inputs (no
+``is_split_into_words``, no user ``offset_mapping``) with every aggregation strategy (``none``,
 ``simple``, ``first``, ``average``, ``max``), without importing torch or transformers:
 
-* ``encode_tokens`` tokenises like the pipeline's ``preprocess``: special tokens added, truncation
-  to ``max_length`` (the pipeline passes ``truncation=True``, so the tokenizer's ``model_max_length``
-  applies; pass that value). Tokens past ``max_length`` are dropped and never classified, exactly as
-  in the pipeline without ``stride``; there is no overflow/striding here. Rows are padded to the
-  longest row of the batch.
+* ``encode_windows`` tokenises like the pipeline's ``preprocess`` with ``stride``: a text longer than
+  ``max_length`` becomes overlapping windows (``return_overflowing_tokens``), so nothing is lost;
+  ``aggregate_windows`` aggregates each window and merges overlapping entities as the pipeline does
+  (``merge_overlapping``). The served ensemble uses these two.
+* ``encode_tokens`` tokenises like ``preprocess`` without ``stride``: truncation to ``max_length``,
+  tokens past it dropped and never classified. Rows are padded to the longest row of the batch.
 * ``aggregate`` mirrors ``postprocess`` for one text: softmax (always softmax, as the pipeline does,
   even for ``multi_label_classification`` configs), ``gather_pre_entities``, ``aggregate``,
   ``aggregate_words``, ``group_entities`` and the ``ignore_labels`` filter.
