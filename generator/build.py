@@ -19,10 +19,11 @@ from rich.console import Console
 from rich.markdown import Markdown
 
 from generator import triton_models
-from generator.accuracy import AccuracyReport, measure_accuracy, read_texts, require_accuracy
+from generator.accuracy import AccuracyReport, GateReference, read_texts, require_accuracy
 from generator.checkpoint import Checkpoint, inspect_checkpoint
 from generator.errors import CheckpointError, GeneratorError, StageError, UnsupportedModelError
 from generator.export import export_onnx
+from generator.int8_search import SCHEMES, SearchReport, search_int8
 from generator.model_facts import ModelFacts, read_model_facts
 from generator.optimize import OptimizeReport, optimize_model
 from generator.parity import PARITY_TEXTS, ParityReport, check_parity, require_parity
@@ -38,6 +39,18 @@ __all__ = ["BuildResult", "build_repository", "config_contexts", "step_names"]
 _PY_MODELS = Path(triton_models.__file__).resolve().parent
 
 
+SEARCH_PLOT = "int8_search.png"  # next to model_card.md
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What optimisation produced: the steps taken, the gate's figures, and the INT8 search (int8 only)."""
+
+    optimized: OptimizeReport
+    accuracy: AccuracyReport
+    search: SearchReport | None = None
+
+
 @dataclass(frozen=True)
 class BuildResult:
     """What a build published."""
@@ -49,6 +62,7 @@ class BuildResult:
     parity: ParityReport
     max_length: int
     accuracy: AccuracyReport | None = None
+    int8_search: SearchReport | None = None
 
 
 def step_names(name: str) -> dict[str, str]:
@@ -220,7 +234,7 @@ def _model_card(
     max_length: int,
     facts: ModelFacts,
     report: ParityReport,
-    variant: tuple[OptimizeReport, AccuracyReport] | None,
+    variant: Variant | None,
 ) -> str:
     import onnxruntime
     import torch
@@ -254,14 +268,16 @@ def _model_card(
         f"- tools: {tools}",
     ]
     lines += task.card_lines(spec, checkpoint, max_length)
-    lines.append(f"- served model: {_variant_name(spec)} ({spec.runtime} runtime)")
+    lines.append(f"- served model: {_variant_name(spec, variant)} ({spec.runtime} runtime)")
     card = "\n".join(lines) + "\n\n## Parity of the FP32 export\n\n" + report.to_markdown()
     if variant is not None:
-        optimized, accuracy = variant
+        optimized = variant.optimized
         card += "\n## Optimisation\n\n" + "".join(f"- {step}\n" for step in optimized.steps)
         if optimized.fused_operators:
             card += f"- fused operators: {optimized.fused_operators}\n"
-        card += "\n" + accuracy.to_markdown(accepted=spec.accept_accuracy_loss)
+        card += "\n" + variant.accuracy.to_markdown(accepted=spec.accept_accuracy_loss)
+        if variant.search is not None:
+            card += "\n" + variant.search.to_markdown(SEARCH_PLOT)
     return card
 
 
@@ -272,9 +288,11 @@ def _pairs_for(task: Task, checkpoint: Checkpoint, texts: Sequence[str]) -> list
     return [texts[(i + 1) % len(texts)] for i in range(len(texts))]
 
 
-def _variant_name(spec: BuildSpec) -> str:
+def _variant_name(spec: BuildSpec, variant: Variant | None = None) -> str:
     name = spec.precision.upper()
-    if spec.precision == "int8":
+    if variant is not None and variant.search is not None and variant.search.chosen is not None:
+        name += f" {variant.search.chosen.candidate.label}"
+    elif spec.precision == "int8":
         name += f" {spec.quantization}"
     return name + (" optimised" if spec.optimize else "")
 
@@ -356,10 +374,9 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
                 )  # fmt: skip
             console.print(Markdown(report.to_markdown()))
             require_parity(report)
-            with _stage("optimisation and accuracy gate"):
-                variant = _optimise(
-                    spec, checkpoint, task, module, hf_tokenizer, encoder, fp32_path, onnx_path, max_length, console
-                )
+            variant = _optimise(
+                spec, checkpoint, task, module, hf_tokenizer, encoder, fp32_path, onnx_path, max_length, console
+            )
         finally:
             fp32_path.unlink(missing_ok=True)
         if spec.runtime == "tensorrt":
@@ -388,6 +405,8 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             shutil.copyfile(tok_dir / "tokenizer.json", post_dir / "tokenizer.json")
         (post_dir / "labels.json").write_text(json.dumps(list(checkpoint.id2label.values()), ensure_ascii=False))
         card_dir = stage.version_dir(names["ensemble"])
+        if variant is not None and variant.search is not None and variant.search.trials:
+            variant.search.plot(card_dir / SEARCH_PLOT)
         (card_dir / "model_card.md").write_text(
             _model_card(spec, checkpoint, task, stage.version, max_length, facts, report, variant), encoding="utf-8"
         )
@@ -413,8 +432,9 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
                     "max_length": max_length,
                     "inputs": inputs,
                     "position_limit": facts.position_limit,
-                    "variant": _variant_name(spec),
-                    "accuracy": None if variant is None else variant[1].__dict__,
+                    "variant": _variant_name(spec, variant),
+                    "accuracy": None if variant is None else variant.accuracy.__dict__,
+                    "int8_search": None if variant is None or variant.search is None else variant.search.to_dict(),
                 },
                 indent=1,
             ),
@@ -423,8 +443,9 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         stage.publish()
         version = stage.version
     console.print(f"[green]Published[/] `{spec.name}` version {version} to {spec.repository}")
-    accuracy = None if variant is None else variant[1]
-    return BuildResult(spec.name, task.name, version, Path(spec.repository), report, max_length, accuracy)
+    accuracy = None if variant is None else variant.accuracy
+    search = None if variant is None else variant.search
+    return BuildResult(spec.name, task.name, version, Path(spec.repository), report, max_length, accuracy, search)
 
 
 def _optimise(
@@ -438,25 +459,64 @@ def _optimise(
     target: Path,
     max_length: int,
     console: Console,
-) -> tuple[OptimizeReport, AccuracyReport] | None:
-    """Optimise/convert the FP32 export into ``target`` and gate it; None when FP32 is served as is."""
+) -> Variant | None:
+    """Optimise/convert the FP32 export into ``target`` and gate it; None when FP32 is served as is.
+
+    INT8 searches for the fastest quantisation that passes the gate (``generator.int8_search``).
+    """
     if spec.precision == "fp32" and not spec.optimize:
         shutil.copyfile(fp32_path, target)
         return None
-    calibration = read_texts(spec.calibration, "calibration") if spec.precision == "int8" else []
     validation = read_texts(spec.validation, "validation")
-    with console.status(f"Optimising to {_variant_name(spec)}…"):
-        optimized = optimize_model(
-            fp32_path, target, checkpoint, precision=spec.precision, fuse=spec.optimize,
-            quantization=spec.quantization, encoder=encoder, calibration=calibration,
-            symmetric_activations=spec.runtime == "tensorrt",
-        )  # fmt: skip
-    with console.status(f"Accuracy gate on {len(validation)} validation texts…"):
-        accuracy = measure_accuracy(
-            module, hf_tokenizer, encoder, target, gate=task.gate, texts=validation, max_length=max_length,
-            variant=_variant_name(spec), function=task.postprocess_parameters(checkpoint).get("function", "softmax"),
+    calibration, calibration_source = [], ""
+    if spec.precision == "int8" and spec.calibration is None and spec.validation is not None and len(validation) >= 64:
+        # Calibrate on the user's kind of text, but never on a text the gate then measures.
+        calibration, validation = validation[::4], [text for i, text in enumerate(validation) if i % 4]
+        calibration_source = f"every 4th text of `{spec.validation}` (the gate measures the other {len(validation)})"
+    elif spec.precision == "int8":
+        calibration = read_texts(spec.calibration, "calibration")
+        calibration_source = f"`{spec.calibration}`" if spec.calibration else "the built-in calibration sample"
+    with (
+        console.status(f"Optimising ({spec.precision}, fusions {'on' if spec.optimize else 'off'})…"),
+        _stage("optimisation"),
+    ):
+        optimized = optimize_model(fp32_path, target, checkpoint, precision=spec.precision, fuse=spec.optimize)
+    with console.status(f"Accuracy gate: FP32 PyTorch on {len(validation)} validation texts…"), _stage("accuracy gate"):
+        reference = GateReference(
+            module, hf_tokenizer, encoder, gate=task.gate, texts=validation, max_length=max_length,
+            function=task.postprocess_parameters(checkpoint).get("function", "softmax"),
             pairs=_pairs_for(task, checkpoint, validation),
         )  # fmt: skip
+    search = None
+    if spec.precision == "int8":
+        with console.status("INT8 search…") as status, _stage("INT8 search"):
+            search = search_int8(
+                target, target, baseline=fp32_path, reference=reference, encoder=encoder, calibration=calibration,
+                schemes=_int8_schemes(spec), symmetric=spec.runtime == "tensorrt",
+                speed_texts=validation[:: max(1, len(validation) // 24)], accept_loss=spec.accept_accuracy_loss,
+                curve=spec.int8_curve, progress=status.update,
+            )  # fmt: skip
+        search.notes.insert(0, f"Calibration texts: {calibration_source}.")
+        console.print(Markdown(search.to_markdown()))
+        if search.chosen is None or not (search.chosen.passed or spec.accept_accuracy_loss):
+            raise search.failure()
+        accuracy = search.chosen.accuracy
+        kept = search.layer_names(search.chosen.candidate.float_nodes)
+        optimized.steps.append(
+            f"int8 {search.chosen.candidate.label}: {search.chosen.candidate.why} "
+            f"({len(search.layers) - len(kept)} of {len(search.layers)} weight MatMuls in int8, per-channel weights; "
+            f"chosen by the INT8 search below, {len(search.trials)} candidates measured)"
+        )
+    else:
+        with console.status(f"Accuracy gate on {len(validation)} validation texts…"), _stage("accuracy gate"):
+            accuracy = reference.measure(target, _variant_name(spec))
     console.print(Markdown(accuracy.to_markdown(accepted=spec.accept_accuracy_loss)))
     require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)
-    return optimized, accuracy
+    return Variant(optimized, accuracy, search)
+
+
+def _int8_schemes(spec: BuildSpec) -> tuple[str, ...]:
+    """The int8 schemes to search: the one pinned, else all; TensorRT takes only static (explicit QDQ)."""
+    if spec.runtime == "tensorrt":
+        return ("static",)
+    return SCHEMES if spec.quantization == "auto" else (spec.quantization,)

@@ -47,6 +47,7 @@ def _build(args: argparse.Namespace) -> None:
         precision=args.precision,
         optimize=args.optimize,
         quantization=args.quantization,
+        int8_curve=args.int8_curve,
         calibration=args.calibration,
         validation=args.validation,
         accept_accuracy_loss=args.accept_accuracy_loss,
@@ -172,7 +173,16 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--inter-op-threads", type=int, help="ONNX Runtime inter-op threads (0: default)")
     build.add_argument("--precision", choices=("fp32", "fp16", "int8"), help="served precision (default fp32)")
     build.add_argument("--optimize", action=argparse.BooleanOptionalAction, help="offline transformer fusions")
-    build.add_argument("--quantization", choices=("static", "dynamic"), help="int8 method (default static)")
+    build.add_argument(
+        "--quantization",
+        choices=("auto", "static", "dynamic"),
+        help="int8 scheme: auto (default) searches every scheme for the fastest that passes the gate",
+    )
+    build.add_argument(
+        "--int8-curve",
+        action=argparse.BooleanOptionalAction,
+        help="int8: also measure the speed/accuracy trade-off curve for the model card (default on)",
+    )
     build.add_argument("--calibration", type=Path, help="calibration texts, one per line (default: built-in)")
     build.add_argument("--validation", type=Path, help="accuracy-gate texts, one per line (default: built-in)")
     build.add_argument(

@@ -2,9 +2,11 @@
 
 - fusion: ONNX Runtime's transformer optimiser (attention, LayerNorm, GELU fusions), saved;
 - fp16: float16 weights and compute, float32 inputs and outputs kept;
-- int8 static: QDQ quantisation calibrated on texts (ONNX Runtime runs it on CPU; with
-  symmetric int8 activations TensorRT takes it as explicit INT8);
-- int8 dynamic: weights quantised ahead of time, activations at run time.
+- int8 (``quantize_int8``, driven by ``generator.int8_search``): static QDQ calibrated on texts (with
+  symmetric int8 activations TensorRT takes it as explicit INT8), or dynamic (weights quantised ahead
+  of time, activations at run time), over any chosen set of weight MatMuls, per-channel weights. Static
+  QDQ rounds only what the int8 MatMuls read: their products, and the residual stream that shares an
+  input with them, stay float.
 
 Every result still has to pass the accuracy gate (``generator.accuracy``).
 """
@@ -12,6 +14,7 @@ Every result still has to pass the accuracy gate (``generator.accuracy``).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 from collections.abc import Iterator, Sequence
@@ -24,7 +27,16 @@ import numpy as np
 from generator.checkpoint import Checkpoint
 from generator.errors import ExportError
 
-__all__ = ["OptimizeReport", "optimize_model"]
+__all__ = [
+    "CALIBRATION_METHODS",
+    "HISTOGRAM_TEXTS",
+    "OptimizeReport",
+    "WeightMatMul",
+    "optimize_model",
+    "prepare_for_quantization",
+    "quantize_int8",
+    "weight_matmuls",
+]
 
 
 @dataclass
@@ -66,17 +78,27 @@ def _to_fp16(source: Path, target: Path, report: OptimizeReport) -> None:
     report.steps.append("float16 (float32 inputs and outputs kept)")
 
 
-def _calibration_reader(encoder: Any, texts: Sequence[str], batch_size: int = 16) -> Any:
-    """An ONNX Runtime calibration reader over batches of encoded texts."""
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+# Histogram calibrators (entropy, percentile) hold every activation of every batch: bound their sample.
+HISTOGRAM_TEXTS, _HISTOGRAM_WIDTH = 64, 128
+
+
+def _calibration_reader(encoder: Any, texts: Sequence[str], *, width: int | None = None, batch_size: int = 16) -> Any:
+    """An ONNX Runtime calibration reader over batches of encoded texts.
+
+    With ``width`` every batch is padded (or cut) to it, as histogram calibrators need equally shaped
+    activations; without, texts are batched by length and each batch padded to its own bucket (min-max
+    calibration streams, and a tweet then never pays for a news article's padding).
+    """
     from onnxruntime.quantization import CalibrationDataReader
 
-    # Every batch gets the same width: histogram calibrators need equally shaped activations.
-    encodings = encoder.encode(list(texts))
-    width = encoder.bucket(max(len(e.ids) for e in encodings))  # pack() never pads below a batch's bucket
+    encodings = sorted(encoder.encode(list(texts)), key=lambda e: len(e.ids))
 
     def pack(chunk: Sequence[Any]) -> dict[str, Any]:
         arrays = encoder.pack(chunk)
-        return {k: np.pad(v, [(0, 0), (0, width - v.shape[1])]) for k, v in arrays.items()}
+        if width is None:
+            return arrays
+        return {k: np.pad(v, [(0, 0), (0, max(0, width - v.shape[1]))])[:, :width] for k, v in arrays.items()}
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -90,27 +112,50 @@ def _calibration_reader(encoder: Any, texts: Sequence[str], batch_size: int = 16
     return Reader()
 
 
-def _weight_matmuls(path: Path) -> tuple[list[str], list[str]]:
-    """MatMul nodes to quantise, and the weight MatMuls deliberately left in float.
+@dataclass(frozen=True)
+class WeightMatMul:
+    """A MatMul with a constant weight: what int8 quantisation can turn into integer arithmetic.
 
-    Only products with a constant weight are quantised: activation-by-activation products
-    (attention scores, attention-weighted values) stay in float. Down-projections (weights
-    wider in than out: the feed-forward output, classifier heads) stay in float too: their
-    inputs (GELU outputs) and weights carry the outliers that 8 bits cannot hold — on
-    all-MiniLM-L6-v2 quantising them alone drops the mean cosine to 0.93.
+    ``layer`` is the PyTorch module it was exported from (``bert.encoder.layer.0.attention.self.query``);
+    ``down_projection`` marks weights wider in than out (the feed-forward output), whose inputs carry the
+    outliers that 8 bits hold worst.
+    """
+
+    node: str
+    layer: str
+    down_projection: bool
+
+
+def _module_name(node: Any) -> str:
+    """The exporter's name scope of ``node`` (the module it came from), else the node's own name."""
+    import ast
+
+    scopes = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), "")
+    try:
+        names = [n for n in ast.literal_eval(scopes) if isinstance(n, str) and n.startswith("model.")]
+    except (ValueError, SyntaxError):
+        names = []
+    return names[-1].removeprefix("model.") if names else node.name
+
+
+def weight_matmuls(path: Path) -> list[WeightMatMul]:
+    """Every MatMul of ``path`` whose second input is a constant weight, in graph order.
+
+    Activation-by-activation products (attention scores, attention-weighted values) are not listed:
+    they stay in float.
     """
     import onnx
     from onnx import numpy_helper
 
     model = onnx.load(str(path), load_external_data=False)
     weights = {init.name: init for init in model.graph.initializer}
-    quantize, kept = [], []
+    found = []
     for node in model.graph.node:
         if node.op_type != "MatMul" or len(node.input) < 2 or node.input[1] not in weights:
             continue
         shape = numpy_helper.to_array(weights[node.input[1]]).shape
-        (kept if len(shape) == 2 and shape[0] > shape[1] else quantize).append(node.name)
-    return quantize, kept
+        found.append(WeightMatMul(node.name, _module_name(node), len(shape) == 2 and shape[0] > shape[1]))
+    return found
 
 
 @contextlib.contextmanager
@@ -124,61 +169,89 @@ def _working_directory(path: Path) -> Iterator[None]:
         os.chdir(previous)
 
 
-def _quantize(
-    source: Path,
-    target: Path,
-    *,
-    mode: str,
-    encoder: Any,
-    texts: Sequence[str],
-    symmetric: bool,
-    report: OptimizeReport,
-) -> None:
+def prepare_for_quantization(source: Path, work: Path) -> Path:
+    """``source`` with clean shape annotations and ONNX Runtime's pre-processing, as ``work/prepared.onnx``.
+
+    The exporter's intermediate shape annotations are dropped: ONNX shape inference re-derives them, and
+    some (e.g. around a Gemm classifier head) contradict what it infers.
+    """
     import onnx
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    # Drop the exporter's intermediate shape annotations: ONNX shape inference re-derives
-    # them, and some (e.g. around a Gemm classifier head) contradict what it infers.
-    cleaned = target.with_name("cleaned.onnx")
+    cleaned, prepared = work / "cleaned.onnx", work / "prepared.onnx"
     model = onnx.load(str(source))
     del model.graph.value_info[:]
     onnx.save_model(model, str(cleaned))
-    source = cleaned
-    prepared = target.with_name("prepared.onnx")
-    try:
-        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=False)
-    except Exception:  # symbolic inference gives up on some dynamo graphs; ONNX's own inference suffices
-        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
-    weight_matmuls, kept = _weight_matmuls(prepared)
-    if not weight_matmuls:
-        raise ExportError("the model has no weight MatMul to quantise to int8")
-    if mode == "dynamic":
-        # Dynamic quantisation needs no calibration and no pre-processed shapes.
-        quantize_dynamic(
-            str(source),
-            str(target),
-            weight_type=QuantType.QInt8,
-            op_types_to_quantize=["MatMul"],
-            nodes_to_quantize=weight_matmuls,
-            per_channel=True,
-        )
-        report.steps.append(
-            f"int8 dynamic quantisation of {len(weight_matmuls)} weight MatMuls (per-channel); "
-            f"{len(kept)} down-projections kept in float"
-        )
-    else:
+    with _working_directory(work):
+        try:
+            quant_pre_process(str(cleaned), str(prepared), skip_symbolic_shape=False)
+        except Exception:  # symbolic inference gives up on some dynamo graphs; ONNX's own inference suffices
+            quant_pre_process(str(cleaned), str(prepared), skip_symbolic_shape=True)
+    cleaned.unlink(missing_ok=True)
+    return prepared
+
+
+# Shape inference cannot type the outputs of ONNX Runtime's fused operators (SkipLayerNormalization...):
+# tensors it leaves untyped are float32, which is what the fusions produce.
+_UNTYPED_IS_FLOAT = {"DefaultTensorType": 1}  # onnx.TensorProto.FLOAT
+
+
+def quantize_int8(
+    prepared: Path,
+    target: Path,
+    *,
+    scheme: str,
+    nodes: Sequence[str],
+    encoder: Any = None,
+    texts: Sequence[str] = (),
+    symmetric: bool = False,
+    calibration: str = "minmax",
+) -> None:
+    """Quantise the weight MatMuls ``nodes`` of ``prepared`` (``prepare_for_quantization``) to int8 into ``target``.
+
+    ``scheme`` ``dynamic``: int8 weights per output channel ahead of time, activations quantised per batch
+    at run time (no calibration). ``static``: QDQ with per-channel int8 weights and activations calibrated
+    on ``texts`` with ``calibration`` (``minmax`` streams every text; ``entropy`` and ``percentile``
+    histograms hold their activations, so they see a bounded sample), uint8 activations or, with
+    ``symmetric``, int8 ones as TensorRT takes explicit INT8.
+    """
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+    if not nodes:
+        raise ExportError("int8 quantisation was given no weight MatMul to quantise")
+    if calibration not in CALIBRATION_METHODS:
+        raise ExportError(f"calibration `{calibration}` is unknown; expected one of {', '.join(CALIBRATION_METHODS)}")
+    # The calibrators print their progress to stdout: keep the build's console for the build.
+    with _working_directory(target.parent), contextlib.redirect_stdout(io.StringIO()):
+        if scheme == "dynamic":
+            quantize_dynamic(
+                str(prepared),
+                str(target),
+                weight_type=QuantType.QInt8,
+                op_types_to_quantize=["MatMul"],
+                nodes_to_quantize=list(nodes),
+                per_channel=True,
+                extra_options=_UNTYPED_IS_FLOAT,
+            )
+            return
         if not texts:
             raise ExportError("int8 static quantisation needs calibration texts; the calibration set is empty")
+        histogram = calibration != "minmax"
+        width = min(_HISTOGRAM_WIDTH, encoder.max_length) if histogram else None
+        reader = _calibration_reader(encoder, texts[:HISTOGRAM_TEXTS] if histogram else texts, width=width)
         quantize_static(
             str(prepared),
             str(target),
-            _calibration_reader(encoder, texts),
+            reader,
             quant_format=QuantFormat.QDQ,
             op_types_to_quantize=["MatMul"],
-            nodes_to_quantize=weight_matmuls,
+            nodes_to_quantize=list(nodes),
             per_channel=True,
-            calibrate_method=CalibrationMethod.MinMax,  # streaming; histogram methods hold every activation
+            calibrate_method={
+                "minmax": CalibrationMethod.MinMax,
+                "entropy": CalibrationMethod.Entropy,
+                "percentile": CalibrationMethod.Percentile,
+            }[calibration],
             activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             extra_options={
@@ -186,34 +259,49 @@ def _quantize(
                 "WeightSymmetric": True,
                 # MatMul weights are [in, out]: quantise per output channel (the default axis is 0).
                 "QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
+                # The products stay float: re-quantising them adds error and Q/DQ pairs and saves nothing.
+                "OpTypesToExcludeOutputQuantization": ["MatMul"],
+                **_UNTYPED_IS_FLOAT,
+                **({"CalibPercentile": 99.999} if calibration == "percentile" else {}),
             },
         )
-        report.steps.append(
-            f"int8 static QDQ quantisation of {len(weight_matmuls)} weight MatMuls (per-channel weights, "
-            f"{'symmetric int8' if symmetric else 'uint8'} activations, min-max calibration on "
-            f"{len(texts)} texts); {len(kept)} down-projections kept in float"
-        )
-    prepared.unlink(missing_ok=True)
-    cleaned.unlink(missing_ok=True)
-    model = onnx.load(str(target), load_external_data=False)
-    report.quantized_nodes = sum(
-        n.op_type in ("QuantizeLinear", "MatMulInteger", "DynamicQuantizeLinear") for n in model.graph.node
-    )
+    _float_for_other_readers(target, nodes)
 
 
-def optimize_model(
-    source: Path,
-    target: Path,
-    checkpoint: Checkpoint,
-    *,
-    precision: str,
-    fuse: bool,
-    quantization: str = "static",
-    encoder: Any = None,
-    calibration: Sequence[str] = (),
-    symmetric_activations: bool = False,
-) -> OptimizeReport:
-    """Write the optimised/converted model for ``precision`` and ``fuse`` to ``target``."""
+def _float_for_other_readers(path: Path, nodes: Sequence[str]) -> None:
+    """Give every reader of a quantised activation other than the quantised MatMuls the float tensor back.
+
+    ONNX Runtime's QDQ quantiser hands the dequantised copy of an activation to all its readers. In a
+    transformer the LayerNorm output that the projections read is also the residual stream, which would
+    then be rounded to 8 bits in every layer.
+    """
+    import onnx
+
+    model = onnx.load(str(path))
+    quantized = set(nodes)
+    produced = {output: node for node in model.graph.node for output in node.output}
+    changed = False
+    for node in model.graph.node:
+        if node.name in quantized or node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        for index, name in enumerate(node.input):
+            dequantize = produced.get(name)
+            if dequantize is None or dequantize.op_type != "DequantizeLinear":
+                continue
+            quantize = produced.get(dequantize.input[0])
+            if quantize is not None and quantize.op_type == "QuantizeLinear":
+                node.input[index] = quantize.input[0]
+                changed = True
+    if changed:
+        onnx.save_model(model, str(path))
+
+
+def optimize_model(source: Path, target: Path, checkpoint: Checkpoint, *, precision: str, fuse: bool) -> OptimizeReport:
+    """Write ``source`` with the fusions (``fuse``) and float conversion of ``precision`` to ``target``.
+
+    For ``int8`` only the fusions happen here (attention left unfused, so its MatMuls stay visible);
+    ``generator.int8_search`` quantises the result.
+    """
     report = OptimizeReport()
     work = target.resolve().parent / "_optimize"
     work.mkdir(parents=True, exist_ok=True)
@@ -227,27 +315,8 @@ def optimize_model(
             half = work / "fp16.onnx"
             _to_fp16(current, half, report)
             current = half
-        elif precision == "int8":
-            quantized = work / "int8.onnx"
-            with _working_directory(work):
-                _quantize(
-                    current.resolve(),
-                    quantized.resolve(),
-                    mode=quantization,
-                    encoder=encoder,
-                    texts=calibration,
-                    symmetric=symmetric_activations,
-                    report=report,
-                )
-            current = quantized
         if current != target:
             shutil.copyfile(current, target)
-    except ExportError:
-        raise
-    except Exception as exc:  # the optimiser and quantiser raise many types
-        raise ExportError(
-            f"optimising the model ({precision}, fuse={fuse}) failed: {str(exc).splitlines()[0]}"
-        ) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return report

@@ -119,7 +119,8 @@ class BuildSpec:
     parity_tolerance: float = 1e-4
     precision: Literal["fp32", "fp16", "int8"] = "fp32"
     optimize: bool = False  # offline transformer fusions (ONNX Runtime only)
-    quantization: Literal["static", "dynamic"] = "static"  # for int8
+    quantization: Literal["auto", "static", "dynamic"] = "auto"  # int8: auto searches every scheme
+    int8_curve: bool = True  # int8: also measure the trade-off curve for the model card (a few more candidates)
     calibration: Path | None = None  # one text per line; None: the built-in sample
     validation: Path | None = None  # one text per line; None: the built-in sample
     accept_accuracy_loss: bool = False
@@ -191,8 +192,8 @@ def _validate(spec: BuildSpec) -> None:
         raise SpecError("graph_optimization_level must be -1, 0, 1 or 2")
     if spec.precision not in ("fp32", "fp16", "int8"):
         raise SpecError(f"precision must be fp32, fp16 or int8, got {spec.precision}")
-    if spec.quantization not in ("static", "dynamic"):
-        raise SpecError(f"quantization must be static or dynamic, got {spec.quantization}")
+    if spec.quantization not in ("auto", "static", "dynamic"):
+        raise SpecError(f"quantization must be auto, static or dynamic, got {spec.quantization}")
     if spec.runtime not in ("onnx", "tensorrt"):
         raise SpecError(f"runtime must be onnx or tensorrt, got {spec.runtime}")
     if spec.runtime == "tensorrt":

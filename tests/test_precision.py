@@ -1,9 +1,8 @@
-"""Graph optimisation, FP16 and INT8: each gated on accuracy, each served by the real server."""
+"""Graph optimisation, FP16 and the INT8 search: each gated on accuracy, each served by the real server."""
 
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import onnx
@@ -19,10 +18,10 @@ from generator.spec import BuildSpec
 from generator.tasks import get_task
 from generator.triton_models.tokenizer import TextEncoder
 
+# The real all-MiniLM-L6-v2 (the embedding gate: cosine mean >= 0.99, min >= 0.98). INT8 searches the schemes;
+# its trade-off curve (more candidates, for the model card only) is left to the fine-tuned classifier's test.
 VARIANTS = {
-    "int8": {"precision": "int8"},
-    "int8_opt": {"precision": "int8", "optimize": True},
-    "int8_dyn": {"precision": "int8", "quantization": "dynamic"},
+    "int8": {"precision": "int8", "optimize": True},
     "fp32_opt": {"optimize": True},
     "fp16": {"precision": "fp16"},
 }
@@ -30,12 +29,15 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory, minilm_path):
-    """Every variant of the real all-MiniLM-L6-v2 (the embedding gate: cosine mean >= 0.99, min >= 0.98)."""
+    import generator.int8_search
+
     repo = tmp_path_factory.mktemp("precision") / "repo"
     results = {}
-    for name, changes in VARIANTS.items():
-        spec = BuildSpec(model=str(minilm_path), name=name, repository=repo, buckets=(32, 128), **changes)
-        results[name] = build_repository(spec)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(generator.int8_search, "CURVE_FLOAT_COUNTS", ())
+        for name, changes in VARIANTS.items():
+            spec = BuildSpec(model=str(minilm_path), name=name, repository=repo, buckets=(32, 128), **changes)
+            results[name] = build_repository(spec)
     return repo, results
 
 
@@ -51,10 +53,30 @@ def test_variant_passes_accuracy_gate_and_records_it(variants, name):
     assert build["accuracy"]["cosine_mean"] == accuracy.cosine_mean
 
 
-def test_int8_static_model_has_qdq_nodes(variants):
-    repo, _ = variants
-    ops = {n.op_type for n in onnx.load(str(repo / "int8_model" / "1" / "model.onnx")).graph.node}
-    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+def _assert_search_recorded(repo, name: str, result) -> dict:
+    """build.json, the model card and the plot record every candidate and the one served."""
+    search = result.int8_search
+    record = json.loads((repo / name / "1" / "build.json").read_text())["int8_search"]
+    assert search.chosen is not None and search.chosen.passed and search.chosen.accuracy == result.accuracy
+    assert record["chosen"] == search.chosen.candidate.label
+    assert record["float_layers"] == search.layer_names(search.chosen.candidate.float_nodes)
+    assert [trial["candidate"] for trial in record["trials"]] == [trial.candidate.label for trial in search.trials]
+    card = (repo / name / "1" / "model_card.md").read_text()
+    assert "## INT8 search" in card and "Kept in float: " in card
+    assert f"| {search.chosen.candidate.label} **(served)** |" in card
+    assert all(f"| {trial.candidate.label}" in card for trial in search.trials)
+    assert "![accuracy against speed](int8_search.png)" in card
+    assert (repo / name / "1" / "int8_search.png").read_bytes()[:4] == b"\x89PNG"
+    ops = {node.op_type for node in onnx.load(str(repo / f"{name}_model" / "1" / "model.onnx")).graph.node}
+    assert ops & {"MatMulInteger", "DynamicQuantizeLinear", "QuantizeLinear"}, "the served model is not int8"
+    return record
+
+
+def test_int8_variant_serves_the_first_candidate_that_passes(variants):
+    repo, results = variants
+    record = _assert_search_recorded(repo, "int8", results["int8"])
+    # candidates go in expected speed order and the search stops at the first that passes
+    assert [trial["passed"] for trial in record["trials"]] == [False] * (len(record["trials"]) - 1) + [True]
 
 
 def test_optimised_model_has_fused_operators(variants):
@@ -105,17 +127,34 @@ def test_variants_serve_through_real_server_within_gate(variants, minilm_path):
             assert cosine.min() >= 0.98, f"{name}: min cosine {cosine.min():.4f}"
 
 
-def test_classifier_gate_passes_fp16_and_refuses_int8_with_figures(sentiment_checkpoint, tmp_path, capsys):
-    """A real case: INT8 flips labels of a head-only classifier with small margins; the gate must say so."""
+def test_int8_search_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkpoint, tmp_path):
+    """The issue's case: a MiniLM fine-tuned end to end, where int8 loses labels more easily than FP16.
+
+    Asking for int8 gives the first int8 model (in expected speed order) that keeps >= 99% label agreement,
+    and a model card with the accuracy-speed trade-off: every scheme's whole model, and the served one with
+    its most sensitive layers kept in float as well.
+    """
     repo = tmp_path / "repo"
-    base = ["build", "--model", str(sentiment_checkpoint), "--repository", str(repo), "--buckets", "32,128"]
-    assert main([*base, "--name", "half", "--precision", "fp16"]) == 0
+    result = build_repository(BuildSpec(model=str(finetuned_checkpoint), name="s8", repository=repo, precision="int8"))
+    assert result.accuracy.gate == "labels" and result.accuracy.texts == 294
+    assert result.accuracy.label_agreement >= 0.99
+    record = _assert_search_recorded(repo, "s8", result)
+    search = result.int8_search
+    assert {t.candidate.scheme for t in search.trials if not t.candidate.float_nodes} == {"dynamic", "static"}
+    assert any(len(t.candidate.float_nodes) > len(search.chosen.candidate.float_nodes) for t in search.trials)
+    assert len(record["sensitivity"]) == len(search.layers) == 36
+    assert all(layer.layer.startswith("bert.encoder.layer.") for layer in search.layers)
+    card = (repo / "s8" / "1" / "model_card.md").read_text()
+    assert "Most sensitive weight MatMuls, each quantised alone" in card
+    for trial in record["trials"]:  # the figures each candidate was judged by
+        assert trial["accuracy"]["texts"] == 294 and trial["speedup"]["8"] > 0
+
+
+def test_fp16_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkpoint, tmp_path, capsys):
+    repo = tmp_path / "repo"
+    argv = ["build", "--model", str(finetuned_checkpoint), "--repository", str(repo), "--buckets", "32,128"]
+    assert main([*argv, "--name", "half", "--precision", "fp16"]) == 0
     assert "Accuracy gate: **PASSED**" in (repo / "half" / "1" / "model_card.md").read_text()
-    assert main([*base, "--name", "q", "--precision", "int8", "--optimize"]) == 2
-    message = capsys.readouterr().err.strip().splitlines()[-1]
-    assert message.startswith("error: accuracy gate failed: INT8 static optimised vs FP32 PyTorch on 294 validation")
-    assert "label agreement" in message and "(gate >= 99%)" in message
-    assert not (repo / "q").exists()
 
 
 def _perturbed(source, target, scale: float) -> None:
@@ -130,19 +169,64 @@ def _perturbed(source, target, scale: float) -> None:
     onnx.save(model, str(target))
 
 
-def test_gate_refuses_model_with_perturbed_weights(sentiment_checkpoint, tmp_path):
+def test_int8_search_refuses_with_figures_when_no_candidate_passes(tiny_factory, tmp_path, capsys, monkeypatch):
+    """Every candidate is broken after quantising: the search tries them all, then refuses in one line."""
+    import generator.int8_search as search_module
+
+    real = search_module.quantize_int8
+
+    def broken(prepared, target, **kwargs):
+        real(prepared, target, **kwargs)
+        _perturbed(target, target, scale=0.5)
+
+    monkeypatch.setattr(search_module, "quantize_int8", broken)
+    repo = tmp_path / "repo"
+    code = main(["build", "--model", str(tiny_factory("bert")), "--repository", str(repo), "--precision", "int8"])
+    err = capsys.readouterr().err
+    assert code == 2
+    message = err.strip().splitlines()[-1]
+    assert message.startswith("error: accuracy gate failed: no int8 candidate passed (")
+    assert "weight MatMuls in float); the best, INT8 " in message and "label agreement" in message
+    assert "Most sensitive weight MatMuls" in err  # the layer search ran, and the candidates were shown
+    assert not repo.exists() or not any(repo.iterdir())
+
+
+def test_int8_static_pinned_gives_qdq_nodes(tiny_factory, tmp_path):
+    repo = tmp_path / "repo"
+    spec = BuildSpec(
+        model=str(tiny_factory("bert")), name="q", repository=repo, precision="int8", quantization="static",
+        accept_accuracy_loss=True,  # a tiny random model: the point here is the graph, not the gate
+    )  # fmt: skip
+    result = build_repository(spec)
+    assert {trial.candidate.scheme for trial in result.int8_search.trials} == {"static"}
+    ops = {n.op_type for n in onnx.load(str(repo / "q_model" / "1" / "model.onnx")).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+
+
+def test_int8_calibrates_on_a_quarter_of_the_user_validation_texts_the_gate_never_sees(tiny_factory, tmp_path):
+    texts = [f"review {i}: {'great' if i % 3 else 'awful'} product, {i % 7} stars" for i in range(80)]
+    (tmp_path / "validation.txt").write_text("\n".join(texts), encoding="utf-8")
+    repo = tmp_path / "repo"
+    spec = BuildSpec(
+        model=str(tiny_factory("bert")), name="v", repository=repo, precision="int8", quantization="static",
+        validation=tmp_path / "validation.txt", accept_accuracy_loss=True,
+    )  # fmt: skip
+    result = build_repository(spec)
+    assert result.accuracy.texts == 60  # the other 20 calibrated the model
+    card = (repo / "v" / "1" / "model_card.md").read_text()
+    assert "Calibration texts: every 4th text of" in card and "(the gate measures the other 60)" in card
+
+
+def test_gate_refuses_model_with_perturbed_weights(tiny_factory, tmp_path):
     from transformers import AutoTokenizer
 
     from generator.checkpoint import inspect_checkpoint
     from generator.export import export_onnx
 
-    checkpoint = inspect_checkpoint(str(sentiment_checkpoint))
-    module = get_task("classification").load_module(checkpoint)
+    path = tiny_factory("bert")
+    module = get_task("classification").load_module(inspect_checkpoint(str(path)))
     encoder = TextEncoder(
-        str(sentiment_checkpoint / "tokenizer.json"),
-        512,
-        [32, 128],
-        input_names=["input_ids", "attention_mask", "token_type_ids"],
+        str(path / "tokenizer.json"), 64, [32, 64], input_names=["input_ids", "attention_mask", "token_type_ids"]
     )
     export_onnx(module, encoder(["a b", "a longer text here"]), "logits", tmp_path / "fp32.onnx")
     broken = tmp_path / "broken.onnx"
@@ -151,22 +235,16 @@ def test_gate_refuses_model_with_perturbed_weights(sentiment_checkpoint, tmp_pat
         f"review {i}: {'great' if i % 3 else 'awful'} product, would {'' if i % 2 else 'not '}buy" for i in range(60)
     ]
     report = measure_accuracy(
-        module,
-        AutoTokenizer.from_pretrained(str(sentiment_checkpoint)),
-        encoder,
-        broken,
-        gate="labels",
-        texts=texts,
-        max_length=512,
+        module, AutoTokenizer.from_pretrained(str(path)), encoder, broken, gate="labels", texts=texts, max_length=64,
         variant="broken",
-    )
+    )  # fmt: skip
     assert not report.passed
     with pytest.raises(AccuracyError, match=r"accuracy gate failed: broken vs FP32 PyTorch on 60 validation texts"):
         require_accuracy(report, accept_loss=False)
     require_accuracy(report, accept_loss=True)  # accepted loss does not raise
 
 
-def test_build_exits_2_and_publishes_nothing_when_gate_fails(sentiment_checkpoint, tmp_path, capsys, monkeypatch):
+def test_build_exits_2_and_publishes_nothing_when_gate_fails(tiny_factory, tmp_path, capsys, monkeypatch):
     import generator.build as build_module
 
     real = build_module.optimize_model
@@ -178,11 +256,10 @@ def test_build_exits_2_and_publishes_nothing_when_gate_fails(sentiment_checkpoin
 
     monkeypatch.setattr(build_module, "optimize_model", broken_optimize)
     repo = tmp_path / "repo"
-    argv = ["build", "--model", str(sentiment_checkpoint), "--name", "s", "--repository", str(repo), "--optimize"]
+    argv = ["build", "--model", str(tiny_factory("bert")), "--name", "s", "--repository", str(repo), "--optimize"]
     assert main(argv) == 2
     message = capsys.readouterr().err.strip().splitlines()[-1]
     assert message.startswith("error: accuracy gate failed: FP32 optimised vs FP32 PyTorch on 294 validation texts")
     assert not repo.exists() or not any(repo.iterdir())
     assert main([*argv, "--accept-accuracy-loss"]) == 0
     assert "FAILED (accepted with --accept-accuracy-loss)" in (repo / "s" / "1" / "model_card.md").read_text()
-    shutil.rmtree(repo)

@@ -1,0 +1,241 @@
+"""The INT8 search's parts on a tiny BERT: layer ranking, the greedy walk, the switch model, balancing, the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from generator.accuracy import AccuracyReport, GateReference
+from generator.int8_report import Candidate, SearchReport, Trial
+from generator.int8_search import search_int8, smallest_passing
+from generator.int8_sensitivity import LayerSensitivity, build_switch_model, rank_layers
+from generator.optimize import WeightMatMul, prepare_for_quantization, quantize_int8, weight_matmuls
+from generator.smoothquant import smooth_activations
+from generator.triton_models.tokenizer import TextEncoder
+
+TEXTS = [f"review {i}: {'great' if i % 3 else 'awful'} product, would {'' if i % 2 else 'not '}buy" for i in range(40)]
+INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_factory, tmp_path_factory):
+    """A tiny BERT classifier exported to ONNX and prepared for quantisation, with its encoder and module."""
+    from transformers import AutoTokenizer
+
+    from generator.checkpoint import inspect_checkpoint
+    from generator.export import export_onnx
+    from generator.tasks import get_task
+
+    path = tiny_factory("bert")
+    work = tmp_path_factory.mktemp("int8")
+    module = get_task("classification").load_module(inspect_checkpoint(str(path)))
+    encoder = TextEncoder(str(path / "tokenizer.json"), 64, [16, 32, 64], input_names=INPUTS)
+    export_onnx(module, encoder(["a b", "a longer text here"]), "logits", work / "fp32.onnx")
+    prepared = prepare_for_quantization(work / "fp32.onnx", work)
+    return {
+        "work": work, "fp32": work / "fp32.onnx", "prepared": prepared, "encoder": encoder, "module": module,
+        "hf_tokenizer": AutoTokenizer.from_pretrained(str(path)), "layers": weight_matmuls(prepared),
+    }  # fmt: skip
+
+
+def _logits(path_or_session, encoder, feeds=None):
+    session = path_or_session if hasattr(path_or_session, "run") else ort.InferenceSession(str(path_or_session))
+    return session.run(None, {**encoder(TEXTS[:8]), **(feeds or {})})[0]
+
+
+def test_smallest_passing_doubles_then_bisects_when_more_layers_help():
+    calls = []
+
+    def passes(count):
+        calls.append(count)
+        return count >= 5
+
+    assert smallest_passing(35, passes) == 5
+    assert calls == [1, 2, 4, 8, 6, 5]
+
+
+def test_smallest_passing_stops_bisecting_within_a_quarter_of_the_count():
+    calls = []
+
+    def passes(count):
+        calls.append(count)
+        return count >= 17
+
+    assert smallest_passing(35, passes) == 20  # 17 would pass too: two more builds to save 3 float layers
+    assert calls == [1, 2, 4, 8, 16, 32, 24, 20]
+
+
+def test_smallest_passing_is_none_when_even_all_but_one_layer_in_float_fails():
+    calls = []
+    assert smallest_passing(11, lambda count: calls.append(count) or False) is None
+    assert calls == [1, 2, 4, 8, 11]
+    assert smallest_passing(0, lambda count: True) is None  # one layer only: keeping it in float is not int8
+
+
+def _report(label_agreement: float, loss: float, texts: int = 32, gate: str = "labels") -> AccuracyReport:
+    return AccuracyReport(
+        "x", gate, texts, label_agreement=label_agreement, max_probability_diff=loss * 3, loss=loss
+    )  # fmt: skip
+
+
+def test_rank_layers_puts_lost_labels_first_then_the_larger_difference():
+    layers = [WeightMatMul(f"n{i}", f"layer{i}", False) for i in range(4)]
+    found = [
+        LayerSensitivity(layers[0], _report(1.0, 0.010)),
+        LayerSensitivity(layers[1], _report(0.97, 0.002)),
+        LayerSensitivity(layers[2], _report(1.0, 0.020)),
+        LayerSensitivity(layers[3], _report(0.97, 0.004)),
+    ]
+    assert [item.layer.layer for item in rank_layers(found)] == ["layer3", "layer1", "layer2", "layer0"]
+
+
+class _FakeGate:
+    """A gate that passes only while the ``sensitive`` weight MatMuls stay in float.
+
+    Whole models are judged by the nodes still float in the file; the switch model by its switches
+    (one per weight MatMul, in graph order), each layer with its own designed difference.
+    """
+
+    def __init__(self, layers, sensitive):
+        self.layers, self.sensitive = layers, set(sensitive)
+        self.count = 40
+
+    def subset(self, count):
+        return self
+
+    def measure(self, model, variant, *, batch_dependent=False, feeds=None):
+        if feeds is not None:  # the switch model: one layer on
+            on = [layer.node for i, layer in enumerate(self.layers) if feeds[f"int8_switch_{i}"]]
+            loss = sum(0.05 if node in self.sensitive else 0.001 for node in on)
+            return _report(1.0 - 10 * loss, loss, texts=self.count)
+        graph = onnx.load(str(model), load_external_data=False).graph
+        weights = {init.name for init in graph.initializer}
+        float_nodes = {n.name for n in graph.node if n.op_type == "MatMul" and n.input[1] in weights}
+        lost = len(self.sensitive - float_nodes)
+        return _report(1.0 - 0.02 * lost, 0.01 * lost + 0.001, texts=self.count)
+
+
+def test_search_keeps_exactly_the_sensitive_layers_in_float_when_the_gate_needs_them(tiny, tmp_path):
+    layers = tiny["layers"]
+    sensitive = [layers[5].node, layers[1].node, layers[9].node]
+    gate = _FakeGate(layers, sensitive)
+    target = tmp_path / "model.onnx"
+    report = search_int8(
+        tiny["fp32"], target, reference=gate, encoder=tiny["encoder"], calibration=TEXTS, schemes=("dynamic",),
+        speed_texts=TEXTS[:8],
+    )  # fmt: skip
+    labels = [trial.candidate.label for trial in report.trials]
+    # balancing does not help this gate, so the layer search starts from the plain model
+    assert labels == [
+        "dynamic", "dynamic, smoothed", "dynamic, 1 float", "dynamic, 2 float", "dynamic, 4 float", "dynamic, 3 float"
+    ]  # fmt: skip
+    assert report.chosen is report.trials[-1] and report.chosen.passed
+    assert set(report.chosen.candidate.float_nodes) == set(sensitive)
+    assert {item.layer.node for item in report.sensitivity[:3]} == set(sensitive)
+    served = onnx.load(str(target)).graph
+    assert {n.name for n in served.node if n.op_type == "MatMul"} >= set(sensitive)
+    assert sum(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for n in served.node) == len(layers) - 3
+    assert all(trial.speedup[1] > 0 and trial.speedup[8] > 0 for trial in report.trials)
+    json.dumps(report.to_dict())  # build.json takes it as it is
+
+
+def test_search_returns_the_most_accurate_and_writes_nothing_when_nothing_passes(tiny, tmp_path):
+    gate = _FakeGate(tiny["layers"], [layer.node for layer in tiny["layers"]])  # every layer is needed in float
+    target = tmp_path / "model.onnx"
+    report = search_int8(
+        tiny["fp32"], target, reference=gate, encoder=tiny["encoder"], calibration=TEXTS, schemes=("dynamic",)
+    )
+    assert report.chosen is not None and not report.chosen.passed
+    assert len(report.chosen.candidate.float_nodes) == len(tiny["layers"]) - 1  # the most accurate one tried
+    assert not target.exists()
+    assert str(report.failure()).startswith("accuracy gate failed: no int8 candidate passed (")
+
+
+@pytest.mark.parametrize("scheme", ["dynamic", "static"])
+def test_switch_model_computes_what_the_int8_model_computes(tiny, scheme):
+    encoder, layers = tiny["encoder"], tiny["layers"]
+    quantized = tiny["work"] / f"{scheme}.onnx"
+    nodes = [layer.node for layer in layers]
+    quantize_int8(tiny["prepared"], quantized, scheme=scheme, nodes=nodes, encoder=encoder, texts=TEXTS)
+    switch = build_switch_model(tiny["prepared"], quantized, tiny["work"] / f"switch_{scheme}.onnx", scheme=scheme)
+    assert set(switch.flags) == set(nodes)
+    session = ort.InferenceSession(str(switch.path))
+    real, float32 = _logits(quantized, encoder), _logits(tiny["prepared"], encoder)
+    all_on, all_off = _logits(session, encoder, switch.feeds(nodes)), _logits(session, encoder, switch.feeds([]))
+    np.testing.assert_allclose(all_off, float32, atol=1e-5)
+    # The round trip computes in float what the int8 kernels compute in integers; ONNX Runtime's fused
+    # dynamic kernel rounds the activations its own way, so there only most of the difference is the same.
+    share = 0.05 if scheme == "static" else 0.25
+    assert np.abs(all_on - real).max() < share * np.abs(real - float32).max() + 1e-4
+    one = _logits(session, encoder, switch.feeds(nodes[:1]))
+    assert 0 < np.abs(one - float32).max() < np.abs(all_on - float32).max()
+
+
+def test_static_int8_keeps_products_and_the_residual_stream_float(tiny):
+    quantized = tiny["work"] / "static_graph.onnx"
+    nodes = [layer.node for layer in tiny["layers"]]
+    quantize_int8(tiny["prepared"], quantized, scheme="static", nodes=nodes, encoder=tiny["encoder"], texts=TEXTS)
+    graph = onnx.load(str(quantized)).graph
+    produced = {output: node for node in graph.node for output in node.output}
+    readers = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    weights = {init.name for init in graph.initializer}
+    for node in graph.node:
+        if node.op_type != "DequantizeLinear" or node.input[0] in weights:
+            continue
+        assert {reader.name for reader in readers[node.output[0]]} <= set(nodes), "a float op reads an int8 copy"
+        source = produced[produced[node.input[0]].input[0]]
+        assert source.op_type != "MatMul", "a MatMul product is re-quantised"
+
+
+def test_smoothing_leaves_the_float_model_unchanged_and_balances_every_input(tiny):
+    smoothed = tiny["work"] / "smoothed.onnx"
+    nodes = [layer.node for layer in tiny["layers"]]
+    count = smooth_activations(tiny["prepared"], smoothed, nodes=nodes, encoder=tiny["encoder"], texts=TEXTS)
+    graph = onnx.load(str(smoothed)).graph
+    # every layer: query/key/value share one input, the three others have one each
+    assert count == sum(n.name.endswith("_Smooth") for n in graph.node) == 4 * 2
+    np.testing.assert_allclose(
+        _logits(smoothed, tiny["encoder"]), _logits(tiny["prepared"], tiny["encoder"]), rtol=1e-4, atol=1e-4
+    )
+
+
+def test_gate_subset_holds_the_texts_nearest_the_decision_boundary(tiny):
+    reference = GateReference(
+        tiny["module"], tiny["hf_tokenizer"], tiny["encoder"], gate="labels", texts=TEXTS, max_length=64
+    )
+    margins = {}
+    for chunk in reference.chunks:
+        top = np.sort(np.exp(chunk.reference) / np.exp(chunk.reference).sum(-1, keepdims=True), axis=-1)
+        margins.update(zip(chunk.texts, top[:, -1] - top[:, -2]))
+    subset = reference.subset(8)
+    assert subset.count == 8
+    assert {t for c in subset.chunks for t in c.texts} == set(sorted(margins, key=margins.get)[:8])
+    full, part = reference.measure(tiny["fp32"], "fp32"), subset.measure(tiny["fp32"], "fp32")
+    assert full.texts == 40 and part.texts == 8 and full.label_agreement == part.label_agreement == 1.0
+
+
+def test_search_report_shows_the_choice_the_float_layers_and_the_trade_off(tmp_path):
+    layers = [WeightMatMul(f"n{i}", f"bert.layer.{i}", False) for i in range(4)]
+    trials = [
+        Trial(Candidate("dynamic"), _report(0.98, 0.02), Path("a"), {1: 20.0, 8: 40.0}, {1: 2.0, 8: 2.0}),
+        Trial(Candidate("dynamic", ("n2",), why="the 1 most sensitive weight MatMuls in float"),
+              _report(0.995, 0.01), Path("b"), {1: 18.0, 8: 36.0}, {1: 1.8, 8: 1.8}),
+    ]  # fmt: skip
+    report = SearchReport(layers, trials, fp32_texts_per_s={1: 10.0, 8: 20.0}, chosen=trials[1])
+    card = report.to_markdown("int8_search.png")
+    assert "Served: **dynamic, 1 float**" in card and "Kept in float: `bert.layer.2`." in card
+    assert "Cost of the float layers: 1.80x instead of 2.00x FP32 (dynamic, which failed the gate)" in card
+    assert "| candidate | int8 / float layers | agreement | mean difference | speed, batch 1 | speed, batch 8 |" in card
+    assert "| dynamic, 1 float **(served)** | 3 / 1 | 0.9950 | 0.0100 | 1.80x | 1.80x | pass |" in card
+    assert "![accuracy against speed](int8_search.png)" in card
+    report.plot(tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads(json.dumps(report.to_dict()))["float_layers"] == ["bert.layer.2"]
