@@ -47,26 +47,26 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 venv: $(VENV)/.installed ## create .venv with the pinned packages (run by every target that needs it)
 
 repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISION=fp32|fp16|int8] [OPTIMIZE=0|1] [RUNTIME=onnx|tensorrt]
-	$(PY) -m generator build $(BUILD_ARGS)
+	$(PY) -m tritongen build $(BUILD_ARGS)
 
 serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1)
-	$(PY) -m generator serve --repository "$(REPO)" $(PORT_ARGS)
+	$(PY) -m tritongen serve --repository "$(REPO)" $(PORT_ARGS)
 
 infer: venv ## query a served ensemble: make infer NAME=name TEXT="..." (QA: QUESTION="..." CONTEXT="...") [PROTOCOL=]
-	$(PY) -m generator infer --name "$(NAME)" $(if $(QUESTION),--question "$(QUESTION)" --context "$(CONTEXT)",--text "$(TEXT)") \
+	$(PY) -m tritongen infer --name "$(NAME)" $(if $(QUESTION),--question "$(QUESTION)" --context "$(CONTEXT)",--text "$(TEXT)") \
 		--protocol $(PROTOCOL) $(PORT_ARGS)
 
 engine: venv ## build the TensorRT plan of a RUNTIME=tensorrt build, on the GPU node
-	$(PY) -m generator engine --name "$(NAME)" --repository "$(REPO)"
+	$(PY) -m tritongen engine --name "$(NAME)" --repository "$(REPO)"
 
 bench: venv ## benchmark NAME with perf_analyzer against the baselines
-	$(PY) -m generator bench --name "$(NAME)" --repository "$(REPO)" $(BENCH_ARGS)
+	$(PY) -m tritongen bench --name "$(NAME)" --repository "$(REPO)" $(BENCH_ARGS)
 
 test: venv ## run the test suite (unit and end-to-end against the real server)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: venv ## ruff on the sources
-	$(VENV)/bin/ruff check generator tests scripts
+	$(VENV)/bin/ruff check tritongen tests scripts
 
 clean: ## remove generated repositories and bench output (keeps .venv)
 	find $(REPO) -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +

@@ -21,7 +21,7 @@ def _hermetic_hf_home(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
-    from generator.checkpoint import bundled_minilm
+    from tritongen.checkpoint import bundled_minilm
 
     path = bundled_minilm()
     if path is None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from generator.cli import main
-from generator.repository import staging
+from tritongen.cli import main
+from tritongen.repository import staging
 
 
 def _run(capsys, *argv: str) -> tuple[int, str]:
@@ -214,9 +214,9 @@ def test_build_exits_2_with_one_line_naming_the_stage_when_it_fails_inside(
 
 
 def test_cli_reports_an_internal_error_in_one_line_without_traceback(tmp_path, capsys, monkeypatch):
-    import generator.spec
+    import tritongen.spec
 
-    monkeypatch.setattr(generator.spec, "load_spec", _raise_on_call(1, None, ZeroDivisionError("division by zero")))
+    monkeypatch.setattr(tritongen.spec, "load_spec", _raise_on_call(1, None, ZeroDivisionError("division by zero")))
     code = main(["build", "--model", str(tmp_path), "--repository", str(tmp_path / "repo")])
     err = capsys.readouterr().err
     assert code == 1
@@ -232,7 +232,7 @@ def test_cli_process_exits_2_with_one_line_when_checkpoint_missing(tmp_path):
         [
             sys.executable,
             "-m",
-            "generator",
+            "tritongen",
             "build",
             "--model",
             str(tmp_path / "x"),

@@ -6,11 +6,11 @@ import csv
 
 import pytest
 
-from generator.bench import BenchOptions, Sweep, run_bench
-from generator.bench.perf import parse_csv
-from generator.build import build_repository
-from generator.errors import BenchError
-from generator.spec import BuildSpec
+from tritongen.bench import BenchOptions, Sweep, run_bench
+from tritongen.bench.perf import parse_csv
+from tritongen.build import build_repository
+from tritongen.errors import BenchError
+from tritongen.spec import BuildSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.bench]
 

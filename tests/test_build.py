@@ -7,10 +7,10 @@ import json
 import onnx
 import pytest
 
-from generator.build import build_repository
-from generator.errors import ParityError
-from generator.export import onnx_io
-from generator.spec import BuildSpec
+from tritongen.build import build_repository
+from tritongen.errors import ParityError
+from tritongen.export import onnx_io
+from tritongen.spec import BuildSpec
 from tests.tiny_checkpoints import ARCHITECTURES
 
 # Models that embed no second segment: no token-type table (DistilBERT, MPNet), one type (RoBERTa, XLM-R), or

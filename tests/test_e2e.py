@@ -10,10 +10,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from generator.build import build_repository
-from generator.client import infer
-from generator.server import running_server
-from generator.spec import BuildSpec
+from tritongen.build import build_repository
+from tritongen.client import infer
+from tritongen.server import running_server
+from tritongen.spec import BuildSpec
 
 pytestmark = pytest.mark.e2e
 

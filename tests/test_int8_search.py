@@ -10,13 +10,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from generator.accuracy import AccuracyReport, GateReference
-from generator.int8_report import Candidate, SearchReport, Trial
-from generator.int8_search import search_int8, smallest_passing
-from generator.int8_sensitivity import LayerSensitivity, build_switch_model, rank_layers
-from generator.optimize import WeightMatMul, prepare_for_quantization, quantize_int8, weight_matmuls
-from generator.smoothquant import smooth_activations
-from generator.triton_models.tokenizer import TextEncoder
+from tritongen.accuracy import AccuracyReport, GateReference
+from tritongen.int8_report import Candidate, SearchReport, Trial
+from tritongen.int8_search import search_int8, smallest_passing
+from tritongen.int8_sensitivity import LayerSensitivity, build_switch_model, rank_layers
+from tritongen.optimize import WeightMatMul, prepare_for_quantization, quantize_int8, weight_matmuls
+from tritongen.smoothquant import smooth_activations
+from tritongen.triton_models.tokenizer import TextEncoder
 
 TEXTS = [f"review {i}: {'great' if i % 3 else 'awful'} product, would {'' if i % 2 else 'not '}buy" for i in range(40)]
 INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
@@ -27,9 +27,9 @@ def tiny(tiny_factory, tmp_path_factory):
     """A tiny BERT classifier exported to ONNX and prepared for quantisation, with its encoder and module."""
     from transformers import AutoTokenizer
 
-    from generator.checkpoint import inspect_checkpoint
-    from generator.export import export_onnx
-    from generator.tasks import get_task
+    from tritongen.checkpoint import inspect_checkpoint
+    from tritongen.export import export_onnx
+    from tritongen.tasks import get_task
 
     path = tiny_factory("bert")
     work = tmp_path_factory.mktemp("int8")

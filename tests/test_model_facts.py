@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from generator.checkpoint import inspect_checkpoint
-from generator.errors import UnsupportedModelError
-from generator.model_facts import model_inputs, read_model_facts
-from generator.tasks import get_task
+from tritongen.checkpoint import inspect_checkpoint
+from tritongen.errors import UnsupportedModelError
+from tritongen.model_facts import model_inputs, read_model_facts
+from tritongen.tasks import get_task
 from tests.tiny_checkpoints import ARCHITECTURES
 
 # Architectures whose tiny checkpoints embed two segments (type_vocab_size 2).

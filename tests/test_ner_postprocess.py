@@ -1,4 +1,4 @@
-"""``generator/triton_models/ner.py`` against transformers' ``TokenClassificationPipeline``, every strategy.
+"""``tritongen/triton_models/ner.py`` against transformers' ``TokenClassificationPipeline``, every strategy.
 
 Tiny random token classifiers (``tests/tiny_ner.py``) for the three tokenizer families: WordPiece (bert),
 byte-level BPE (roberta) and Unigram/"▁" (xlm-roberta). The numpy postprocessing runs on logits computed by the
@@ -23,7 +23,7 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, pipeline
 
-from generator.triton_models.ner import STRATEGIES, TokenVocab, aggregate, aggregate_batch, encode_tokens
+from tritongen.triton_models.ner import STRATEGIES, TokenVocab, aggregate, aggregate_batch, encode_tokens
 
 try:  # `python -m pytest` from the repository root (or importlib import mode)
     from tests.tiny_ner import NER_LABELS, make_token_classifier
@@ -250,7 +250,7 @@ def test_errors(setups: dict[str, Setup]) -> None:
 
 
 def test_module_needs_neither_torch_nor_transformers() -> None:
-    folder = Path(__file__).resolve().parents[1] / "generator" / "triton_models"
+    folder = Path(__file__).resolve().parents[1] / "tritongen" / "triton_models"
     code = (  # imported as a top-level module from its folder, as the Python backend does
         f"import sys; sys.path.insert(0, {str(folder)!r}); import ner; "
         "bad = {'torch', 'transformers'} & set(sys.modules); assert not bad, bad"

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator.build import build_repository
-from generator.checkpoint import inspect_checkpoint
-from generator.client import infer
-from generator.errors import ServerError
-from generator.server import running_server
-from generator.spec import BuildSpec
-from generator.tasks import detect_task
+from tritongen.build import build_repository
+from tritongen.checkpoint import inspect_checkpoint
+from tritongen.client import infer
+from tritongen.errors import ServerError
+from tritongen.server import running_server
+from tritongen.spec import BuildSpec
+from tritongen.tasks import detect_task
 from tests.tiny_ner import make_token_classifier
 
 QA_ASSETS = Path(__file__).parent / "assets" / "qa"
@@ -127,7 +127,7 @@ def test_ner_entities_match_strided_pipeline(served, ner_checkpoints, name):
     """Nothing past the model's length is lost: long texts give the strided pipeline's entities."""
     from transformers import pipeline
 
-    from generator.tasks import ner_stride
+    from tritongen.tasks import ner_stride
 
     arch, strategy, stride = NER_BUILDS[name]
     stride = ner_stride(BuildSpec(model="x", aggregation_strategy=strategy, ner_stride=stride), NER_WINDOW)

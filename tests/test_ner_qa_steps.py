@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from generator.build import config_contexts
-from generator.checkpoint import Checkpoint, Pooling
-from generator.errors import SpecError
-from generator.render import render_all
-from generator.spec import BuildSpec
-from generator.tasks import get_task
-from generator.triton_models import ner, postprocess, qa, tokenizer
+from tritongen.build import config_contexts
+from tritongen.checkpoint import Checkpoint, Pooling
+from tritongen.errors import SpecError
+from tritongen.render import render_all
+from tritongen.spec import BuildSpec
+from tritongen.tasks import get_task
+from tritongen.triton_models import ner, postprocess, qa, tokenizer
 from tests import pb_stub
 from tests.pb_stub import Request, texts
 
@@ -244,7 +244,7 @@ def test_answer_arrays_mark_a_pair_without_any_span():
 
 
 def test_accuracy_gate_measures_tokens_for_ner_and_spans_for_qa(tmp_path):
-    from generator.build import build_repository
+    from tritongen.build import build_repository
     from tests.tiny_ner import make_token_classifier
 
     ner_path = make_token_classifier("bert", tmp_path / "ner", seed=2)

@@ -9,14 +9,14 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from generator.accuracy import AccuracyError, measure_accuracy, require_accuracy
-from generator.build import build_repository
-from generator.cli import main
-from generator.client import infer
-from generator.server import running_server
-from generator.spec import BuildSpec
-from generator.tasks import get_task
-from generator.triton_models.tokenizer import TextEncoder
+from tritongen.accuracy import AccuracyError, measure_accuracy, require_accuracy
+from tritongen.build import build_repository
+from tritongen.cli import main
+from tritongen.client import infer
+from tritongen.server import running_server
+from tritongen.spec import BuildSpec
+from tritongen.tasks import get_task
+from tritongen.triton_models.tokenizer import TextEncoder
 
 # The real all-MiniLM-L6-v2 (the embedding gate: cosine mean >= 0.99, min >= 0.98). INT8 searches the schemes;
 # its trade-off curve (more candidates, for the model card only) is left to the fine-tuned classifier's test.
@@ -29,12 +29,12 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory, minilm_path):
-    import generator.int8_search
+    import tritongen.int8_search
 
     repo = tmp_path_factory.mktemp("precision") / "repo"
     results = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(generator.int8_search, "CURVE_FLOAT_COUNTS", ())
+        patch.setattr(tritongen.int8_search, "CURVE_FLOAT_COUNTS", ())
         for name, changes in VARIANTS.items():
             spec = BuildSpec(model=str(minilm_path), name=name, repository=repo, buckets=(32, 128), **changes)
             results[name] = build_repository(spec)
@@ -103,9 +103,9 @@ def test_variants_serve_through_real_server_within_gate(variants, minilm_path):
     """
     import onnxruntime as ort
 
-    from generator.accuracy import default_texts
-    from generator.backends.onnxruntime.model import trim_padding
-    from generator.triton_models.postprocess import l2_normalize
+    from tritongen.accuracy import default_texts
+    from tritongen.backends.onnxruntime.model import trim_padding
+    from tritongen.triton_models.postprocess import l2_normalize
     from tests.test_e2e import _sentence_embeddings
 
     repo, _ = variants
@@ -171,7 +171,7 @@ def _perturbed(source, target, scale: float) -> None:
 
 def test_int8_search_refuses_with_figures_when_no_candidate_passes(tiny_factory, tmp_path, capsys, monkeypatch):
     """Every candidate is broken after quantising: the search tries them all, then refuses in one line."""
-    import generator.int8_search as search_module
+    import tritongen.int8_search as search_module
 
     real = search_module.quantize_int8
 
@@ -220,8 +220,8 @@ def test_int8_calibrates_on_a_quarter_of_the_user_validation_texts_the_gate_neve
 def test_gate_refuses_model_with_perturbed_weights(tiny_factory, tmp_path):
     from transformers import AutoTokenizer
 
-    from generator.checkpoint import inspect_checkpoint
-    from generator.export import export_onnx
+    from tritongen.checkpoint import inspect_checkpoint
+    from tritongen.export import export_onnx
 
     path = tiny_factory("bert")
     module = get_task("classification").load_module(inspect_checkpoint(str(path)))
@@ -245,7 +245,7 @@ def test_gate_refuses_model_with_perturbed_weights(tiny_factory, tmp_path):
 
 
 def test_build_exits_2_and_publishes_nothing_when_gate_fails(tiny_factory, tmp_path, capsys, monkeypatch):
-    import generator.build as build_module
+    import tritongen.build as build_module
 
     real = build_module.optimize_model
 

@@ -1,4 +1,4 @@
-"""``generator/triton_models/qa.py`` against the transformers 4.57 question-answering pipeline.
+"""``tritongen/triton_models/qa.py`` against the transformers 4.57 question-answering pipeline.
 
 ``tests/assets/qa/golden.json`` holds the v4 pipeline's answers for the tiny QA checkpoints next to it
 (``scripts/make_qa_golden.py``). Here the same pairs are split with ``encode_windows``, run through the same
@@ -19,8 +19,8 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from generator.model_facts import model_inputs
-from generator.triton_models import qa
+from tritongen.model_facts import model_inputs
+from tritongen.triton_models import qa
 
 ASSETS = Path(__file__).parent / "assets" / "qa"
 GOLDEN = json.loads((ASSETS / "golden.json").read_text(encoding="utf-8"))

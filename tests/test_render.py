@@ -8,12 +8,12 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from generator.build import config_contexts, step_names
-from generator.checkpoint import Checkpoint, Pooling
-from generator.errors import ConfigValidationError
-from generator.render import parse_config, render_all, validate_ensemble
-from generator.spec import BuildSpec, DynamicBatching, InstanceGroup, QueuePolicy, TensorRTAccelerator, VersionPolicy
-from generator.tasks import get_task
+from tritongen.build import config_contexts, step_names
+from tritongen.checkpoint import Checkpoint, Pooling
+from tritongen.errors import ConfigValidationError
+from tritongen.render import parse_config, render_all, validate_ensemble
+from tritongen.spec import BuildSpec, DynamicBatching, InstanceGroup, QueuePolicy, TensorRTAccelerator, VersionPolicy
+from tritongen.tasks import get_task
 
 GOLDEN = Path(__file__).parent / "assets" / "golden"
 INPUTS = ["input_ids", "attention_mask", "token_type_ids"]

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from generator.build import build_repository
-from generator.client import infer
-from generator.server import running_server
-from generator.spec import BuildSpec, DynamicBatching, InstanceGroup, OnnxRuntimeSettings, QueuePolicy, VersionPolicy
-from generator.stats import model_stats, stats_delta
+from tritongen.build import build_repository
+from tritongen.client import infer
+from tritongen.server import running_server
+from tritongen.spec import BuildSpec, DynamicBatching, InstanceGroup, OnnxRuntimeSettings, QueuePolicy, VersionPolicy
+from tritongen.stats import model_stats, stats_delta
 
 pytestmark = pytest.mark.e2e
 

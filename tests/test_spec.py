@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from generator.errors import SpecError
-from generator.spec import BuildSpec, DynamicBatching, InstanceGroup, load_spec
+from tritongen.errors import SpecError
+from tritongen.spec import BuildSpec, DynamicBatching, InstanceGroup, load_spec
 
 
 def test_load_spec_defaults_when_only_model_given():

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator.build import build_repository
-from generator.checkpoint import inspect_checkpoint
-from generator.client import infer
-from generator.server import running_server
-from generator.spec import BuildSpec
-from generator.tasks import detect_task
+from tritongen.build import build_repository
+from tritongen.checkpoint import inspect_checkpoint
+from tritongen.client import infer
+from tritongen.server import running_server
+from tritongen.spec import BuildSpec
+from tritongen.tasks import detect_task
 
 PAIRS = [
     ("A man is playing a guitar.", "Someone makes music."),
@@ -106,7 +106,7 @@ def test_undeclared_tokenizer_would_drop_type_ids_which_changes_the_answer(check
 
 @pytest.mark.e2e
 def test_text_pair_request_without_pair_gets_clear_error(served):
-    from generator.errors import ServerError
+    from tritongen.errors import ServerError
 
     with pytest.raises(ServerError, match="TEXT_PAIR"):
         infer(["only one text"], name="pair_bert", url=served.grpc_url)

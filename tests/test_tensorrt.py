@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from generator.build import config_contexts
-from generator.cli import main
-from generator.errors import SpecError
-from generator.render import render_all
-from generator.spec import BuildSpec, InstanceGroup
-from generator.tasks import get_task
-from generator.tensorrt import (
+from tritongen.build import config_contexts
+from tritongen.cli import main
+from tritongen.errors import SpecError
+from tritongen.render import render_all
+from tritongen.spec import BuildSpec, InstanceGroup
+from tritongen.tasks import get_task
+from tritongen.tensorrt import (
     EngineError,
     EnginePlan,
     Profile,
@@ -92,7 +92,7 @@ def test_engine_command_exits_2_without_a_tensorrt_build(tmp_path, capsys):
 @pytest.mark.skipif(gpu_compute_capability() is None, reason="needs an NVIDIA GPU")
 def test_engine_builds_on_gpu(tmp_path, tiny_factory):
     pytest.importorskip("tensorrt")
-    from generator.build import build_repository
+    from tritongen.build import build_repository
 
     repo = tmp_path / "repo"
     build_repository(

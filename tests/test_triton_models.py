@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator.backends.onnxruntime import model as ort_model
-from generator.triton_models import postprocess, tokenizer
+from tritongen.backends.onnxruntime import model as ort_model
+from tritongen.triton_models import postprocess, tokenizer
 from tests import pb_stub
 from tests.pb_stub import Request, texts
 

@@ -1,7 +1,0 @@
-"""``python -m generator``."""
-
-import sys
-
-from generator.cli import main
-
-sys.exit(main())

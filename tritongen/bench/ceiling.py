@@ -1,0 +1,48 @@
+"""Baseline (c), the ceiling: ONNX Runtime in-process on the same model file, tokenisation included."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritongen.triton_models.tokenizer import TextEncoder
+
+__all__ = ["CeilingPoint", "measure_ceiling"]
+
+
+@dataclass(frozen=True)
+class CeilingPoint:
+    """Throughput of one in-process batch size."""
+
+    batch_size: int
+    throughput: float
+
+
+def measure_ceiling(
+    onnx_path: Path,
+    tokenizer_file: Path,
+    input_names: Sequence[str],
+    max_length: int,
+    texts: Sequence[str],
+    batch_sizes: Sequence[int] = (1, 4, 8, 16, 32, 64),
+    pad_id: int = 0,
+) -> list[CeilingPoint]:
+    """Texts per second over ``texts`` for each batch size (each batch padded to its longest text)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    # Every length is a bucket: pad each batch to its longest text, the best an in-process caller can do.
+    encoder = TextEncoder(
+        str(tokenizer_file), max_length, range(1, max_length + 1), pad_id=pad_id, input_names=input_names
+    )
+    points = []
+    for batch_size in batch_sizes:
+        batches = [list(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
+        session.run(None, encoder(batches[0]))  # warm up this shape family
+        start = time.perf_counter()
+        for batch in batches:
+            session.run(None, encoder(batch))
+        points.append(CeilingPoint(batch_size, len(texts) / (time.perf_counter() - start)))
+    return points

@@ -1,0 +1,166 @@
+"""Baseline (a): the usual first deployment — a transformers pipeline in PyTorch behind FastAPI.
+
+It speaks enough of the KServe v2 HTTP protocol (health, metadata, config, statistics,
+infer with JSON tensors) for perf_analyzer to drive it exactly as it drives Triton. Run as
+``python -m tritongen.bench.pipeline_server --model DIR --task TASK --name NAME --port N``.
+"""
+
+# No `from __future__ import annotations`: FastAPI must resolve the endpoint annotations at runtime.
+
+import argparse
+from typing import Any
+
+__all__ = ["create_app"]
+
+
+def _predictor(model: str, task: str, max_length: int) -> Any:
+    import torch
+    from transformers import pipeline
+
+    torch.set_grad_enabled(False)
+    if task == "classification":
+        pipe = pipeline("text-classification", model=model, top_k=None, device="cpu")
+
+        def predict(texts: list[str]) -> dict[str, list[Any]]:
+            results = pipe(texts, truncation=True, max_length=max_length)
+            best = [max(r, key=lambda item: item["score"]) for r in results]
+            return {"LABEL": [b["label"] for b in best], "SCORE": [b["score"] for b in best]}
+
+        return predict
+    pipe = pipeline("feature-extraction", model=model, device="cpu", return_tensors=True)
+
+    def embed(texts: list[str]) -> dict[str, list[Any]]:
+        rows = []
+        for hidden in pipe(texts, truncation=True, max_length=max_length):
+            vector = hidden[0].mean(dim=0)  # one unpadded text at a time: mean over its tokens
+            rows.append(torch.nn.functional.normalize(vector, dim=0).tolist())
+        return {"EMBEDDING": rows}
+
+    return embed
+
+
+def decode_request(body: bytes, header_length: str | None) -> list[str] | None:
+    """Texts of the ``TEXT`` input of a KServe v2 request, JSON or with binary tensor data."""
+    import json
+    import struct
+
+    size = int(header_length) if header_length else len(body)
+    header = json.loads(body[:size])
+    offset = size
+    for tensor in header.get("inputs", []):
+        binary = (tensor.get("parameters") or {}).get("binary_data_size")
+        if binary is None:
+            values = tensor.get("data")
+        else:
+            chunk, offset, values = body[offset : offset + binary], offset + binary, []
+            position = 0
+            while position < len(chunk):  # BYTES elements: 4-byte little-endian length, then the bytes
+                (length,) = struct.unpack_from("<I", chunk, position)
+                values.append(chunk[position + 4 : position + 4 + length].decode("utf-8", errors="replace"))
+                position += 4 + length
+        if tensor.get("name") == "TEXT":
+            return [str(v) for v in values]
+    return None
+
+
+def create_app(model: str, task: str, name: str, max_length: int) -> Any:
+    """The FastAPI app serving ``name`` at ``/v2/models/{name}``."""
+    from fastapi import FastAPI, HTTPException, Request
+
+    predict = _predictor(model, task, max_length)
+    app = FastAPI()
+    outputs = ["LABEL", "SCORE"] if task == "classification" else ["EMBEDDING"]
+    config = {
+        "name": name,
+        "platform": "pytorch_pipeline",
+        "max_batch_size": 64,
+        "input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": [1]}],
+        "output": [{"name": o, "data_type": "TYPE_FP32", "dims": [-1]} for o in outputs],
+    }
+    empty = {"count": 0, "ns": 0}
+    stats = {
+        "model_stats": [
+            {
+                "name": name,
+                "version": "1",
+                "last_inference": 0,
+                "inference_count": 0,
+                "execution_count": 0,
+                "inference_stats": {
+                    k: empty for k in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+                },
+                "batch_stats": [],
+            }
+        ]
+    }
+
+    @app.get("/v2/health/live")
+    @app.get("/v2/health/ready")
+    @app.get(f"/v2/models/{name}/ready")
+    @app.get(f"/v2/models/{name}/versions/1/ready")
+    def ready() -> dict[str, bool]:
+        return {"ready": True}
+
+    @app.get("/v2")
+    def server_metadata() -> dict[str, Any]:
+        return {"name": "fastapi-pipeline", "version": "baseline", "extensions": []}
+
+    @app.get(f"/v2/models/{name}")
+    def metadata() -> dict[str, Any]:
+        return {
+            "name": name,
+            "versions": ["1"],
+            "platform": config["platform"],
+            "inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [-1, 1]}],
+            "outputs": [{"name": o, "datatype": "FP32", "shape": [-1, -1]} for o in outputs],
+        }
+
+    @app.get(f"/v2/models/{name}/config")
+    def model_config() -> dict[str, Any]:
+        return config
+
+    @app.get("/v2/models/stats")
+    @app.get(f"/v2/models/{name}/stats")
+    @app.get(f"/v2/models/{name}/versions/1/stats")
+    def statistics() -> dict[str, Any]:
+        return stats
+
+    @app.post(f"/v2/models/{name}/infer")
+    @app.post(f"/v2/models/{name}/versions/1/infer")
+    async def infer(request: Request) -> dict[str, Any]:
+        texts = decode_request(await request.body(), request.headers.get("inference-header-content-length"))
+        if texts is None:
+            raise HTTPException(status_code=400, detail="input TEXT is required")
+        # The model call runs in FastAPI's thread pool, as a plain `def` endpoint would.
+        from starlette.concurrency import run_in_threadpool
+
+        result = await run_in_threadpool(predict, texts)
+        outputs = []
+        for key, rows in result.items():
+            width = len(rows[0]) if rows and isinstance(rows[0], list) else 1
+            flat = [v for row in rows for v in row] if width > 1 or (rows and isinstance(rows[0], list)) else rows
+            datatype = "BYTES" if key == "LABEL" else "FP32"
+            outputs.append({"name": key, "datatype": datatype, "shape": [len(texts), width], "data": flat})
+        return {"model_name": name, "model_version": "1", "outputs": outputs}
+
+    return app
+
+
+def main() -> None:
+    """Serve the baseline with uvicorn (one worker, as it usually starts)."""
+    import uvicorn
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--max-length", type=int, default=512)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    args = parser.parse_args()
+    app = create_app(args.model, args.task, args.name, args.max_length)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Write a benchmark's CSV, plot and markdown summary."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tritongen.bench.ceiling import CeilingPoint
+from tritongen.bench.perf import PerfPoint
+from tritongen.stats import StepStats
+
+__all__ = ["BenchReport", "write_report"]
+
+LABELS = {
+    "ensemble": "Triton ensemble (dynamic batching)",
+    "nobatch": "(b) same ensemble, no batching",
+    "pipeline": "(a) transformers pipeline + FastAPI",
+}
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    """Everything one bench run measured."""
+
+    name: str
+    points: list[PerfPoint]
+    breakdown: Mapping[tuple[str, int], Mapping[str, StepStats]]
+    ceiling: list[CeilingPoint]
+    command: str
+
+    def at(self, config: str, concurrency: int) -> PerfPoint | None:
+        """The measurement of ``config`` at ``concurrency``, if taken."""
+        return next((p for p in self.points if p.config == config and p.concurrency == concurrency), None)
+
+    @property
+    def top_concurrency(self) -> int:
+        """The highest concurrency of the sweep."""
+        return max(p.concurrency for p in self.points)
+
+    def ratios(self) -> dict[str, float]:
+        """The headline ratios at the top concurrency (only those whose inputs were measured)."""
+        c = self.top_concurrency
+        ours, pipe, nobatch = self.at("ensemble", c), self.at("pipeline", c), self.at("nobatch", c)
+        ratios: dict[str, float] = {}
+        if ours and pipe:
+            ratios["throughput vs (a) pipeline"] = ours.throughput / pipe.throughput
+            ratios["p99 latency vs (a) pipeline"] = ours.p99_ms / pipe.p99_ms
+        if ours and nobatch:
+            ratios["throughput vs (b) no batching"] = ours.throughput / nobatch.throughput
+        for other in sorted({p.config for p in self.points} - {"ensemble", "pipeline", "nobatch"}):
+            point = self.at(other, c)
+            if ours and point:
+                ratios[f"throughput of `{other}` vs `{self.name}`"] = point.throughput / ours.throughput
+        if ours and self.ceiling:
+            ratios["throughput vs (c) in-process ceiling"] = ours.throughput / max(p.throughput for p in self.ceiling)
+        return ratios
+
+
+def write_report(report: BenchReport, directory: Path) -> dict[str, Path]:
+    """Write ``results.csv``, ``breakdown.csv``, ``plot.png`` and ``summary.md`` into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "csv": directory / "results.csv",
+        "breakdown": directory / "breakdown.csv",
+        "plot": directory / "plot.png",
+        "summary": directory / "summary.md",
+    }
+    with open(paths["csv"], "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(asdict(report.points[0])))
+        writer.writeheader()
+        writer.writerows(asdict(p) for p in report.points)
+    with open(paths["breakdown"], "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["config", "concurrency", "step", "avg_batch", "queue_ms", "compute_ms", "requests"])
+        for (config, concurrency), steps in sorted(report.breakdown.items()):
+            for step, stats in sorted(steps.items()):
+                writer.writerow([config, concurrency, step, *_step_figures(stats), stats.success_count])
+    _plot(report, paths["plot"])
+    paths["summary"].write_text(summary_markdown(report), encoding="utf-8")
+    return paths
+
+
+def _step_figures(stats: StepStats) -> tuple[str, str, str]:
+    compute = (
+        stats.per_request_ms("compute_input_ns")
+        + stats.per_request_ms("compute_infer_ns")
+        + stats.per_request_ms("compute_output_ns")
+    )
+    return f"{stats.average_batch_size:.2f}", f"{stats.per_request_ms('queue_ns'):.2f}", f"{compute:.2f}"
+
+
+def summary_markdown(report: BenchReport) -> str:
+    """The summary: the sweep table, the ratios, the ceiling and the per-step breakdown."""
+    c = report.top_concurrency
+    lines = [f"# Benchmark of `{report.name}`", "", f"Command: `{report.command}`", ""]
+    if any(not p.stable for p in report.points):
+        lines += [
+            "Rows marked *unstable* did not settle within 15% over 10 trials (a noisy machine) and were "
+            "measured again with a 50% threshold.",
+            "",
+        ]
+    lines += ["| configuration | concurrency | infer/s | p50 ms | p95 ms | p99 ms |", "|---|---:|---:|---:|---:|---:|"]
+    for p in report.points:
+        lines.append(
+            f"| {LABELS.get(p.config, p.config)} | {p.concurrency}{'' if p.stable else ' (unstable)'} | "
+            f"{p.throughput:.1f} | {p.p50_ms:.1f} | "
+            f"{p.p95_ms:.1f} | {p.p99_ms:.1f} |"
+        )
+    if report.ceiling:
+        best = max(report.ceiling, key=lambda p: p.throughput)
+        sizes = ", ".join(f"{p.batch_size}: {p.throughput:.1f}" for p in report.ceiling)
+        lines += [
+            "",
+            f"(c) in-process ONNX Runtime ceiling: best {best.throughput:.1f} texts/s at batch {best.batch_size} "
+            f"(batch size: texts/s — {sizes}).",
+        ]
+    lines += ["", f"## Ratios at concurrency {c}", ""]
+    lines += [f"- {key}: **{value:.2f}x**" for key, value in report.ratios().items()]
+    steps = report.breakdown.get(("ensemble", c), {})
+    if steps:
+        lines += [
+            "",
+            f"## Per-step breakdown of the ensemble at concurrency {c}",
+            "",
+            "| step | avg batch | queue ms/request | compute ms/request |",
+            "|---|---:|---:|---:|",
+        ]
+        for step, stats in sorted(steps.items()):
+            batch, queue, compute = _step_figures(stats)
+            lines.append(f"| {step} | {batch} | {queue} | {compute} |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(report: BenchReport, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
+    configs: Sequence[str] = sorted({p.config for p in report.points})
+    for axis, field, title in ((axes[0], "p95_ms", "p95 latency"), (axes[1], "p99_ms", "p99 latency")):
+        for config in configs:
+            points = sorted((p for p in report.points if p.config == config), key=lambda p: p.concurrency)
+            xs = [p.throughput for p in points]
+            ys = [getattr(p, field) for p in points]
+            axis.plot(xs, ys, marker="o", label=LABELS.get(config, config))
+            for p, x, y in zip(points, xs, ys):
+                axis.annotate(str(p.concurrency), (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
+        if report.ceiling:
+            axis.axvline(
+                max(p.throughput for p in report.ceiling), color="grey", linestyle="--", label="(c) in-process ceiling"
+            )
+        axis.set_xlabel("throughput (infer/s)")
+        axis.set_ylabel(f"{title} (ms)")
+        axis.set_yscale("log")
+        axis.set_title(f"{report.name}: throughput vs {title} (labels: concurrency)")
+        axis.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

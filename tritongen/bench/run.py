@@ -1,0 +1,185 @@
+"""``make bench``: the served ensemble against three baselines, measured side by side in one run.
+
+Configurations, all driven by the same perf_analyzer over HTTP with the same texts:
+the ensemble as built; (a) a transformers pipeline behind FastAPI; (b) the same ensemble
+rebuilt without dynamic batching (max_batch_size 0). (c) is in-process ONNX Runtime on
+the same model file. Results go to ``perf_analyzer_configs/<NAME>/results/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from tritongen.bench.ceiling import measure_ceiling
+from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_input_data
+from tritongen.bench.report import BenchReport, write_report
+from tritongen.build import build_repository, step_names
+from tritongen.datasets import bench_texts
+from tritongen.errors import BenchError
+from tritongen.repository import existing_versions
+from tritongen.server import TritonServer, free_port, server_environment
+from tritongen.spec import DynamicBatching, load_spec
+from tritongen.stats import StepStats, model_stats, stats_delta
+
+__all__ = ["BenchOptions", "run_bench"]
+
+BASELINES = ("pipeline", "nobatch", "ceiling")
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What to benchmark and how."""
+
+    name: str
+    repository: Path = Path("model_repository")
+    output: Path = Path("perf_analyzer_configs")
+    sweep: Sweep = field(default_factory=Sweep)
+    texts: int = 512
+    baselines: tuple[str, ...] = BASELINES
+    compare: tuple[str, ...] = ()  # more ensembles of the same repository, measured in the same server run
+
+
+_BENCH_TASKS = ("classification", "embedding")  # TEXT in; the baselines know these pipelines
+
+
+def _build_metadata(repository: Path, name: str) -> dict[str, Any]:
+    versions = existing_versions(repository / name)
+    if not versions:
+        raise BenchError(f"no ensemble `{name}` in `{repository}`; build it first")
+    path = repository / name / str(versions[-1]) / "build.json"
+    if not path.is_file():
+        raise BenchError(f"`{path}` is missing; rebuild `{name}` with this version of the generator")
+    return json.loads(path.read_text())
+
+
+def _measure_triton(
+    server: TritonServer, configs: Mapping[str, tuple[str, Path]], sweep: Sweep, workdir: Path, console: Console
+) -> tuple[list[PerfPoint], dict[tuple[str, int], dict[str, StepStats]]]:
+    points, breakdown = [], {}
+    for config, (model, input_data) in configs.items():
+        steps = set(step_names(model).values())
+        for concurrency in sweep.concurrency:
+            console.print(f"  {config}: concurrency {concurrency}…")
+            before = model_stats(server.http_url)
+            points.append(run_perf_analyzer(config, model, server.http_url, input_data, concurrency, sweep, workdir))
+            after = model_stats(server.http_url)
+            breakdown[(config, concurrency)] = {
+                s: stats_delta(after[s], before.get(s)) for s in steps if s in after and s != model
+            }
+    return points, breakdown
+
+
+@contextlib.contextmanager
+def _pipeline_server(meta: Mapping[str, Any], name: str, log: Path) -> Iterator[str]:
+    port = free_port()
+    command = [
+        sys.executable, "-m", "tritongen.bench.pipeline_server", "--model", meta["checkpoint"], "--task", meta["task"],
+        "--name", name, "--max-length", str(meta["max_length"]), "--port", str(port),
+    ]  # fmt: skip
+    with open(log, "wb") as handle:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=server_environment())
+    url = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if process.poll() is not None:
+                raise BenchError(f"the FastAPI baseline exited with code {process.returncode} (log: {log})")
+            with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
+                with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2):
+                    break
+            if time.monotonic() > deadline:
+                raise BenchError(f"the FastAPI baseline did not start in 180s (log: {log})")
+            time.sleep(0.25)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple[BenchReport, dict[str, Path]]:
+    """Run the sweep for the ensemble and the chosen baselines; write and return the report."""
+    console = console or Console(stderr=True)
+    unknown = sorted(set(options.baselines) - set(BASELINES))
+    if unknown:
+        raise BenchError(f"unknown baseline(s) {unknown}; choose from {list(BASELINES)}")
+    name, repository = options.name, Path(options.repository).resolve()
+    meta = _build_metadata(repository, name)
+    if meta["task"] not in _BENCH_TASKS:
+        raise BenchError(
+            f"`{name}` is a {meta['task']} ensemble; the bench drives single-text ensembles "
+            f"({', '.join(_BENCH_TASKS)}) only"
+        )
+    out = Path(options.output) / name
+    results = out / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    texts = bench_texts(options.texts)
+    write_input_data(out / "input_data.json", texts)
+    write_input_data(out / "input_data_nobatch.json", texts, with_batch_dim=True)
+    (out / "sweep.json").write_text(json.dumps({**asdict(options.sweep), "texts": options.texts}, indent=1))
+    command = " ".join(["python -m tritongen bench", f"--name {name}", f"--repository {options.repository}"])
+    points: list[PerfPoint] = []
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        configs = {"ensemble": (name, out / "input_data.json")}
+        for other in options.compare:
+            _build_metadata(repository, other)  # fails clearly when it is missing
+            configs[other] = (other, out / "input_data.json")
+        extra = []
+        if "nobatch" in options.baselines:
+            console.print("[bold]Building baseline (b): the same ensemble without dynamic batching…")
+            spec = load_spec(None, **meta["spec"]).replace(
+                name=f"{name}_nobatch", repository=Path(tmp) / "repo", max_batch_size=0,
+                dynamic_batching=DynamicBatching(enabled=False), response_cache=False,
+            )  # fmt: skip
+            build_repository(spec, console=console)
+            configs["nobatch"] = (spec.name, out / "input_data_nobatch.json")
+            extra = [f"--model-repository={spec.repository}"]
+        server = TritonServer(
+            repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+            models=[model for model, _ in configs.values()], extra_args=extra,
+        )  # fmt: skip
+        console.print("[bold]Measuring the Triton configurations with perf_analyzer…")
+        with server:
+            measured, breakdown = _measure_triton(server, configs, options.sweep, results, console)
+        points += measured
+    if "pipeline" in options.baselines:
+        console.print("[bold]Measuring baseline (a): transformers pipeline behind FastAPI…")
+        with _pipeline_server(meta, name, results / "pipeline_server.log") as url:
+            for concurrency in options.sweep.concurrency:
+                console.print(f"  pipeline: concurrency {concurrency}…")
+                points.append(
+                    run_perf_analyzer(
+                        "pipeline", name, url, out / "input_data.json", concurrency, options.sweep, results
+                    )
+                )
+    ceiling = []
+    if "ceiling" in options.baselines:
+        console.print("[bold]Measuring baseline (c): in-process ONNX Runtime…")
+        version = str(existing_versions(repository / f"{name}_model")[-1])
+        tokenizer_version = str(existing_versions(repository / f"{name}_tokenizer")[-1])
+        ceiling = measure_ceiling(
+            repository / f"{name}_model" / version / "model.onnx",
+            repository / f"{name}_tokenizer" / tokenizer_version / "tokenizer.json",
+            meta["inputs"],
+            meta["max_length"],
+            texts,
+        )
+    report = BenchReport(name=name, points=points, breakdown=breakdown, ceiling=ceiling, command=command)
+    paths = write_report(report, results)
+    console.print(paths["summary"].read_text())
+    return report, paths

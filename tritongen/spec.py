@@ -1,0 +1,299 @@
+"""The typed build specification: everything `build_repository` needs, validated.
+
+A spec comes from CLI options, from a YAML file (``make repo SPEC=deploy.yaml``), or both
+(options given on the command line override the file). Defaults are documented on the
+fields and in the README.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from tritongen.errors import SpecError
+from tritongen.triton_models.ner import STRATEGIES
+
+__all__ = [
+    "AGGREGATION_STRATEGIES",
+    "BuildSpec",
+    "DynamicBatching",
+    "InstanceGroup",
+    "OnnxRuntimeSettings",
+    "QueuePolicy",
+    "TensorRTAccelerator",
+    "VersionPolicy",
+    "load_spec",
+]
+
+DEFAULT_BUCKETS = (16, 32, 64, 128, 256, 512)
+AGGREGATION_STRATEGIES = STRATEGIES  # token classification: the transformers pipeline's strategies
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """Triton ``default_queue_policy``: a bounded queue sheds load instead of growing latency."""
+
+    max_queue_size: int = 0  # 0 means unbounded
+    timeout_action: Literal["REJECT", "DELAY"] = "REJECT"
+    default_timeout_microseconds: int = 0
+    allow_timeout_override: bool = True
+
+
+@dataclass(frozen=True)
+class DynamicBatching:
+    """Triton ``dynamic_batching`` for the batched steps; ``enabled=False`` omits it."""
+
+    enabled: bool = True
+    max_queue_delay_microseconds: int = 2000
+    preferred_batch_size: tuple[int, ...] = ()
+    preserve_ordering: bool = False
+    queue_policy: QueuePolicy | None = None
+
+
+@dataclass(frozen=True)
+class InstanceGroup:
+    """Triton ``instance_group``: how many copies of a step run, and where."""
+
+    count: int = 1
+    kind: Literal["KIND_CPU", "KIND_GPU"] = "KIND_CPU"
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class VersionPolicy:
+    """Triton ``version_policy`` of the model step: latest N, all, or specific versions."""
+
+    policy: Literal["latest", "all", "specific"] = "latest"
+    latest: int = 1
+    versions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class OnnxRuntimeSettings:
+    """Session settings for the onnxruntime backend (``parameters`` and ``optimization``)."""
+
+    intra_op_threads: int = 0  # 0 lets ONNX Runtime decide
+    inter_op_threads: int = 0
+    graph_optimization_level: Literal[-1, 0, 1, 2] = 1  # Triton's scale: -1 off .. 1 all (2 extended)
+    # Busy-waiting worker threads steal CPU from the tokenizer and postprocess steps on small hosts.
+    allow_spinning: bool = False
+
+
+@dataclass(frozen=True)
+class TensorRTAccelerator:
+    """The onnxruntime backend's TensorRT execution accelerator (GPU targets only)."""
+
+    enabled: bool = False
+    precision_mode: Literal["FP32", "FP16", "INT8"] = "FP16"
+    max_workspace_size_bytes: int = 1 << 30
+    engine_cache_path: str = "/tmp/trt_engine_cache"
+    profile_shapes: bool = True
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """What to build, and how the generated Triton configuration should behave."""
+
+    model: str
+    name: str = "model"
+    task: str | None = None  # None: detected from the checkpoint
+    repository: Path = Path("model_repository")
+    max_batch_size: int = 64
+    buckets: tuple[int, ...] = DEFAULT_BUCKETS
+    dynamic_batching: DynamicBatching = field(default_factory=DynamicBatching)
+    tokenizer_instances: InstanceGroup = field(default_factory=InstanceGroup)
+    model_instances: InstanceGroup = field(default_factory=InstanceGroup)
+    postprocess_instances: InstanceGroup = field(default_factory=InstanceGroup)
+    version_policy: VersionPolicy = field(default_factory=VersionPolicy)
+    warmup: bool = True
+    response_cache: bool = False
+    onnxruntime: OnnxRuntimeSettings = field(default_factory=OnnxRuntimeSettings)
+    tensorrt: TensorRTAccelerator = field(default_factory=TensorRTAccelerator)
+    max_length: int | None = None  # tokens a model row holds; None: the model's own limit (and the tokenizer's)
+    parity_tolerance: float = 1e-4
+    precision: Literal["fp32", "fp16", "int8"] = "fp32"
+    optimize: bool = False  # offline transformer fusions (ONNX Runtime only)
+    quantization: Literal["auto", "static", "dynamic"] = "auto"  # int8: auto searches every scheme
+    int8_curve: bool = True  # int8: also measure the trade-off curve for the model card (a few more candidates)
+    calibration: Path | None = None  # one text per line; None: the built-in sample
+    validation: Path | None = None  # one text per line; None: the built-in sample
+    accept_accuracy_loss: bool = False
+    runtime: Literal["onnx", "tensorrt"] = "onnx"
+    multi_label_threshold: float = 0.5  # multi-label: labels at or above this score go into LABELS
+    multi_label_top_k: int = 0  # multi-label: at most this many labels in LABELS (0: no limit)
+    aggregation_strategy: str = "simple"  # token classification: none, simple, first, average or max
+    ner_stride: int | None = None  # token classification: tokens neighbouring windows share; None: window/4 (<= 128)
+    qa_max_seq_len: int | None = None  # QA window length; None: min(model max length, 384) as in transformers
+    qa_doc_stride: int | None = None  # QA window overlap; None: min(window // 2, 128) as in transformers
+    qa_max_answer_len: int = 15  # QA: longest answer, in tokens
+    qa_handle_impossible_answer: bool = False  # QA: the empty answer may win ("no answer")
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as plain data (the YAML layout ``load_spec`` reads)."""
+        data = dataclasses.asdict(self)
+        for key in ("repository", "calibration", "validation"):
+            data[key] = None if data[key] is None else str(data[key])
+        return data
+
+    def replace(self, **changes: Any) -> BuildSpec:
+        """Return a copy with ``changes`` applied (and validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _validate(spec: BuildSpec) -> None:
+    if not spec.model:
+        raise SpecError("no model given: name a checkpoint directory or a hub id")
+    if not _NAME_RE.match(spec.name):
+        raise SpecError(f"model name `{spec.name}` is invalid: use letters, digits, `_`, `.` or `-`")
+    if spec.max_batch_size < 0:
+        raise SpecError(f"max_batch_size must be >= 0, got {spec.max_batch_size}")
+    if not spec.buckets or any(b <= 0 for b in spec.buckets) or list(spec.buckets) != sorted(set(spec.buckets)):
+        raise SpecError(f"buckets must be positive and strictly increasing, got {list(spec.buckets)}")
+    batching = spec.dynamic_batching
+    if batching.enabled and spec.max_batch_size == 0:
+        raise SpecError("dynamic batching needs max_batch_size > 0 (it is 0): disable dynamic batching or raise it")
+    for size in batching.preferred_batch_size:
+        if size <= 0 or size > spec.max_batch_size:
+            raise SpecError(f"preferred batch size {size} must be between 1 and max_batch_size ({spec.max_batch_size})")
+    if batching.max_queue_delay_microseconds < 0:
+        raise SpecError("max_queue_delay_microseconds must be >= 0")
+    if batching.queue_policy and batching.queue_policy.max_queue_size < 0:
+        raise SpecError("queue max_queue_size must be >= 0")
+    for step, group in (
+        ("tokenizer", spec.tokenizer_instances),
+        ("model", spec.model_instances),
+        ("postprocess", spec.postprocess_instances),
+    ):
+        if group.count < 1:
+            raise SpecError(f"{step} instance count must be >= 1, got {group.count}")
+        if group.kind not in ("KIND_CPU", "KIND_GPU"):
+            raise SpecError(f"{step} instance kind must be KIND_CPU or KIND_GPU, got {group.kind}")
+        if group.gpus and group.kind != "KIND_GPU":
+            raise SpecError(f"{step} instances list gpus {list(group.gpus)} but kind is {group.kind}")
+    policy = spec.version_policy
+    if policy.policy not in ("latest", "all", "specific"):
+        raise SpecError(f"version policy must be latest, all or specific, got {policy.policy}")
+    if policy.policy == "latest" and policy.latest < 1:
+        raise SpecError("version policy `latest` needs a count >= 1")
+    if policy.policy == "specific" and not policy.versions:
+        raise SpecError("version policy `specific` needs at least one version")
+    if spec.tensorrt.enabled and spec.model_instances.kind != "KIND_GPU":
+        raise SpecError("the TensorRT accelerator needs the model step on KIND_GPU instances")
+    if spec.onnxruntime.graph_optimization_level not in (-1, 0, 1, 2):
+        raise SpecError("graph_optimization_level must be -1, 0, 1 or 2")
+    if spec.precision not in ("fp32", "fp16", "int8"):
+        raise SpecError(f"precision must be fp32, fp16 or int8, got {spec.precision}")
+    if spec.quantization not in ("auto", "static", "dynamic"):
+        raise SpecError(f"quantization must be auto, static or dynamic, got {spec.quantization}")
+    if spec.runtime not in ("onnx", "tensorrt"):
+        raise SpecError(f"runtime must be onnx or tensorrt, got {spec.runtime}")
+    if spec.runtime == "tensorrt":
+        if spec.optimize:
+            raise SpecError("graph optimisation emits ONNX Runtime-only operators; TensorRT fuses on its own: drop it")
+        if spec.precision == "int8" and spec.quantization == "dynamic":
+            raise SpecError("TensorRT takes int8 only as static QDQ quantisation, not dynamic")
+        if spec.max_batch_size == 0:
+            raise SpecError("a TensorRT engine needs max_batch_size > 0 for its optimisation profiles")
+        if spec.tensorrt.enabled:
+            raise SpecError("the TensorRT execution accelerator is for runtime onnx; runtime tensorrt builds a plan")
+    if spec.model_instances.kind == "KIND_CPU" and spec.runtime == "tensorrt":
+        raise SpecError("a TensorRT plan runs on KIND_GPU instances; set the model step's kind to KIND_GPU")
+    if not 0 <= spec.multi_label_threshold <= 1 or spec.multi_label_top_k < 0:
+        raise SpecError("multi-label threshold must be in [0, 1] and top_k >= 0")
+    if spec.aggregation_strategy not in AGGREGATION_STRATEGIES:
+        raise SpecError(
+            f"aggregation strategy `{spec.aggregation_strategy}` is unknown; "
+            f"use one of {', '.join(AGGREGATION_STRATEGIES)}"
+        )
+    if spec.ner_stride is not None and spec.ner_stride < 0:
+        raise SpecError(f"ner_stride must be >= 0, got {spec.ner_stride}")
+    if spec.ner_stride and spec.aggregation_strategy == "none":
+        raise SpecError(
+            "aggregation strategy `none` cannot merge overlapping windows (nor can the transformers pipeline): "
+            "set ner_stride to 0 or choose simple, first, average or max"
+        )
+    if spec.max_length is not None and spec.max_length < 8:
+        raise SpecError(f"max_length must be >= 8, got {spec.max_length}")
+    if spec.qa_max_answer_len < 1:
+        raise SpecError(f"qa_max_answer_len must be >= 1, got {spec.qa_max_answer_len}")
+    if spec.qa_max_seq_len is not None and spec.qa_max_seq_len < 8:
+        raise SpecError(f"qa_max_seq_len must be >= 8, got {spec.qa_max_seq_len}")
+    if spec.qa_doc_stride is not None and not 0 <= spec.qa_doc_stride < (spec.qa_max_seq_len or 1 << 30):
+        raise SpecError(f"qa_doc_stride must be >= 0 and below qa_max_seq_len, got {spec.qa_doc_stride}")
+    if not 0 < spec.parity_tolerance < 1:
+        raise SpecError(f"parity tolerance must be in (0, 1), got {spec.parity_tolerance}")
+
+
+_NESTED = {
+    "dynamic_batching": DynamicBatching,
+    "tokenizer_instances": InstanceGroup,
+    "model_instances": InstanceGroup,
+    "postprocess_instances": InstanceGroup,
+    "version_policy": VersionPolicy,
+    "onnxruntime": OnnxRuntimeSettings,
+    "tensorrt": TensorRTAccelerator,
+}
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    if not isinstance(data, dict):
+        raise SpecError(f"`{where}` must be a mapping, got {type(data).__name__}")
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise SpecError(f"unknown setting(s) {unknown} in `{where}`; known: {sorted(known)}")
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if cls is BuildSpec and key in _NESTED:
+            value = _build(_NESTED[key], value, key)
+        elif cls is DynamicBatching and key == "queue_policy" and value is not None:
+            value = _build(QueuePolicy, value, "dynamic_batching.queue_policy")
+        elif isinstance(value, list):
+            value = tuple(value)
+        elif key in ("repository", "calibration", "validation") and value is not None:
+            value = Path(value)
+        values[key] = value
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise SpecError(f"invalid `{where}`: {exc}") from None
+
+
+def load_spec(path: Path | None = None, **overrides: Any) -> BuildSpec:
+    """Build a :class:`BuildSpec` from an optional YAML file plus keyword overrides.
+
+    Overrides whose value is ``None`` are ignored, so CLI options that were not given
+    leave the file's (or the default) value in place.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except FileNotFoundError:
+            raise SpecError(f"spec file `{path}` does not exist") from None
+        except yaml.YAMLError as exc:
+            raise SpecError(f"spec file `{path}` is not valid YAML: {exc}".splitlines()[0]) from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise SpecError(f"spec file `{path}` must hold a mapping at the top level")
+        data.update(loaded or {})
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key in _NESTED and isinstance(value, dict):
+            given = {k: v for k, v in value.items() if v is not None}
+            if not given:
+                continue
+            value = {**(data.get(key) or {}), **given}
+        data[key] = value
+    if "model" not in data:
+        raise SpecError("no model given: name a checkpoint directory or a hub id")
+    return _build(BuildSpec, data, "spec")

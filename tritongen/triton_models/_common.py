@@ -1,0 +1,105 @@
+"""Helpers shared by the Python-backend models (copied next to them as ``_common.py``)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "decode_texts",
+    "import_sibling",
+    "input_error",
+    "model_parameters",
+    "read_json",
+    "resolve_version_file",
+    "respond_per_request",
+    "token_metadata",
+]
+
+
+def model_parameters(model_config: dict[str, Any]) -> dict[str, str]:
+    """Flatten a Triton config's ``parameters`` map to ``{key: string_value}``."""
+    return {key: value["string_value"] for key, value in (model_config.get("parameters") or {}).items()}
+
+
+def resolve_version_file(args: dict[str, str], filename: str) -> Path:
+    """Path of ``filename`` inside this model's version folder, as Triton passed it in ``args``."""
+    path = Path(args["model_repository"]) / args["model_version"] / filename
+    if not path.is_file():
+        raise FileNotFoundError(f"model file `{path}` is missing")
+    return path
+
+
+def decode_texts(array: np.ndarray, tensor_name: str) -> list[str]:
+    """Decode a TYPE_STRING tensor of shape [batch, 1] (or [batch]) into Python strings.
+
+    Raises ValueError, naming the tensor and the row, for bytes that are not UTF-8.
+    """
+    flat = array.reshape(-1)
+    texts = []
+    for row, item in enumerate(flat):
+        if isinstance(item, bytes):
+            try:
+                item = item.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{tensor_name}[{row}] is not valid UTF-8 (byte {exc.start})") from None
+        texts.append(str(item))
+    return texts
+
+
+def read_json(path: Path) -> Any:
+    """Load a JSON file."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def input_error(pb_utils: Any, message: str) -> Any:
+    """A ``TritonError`` for a bad request: clients see gRPC INVALID_ARGUMENT / HTTP 400, not an internal error."""
+    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)  # error codes came with Triton 23.x
+    return pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+
+
+def respond_per_request(
+    pb_utils: Any, requests: Sequence[Any], output_names: Sequence[str], process: Callable[[Any], dict]
+) -> list[Any]:
+    """One response per request: ``process(request)``'s arrays, or an input error for its ValueError."""
+    responses = []
+    for request in requests:
+        try:
+            arrays = process(request)
+        except ValueError as exc:
+            responses.append(pb_utils.InferenceResponse(error=input_error(pb_utils, str(exc))))
+            continue
+        tensors = [pb_utils.Tensor(name, arrays[name]) for name in output_names]
+        responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+    return responses
+
+
+def import_sibling(name: str) -> Any:
+    """A helper module copied next to ``model.py`` in the server, the package's module elsewhere."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return importlib.import_module(f"tritongen.triton_models.{name}")
+
+
+def token_metadata(encodings: Sequence[Any], width: int) -> dict[str, np.ndarray]:
+    """``special_mask``, ``word_ids`` and ``offsets`` of ``tokenizers`` encodings, right-padded to ``width``.
+
+    Padding is marked special, with word id -1 and offsets (0, 0), like special tokens.
+    """
+    rows = len(encodings)
+    special = np.ones((rows, width), dtype=np.int64)
+    words = np.full((rows, width), -1, dtype=np.int64)
+    offsets = np.zeros((rows, width, 2), dtype=np.int64)
+    for row, enc in enumerate(encodings):
+        n = len(enc.ids)
+        if n:
+            special[row, :n] = enc.special_tokens_mask
+            words[row, :n] = [-1 if w is None else w for w in enc.word_ids]
+            offsets[row, :n] = np.asarray(enc.offsets, dtype=np.int64).reshape(n, 2)
+    return {"special_mask": special, "word_ids": words, "offsets": offsets}

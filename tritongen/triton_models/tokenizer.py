@@ -1,0 +1,241 @@
+"""Triton Python-backend tokenizer: ``TEXT`` -> ``input_ids``, ``attention_mask`` [, ``token_type_ids``].
+
+It runs the Rust fast tokenizer from the checkpoint's ``tokenizer.json``, truncates to the
+model's maximum length, and pads each request to the smallest length bucket that fits, so
+that Triton's dynamic batcher can batch equally shaped requests for the model step. All
+texts of all requests in one ``execute`` are encoded in a single ``encode_batch`` call.
+
+Tasks that truncate by design (classification, embeddings) also emit ``TRUNCATED``: whether the
+text was longer than the model and lost its tail. Token classification (``mode`` ``windows``)
+never truncates: each text becomes the transformers pipeline's overlapping windows (``stride``),
+with ``special_mask``, ``word_ids``, ``offsets`` (character offsets into the whole text) and
+``window_example`` for the postprocess step. Question answering (``mode`` ``qa``) takes
+``QUESTION`` and ``CONTEXT`` and emits every window of every pair (``qa.encode_windows``),
+with the window metadata the postprocess step needs to merge them back into one answer.
+
+Settings come from the config's ``parameters``: ``tokenizer_file``, ``max_length``,
+``buckets`` (comma-separated), ``pad_id``, ``pad_type_id``; ``mode``; for token classification
+``stride`` and ``max_windows``; for QA ``max_seq_len``, ``doc_stride``, ``cls_id`` and ``max_windows``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # outside the server: importable for tests and build-time checks
+    pb_utils = None
+
+try:
+    from _common import (
+        decode_texts,
+        import_sibling,
+        input_error,
+        model_parameters,
+        resolve_version_file,
+        respond_per_request,
+        token_metadata,
+    )
+except ImportError:
+    from tritongen.triton_models._common import (
+        decode_texts,
+        import_sibling,
+        input_error,
+        model_parameters,
+        resolve_version_file,
+        respond_per_request,
+        token_metadata,
+    )
+
+__all__ = ["TextEncoder", "TritonPythonModel", "truncated"]
+
+
+_ENCODER_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids", "special_mask", "word_ids", "offsets")
+
+
+class TextEncoder:
+    """Tokenise texts and pack them into bucket-padded int64 arrays."""
+
+    def __init__(
+        self,
+        tokenizer_file: str,
+        max_length: int,
+        buckets: Sequence[int],
+        *,
+        pad_id: int = 0,
+        pad_type_id: int = 0,
+        input_names: Sequence[str] = ("input_ids", "attention_mask"),
+    ) -> None:
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length)
+        self.max_length = int(max_length)
+        self.buckets = sorted({int(b) for b in buckets if 0 < int(b) < self.max_length} | {self.max_length})
+        self.pad_id = int(pad_id)
+        self.pad_type_id = int(pad_type_id)
+        self.input_names = tuple(input_names)
+
+    def bucket(self, length: int) -> int:
+        """Smallest bucket that holds ``length`` tokens."""
+        for size in self.buckets:
+            if length <= size:
+                return size
+        return self.max_length
+
+    def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[Any]:
+        """Encode all texts (and optional second segments) in one call."""
+        if pairs is None:
+            return self.tokenizer.encode_batch(list(texts))
+        # An empty second segment means no pair, as in transformers (`if text_pair:`).
+        return self.tokenizer.encode_batch([(t, p) if p else t for t, p in zip(texts, pairs)])
+
+    def pack(self, encodings: Sequence[Any]) -> dict[str, np.ndarray]:
+        """Pad ``encodings`` to one bucket length and return the model inputs."""
+        width = self.bucket(max((len(e.ids) for e in encodings), default=1))
+        rows = len(encodings)
+        ids = np.full((rows, width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((rows, width), dtype=np.int64)
+        types = np.full((rows, width), self.pad_type_id, dtype=np.int64)
+        for row, enc in enumerate(encodings):
+            n = len(enc.ids)
+            ids[row, :n] = enc.ids
+            mask[row, :n] = enc.attention_mask
+            types[row, :n] = enc.type_ids
+        arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        if {"special_mask", "word_ids", "offsets"} & set(self.input_names):
+            arrays.update(token_metadata(encodings, width))
+        return {name: arrays[name] for name in self.input_names}
+
+    def __call__(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Encode and pack in one step."""
+        return self.pack(self.encode(texts, pairs))
+
+
+def truncated(encodings: Sequence[Any]) -> np.ndarray:
+    """[N, 1] bool: whether each text lost tokens to truncation (the tokenizer kept what did not fit)."""
+    return np.array([[bool(encoding.overflowing)] for encoding in encodings], dtype=bool).reshape(-1, 1)
+
+
+def _check_windows(count: int, limit: int, window: int, what: str) -> None:
+    if count > limit:
+        raise ValueError(
+            f"the {what} need {count} windows of {window} tokens, more than the {limit} the model step takes in one "
+            f"request: send fewer or shorter {what}, or rebuild with a larger max_batch_size"
+        )
+
+
+class TritonPythonModel:
+    """The tokenizer step of the ensemble."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        """Read settings from the model config and load ``tokenizer.json``."""
+        config = json.loads(args["model_config"])
+        params = model_parameters(config)
+        self.output_names = [out["name"] for out in config["output"]]
+        self.input_names = [inp["name"] for inp in config["input"]]
+        self.encoder = TextEncoder(
+            str(resolve_version_file(args, params.get("tokenizer_file", "tokenizer.json"))),
+            int(params["max_length"]),
+            [int(b) for b in params.get("buckets", "").split(",") if b.strip()],
+            pad_id=int(params.get("pad_id", "0")),
+            pad_type_id=int(params.get("pad_type_id", "0")),
+            input_names=[n for n in self.output_names if n in _ENCODER_OUTPUTS],
+        )
+        self.mode = params.get("mode", "text")
+        if self.mode == "windows":
+            self.ner = import_sibling("ner")
+            self.stride = int(params["stride"])
+            self.max_windows = int(params["max_windows"])
+        if self.mode == "qa":
+            self.qa = import_sibling("qa")
+            self.max_seq_len = int(params["max_seq_len"])
+            self.doc_stride = int(params["doc_stride"])
+            self.max_windows = int(params["max_windows"])
+            self.cls_id = int(params["cls_id"]) if params.get("cls_id", "") != "" else None
+
+    def _read(self, request: Any) -> tuple[list[str], list[str] | None]:
+        texts = decode_texts(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(), "TEXT")
+        pairs = None
+        if "TEXT_PAIR" in self.input_names:
+            tensor = pb_utils.get_input_tensor_by_name(request, "TEXT_PAIR")
+            if tensor is None:
+                raise ValueError("TEXT_PAIR is required by this model")
+            pairs = decode_texts(tensor.as_numpy(), "TEXT_PAIR")
+            if len(pairs) != len(texts):
+                raise ValueError(f"TEXT has {len(texts)} rows but TEXT_PAIR has {len(pairs)}")
+        return texts, pairs
+
+    def _windows(self, request: Any) -> dict[str, np.ndarray]:
+        """All windows of one QA request, padded to a length bucket."""
+        questions = decode_texts(pb_utils.get_input_tensor_by_name(request, "QUESTION").as_numpy(), "QUESTION")
+        contexts = decode_texts(pb_utils.get_input_tensor_by_name(request, "CONTEXT").as_numpy(), "CONTEXT")
+        windows = self.qa.encode_windows(
+            self.encoder.tokenizer, questions, contexts, max_seq_len=self.max_seq_len, doc_stride=self.doc_stride,
+            pad_id=self.encoder.pad_id, pad_type_id=self.encoder.pad_type_id, cls_id=self.cls_id,
+        )  # fmt: skip
+        _check_windows(windows.num_windows, self.max_windows, self.max_seq_len, "contexts")
+        windows = self.qa.pad_windows(
+            windows,
+            self.encoder.bucket(windows.input_ids.shape[1]),
+            pad_id=self.encoder.pad_id,
+            pad_type_id=self.encoder.pad_type_id,
+        )
+        arrays = {
+            **windows.model_inputs(),
+            "window_example": windows.example_index.reshape(-1, 1),
+            "sequence_ids": windows.sequence_ids,
+            "p_mask": windows.p_mask,
+            "word_ids": windows.word_ids,
+            "offsets": windows.offsets,
+        }
+        return {name: arrays[name] for name in self.output_names}
+
+    def _text_windows(self, request: Any) -> dict[str, np.ndarray]:
+        """All windows of one token-classification request (long texts split with ``stride``), bucket-padded."""
+        texts = decode_texts(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(), "TEXT")
+        windows, owners = self.ner.encode_windows(
+            self.encoder.tokenizer, texts, max_length=self.encoder.max_length, stride=self.stride
+        )
+        _check_windows(len(windows), self.max_windows, self.encoder.max_length, "texts")
+        width = self.encoder.bucket(max((len(w.ids) for w in windows), default=1))
+        arrays = self.ner.pack_encodings(windows, width, self.encoder.pad_id, self.encoder.pad_type_id)
+        arrays["window_example"] = owners.reshape(-1, 1)
+        return {name: arrays[name] for name in self.output_names}
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """Encode every text of every request at once, then answer each request."""
+        if self.mode == "windows":
+            return respond_per_request(pb_utils, requests, self.output_names, self._text_windows)
+        if self.mode == "qa":
+            return respond_per_request(pb_utils, requests, self.output_names, self._windows)
+        responses: list[Any] = [None] * len(requests)
+        batches: list[tuple[int, list[str], list[str] | None]] = []
+        for index, request in enumerate(requests):
+            try:
+                texts, pairs = self._read(request)
+            except ValueError as exc:
+                responses[index] = pb_utils.InferenceResponse(error=input_error(pb_utils, str(exc)))
+                continue
+            batches.append((index, texts, pairs))
+        if batches:
+            texts = [t for _, ts, _ in batches for t in ts]
+            has_pairs = batches[0][2] is not None
+            pairs = [p for _, _, ps in batches for p in (ps or [])] if has_pairs else None
+            encodings = self.encoder.encode(texts, pairs)
+            start = 0
+            for index, request_texts, _ in batches:
+                chunk = encodings[start : start + len(request_texts)]
+                start += len(request_texts)
+                arrays = self.encoder.pack(chunk)
+                arrays["TRUNCATED"] = truncated(chunk)
+                responses[index] = pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor(name, arrays[name]) for name in self.output_names]
+                )
+        return responses
