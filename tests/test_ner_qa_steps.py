@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from tritongen.build import config_contexts
 from tritongen.checkpoint import Checkpoint, Pooling
+from tritongen.configs import step_configs
 from tritongen.errors import SpecError
 from tritongen.render import render_all
 from tritongen.spec import BuildSpec
@@ -44,7 +44,7 @@ def _qa_configs(**settings):
     spec = BuildSpec(model="m", name="qa", **settings)
     checkpoint = _checkpoint("BertForQuestionAnswering", {"0": "LABEL_0", "1": "LABEL_1"})
     facts = {"cls_id": "2", "unk_token": "[UNK]"}
-    contexts = config_contexts(spec, checkpoint, get_task("question-answering"), ["input_ids"], 128, 0, facts)
+    contexts = step_configs(spec, checkpoint, get_task("question-answering"), ["input_ids"], 128, 0, facts)
     return {step: config for step, (_, config) in render_all(contexts).items()}
 
 
@@ -79,7 +79,7 @@ def test_qa_configs_carry_window_and_no_answer_settings():
 def test_ner_configs_pass_offsets_and_word_ids_to_postprocess():
     spec = BuildSpec(model="m", name="ner", aggregation_strategy="max")
     checkpoint = _checkpoint("BertForTokenClassification", {"0": "O", "1": "B-PER", "2": "I-PER"})
-    contexts = config_contexts(spec, checkpoint, get_task("token-classification"), ["input_ids"], 128, 0, {})
+    contexts = step_configs(spec, checkpoint, get_task("token-classification"), ["input_ids"], 128, 0, {})
     configs = {step: config for step, (_, config) in render_all(contexts).items()}
     post_inputs = {t.name: list(t.dims) for t in configs["postprocess"].input}
     # Whole requests (a long text is several windows): the batch axis is in the dims.

@@ -1,4 +1,4 @@
-"""Templates render into configs that Triton's schema accepts, and the wiring check catches mistakes."""
+"""Typed configs render into configs that Triton's schema accepts, and the wiring check catches mistakes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritongen.build import config_contexts, step_names
 from tritongen.checkpoint import Checkpoint, Pooling
+from tritongen.configs import step_configs, step_names
 from tritongen.errors import ConfigValidationError
 from tritongen.render import parse_config, render_all, validate_ensemble
 from tritongen.spec import BuildSpec, DynamicBatching, InstanceGroup, QueuePolicy, TensorRTAccelerator, VersionPolicy
@@ -32,8 +32,8 @@ def _checkpoint(**config) -> Checkpoint:
 
 
 def _render(spec: BuildSpec, task: str = "classification", checkpoint: Checkpoint | None = None):
-    contexts = config_contexts(spec, checkpoint or _checkpoint(), get_task(task), INPUTS, 128, pad_id=0)
-    return render_all(contexts)
+    configs = step_configs(spec, checkpoint or _checkpoint(), get_task(task), INPUTS, 128, pad_id=0)
+    return render_all(configs)
 
 
 def _full_spec() -> BuildSpec:

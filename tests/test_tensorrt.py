@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tritongen.build import config_contexts
 from tritongen.cli import main
+from tritongen.configs import step_configs
 from tritongen.errors import SpecError
 from tritongen.render import render_all
 from tritongen.spec import BuildSpec, InstanceGroup
@@ -55,7 +55,7 @@ def test_tensorrt_runtime_renders_plan_config_with_profiles():
     spec = BuildSpec(
         model="m", name="t", runtime="tensorrt", buckets=(16, 64), model_instances=InstanceGroup(kind="KIND_GPU")
     )
-    rendered = render_all(config_contexts(spec, _checkpoint(), get_task("classification"), INPUTS, 128))
+    rendered = render_all(step_configs(spec, _checkpoint(), get_task("classification"), INPUTS, 128))
     model = rendered["model"][1]
     assert model.platform == "tensorrt_plan"
     assert dict(model.cc_model_filenames)["9.0"] == "model.sm90.plan"

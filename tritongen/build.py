@@ -6,7 +6,6 @@ inspect -> export ONNX -> parity gate -> render and validate configs -> publish 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as _dt
 import json
 import shutil
@@ -21,6 +20,7 @@ from rich.markdown import Markdown
 from tritongen import triton_models
 from tritongen.accuracy import AccuracyReport, GateReference, read_texts, require_accuracy
 from tritongen.checkpoint import Checkpoint, inspect_checkpoint
+from tritongen.configs import bucket_lengths, step_configs, step_names
 from tritongen.errors import CheckpointError, GeneratorError, StageError, UnsupportedModelError
 from tritongen.export import export_onnx
 from tritongen.int8_search import SCHEMES, SearchReport, search_int8
@@ -30,11 +30,11 @@ from tritongen.parity import PARITY_TEXTS, ParityReport, check_parity, require_p
 from tritongen.render import render_all
 from tritongen.repository import staging
 from tritongen.spec import BuildSpec
-from tritongen.tasks import Task, TensorSpec, detect_task, get_task
+from tritongen.tasks import Task, detect_task, get_task
 from tritongen.tensorrt import EnginePlan, builder_flags, cc_model_filenames, plan_profiles
 from tritongen.triton_models.tokenizer import TextEncoder
 
-__all__ = ["BuildResult", "build_repository", "config_contexts", "step_names"]
+__all__ = ["BuildResult", "build_repository", "step_names"]
 
 _PY_MODELS = Path(triton_models.__file__).resolve().parent
 
@@ -65,16 +65,6 @@ class BuildResult:
     int8_search: SearchReport | None = None
 
 
-def step_names(name: str) -> dict[str, str]:
-    """The four model names of an ensemble called ``name``."""
-    return {
-        "ensemble": name,
-        "tokenizer": f"{name}_tokenizer",
-        "model": f"{name}_model",
-        "postprocess": f"{name}_postprocess",
-    }
-
-
 def _choose_task(spec: BuildSpec, checkpoint: Checkpoint) -> Task:
     if spec.task is None:
         return detect_task(checkpoint)
@@ -97,133 +87,6 @@ def _load_tokenizer(checkpoint: Checkpoint) -> Any:
     if getattr(tokenizer, "backend_tokenizer", None) is None:
         raise UnsupportedModelError(f"checkpoint `{checkpoint.path}` has no fast (Rust) tokenizer")
     return tokenizer
-
-
-def config_contexts(
-    spec: BuildSpec,
-    checkpoint: Checkpoint,
-    task: Task,
-    inputs: list[str],
-    max_length: int,
-    pad_id: int = 0,
-    tokenizer_facts: dict[str, str] | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Template variables of the four configs, keyed by step (tokenizer, model, postprocess, ensemble).
-
-    ``tokenizer_facts`` holds ``cls_id``, ``unk_token`` (strings, "" for none) and ``special_tokens`` (the count
-    added to one text) for the steps that need them.
-    """
-    facts = tokenizer_facts or {}
-    names = step_names(spec.name)
-    token_tensors = [TensorSpec(n, "TYPE_INT64", (-1,)) for n in inputs]
-    onnx_out = [TensorSpec(task.onnx_output, "TYPE_FP32", task.onnx_output_dims(checkpoint))]
-    text_in = task.ensemble_inputs(checkpoint)
-    tokenizer_out = token_tensors + [t for t in task.tokenizer_outputs(checkpoint) if t.name not in inputs]
-    post_in = task.postprocess_inputs(checkpoint)
-    tokenizer_settings, postprocess_settings = task.step_parameters(spec, checkpoint, max_length, facts)
-    post_out = task.postprocess_outputs(checkpoint)
-    buckets = sorted({b for b in spec.buckets if b < max_length} | {max_length})
-    # The Python steps are cheap: they batch whatever is queued and never wait for more. A task whose
-    # requests become a different number of model rows (QA windows) runs them per request instead.
-    python_batching = dataclasses.replace(
-        spec.dynamic_batching, max_queue_delay_microseconds=0, preferred_batch_size=()
-    )
-    if not task.batched_io:
-        python_batching = dataclasses.replace(python_batching, enabled=False)
-    common = {
-        "ensemble_name": names["ensemble"],
-        "max_batch_size": spec.max_batch_size if task.batched_io else 0,
-        "batching": python_batching,
-    }
-    trt_profiles = {
-        key: ",".join(f"{n}:{batch}x{length}" for n in inputs)
-        for key, batch, length in (
-            ("min", 1, 1),
-            ("opt", max(1, spec.max_batch_size // 2), buckets[len(buckets) // 2]),
-            ("max", max(1, spec.max_batch_size), max_length),
-        )
-    }
-    ort = spec.onnxruntime
-    return {
-        "tokenizer": {
-            **common,
-            "name": names["tokenizer"],
-            "inputs": text_in,
-            "outputs": tokenizer_out,
-            "instances": spec.tokenizer_instances,
-            "parameters": {
-                "tokenizer_file": "tokenizer.json",
-                "max_length": str(max_length),
-                "buckets": ",".join(str(b) for b in buckets),
-                "pad_id": str(pad_id),
-                "pad_type_id": "0",
-                **tokenizer_settings,
-            },
-        },
-        "model": {
-            **common,
-            "max_batch_size": spec.max_batch_size,
-            "name": names["model"],
-            "batching": spec.dynamic_batching,
-            "inputs": token_tensors,
-            "outputs": onnx_out,
-            "instances": spec.model_instances,
-            "version_policy": spec.version_policy,
-            "onnxruntime": ort,
-            "tensorrt": spec.tensorrt,
-            "trt_profiles": trt_profiles,
-            "warmup": buckets if spec.warmup else [],
-            "runtime": spec.runtime,
-            "cc_model_filenames": cc_model_filenames(),
-            "engine_profiles": [str(i) for i in range(len(buckets))] if spec.runtime == "tensorrt" else [],
-            "parameters": {
-                **{
-                    key: str(value)
-                    for key, value in (
-                        ("intra_op_thread_count", ort.intra_op_threads),
-                        ("inter_op_thread_count", ort.inter_op_threads),
-                    )
-                    if value
-                },
-                "session.intra_op.allow_spinning": "1" if ort.allow_spinning else "0",
-            },
-        },
-        "postprocess": {
-            **common,
-            "name": names["postprocess"],
-            "inputs": post_in,
-            "outputs": post_out,
-            "instances": spec.postprocess_instances,
-            "parameters": {
-                **task.postprocess_parameters(checkpoint),
-                **postprocess_settings,
-            },
-        },
-        "ensemble": {
-            **common,
-            "name": names["ensemble"],
-            "inputs": text_in,
-            "outputs": task.ensemble_outputs(checkpoint),
-            "response_cache": spec.response_cache,
-            "steps": [
-                {
-                    "model_name": names["tokenizer"],
-                    "input_map": {t.name: t.name for t in text_in},
-                    "output_map": {t.name: t.name for t in tokenizer_out},
-                },
-                {
-                    "model_name": names["model"],
-                    "input_map": {n: n for n in inputs},
-                    "output_map": {task.onnx_output: task.onnx_output},
-                },
-                {
-                    "model_name": names["postprocess"],
-                    "input_map": {t.name: t.name for t in post_in},
-                    "output_map": {t.name: t.name for t in post_out},
-                },
-            ],
-        },
-    }
 
 
 def _model_card(
@@ -382,17 +245,14 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         if spec.runtime == "tensorrt":
             engine = EnginePlan(
                 inputs=inputs,
-                profiles=plan_profiles(
-                    sorted({b for b in spec.buckets if b < max_length} | {max_length}), spec.max_batch_size
-                ),
+                profiles=plan_profiles(bucket_lengths(spec.buckets, max_length), spec.max_batch_size),
                 flags=builder_flags(spec.precision),
                 workspace_bytes=spec.tensorrt.max_workspace_size_bytes,
                 cc_model_filenames=cc_model_filenames(),
             )
             (onnx_path.parent / "engine.json").write_text(engine.to_json())
         with console.status("Rendering and validating configs…"):
-            contexts = config_contexts(spec, checkpoint, task, inputs, max_length, pad_id, tokenizer_facts)
-            configs = render_all(contexts)
+            configs = render_all(step_configs(spec, checkpoint, task, inputs, max_length, pad_id, tokenizer_facts))
             for step, (text, _) in configs.items():
                 stage.write_config(names[step], text)
         for step in ("tokenizer", "postprocess"):

@@ -1,53 +1,34 @@
-"""Render config.pbtxt files from jinja2 templates and validate them with Triton's schema.
+"""Write config.pbtxt files from typed configs and validate them with Triton's schema.
 
-Every rendered file is parsed into ``tritonclient.grpc.model_config_pb2.ModelConfig``; an
-ensemble's wiring is then checked in code: every mapped tensor exists in the step model,
-is produced exactly once, and agrees in data type and dims with what consumes it.
+Every config (:mod:`tritongen.triton_config`, built by :mod:`tritongen.configs`) is written with
+``text_format`` and the text is parsed back into ``tritonclient.grpc.model_config_pb2.ModelConfig``:
+what is checked is exactly what is written. An ensemble's wiring is then checked in code: every
+mapped tensor exists in the step model, is produced exactly once, and agrees in data type and dims
+with what consumes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import jinja2
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tritongen.errors import ConfigValidationError
+from tritongen.triton_config import ModelConfig, to_text
 
-__all__ = ["TEMPLATE_DIR", "parse_config", "render_all", "render_config", "validate_ensemble"]
-
-TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
-
-
-def _full_dims(dims: Iterable[int], max_batch_size: int) -> list[int]:
-    """Dims as the config must list them: without batch when batching, with it otherwise."""
-    dims = list(dims)
-    return dims if max_batch_size > 0 else [-1, *dims]
+__all__ = ["parse_config", "render_all", "render_config", "validate_ensemble"]
 
 
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["full_dims"] = _full_dims
-    return env
-
-
-def render_config(template: str, context: Mapping[str, Any]) -> tuple[str, mc.ModelConfig]:
-    """Render ``templates/<template>.pbtxt.j2`` and parse the result; return both."""
+def render_config(config: ModelConfig) -> tuple[str, mc.ModelConfig]:
+    """``config.pbtxt`` text of ``config``, and that text parsed with Triton's schema."""
     try:
-        text = _environment().get_template(f"{template}.pbtxt.j2").render(**context)
-    except jinja2.UndefinedError as exc:
-        raise ConfigValidationError(f"template `{template}` needs a value that was not given: {exc.message}") from None
-    text = "\n".join(line.rstrip() for line in text.splitlines() if line.strip()) + "\n"
-    return text, parse_config(text, str(context.get("name", template)))
+        text = to_text(config)
+    except ValueError as exc:  # an unknown data type or enum name, or an optional output
+        raise ConfigValidationError(f"config of `{config.name}` cannot be written: {exc}") from None
+    return text, parse_config(text, config.name)
 
 
 def parse_config(text: str, name: str) -> mc.ModelConfig:
@@ -147,9 +128,9 @@ def validate_ensemble(ensemble: mc.ModelConfig, models: Mapping[str, mc.ModelCon
         _check(consumer, available[output.name], output.name)
 
 
-def render_all(contexts: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[str, mc.ModelConfig]]:
-    """Render every step's config (keyed by template name) and validate the ensemble wiring."""
-    rendered = {step: render_config(step, context) for step, context in contexts.items()}
+def render_all(configs: Mapping[str, ModelConfig]) -> dict[str, tuple[str, mc.ModelConfig]]:
+    """Write every step's config (keyed by step) and validate the ensemble wiring."""
+    rendered = {step: render_config(config) for step, config in configs.items()}
     if "ensemble" in rendered:
         validate_ensemble(rendered["ensemble"][1], {config.name: config for _, config in rendered.values()})
     return rendered

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
@@ -53,7 +54,10 @@ class TimeoutAction(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Tensor:
-    """An input or output: its name, Triton data type (``TYPE_FP32``...) and dims without the batch axis."""
+    """An input or output: its name, Triton data type (``TYPE_FP32``...) and dims without the batch axis.
+
+    ``optional`` exists for inputs only (``ModelInput.optional``); an optional output is refused.
+    """
 
     name: str
     data_type: str
@@ -95,7 +99,7 @@ class InstanceGroup:
 class VersionPolicy:
     """``version_policy``: the latest N versions, all of them, or specific ones."""
 
-    latest: int | None = 1
+    latest: int = 1
     all: bool = False
     specific: tuple[int, ...] = ()
 
@@ -158,10 +162,12 @@ class ModelConfig:
     response_cache: bool = False
 
 
-def _set_tensors(target: Sequence, tensors: Sequence[Tensor], batched: bool) -> None:
+def _set_tensors(target: Any, tensors: Sequence[Tensor], batched: bool, *, inputs: bool) -> None:
     for tensor in tensors:
         item = target.add(name=tensor.name, data_type=mc.DataType.Value(tensor.data_type))
         item.dims.extend(tensor.dims if batched else (-1, *tensor.dims))  # whole requests: the batch is a dim
+        if tensor.optional and not inputs:
+            raise ValueError(f"output `{tensor.name}` is marked optional; only inputs can be")
         if tensor.optional:
             item.optional = True
 
@@ -174,7 +180,7 @@ def _set_version_policy(proto: mc.ModelConfig, policy: VersionPolicy | None) -> 
     elif policy.specific:
         proto.version_policy.specific.versions.extend(policy.specific)
     else:
-        proto.version_policy.latest.num_versions = policy.latest or 1
+        proto.version_policy.latest.num_versions = policy.latest
 
 
 def _set_instance_group(proto: mc.ModelConfig, group: InstanceGroup | None) -> None:
@@ -239,8 +245,8 @@ def to_proto(config: ModelConfig) -> mc.ModelConfig:
         proto.default_model_filename = config.default_model_filename
     proto.cc_model_filenames.update(config.cc_model_filenames)
     batched = config.max_batch_size > 0
-    _set_tensors(proto.input, config.inputs, batched)
-    _set_tensors(proto.output, config.outputs, batched)
+    _set_tensors(proto.input, config.inputs, batched, inputs=True)
+    _set_tensors(proto.output, config.outputs, batched, inputs=False)
     _set_version_policy(proto, config.version_policy)
     _set_instance_group(proto, config.instance_group)
     _set_batching(proto, config.dynamic_batching)
@@ -256,9 +262,10 @@ def to_proto(config: ModelConfig) -> mc.ModelConfig:
 
 def to_text(config: ModelConfig) -> str:
     """``config.pbtxt`` text: a comment line, then the message (``max_batch_size: 0`` kept explicit)."""
-    proto = to_proto(config)
-    body = text_format.MessageToString(proto)
+    body = text_format.MessageToString(to_proto(config))
     if config.max_batch_size == 0:
-        body = body.replace(f'name: "{config.name}"\n', f'name: "{config.name}"\nmax_batch_size: 0\n', 1)
+        # `name` is field 1, so it prints first; put the explicit zero right after it, where a reader looks.
+        first, _, rest = body.partition("\n")
+        body = f"{first}\nmax_batch_size: 0\n{rest}" if first.startswith("name:") else f"max_batch_size: 0\n{body}"
     header = f"# {config.comment}\n" if config.comment else ""
     return header + body

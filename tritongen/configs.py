@@ -1,0 +1,277 @@
+"""The four typed step configs of an ensemble, built from the build spec and what inspection found.
+
+:func:`step_configs` returns one :class:`~tritongen.triton_config.ModelConfig` per step (tokenizer, model,
+postprocess, ensemble). The model step has one builder per runtime (ONNX Runtime, TensorRT plan), chosen
+from :data:`MODEL_STEPS`; the Python steps and the ensemble are the same for every runtime.
+:func:`tritongen.render.render_all` turns them into validated ``config.pbtxt`` text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from tritongen import spec as specs
+from tritongen.checkpoint import Checkpoint
+from tritongen.spec import BuildSpec
+from tritongen.tasks import Task
+from tritongen.tensorrt import cc_model_filenames
+from tritongen.triton_config import (
+    DynamicBatching,
+    EnsembleStep,
+    InstanceGroup,
+    Kind,
+    ModelConfig,
+    OnnxRuntimeOptimization,
+    QueuePolicy,
+    Tensor,
+    TensorRTAccelerator,
+    TimeoutAction,
+    VersionPolicy,
+    Warmup,
+)
+
+__all__ = ["MODEL_STEPS", "ModelStep", "bucket_lengths", "step_configs", "step_names"]
+
+STEPS = ("tokenizer", "model", "postprocess", "ensemble")
+
+
+def step_names(name: str) -> dict[str, str]:
+    """The four model names (and folders) of an ensemble called ``name``."""
+    return {
+        "ensemble": name,
+        "tokenizer": f"{name}_tokenizer",
+        "model": f"{name}_model",
+        "postprocess": f"{name}_postprocess",
+    }
+
+
+def bucket_lengths(buckets: Iterable[int], max_length: int) -> list[int]:
+    """The lengths rows are padded to: the spec's buckets below ``max_length``, then ``max_length`` itself."""
+    return sorted({b for b in buckets if b < max_length} | {max_length})
+
+
+@dataclass(frozen=True)
+class ModelStep:
+    """What every runtime's model step is built from: names, tensors, row lengths and the spec."""
+
+    spec: BuildSpec
+    name: str
+    ensemble_name: str
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    buckets: tuple[int, ...]
+    max_length: int
+
+    def common(self) -> dict:
+        """The sections every runtime sets the same way."""
+        spec = self.spec
+        return {
+            "name": self.name,
+            "comment": _comment(self.name, "model", self.ensemble_name),
+            "max_batch_size": spec.max_batch_size,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "version_policy": _version_policy(spec.version_policy),
+            "dynamic_batching": _batching(spec.dynamic_batching),
+            "warmup": self.warmup(),
+        }
+
+    def warmup(self) -> tuple[Warmup, ...]:
+        """One zero sample per bucket, so the first real request of each length finds a warm model."""
+        if not self.spec.warmup:
+            return ()
+        return tuple(
+            Warmup(f"bucket_{length}", tuple(Tensor(t.name, t.data_type, (length,)) for t in self.inputs))
+            for length in self.buckets
+        )
+
+
+def _onnxruntime_step(step: ModelStep) -> ModelConfig:
+    """The ONNX Runtime backend: session threads in ``parameters``, graph level and optional TensorRT EP."""
+    ort = step.spec.onnxruntime
+    threads = (("intra_op_thread_count", ort.intra_op_threads), ("inter_op_thread_count", ort.inter_op_threads))
+    parameters = {key: str(value) for key, value in threads if value}
+    parameters["session.intra_op.allow_spinning"] = "1" if ort.allow_spinning else "0"
+    return ModelConfig(
+        **step.common(),
+        backend="onnxruntime",
+        default_model_filename="model.onnx",
+        instance_group=_instances(step.spec.model_instances),
+        optimization=OnnxRuntimeOptimization(ort.graph_optimization_level, _ort_tensorrt(step)),
+        parameters=parameters,
+    )
+
+
+def _ort_tensorrt(step: ModelStep) -> TensorRTAccelerator | None:
+    trt = step.spec.tensorrt
+    if not trt.enabled:
+        return None
+    parameters = {
+        "precision_mode": trt.precision_mode,
+        "max_workspace_size_bytes": str(trt.max_workspace_size_bytes),
+        "trt_engine_cache_enable": "1",
+        "trt_engine_cache_path": trt.engine_cache_path,
+    }
+    if trt.profile_shapes:
+        batch = step.spec.max_batch_size
+        shapes = {
+            "min": (1, 1),
+            "opt": (max(1, batch // 2), step.buckets[len(step.buckets) // 2]),
+            "max": (max(1, batch), step.max_length),
+        }
+        for key, (rows, length) in shapes.items():
+            parameters[f"trt_profile_{key}_shapes"] = ",".join(f"{t.name}:{rows}x{length}" for t in step.inputs)
+    return TensorRTAccelerator(parameters)
+
+
+def _tensorrt_plan_step(step: ModelStep) -> ModelConfig:
+    """A TensorRT plan: one engine per GPU architecture, one optimisation profile per bucket."""
+    profiles = tuple(str(i) for i in range(len(step.buckets)))
+    return ModelConfig(
+        **step.common(),
+        platform="tensorrt_plan",
+        default_model_filename="model.plan",
+        cc_model_filenames=cc_model_filenames(),
+        instance_group=dataclasses.replace(_instances(step.spec.model_instances), profiles=profiles),
+    )
+
+
+ModelStepBuilder = Callable[[ModelStep], ModelConfig]
+MODEL_STEPS: Mapping[str, ModelStepBuilder] = {"onnx": _onnxruntime_step, "tensorrt": _tensorrt_plan_step}
+"""The model step's config builder per ``BuildSpec.runtime``."""
+
+
+def step_configs(
+    spec: BuildSpec,
+    checkpoint: Checkpoint,
+    task: Task,
+    inputs: Sequence[str],
+    max_length: int,
+    pad_id: int = 0,
+    tokenizer_facts: Mapping[str, str] | None = None,
+) -> dict[str, ModelConfig]:
+    """The typed configs of the four steps, keyed by step (tokenizer, model, postprocess, ensemble).
+
+    ``tokenizer_facts`` holds ``cls_id``, ``unk_token`` (strings, "" for none) and ``special_tokens`` (the count
+    added to one text) for the steps that need them.
+    """
+    facts = dict(tokenizer_facts or {})
+    names = step_names(spec.name)
+    buckets = tuple(bucket_lengths(spec.buckets, max_length))
+    token_tensors = tuple(Tensor(n, "TYPE_INT64", (-1,)) for n in inputs)
+    onnx_out = (Tensor(task.onnx_output, "TYPE_FP32", tuple(task.onnx_output_dims(checkpoint))),)
+    text_in = _tensors(task.ensemble_inputs(checkpoint))
+    tokenizer_out = token_tensors + tuple(
+        t for t in _tensors(task.tokenizer_outputs(checkpoint)) if t.name not in inputs
+    )
+    post_in = _tensors(task.postprocess_inputs(checkpoint))
+    post_out = _tensors(task.postprocess_outputs(checkpoint))
+    tokenizer_settings, postprocess_settings = task.step_parameters(spec, checkpoint, max_length, facts)
+    python_steps = {
+        "max_batch_size": spec.max_batch_size if task.batched_io else 0,
+        # The Python steps are cheap: they batch whatever is queued and never wait for more. A task whose
+        # requests become a different number of model rows (QA windows) runs them per request instead.
+        "dynamic_batching": _batching(
+            dataclasses.replace(spec.dynamic_batching, max_queue_delay_microseconds=0, preferred_batch_size=())
+        )
+        if task.batched_io
+        else None,
+    }
+    model_step = ModelStep(spec, names["model"], names["ensemble"], token_tensors, onnx_out, buckets, max_length)
+    return {
+        "tokenizer": ModelConfig(
+            **python_steps,
+            name=names["tokenizer"],
+            comment=_comment(names["tokenizer"], "tokenizer", names["ensemble"]),
+            backend="python",
+            inputs=text_in,
+            outputs=tokenizer_out,
+            instance_group=_instances(spec.tokenizer_instances),
+            parameters=_strings(
+                {
+                    "tokenizer_file": "tokenizer.json",
+                    "max_length": max_length,
+                    "buckets": ",".join(str(b) for b in buckets),
+                    "pad_id": pad_id,
+                    "pad_type_id": 0,
+                    **tokenizer_settings,
+                }
+            ),
+        ),
+        "model": MODEL_STEPS[spec.runtime](model_step),
+        "postprocess": ModelConfig(
+            **python_steps,
+            name=names["postprocess"],
+            comment=_comment(names["postprocess"], "postprocess", names["ensemble"]),
+            backend="python",
+            inputs=post_in,
+            outputs=post_out,
+            instance_group=_instances(spec.postprocess_instances),
+            parameters=_strings({**task.postprocess_parameters(checkpoint), **postprocess_settings}),
+        ),
+        "ensemble": ModelConfig(
+            name=names["ensemble"],
+            comment=f"{names['ensemble']}: the endpoint clients call (generated; edit the build spec instead).",
+            platform="ensemble",
+            max_batch_size=python_steps["max_batch_size"],
+            inputs=text_in,
+            outputs=_tensors(task.ensemble_outputs(checkpoint)),
+            response_cache=spec.response_cache,
+            steps=(
+                _step(names["tokenizer"], text_in, tokenizer_out),
+                _step(names["model"], token_tensors, onnx_out),
+                _step(names["postprocess"], post_in, post_out),
+            ),
+        ),
+    }
+
+
+def _comment(name: str, step: str, ensemble: str) -> str:
+    return f"{name}: {step} step of the `{ensemble}` ensemble (generated; edit the build spec instead)."
+
+
+def _tensors(tensors: Iterable) -> tuple[Tensor, ...]:
+    """Task tensors (``tasks.TensorSpec``) as config tensors."""
+    return tuple(Tensor(t.name, t.data_type, tuple(t.dims)) for t in tensors)
+
+
+def _strings(values: Mapping[str, object]) -> dict[str, str]:
+    return {key: str(value) for key, value in values.items()}
+
+
+def _step(model: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> EnsembleStep:
+    """A step whose tensors keep their names in the ensemble."""
+    return EnsembleStep(model, {t.name: t.name for t in inputs}, {t.name: t.name for t in outputs})
+
+
+def _instances(group: specs.InstanceGroup) -> InstanceGroup:
+    return InstanceGroup(count=group.count, kind=Kind(group.kind), gpus=tuple(group.gpus))
+
+
+def _batching(batching: specs.DynamicBatching) -> DynamicBatching | None:
+    if not batching.enabled:
+        return None
+    policy = batching.queue_policy
+    return DynamicBatching(
+        max_queue_delay_microseconds=batching.max_queue_delay_microseconds,
+        preferred_batch_size=tuple(batching.preferred_batch_size),
+        preserve_ordering=batching.preserve_ordering,
+        queue_policy=None
+        if policy is None
+        else QueuePolicy(
+            max_queue_size=policy.max_queue_size,
+            timeout_action=TimeoutAction(policy.timeout_action),
+            default_timeout_microseconds=policy.default_timeout_microseconds,
+            allow_timeout_override=policy.allow_timeout_override,
+        ),
+    )
+
+
+def _version_policy(policy: specs.VersionPolicy) -> VersionPolicy:
+    if policy.policy == "all":
+        return VersionPolicy(all=True)
+    if policy.policy == "specific":
+        return VersionPolicy(specific=tuple(policy.versions))
+    return VersionPolicy(latest=policy.latest)
