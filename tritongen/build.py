@@ -1,6 +1,10 @@
 """Build a Triton ensemble repository from a checkpoint: the pipeline's one entry point.
 
-inspect -> export ONNX -> parity gate -> render and validate configs -> publish atomically.
+A build is a :class:`BuildPlan` (decided once, by :func:`inspect`) and a list of named stages, each
+taking the plan and what earlier stages produced:
+
+inspect -> export ONNX -> parity gate -> optimise and gate -> render and validate configs -> write
+(into a staging area) -> publish atomically. Nothing reaches the repository before :func:`publish`.
 """
 
 from __future__ import annotations
@@ -9,13 +13,14 @@ import contextlib
 import datetime as _dt
 import json
 import shutil
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markdown import Markdown
+from tritonclient.grpc import model_config_pb2 as mc
 
 from tritongen import triton_models
 from tritongen.accuracy import AccuracyReport, GateReference, read_texts, require_accuracy
@@ -28,13 +33,28 @@ from tritongen.model_facts import ModelFacts, read_model_facts
 from tritongen.optimize import OptimizeReport, optimize_model
 from tritongen.parity import PARITY_TEXTS, ParityReport, check_parity, require_parity
 from tritongen.render import render_all
-from tritongen.repository import staging
+from tritongen.repository import Staging, staging
 from tritongen.spec import BuildSpec
 from tritongen.tasks import Task, detect_task, get_task
 from tritongen.tensorrt import EnginePlan, builder_flags, cc_model_filenames, plan_profiles
 from tritongen.triton_models.tokenizer import TextEncoder
 
-__all__ = ["BuildResult", "build_repository", "step_names"]
+__all__ = [
+    "BuildPlan",
+    "BuildResult",
+    "Export",
+    "Variant",
+    "build_repository",
+    "export",
+    "exported",
+    "inspect",
+    "optimise",
+    "parity",
+    "publish",
+    "render",
+    "step_names",
+    "write",
+]
 
 _PY_MODELS = Path(triton_models.__file__).resolve().parent
 
@@ -89,19 +109,12 @@ def _load_tokenizer(checkpoint: Checkpoint) -> Any:
     return tokenizer
 
 
-def _model_card(
-    spec: BuildSpec,
-    checkpoint: Checkpoint,
-    task: Task,
-    version: int,
-    max_length: int,
-    facts: ModelFacts,
-    report: ParityReport,
-    variant: Variant | None,
-) -> str:
+def _model_card(plan: BuildPlan, version: int, report: ParityReport, variant: Variant | None) -> str:
     import onnxruntime
     import torch
     import transformers
+
+    spec, checkpoint, task, facts, max_length = plan.spec, plan.checkpoint, plan.task, plan.facts, plan.max_length
 
     def shape(dims: tuple[int, ...]) -> list[int]:
         return list(dims) if task.batched_io else [-1, *dims]  # whole requests: the batch axis is in dims
@@ -144,13 +157,6 @@ def _model_card(
     return card
 
 
-def _pairs_for(task: Task, checkpoint: Checkpoint, texts: Sequence[str]) -> list[str] | None:
-    """Second segments for pair tasks: each text paired with the next one (varied lengths and scripts)."""
-    if not task.pair_input:
-        return None
-    return [texts[(i + 1) % len(texts)] for i in range(len(texts))]
-
-
 def _variant_name(spec: BuildSpec, variant: Variant | None = None) -> str:
     name = spec.precision.upper()
     if variant is not None and variant.search is not None and variant.search.chosen is not None:
@@ -187,11 +193,77 @@ def _probe_token(hf_tokenizer: Any) -> int:
     return int(ids[0]) if ids else int(hf_tokenizer.unk_token_id or 0)
 
 
+@dataclass(frozen=True)
+class BuildPlan:
+    """What a build will make, decided once by :func:`inspect` and read by every later stage.
+
+    The checkpoint, the task bound to it, the loaded tokenizer and PyTorch module, what the model itself
+    says (inputs, length limit), the row length and the length buckets derived from them. Nothing here
+    changes after inspection; what later stages produce is passed along beside the plan.
+    """
+
+    spec: BuildSpec
+    checkpoint: Checkpoint
+    task: Task
+    facts: ModelFacts
+    max_length: int
+    pad_id: int
+    tokenizer_facts: Mapping[str, str]
+    hf_tokenizer: Any = field(repr=False, compare=False)
+    module: Any = field(repr=False, compare=False)
+
+    @property
+    def names(self) -> dict[str, str]:
+        """The ensemble's model names (and folders), by step."""
+        return step_names(self.spec.name)
+
+    @property
+    def inputs(self) -> list[str]:
+        """The model's token inputs, in its forward signature's order."""
+        return list(self.facts.inputs)
+
+    @property
+    def buckets(self) -> list[int]:
+        """The padded row lengths: the spec's buckets below :attr:`max_length`, then :attr:`max_length`."""
+        return bucket_lengths(self.spec.buckets, self.max_length)
+
+    def pairs(self, texts: Sequence[str]) -> list[str] | None:
+        """Second segments for pair tasks: each text paired with the next one (varied lengths and scripts)."""
+        if not self.task.pair_input:
+            return None
+        return [texts[(i + 1) % len(texts)] for i in range(len(texts))]
+
+
+@dataclass(frozen=True)
+class Export:
+    """What :func:`export` produced: the served encoder and the FP32 ONNX file (outside the staged tree)."""
+
+    encoder: TextEncoder
+    fp32_path: Path
+    target: Path  # where the served model goes: <model>/<version>/model.onnx in the staging area
+
+
 def build_repository(spec: BuildSpec, *, console: Console | None = None) -> BuildResult:
     """Build ``spec`` into a new version of its ensemble; publish only if every check passes."""
     console = console or Console(stderr=True)
     _quiet_transformers()
-    names = step_names(spec.name)
+    plan = inspect(spec, console)
+    with staging(spec.repository, list(plan.names.values())) as work:
+        with exported(plan, work, console) as onnx:
+            report = parity(plan, onnx, console)
+            variant = optimise(plan, onnx, console)
+        configs = render(plan)
+        write(plan, work, configs, report, variant)
+        version = publish(plan, work, console)
+    accuracy = None if variant is None else variant.accuracy
+    search = None if variant is None else variant.search
+    return BuildResult(
+        spec.name, plan.task.name, version, Path(spec.repository), report, plan.max_length, accuracy, search
+    )
+
+
+def inspect(spec: BuildSpec, console: Console) -> BuildPlan:
+    """Stage 1: read the checkpoint, choose its task, load its tokenizer and model; refuse bad settings early."""
     with console.status("Inspecting checkpoint…"):
         checkpoint = inspect_checkpoint(spec.model)
         task = _choose_task(spec, checkpoint)
@@ -201,131 +273,162 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
     with console.status("Reading the model's inputs and length limit…"), _stage("reading the model's inputs"):
         facts = read_model_facts(module, _probe_token(hf_tokenizer))
     max_length = task.row_length(spec, checkpoint, facts.position_limit, getattr(hf_tokenizer, "model_max_length", 0))
-    inputs = list(facts.inputs)
     tokenizer_facts = {
         "cls_id": "" if hf_tokenizer.cls_token_id is None else str(hf_tokenizer.cls_token_id),
         "unk_token": hf_tokenizer.unk_token or "",
         "special_tokens": str(hf_tokenizer.backend_tokenizer.num_special_tokens_to_add(False)),
     }
     task.step_parameters(spec, checkpoint, max_length, tokenizer_facts)  # refuse bad task settings before exporting
+    plan = BuildPlan(
+        spec=spec,
+        checkpoint=checkpoint,
+        task=task,
+        facts=facts,
+        max_length=max_length,
+        pad_id=hf_tokenizer.pad_token_id if hf_tokenizer.pad_token_id is not None else 0,
+        tokenizer_facts=tokenizer_facts,
+        hf_tokenizer=hf_tokenizer,
+        module=module,
+    )
     console.print(
         f"[bold]{checkpoint.path}[/]: {checkpoint.model_type}, task {task.name}, max length {max_length} "
-        f"(model: {facts.position_limit}, {facts.limit_source}), inputs {', '.join(inputs)}"
+        f"(model: {facts.position_limit}, {facts.limit_source}), inputs {', '.join(plan.inputs)}"
     )
-    with staging(spec.repository, list(names.values())) as stage:
-        tok_dir = stage.version_dir(names["tokenizer"])
-        hf_tokenizer.backend_tokenizer.save(str(tok_dir / "tokenizer.json"))
-        pad_id = hf_tokenizer.pad_token_id if hf_tokenizer.pad_token_id is not None else 0
-        encoder = TextEncoder(
-            str(tok_dir / "tokenizer.json"), max_length, spec.buckets, pad_id=pad_id, input_names=inputs
-        )
-        onnx_path = stage.version_dir(names["model"]) / "model.onnx"
-        fp32_path = stage.root.parent / f"{stage.root.name}.fp32.onnx"
-        try:
-            with console.status("Exporting to ONNX (dynamic batch and sequence axes)…"), _stage("ONNX export"):
-                export_onnx(
-                    module,
-                    encoder(["a short sample", "a longer sample text, used to trace the model"]),
-                    task.onnx_output,
-                    fp32_path,
-                )
-            with console.status("Checking parity against PyTorch…"), _stage("parity check"):
-                report = check_parity(
-                    module, hf_tokenizer, encoder, fp32_path, max_length=max_length, tolerance=spec.parity_tolerance,
-                    pairs=_pairs_for(task, checkpoint, PARITY_TEXTS),
-                    argmax_axis=0 if task.gate == "spans" else -1,
-                )  # fmt: skip
-            console.print(Markdown(report.to_markdown()))
-            require_parity(report)
-            variant = _optimise(
-                spec, checkpoint, task, module, hf_tokenizer, encoder, fp32_path, onnx_path, max_length, console
-            )
-        finally:
-            fp32_path.unlink(missing_ok=True)
-        if spec.runtime == "tensorrt":
-            engine = EnginePlan(
-                inputs=inputs,
-                profiles=plan_profiles(bucket_lengths(spec.buckets, max_length), spec.max_batch_size),
-                flags=builder_flags(spec.precision),
-                workspace_bytes=spec.tensorrt.max_workspace_size_bytes,
-                cc_model_filenames=cc_model_filenames(),
-            )
-            (onnx_path.parent / "engine.json").write_text(engine.to_json())
-        with console.status("Rendering and validating configs…"):
-            configs = render_all(step_configs(spec, checkpoint, task, inputs, max_length, pad_id, tokenizer_facts))
-            for step, (text, _) in configs.items():
-                stage.write_config(names[step], text)
-        for step in ("tokenizer", "postprocess"):
-            target = stage.version_dir(names[step])
-            shutil.copyfile(_PY_MODELS / f"{step}.py", target / "model.py")
-            for helper in ("_common", *task.helper_modules):
-                shutil.copyfile(_PY_MODELS / f"{helper}.py", target / f"{helper}.py")
-        post_dir = stage.version_dir(names["postprocess"])
-        if "tokenizer_file" in task.postprocess_parameters(checkpoint):
-            shutil.copyfile(tok_dir / "tokenizer.json", post_dir / "tokenizer.json")
-        (post_dir / "labels.json").write_text(json.dumps(list(checkpoint.id2label.values()), ensure_ascii=False))
-        card_dir = stage.version_dir(names["ensemble"])
-        if variant is not None and variant.search is not None and variant.search.trials:
-            variant.search.plot(card_dir / SEARCH_PLOT)
-        (card_dir / "model_card.md").write_text(
-            _model_card(spec, checkpoint, task, stage.version, max_length, facts, report, variant), encoding="utf-8"
-        )
-        (card_dir / "parity.json").write_text(
-            json.dumps(
-                {
-                    "passed": report.passed,
-                    "max_abs_diff": report.max_abs_diff,
-                    "tolerance": report.tolerance,
-                    "rows": [row.__dict__ for row in report.rows],
-                },
-                ensure_ascii=False,
-                indent=1,
-            ),
-            encoding="utf-8",
-        )
-        (card_dir / "build.json").write_text(
-            json.dumps(
-                {
-                    "spec": spec.to_dict(),
-                    "checkpoint": str(checkpoint.path),
-                    "task": task.name,
-                    "max_length": max_length,
-                    "inputs": inputs,
-                    "position_limit": facts.position_limit,
-                    "variant": _variant_name(spec, variant),
-                    "accuracy": None if variant is None else variant.accuracy.__dict__,
-                    "int8_search": None if variant is None or variant.search is None else variant.search.to_dict(),
-                },
-                indent=1,
-            ),
-            encoding="utf-8",
-        )
-        stage.publish()
-        version = stage.version
-    console.print(f"[green]Published[/] `{spec.name}` version {version} to {spec.repository}")
-    accuracy = None if variant is None else variant.accuracy
-    search = None if variant is None else variant.search
-    return BuildResult(spec.name, task.name, version, Path(spec.repository), report, max_length, accuracy, search)
+    return plan
 
 
-def _optimise(
-    spec: BuildSpec,
-    checkpoint: Checkpoint,
-    task: Task,
-    module: Any,
-    hf_tokenizer: Any,
-    encoder: TextEncoder,
-    fp32_path: Path,
-    target: Path,
-    max_length: int,
-    console: Console,
-) -> Variant | None:
-    """Optimise/convert the FP32 export into ``target`` and gate it; None when FP32 is served as is.
+@contextlib.contextmanager
+def exported(plan: BuildPlan, work: Staging, console: Console) -> Iterator[Export]:
+    """Stage 2 as a context: :func:`export`, then remove the FP32 file however the stages inside end."""
+    onnx = export(plan, work, console)
+    try:
+        yield onnx
+    finally:
+        onnx.fp32_path.unlink(missing_ok=True)
+
+
+def export(plan: BuildPlan, work: Staging, console: Console) -> Export:
+    """Stage 2: stage the tokenizer and export the FP32 ONNX model (dynamic batch and sequence axes)."""
+    names = plan.names
+    tokenizer_file = work.version_dir(names["tokenizer"]) / "tokenizer.json"
+    plan.hf_tokenizer.backend_tokenizer.save(str(tokenizer_file))
+    encoder = TextEncoder(
+        str(tokenizer_file), plan.max_length, plan.buckets, pad_id=plan.pad_id, input_names=plan.inputs
+    )
+    onnx = Export(
+        encoder, work.root.parent / f"{work.root.name}.fp32.onnx", work.version_dir(names["model"]) / "model.onnx"
+    )
+    try:
+        with console.status("Exporting to ONNX (dynamic batch and sequence axes)…"), _stage("ONNX export"):
+            sample = encoder(["a short sample", "a longer sample text, used to trace the model"])
+            export_onnx(plan.module, sample, plan.task.onnx_output, onnx.fp32_path)
+    except BaseException:
+        onnx.fp32_path.unlink(missing_ok=True)
+        raise
+    return onnx
+
+
+def parity(plan: BuildPlan, onnx: Export, console: Console) -> ParityReport:
+    """Stage 3: the FP32 export, served path and all, must match PyTorch; raise :class:`ParityError` if not."""
+    with console.status("Checking parity against PyTorch…"), _stage("parity check"):
+        report = check_parity(
+            plan.module, plan.hf_tokenizer, onnx.encoder, onnx.fp32_path, max_length=plan.max_length,
+            tolerance=plan.spec.parity_tolerance, pairs=plan.pairs(PARITY_TEXTS),
+            argmax_axis=0 if plan.task.gate == "spans" else -1,
+        )  # fmt: skip
+    console.print(Markdown(report.to_markdown()))
+    require_parity(report)
+    return report
+
+
+def render(plan: BuildPlan) -> dict[str, tuple[str, mc.ModelConfig]]:
+    """Stage 5: the four configs as ``config.pbtxt`` text, parsed with Triton's schema and wiring-checked."""
+    return render_all(
+        step_configs(
+            plan.spec, plan.checkpoint, plan.task, plan.inputs, plan.max_length, plan.pad_id, plan.tokenizer_facts
+        )
+    )
+
+
+def write(
+    plan: BuildPlan,
+    work: Staging,
+    configs: Mapping[str, tuple[str, mc.ModelConfig]],
+    report: ParityReport,
+    variant: Variant | None,
+) -> None:
+    """Stage 6: write everything else into the staging area: configs, Python steps, engine plan, card, reports."""
+    spec, names = plan.spec, plan.names
+    for step, (text, _) in configs.items():
+        work.write_config(names[step], text)
+    if spec.runtime == "tensorrt":
+        engine = EnginePlan(
+            inputs=plan.inputs,
+            profiles=plan_profiles(plan.buckets, spec.max_batch_size),
+            flags=builder_flags(spec.precision),
+            workspace_bytes=spec.tensorrt.max_workspace_size_bytes,
+            cc_model_filenames=cc_model_filenames(),
+        )
+        (work.version_dir(names["model"]) / "engine.json").write_text(engine.to_json())
+    _write_python_steps(plan, work)
+    card_dir = work.version_dir(names["ensemble"])
+    if variant is not None and variant.search is not None and variant.search.trials:
+        variant.search.plot(card_dir / SEARCH_PLOT)
+    (card_dir / "model_card.md").write_text(_model_card(plan, work.version, report, variant), encoding="utf-8")
+    parity_json = {
+        "passed": report.passed,
+        "max_abs_diff": report.max_abs_diff,
+        "tolerance": report.tolerance,
+        "rows": [row.__dict__ for row in report.rows],
+    }
+    (card_dir / "parity.json").write_text(json.dumps(parity_json, ensure_ascii=False, indent=1), encoding="utf-8")
+    (card_dir / "build.json").write_text(json.dumps(_build_record(plan, variant), indent=1), encoding="utf-8")
+
+
+def _write_python_steps(plan: BuildPlan, work: Staging) -> None:
+    """The tokenizer and postprocess ``model.py`` files, their helpers, and the files the postprocess reads."""
+    names, task, checkpoint = plan.names, plan.task, plan.checkpoint
+    for step in ("tokenizer", "postprocess"):
+        target = work.version_dir(names[step])
+        shutil.copyfile(_PY_MODELS / f"{step}.py", target / "model.py")
+        for helper in ("_common", *task.helper_modules):
+            shutil.copyfile(_PY_MODELS / f"{helper}.py", target / f"{helper}.py")
+    post_dir = work.version_dir(names["postprocess"])
+    if "tokenizer_file" in task.postprocess_parameters(checkpoint):
+        shutil.copyfile(work.version_dir(names["tokenizer"]) / "tokenizer.json", post_dir / "tokenizer.json")
+    (post_dir / "labels.json").write_text(json.dumps(list(checkpoint.id2label.values()), ensure_ascii=False))
+
+
+def _build_record(plan: BuildPlan, variant: Variant | None) -> dict[str, Any]:
+    """``build.json``: the spec and what the build decided and measured."""
+    return {
+        "spec": plan.spec.to_dict(),
+        "checkpoint": str(plan.checkpoint.path),
+        "task": plan.task.name,
+        "max_length": plan.max_length,
+        "inputs": plan.inputs,
+        "position_limit": plan.facts.position_limit,
+        "variant": _variant_name(plan.spec, variant),
+        "accuracy": None if variant is None else variant.accuracy.__dict__,
+        "int8_search": None if variant is None or variant.search is None else variant.search.to_dict(),
+    }
+
+
+def publish(plan: BuildPlan, work: Staging, console: Console) -> int:
+    """Stage 7: move the staged version into the repository at once; return its number."""
+    work.publish()
+    console.print(f"[green]Published[/] `{plan.spec.name}` version {work.version} to {plan.spec.repository}")
+    return work.version
+
+
+def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
+    """Stage 4: optimise/convert the FP32 export into the served model and gate it; None when FP32 is served as is.
 
     INT8 searches for the fastest quantisation that passes the gate (``tritongen.int8_search``).
     """
+    spec, target = plan.spec, onnx.target
     if spec.precision == "fp32" and not spec.optimize:
-        shutil.copyfile(fp32_path, target)
+        shutil.copyfile(onnx.fp32_path, target)
         return None
     validation = read_texts(spec.validation, "validation")
     calibration, calibration_source = [], ""
@@ -340,19 +443,22 @@ def _optimise(
         console.status(f"Optimising ({spec.precision}, fusions {'on' if spec.optimize else 'off'})…"),
         _stage("optimisation"),
     ):
-        optimized = optimize_model(fp32_path, target, checkpoint, precision=spec.precision, fuse=spec.optimize)
+        optimized = optimize_model(
+            onnx.fp32_path, target, plan.checkpoint, precision=spec.precision, fuse=spec.optimize
+        )
     with console.status(f"Accuracy gate: FP32 PyTorch on {len(validation)} validation texts…"), _stage("accuracy gate"):
         reference = GateReference(
-            module, hf_tokenizer, encoder, gate=task.gate, texts=validation, max_length=max_length,
-            function=task.postprocess_parameters(checkpoint).get("function", "softmax"),
-            pairs=_pairs_for(task, checkpoint, validation),
+            plan.module, plan.hf_tokenizer, onnx.encoder, gate=plan.task.gate, texts=validation,
+            max_length=plan.max_length,
+            function=plan.task.postprocess_parameters(plan.checkpoint).get("function", "softmax"),
+            pairs=plan.pairs(validation),
         )  # fmt: skip
     search = None
     if spec.precision == "int8":
         with console.status("INT8 search…") as status, _stage("INT8 search"):
             search = search_int8(
-                target, target, baseline=fp32_path, reference=reference, encoder=encoder, calibration=calibration,
-                schemes=_int8_schemes(spec), symmetric=spec.runtime == "tensorrt",
+                target, target, baseline=onnx.fp32_path, reference=reference, encoder=onnx.encoder,
+                calibration=calibration, schemes=_int8_schemes(spec), symmetric=spec.runtime == "tensorrt",
                 speed_texts=validation[:: max(1, len(validation) // 24)], accept_loss=spec.accept_accuracy_loss,
                 curve=spec.int8_curve, progress=status.update,
             )  # fmt: skip

@@ -111,10 +111,11 @@ def _infer(args: argparse.Namespace) -> None:
 
 
 def _engine(args: argparse.Namespace) -> None:
+    from tritongen.configs import step_names
     from tritongen.repository import existing_versions
     from tritongen.tensorrt import build_engine
 
-    model_dir = args.repository / f"{args.name}_model"
+    model_dir = args.repository / step_names(args.name)["model"]
     versions = existing_versions(model_dir)
     if not versions or not (model_dir / str(versions[-1]) / "engine.json").is_file():
         raise GeneratorError(f"`{model_dir}` has no TensorRT build plan; build it with runtime tensorrt first")

@@ -26,7 +26,8 @@ from rich.console import Console
 from tritongen.bench.ceiling import measure_ceiling
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_input_data
 from tritongen.bench.report import BenchReport, write_report
-from tritongen.build import build_repository, step_names
+from tritongen.build import build_repository
+from tritongen.configs import step_names
 from tritongen.datasets import bench_texts
 from tritongen.errors import BenchError
 from tritongen.repository import existing_versions
@@ -170,11 +171,10 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
     ceiling = []
     if "ceiling" in options.baselines:
         console.print("[bold]Measuring baseline (c): in-process ONNX Runtime…")
-        version = str(existing_versions(repository / f"{name}_model")[-1])
-        tokenizer_version = str(existing_versions(repository / f"{name}_tokenizer")[-1])
+        model_dir, tokenizer_dir = (repository / step_names(name)[step] for step in ("model", "tokenizer"))
         ceiling = measure_ceiling(
-            repository / f"{name}_model" / version / "model.onnx",
-            repository / f"{name}_tokenizer" / tokenizer_version / "tokenizer.json",
+            model_dir / str(existing_versions(model_dir)[-1]) / "model.onnx",
+            tokenizer_dir / str(existing_versions(tokenizer_dir)[-1]) / "tokenizer.json",
             meta["inputs"],
             meta["max_length"],
             texts,

@@ -1,0 +1,77 @@
+"""Each build stage runs alone on a tiny checkpoint; nothing reaches the repository before `publish`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from rich.console import Console
+
+from tritongen.build import BuildPlan, exported, inspect, optimise, parity, publish, render, write
+from tritongen.errors import ParityError
+from tritongen.repository import staging
+from tritongen.spec import BuildSpec
+
+
+@pytest.fixture(scope="module")
+def quiet() -> Console:
+    return Console(quiet=True)
+
+
+@pytest.fixture(scope="module")
+def inspected(tiny_factory, quiet) -> BuildPlan:
+    return inspect(BuildSpec(model=str(tiny_factory("bert")), name="clf", buckets=(16, 32, 128)), quiet)
+
+
+@pytest.fixture
+def plan(inspected, tmp_path) -> BuildPlan:
+    """The inspected plan, writing into this test's own repository."""
+    return dataclasses.replace(inspected, spec=inspected.spec.replace(repository=tmp_path / "repo"))
+
+
+def _published(repo) -> list[str]:
+    return sorted(p.name for p in repo.iterdir()) if repo.exists() else []
+
+
+def test_inspect_derives_row_length_and_buckets_once_when_model_is_shorter_than_buckets(plan):
+    assert plan.task.name == "classification"
+    assert plan.max_length == 64  # the tiny checkpoint's limit, below the 128 bucket
+    assert plan.buckets == [16, 32, 64]
+    assert plan.inputs == ["input_ids", "attention_mask", "token_type_ids"]
+    assert plan.names["model"] == "clf_model"
+
+
+def test_render_uses_the_plans_buckets_for_tokenizer_and_warmup_without_touching_disk(plan):
+    configs = render(plan)
+    tokenizer, model = configs["tokenizer"][1], configs["model"][1]
+    assert tokenizer.parameters["buckets"].string_value == "16,32,64"
+    assert [w.name for w in model.model_warmup] == ["bucket_16", "bucket_32", "bucket_64"]
+    assert _published(plan.spec.repository) == []
+
+
+def test_stages_publish_nothing_until_publish(plan, quiet):
+    repo = plan.spec.repository
+    with staging(repo, list(plan.names.values())) as work:
+        with exported(plan, work, quiet) as onnx:
+            assert onnx.fp32_path.is_file() and not onnx.fp32_path.is_relative_to(work.root)
+            report = parity(plan, onnx, quiet)
+            variant = optimise(plan, onnx, quiet)
+        assert not onnx.fp32_path.exists()
+        assert report.passed and variant is None
+        assert onnx.target.is_file()  # fp32 served as is
+        write(plan, work, render(plan), report, variant)
+        assert _published(repo) == []
+        assert json.loads((work.root / "clf" / "1" / "build.json").read_text())["max_length"] == 64
+        assert publish(plan, work, quiet) == 1
+    assert _published(repo) == ["clf", "clf_model", "clf_postprocess", "clf_tokenizer"]
+    assert (repo / "clf_model" / "1" / "model.onnx").is_file()
+
+
+def test_parity_stage_raises_and_export_cleans_up_when_tolerance_is_impossible(plan, quiet):
+    strict = dataclasses.replace(plan, spec=plan.spec.replace(parity_tolerance=1e-15))
+    with staging(strict.spec.repository, list(strict.names.values())) as work:
+        with pytest.raises(ParityError), exported(strict, work, quiet) as onnx:
+            parity(strict, onnx, quiet)
+        assert not onnx.fp32_path.exists()
+    assert _published(strict.spec.repository) == []
