@@ -341,6 +341,73 @@ def parity(plan: BuildPlan, onnx: Export, console: Console) -> ParityReport:
     return report
 
 
+def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
+    """Stage 4: optimise/convert the FP32 export into the served model and gate it; None when FP32 is served as is.
+
+    INT8 searches for the fastest quantisation that passes the gate (``tritongen.int8_search``).
+    """
+    spec, target = plan.spec, onnx.target
+    if spec.precision == "fp32" and not spec.optimize:
+        shutil.copyfile(onnx.fp32_path, target)
+        return None
+    validation = read_texts(spec.validation, "validation")
+    calibration, calibration_source = [], ""
+    if spec.precision == "int8" and spec.calibration is None and spec.validation is not None and len(validation) >= 64:
+        # Calibrate on the user's kind of text, but never on a text the gate then measures.
+        calibration, validation = validation[::4], [text for i, text in enumerate(validation) if i % 4]
+        calibration_source = f"every 4th text of `{spec.validation}` (the gate measures the other {len(validation)})"
+    elif spec.precision == "int8":
+        calibration = read_texts(spec.calibration, "calibration")
+        calibration_source = f"`{spec.calibration}`" if spec.calibration else "the built-in calibration sample"
+    with (
+        console.status(f"Optimising ({spec.precision}, fusions {'on' if spec.optimize else 'off'})…"),
+        _stage("optimisation"),
+    ):
+        optimized = optimize_model(
+            onnx.fp32_path, target, plan.checkpoint, precision=spec.precision, fuse=spec.optimize
+        )
+    with console.status(f"Accuracy gate: FP32 PyTorch on {len(validation)} validation texts…"), _stage("accuracy gate"):
+        reference = GateReference(
+            plan.module, plan.hf_tokenizer, onnx.encoder, gate=plan.task.gate, texts=validation,
+            max_length=plan.max_length,
+            function=plan.task.postprocess_parameters(plan.checkpoint).get("function", "softmax"),
+            pairs=plan.pairs(validation),
+        )  # fmt: skip
+    search = None
+    if spec.precision == "int8":
+        with console.status("INT8 search…") as status, _stage("INT8 search"):
+            search = search_int8(
+                target, target, baseline=onnx.fp32_path, reference=reference, encoder=onnx.encoder,
+                calibration=calibration, schemes=_int8_schemes(spec), symmetric=spec.runtime == "tensorrt",
+                speed_texts=validation[:: max(1, len(validation) // 24)], accept_loss=spec.accept_accuracy_loss,
+                curve=spec.int8_curve, progress=status.update,
+            )  # fmt: skip
+        search.notes.insert(0, f"Calibration texts: {calibration_source}.")
+        console.print(Markdown(search.to_markdown()))
+        if search.chosen is None or not (search.chosen.passed or spec.accept_accuracy_loss):
+            raise search.failure()
+        accuracy = search.chosen.accuracy
+        kept = search.layer_names(search.chosen.candidate.float_nodes)
+        optimized.steps.append(
+            f"int8 {search.chosen.candidate.label}: {search.chosen.candidate.why} "
+            f"({len(search.layers) - len(kept)} of {len(search.layers)} weight MatMuls in int8, per-channel weights; "
+            f"chosen by the INT8 search below, {len(search.trials)} candidates measured)"
+        )
+    else:
+        with console.status(f"Accuracy gate on {len(validation)} validation texts…"), _stage("accuracy gate"):
+            accuracy = reference.measure(target, _variant_name(spec))
+    console.print(Markdown(accuracy.to_markdown(accepted=spec.accept_accuracy_loss)))
+    require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)
+    return Variant(optimized, accuracy, search)
+
+
+def _int8_schemes(spec: BuildSpec) -> tuple[str, ...]:
+    """The int8 schemes to search: the one pinned, else all; TensorRT takes only static (explicit QDQ)."""
+    if spec.runtime == "tensorrt":
+        return ("static",)
+    return SCHEMES if spec.quantization == "auto" else (spec.quantization,)
+
+
 def render(plan: BuildPlan) -> dict[str, tuple[str, mc.ModelConfig]]:
     """Stage 5: the four configs as ``config.pbtxt`` text, parsed with Triton's schema and wiring-checked."""
     return render_all(
@@ -419,70 +486,3 @@ def publish(plan: BuildPlan, work: Staging, console: Console) -> int:
     work.publish()
     console.print(f"[green]Published[/] `{plan.spec.name}` version {work.version} to {plan.spec.repository}")
     return work.version
-
-
-def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
-    """Stage 4: optimise/convert the FP32 export into the served model and gate it; None when FP32 is served as is.
-
-    INT8 searches for the fastest quantisation that passes the gate (``tritongen.int8_search``).
-    """
-    spec, target = plan.spec, onnx.target
-    if spec.precision == "fp32" and not spec.optimize:
-        shutil.copyfile(onnx.fp32_path, target)
-        return None
-    validation = read_texts(spec.validation, "validation")
-    calibration, calibration_source = [], ""
-    if spec.precision == "int8" and spec.calibration is None and spec.validation is not None and len(validation) >= 64:
-        # Calibrate on the user's kind of text, but never on a text the gate then measures.
-        calibration, validation = validation[::4], [text for i, text in enumerate(validation) if i % 4]
-        calibration_source = f"every 4th text of `{spec.validation}` (the gate measures the other {len(validation)})"
-    elif spec.precision == "int8":
-        calibration = read_texts(spec.calibration, "calibration")
-        calibration_source = f"`{spec.calibration}`" if spec.calibration else "the built-in calibration sample"
-    with (
-        console.status(f"Optimising ({spec.precision}, fusions {'on' if spec.optimize else 'off'})…"),
-        _stage("optimisation"),
-    ):
-        optimized = optimize_model(
-            onnx.fp32_path, target, plan.checkpoint, precision=spec.precision, fuse=spec.optimize
-        )
-    with console.status(f"Accuracy gate: FP32 PyTorch on {len(validation)} validation texts…"), _stage("accuracy gate"):
-        reference = GateReference(
-            plan.module, plan.hf_tokenizer, onnx.encoder, gate=plan.task.gate, texts=validation,
-            max_length=plan.max_length,
-            function=plan.task.postprocess_parameters(plan.checkpoint).get("function", "softmax"),
-            pairs=plan.pairs(validation),
-        )  # fmt: skip
-    search = None
-    if spec.precision == "int8":
-        with console.status("INT8 search…") as status, _stage("INT8 search"):
-            search = search_int8(
-                target, target, baseline=onnx.fp32_path, reference=reference, encoder=onnx.encoder,
-                calibration=calibration, schemes=_int8_schemes(spec), symmetric=spec.runtime == "tensorrt",
-                speed_texts=validation[:: max(1, len(validation) // 24)], accept_loss=spec.accept_accuracy_loss,
-                curve=spec.int8_curve, progress=status.update,
-            )  # fmt: skip
-        search.notes.insert(0, f"Calibration texts: {calibration_source}.")
-        console.print(Markdown(search.to_markdown()))
-        if search.chosen is None or not (search.chosen.passed or spec.accept_accuracy_loss):
-            raise search.failure()
-        accuracy = search.chosen.accuracy
-        kept = search.layer_names(search.chosen.candidate.float_nodes)
-        optimized.steps.append(
-            f"int8 {search.chosen.candidate.label}: {search.chosen.candidate.why} "
-            f"({len(search.layers) - len(kept)} of {len(search.layers)} weight MatMuls in int8, per-channel weights; "
-            f"chosen by the INT8 search below, {len(search.trials)} candidates measured)"
-        )
-    else:
-        with console.status(f"Accuracy gate on {len(validation)} validation texts…"), _stage("accuracy gate"):
-            accuracy = reference.measure(target, _variant_name(spec))
-    console.print(Markdown(accuracy.to_markdown(accepted=spec.accept_accuracy_loss)))
-    require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)
-    return Variant(optimized, accuracy, search)
-
-
-def _int8_schemes(spec: BuildSpec) -> tuple[str, ...]:
-    """The int8 schemes to search: the one pinned, else all; TensorRT takes only static (explicit QDQ)."""
-    if spec.runtime == "tensorrt":
-        return ("static",)
-    return SCHEMES if spec.quantization == "auto" else (spec.quantization,)
