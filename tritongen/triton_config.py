@@ -262,7 +262,7 @@ def to_proto(config: ModelConfig) -> mc.ModelConfig:
 
 def to_text(config: ModelConfig) -> str:
     """``config.pbtxt`` text: a comment line, then the message (``max_batch_size: 0`` kept explicit)."""
-    body = text_format.MessageToString(to_proto(config))
+    body = text_format.MessageToString(to_proto(config), use_short_repeated_primitives=True)
     if config.max_batch_size == 0:
         # `name` is field 1, so it prints first; put the explicit zero right after it, where a reader looks.
         first, _, rest = body.partition("\n")
