@@ -13,6 +13,7 @@ from tritongen.accuracy import AccuracyError, measure_accuracy, require_accuracy
 from tritongen.build import build_repository
 from tritongen.cli import main
 from tritongen.client import infer
+from tritongen.configs import step_names
 from tritongen.server import running_server
 from tritongen.spec import BuildSpec
 from tritongen.tasks import get_task
@@ -67,7 +68,7 @@ def _assert_search_recorded(repo, name: str, result) -> dict:
     assert all(f"| {trial.candidate.label}" in card for trial in search.trials)
     assert "![accuracy against speed](int8_search.png)" in card
     assert (repo / name / "1" / "int8_search.png").read_bytes()[:4] == b"\x89PNG"
-    ops = {node.op_type for node in onnx.load(str(repo / f"{name}_model" / "1" / "model.onnx")).graph.node}
+    ops = {node.op_type for node in onnx.load(str(repo / step_names(name)["model"] / "1" / "model.onnx")).graph.node}
     assert ops & {"MatMulInteger", "DynamicQuantizeLinear", "QuantizeLinear"}, "the served model is not int8"
     return record
 
@@ -115,10 +116,10 @@ def test_variants_serve_through_real_server_within_gate(variants, minilm_path):
         for name in VARIANTS:
             got = np.array([r["EMBEDDING"] for r in infer(texts, name=name, url=server.grpc_url)], np.float32)
             encoder = TextEncoder(
-                str(repo / f"{name}_tokenizer" / "1" / "tokenizer.json"), 256, [32, 128],
+                str(repo / step_names(name)["tokenizer"] / "1" / "tokenizer.json"), 256, [32, 128],
                 input_names=["input_ids", "attention_mask", "token_type_ids"],
             )  # fmt: skip
-            session = ort.InferenceSession(str(repo / f"{name}_model" / "1" / "model.onnx"))
+            session = ort.InferenceSession(str(repo / step_names(name)["model"] / "1" / "model.onnx"))
             # One request of 48 texts, padded and trimmed exactly as the tokenizer and backend do it
             # (dynamic int8 scales depend on the whole batch).
             gated = l2_normalize(session.run(None, trim_padding(encoder(texts)))[0])
