@@ -34,8 +34,6 @@ from tritongen.triton_config import (
 
 __all__ = ["MODEL_STEPS", "ModelStep", "bucket_lengths", "step_configs", "step_names"]
 
-STEPS = ("tokenizer", "model", "postprocess", "ensemble")
-
 
 def step_names(name: str) -> dict[str, str]:
     """The four model names (and folders) of an ensemble called ``name``."""
