@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tritongen.errors import GeneratorError, describe
 
@@ -142,6 +143,35 @@ def _bench(args: argparse.Namespace) -> None:
     run_bench(options)
 
 
+def _soak(args: argparse.Namespace) -> None:
+    from tritongen.errors import BenchError
+    from tritongen.soak import run_soak, write_report
+
+    def show(interval: Any) -> None:
+        errors = sum(interval.errors.values())
+        memory = ", ".join(f"{k} {v:.0f}" for k, v in sorted(interval.memory_mib.items()))
+        p50 = "-" if interval.p50_ms is None else f"{interval.p50_ms:.0f}"
+        p99 = "-" if interval.p99_ms is None else f"{interval.p99_ms:.0f}"
+        print(
+            f"[{interval.index}] {interval.requests} requests, {errors} errors, p50 {p50} ms, p99 {p99} ms; "
+            f"MiB: {memory or 'server not found on this machine'}",
+            flush=True,
+        )
+
+    report = run_soak(
+        args.name, grpc_port=args.grpc_port, host=args.host, minutes=args.minutes,
+        concurrency=args.concurrency, interval_s=args.interval, on_interval=show,
+    )  # fmt: skip
+    path = write_report(report, args.output / args.name)
+    print(report.to_markdown().splitlines()[-2])
+    print(report.to_markdown().splitlines()[-1])
+    print(f"report: {path}")
+    if report.errors or report.leaks:
+        raise BenchError(
+            f"soak of `{args.name}` saw {sum(report.errors.values())} errors and {len(report.leaks)} leaks; see {path}"
+        )
+
+
 def _parser() -> argparse.ArgumentParser:
     from tritongen.triton_models.ner import STRATEGIES
 
@@ -254,6 +284,15 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--compare", help="comma-separated other ensembles to measure in the same run")
     bench.add_argument("--baselines", help="comma-separated subset of pipeline,nobatch,ceiling (default: all)")
     bench.set_defaults(func=_bench)
+
+    soak = sub.add_parser("soak", help="mixed traffic at a served ensemble for minutes: errors, latency, memory")
+    soak.add_argument("--name", default="model")
+    soak.add_argument("--minutes", type=float, default=10.0)
+    soak.add_argument("--concurrency", type=int, default=32)
+    soak.add_argument("--interval", type=float, default=60.0, help="seconds per reported interval")
+    soak.add_argument("--output", type=Path, default=Path("soak_results"), help="report folder (NAME inside)")
+    add_server_options(soak)
+    soak.set_defaults(func=_soak)
     return parser
 
 
