@@ -186,7 +186,9 @@ def _load_pretrained(auto_class: Any, checkpoint: Checkpoint) -> Any:
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         from tritongen.errors import CheckpointError
 
-        raise CheckpointError(f"cannot load weights of `{checkpoint.path}`: {str(exc).splitlines()[0]}") from None
+        raise CheckpointError(
+            f"cannot load weights of {{path}}: {str(exc).splitlines()[0]}", path=checkpoint.path
+        ) from None
     return model.eval()
 
 
