@@ -82,7 +82,8 @@ def _choose_task(spec: BuildSpec, checkpoint: Checkpoint) -> Task:
     if not task.has_head(checkpoint):
         raise UnsupportedModelError(
             f"task `{task.name}` needs a *{task.head} checkpoint; "
-            f"`{checkpoint.path}` has {checkpoint.architectures or 'no architectures'}"
+            f"{{path}} has {checkpoint.architectures or 'no architectures'}",
+            path=checkpoint.path,
         )
     return task
 

@@ -157,8 +157,9 @@ def detect_task(checkpoint: Checkpoint) -> Task:
         if task.matches(checkpoint):
             return task
     raise UnsupportedModelError(
-        f"cannot tell the task of `{checkpoint.path}` (architectures {checkpoint.architectures}); "
-        f"name one of: {', '.join(sorted(TASKS))}"
+        f"cannot tell the task of {{path}} (architectures {checkpoint.architectures}); "
+        f"name one of: {', '.join(sorted(TASKS))}",
+        path=checkpoint.path,
     )
 
 
