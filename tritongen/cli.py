@@ -1,7 +1,7 @@
 """Command line: ``python -m tritongen <build|serve|infer|engine|bench> ...``. Thin by design.
 
 Each command parses its options and calls one library function. Errors a user can cause
-(:class:`tritongen.errors.GeneratorError`) are printed as one line and exit with code 2.
+(:class:`tritongen.errors.TritongenError`) are printed as one line and exit with code 2.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tritongen.errors import GeneratorError, describe
+from tritongen.errors import RepositoryError, TritongenError, UsageError, describe
 
 __all__ = ["main"]
 
@@ -70,7 +70,7 @@ def _ints(text: str | None) -> tuple[int, ...] | None:
     try:
         return tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise GeneratorError(f"`{text}` is not a comma-separated list of integers") from None
+        raise UsageError(f"`{text}` is not a comma-separated list of integers") from None
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -100,12 +100,12 @@ def _infer(args: argparse.Namespace) -> None:
     url = args.url or f"{args.host}:{port}"
     if args.question:
         if not args.context or len(args.context) != len(args.question):
-            raise GeneratorError("give one --context per --question")
+            raise UsageError("give one --context per --question")
         key, texts, extra = "QUESTION", args.question, {"CONTEXT": args.context}
     elif args.text:
         key, texts, extra = "TEXT", args.text, ({"TEXT_PAIR": args.text_pair} if args.text_pair else None)
     else:
-        raise GeneratorError("nothing to send: give --text (or --question and --context for QA models)")
+        raise UsageError("nothing to send: give --text (or --question and --context for QA models)")
     rows = infer(texts, name=args.name, url=url, protocol=args.protocol, inputs=extra, text_input=key)
     for text, row in zip(texts, rows):
         print(json.dumps({key: text, **row}, ensure_ascii=False))
@@ -118,7 +118,7 @@ def _engine(args: argparse.Namespace) -> None:
     model_dir = args.repository / f"{args.name}_model"
     versions = existing_versions(model_dir)
     if not versions or not (model_dir / str(versions[-1]) / "engine.json").is_file():
-        raise GeneratorError(f"`{model_dir}` has no TensorRT build plan; build it with runtime tensorrt first")
+        raise RepositoryError("{path} has no TensorRT build plan; build it with runtime tensorrt first", path=model_dir)
     print(f"Wrote {build_engine(model_dir / str(versions[-1]))}")
 
 
@@ -301,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         args.func(args)
-    except GeneratorError as exc:
+    except TritongenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:

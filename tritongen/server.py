@@ -52,7 +52,7 @@ def triton_paths() -> dict[str, Path]:
     }
     for key in ("binary", "python_backend", "stub", "libs"):
         if not paths[key].exists():
-            raise ServerError(f"the pytriton wheel lacks `{paths[key]}`; reinstall nvidia-pytriton==0.7.0")
+            raise ServerError("the pytriton wheel lacks {path}; reinstall nvidia-pytriton==0.7.0", path=paths[key])
     return paths
 
 
@@ -168,7 +168,7 @@ class TritonServer:
     def start(self, timeout: float = 240.0) -> TritonServer:
         """Start the server and block until it reports ready; raise ServerError otherwise."""
         if not self.repository.is_dir():
-            raise ServerError(f"model repository `{self.repository}` does not exist; build one first")
+            raise ServerError("model repository {path} does not exist; build one first", path=self.repository)
         for port in (self.http_port, self.grpc_port, self.metrics_port):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 if sock.connect_ex((self.host, port)) == 0:
@@ -191,13 +191,18 @@ class TritonServer:
         while time.monotonic() < deadline:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise ServerError(f"tritonserver exited with code {self.process.returncode}: {self.failure_reason()}")
+                raise ServerError(
+                    f"tritonserver exited with code {self.process.returncode}: {self.failure_reason()}",
+                    log_file=self.log_file,
+                )
             with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
                 with urllib.request.urlopen(url, timeout=2) as response:
                     if response.status == 200:
                         return
             time.sleep(0.25)
-        raise ServerError(f"tritonserver was not ready after {timeout:.0f}s: {self.failure_reason()}")
+        raise ServerError(
+            f"tritonserver was not ready after {timeout:.0f}s: {self.failure_reason()}", log_file=self.log_file
+        )
 
     def logs(self) -> str:
         """The server's output so far."""
@@ -211,7 +216,7 @@ class TritonServer:
         lines = [ln for ln in self.logs().splitlines() if ln.strip()]
         errors = [ln for ln in lines if ln.startswith("E") or "failed" in ln.lower() or "error" in ln.lower()]
         picked = (errors or lines or ["no output"])[0 if errors else -1]
-        return f"{picked.strip()[:400]} (log: {self.log_file})"
+        return picked.strip()[:400]
 
     def stop(self) -> None:
         """Stop the server (SIGINT, then SIGKILL after a grace period)."""
