@@ -22,6 +22,9 @@ OPTIMIZE ?=
 CALIBRATION ?=
 VALIDATION ?=
 RUNTIME ?=
+MINUTES ?= 10
+TO ?=
+CONCURRENCY ?= 32
 
 BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(TASK),--task "$(TASK)") \
 	$(if $(SPEC),--spec "$(SPEC)") $(if $(PRECISION),--precision $(PRECISION)) \
@@ -31,7 +34,7 @@ BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(
 PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv repo serve infer engine bench test lint clean
+.PHONY: help venv repo serve infer engine bench soak publish test lint clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-8s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -61,6 +64,12 @@ engine: venv ## build the TensorRT plan of a RUNTIME=tensorrt build, on the GPU 
 
 bench: venv ## benchmark NAME with perf_analyzer against the baselines
 	$(PY) -m tritongen bench --name "$(NAME)" --repository "$(REPO)" $(BENCH_ARGS)
+
+publish: venv ## upload NAME's model folders from REPO to an S3 repository: make publish NAME=... TO=s3://bucket/prefix
+	$(PY) -m tritongen publish --name "$(NAME)" --repository "$(REPO)" --to "$(TO)"
+
+soak: venv ## mixed traffic at a served NAME for MINUTES (default 10) at CONCURRENCY (32); report in soak_results/NAME
+	$(PY) -m tritongen soak --name "$(NAME)" --minutes $(MINUTES) --concurrency $(CONCURRENCY) $(PORT_ARGS)
 
 test: venv ## run the test suite (unit and end-to-end against the real server)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -7,11 +7,11 @@ import json
 import onnx
 import pytest
 
+from tests.tiny_checkpoints import ARCHITECTURES
 from tritongen.build import build_repository
 from tritongen.errors import ParityError
 from tritongen.export import onnx_io
 from tritongen.spec import BuildSpec
-from tests.tiny_checkpoints import ARCHITECTURES
 
 # Models that embed no second segment: no token-type table (DistilBERT, MPNet), one type (RoBERTa, XLM-R), or
 # type_vocab_size 0 (DeBERTa-v3 layout).

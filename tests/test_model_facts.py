@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from tests.tiny_checkpoints import ARCHITECTURES
 from tritongen.checkpoint import inspect_checkpoint
 from tritongen.errors import UnsupportedModelError
 from tritongen.model_facts import model_inputs, read_model_facts
 from tritongen.tasks import get_task
-from tests.tiny_checkpoints import ARCHITECTURES
 
 # Architectures whose tiny checkpoints embed two segments (type_vocab_size 2).
 EXPECTED_TYPES = {"bert": True, "electra": True, "albert": True}

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.tiny_ner import make_token_classifier
 from tritongen.build import build_repository
 from tritongen.checkpoint import inspect_checkpoint
 from tritongen.client import infer
@@ -22,7 +23,6 @@ from tritongen.errors import ServerError
 from tritongen.server import running_server
 from tritongen.spec import BuildSpec
 from tritongen.tasks import detect_task
-from tests.tiny_ner import make_token_classifier
 
 QA_ASSETS = Path(__file__).parent / "assets" / "qa"
 GOLDEN = json.loads((QA_ASSETS / "golden.json").read_text(encoding="utf-8"))

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
+from tests import pb_stub
+from tests.pb_stub import Request, texts
 from tritongen.checkpoint import Checkpoint, Pooling
 from tritongen.configs import step_configs
 from tritongen.errors import SpecError
@@ -17,8 +19,6 @@ from tritongen.render import render_all
 from tritongen.spec import BuildSpec
 from tritongen.tasks import get_task
 from tritongen.triton_models import ner, postprocess, qa, tokenizer
-from tests import pb_stub
-from tests.pb_stub import Request, texts
 
 QA_BERT = Path(__file__).parent / "assets" / "qa" / "bert"
 
@@ -244,8 +244,8 @@ def test_answer_arrays_mark_a_pair_without_any_span():
 
 
 def test_accuracy_gate_measures_tokens_for_ner_and_spans_for_qa(tmp_path):
-    from tritongen.build import build_repository
     from tests.tiny_ner import make_token_classifier
+    from tritongen.build import build_repository
 
     ner_path = make_token_classifier("bert", tmp_path / "ner", seed=2)
     ner_result = build_repository(BuildSpec(model=str(ner_path), name="n", repository=tmp_path / "r", precision="fp16"))

@@ -9,11 +9,12 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from tritongen.accuracy import AccuracyError, measure_accuracy, require_accuracy
+from tritongen.accuracy import measure_accuracy, require_accuracy
 from tritongen.build import build_repository
 from tritongen.cli import main
 from tritongen.client import infer
 from tritongen.configs import step_names
+from tritongen.errors import AccuracyError
 from tritongen.server import running_server
 from tritongen.spec import BuildSpec
 from tritongen.tasks import get_task
@@ -104,10 +105,10 @@ def test_variants_serve_through_real_server_within_gate(variants, minilm_path):
     """
     import onnxruntime as ort
 
+    from tests.test_e2e import _sentence_embeddings
     from tritongen.accuracy import default_texts
     from tritongen.backends.onnxruntime.model import trim_padding
     from tritongen.triton_models.postprocess import l2_normalize
-    from tests.test_e2e import _sentence_embeddings
 
     repo, _ = variants
     texts = default_texts("validation")[:48]

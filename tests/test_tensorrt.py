@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from tests.test_render import INPUTS, _checkpoint
 from tritongen.cli import main
 from tritongen.configs import step_configs
-from tritongen.errors import SpecError
+from tritongen.errors import EngineError, SpecError
 from tritongen.render import render_all
 from tritongen.spec import BuildSpec, InstanceGroup
 from tritongen.tasks import get_task
 from tritongen.tensorrt import (
-    EngineError,
     EnginePlan,
     Profile,
     build_engine,
@@ -20,7 +20,6 @@ from tritongen.tensorrt import (
     gpu_compute_capability,
     plan_profiles,
 )
-from tests.test_render import INPUTS, _checkpoint
 
 
 def test_plan_profiles_cover_each_bucket_without_gaps():

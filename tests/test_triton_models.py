@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritongen.backends.onnxruntime import model as ort_model
-from tritongen.triton_models import postprocess, tokenizer
 from tests import pb_stub
 from tests.pb_stub import Request, texts
+from tritongen.backends.onnxruntime import model as ort_model
+from tritongen.triton_models import postprocess, tokenizer
 
 
 @pytest.fixture(autouse=True)

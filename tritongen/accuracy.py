@@ -22,11 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from tritongen.errors import GeneratorError
+from tritongen.errors import AccuracyError, SpecError
 from tritongen.triton_models.postprocess import activate
 
 __all__ = [
-    "AccuracyError",
     "AccuracyReport",
     "GateReference",
     "default_texts",
@@ -38,10 +37,6 @@ __all__ = [
 LABEL_AGREEMENT_MIN = 0.99
 COSINE_MEAN_MIN = 0.99
 COSINE_MIN_MIN = 0.98
-
-
-class AccuracyError(GeneratorError):
-    """The optimised model lost more accuracy than the gate allows."""
 
 
 GATES = ("labels", "cosine", "token_labels", "spans")
@@ -103,10 +98,10 @@ def read_texts(path: Path | None, which: str) -> list[str]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise GeneratorError(f"cannot read {which} texts `{path}`: {exc.__class__.__name__}") from None
+        raise SpecError(f"cannot read {which} texts {{path}}: {exc.__class__.__name__}", path=path) from None
     texts = [line for line in lines if line.strip()]
     if not texts:
-        raise GeneratorError(f"{which} file `{path}` has no texts (one per line)")
+        raise SpecError(f"{which} file {{path}} has no texts (one per line)", path=path)
     return texts
 
 
@@ -156,7 +151,7 @@ class GateReference:
         batch_size: int = 32,
     ) -> None:
         if gate not in GATES:
-            raise GeneratorError(f"accuracy gate `{gate}` is unknown; expected one of {', '.join(GATES)}")
+            raise SpecError(f"accuracy gate `{gate}` is unknown; expected one of {', '.join(GATES)}")
         self.gate, self.function, self.encoder = gate, function, encoder
         lengths = [len(e.ids) for e in encoder.encode(list(texts), None if pairs is None else list(pairs))]
         order = np.argsort(lengths, kind="stable")

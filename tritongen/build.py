@@ -26,7 +26,7 @@ from tritongen import triton_models
 from tritongen.accuracy import AccuracyReport, GateReference, read_texts, require_accuracy
 from tritongen.checkpoint import Checkpoint, inspect_checkpoint
 from tritongen.configs import bucket_lengths, step_configs, step_names
-from tritongen.errors import CheckpointError, GeneratorError, StageError, UnsupportedModelError
+from tritongen.errors import CheckpointError, StageError, TritongenError, UnsupportedModelError
 from tritongen.export import export_onnx
 from tritongen.int8_search import SCHEMES, SearchReport, search_int8
 from tritongen.model_facts import ModelFacts, read_model_facts
@@ -92,7 +92,8 @@ def _choose_task(spec: BuildSpec, checkpoint: Checkpoint) -> Task:
     if not task.has_head(checkpoint):
         raise UnsupportedModelError(
             f"task `{task.name}` needs a *{task.head} checkpoint; "
-            f"`{checkpoint.path}` has {checkpoint.architectures or 'no architectures'}"
+            f"{{path}} has {checkpoint.architectures or 'no architectures'}",
+            path=checkpoint.path,
         )
     return task
 
@@ -103,9 +104,11 @@ def _load_tokenizer(checkpoint: Checkpoint) -> Any:
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
     except Exception as exc:  # tokenizer loading raises many types for bad files
-        raise CheckpointError(f"cannot load the tokenizer of `{checkpoint.path}`: {str(exc).splitlines()[0]}") from None
+        raise CheckpointError(
+            f"cannot load the tokenizer of {{path}}: {str(exc).splitlines()[0]}", path=checkpoint.path
+        ) from None
     if getattr(tokenizer, "backend_tokenizer", None) is None:
-        raise UnsupportedModelError(f"checkpoint `{checkpoint.path}` has no fast (Rust) tokenizer")
+        raise UnsupportedModelError("checkpoint {path} has no fast (Rust) tokenizer", path=checkpoint.path)
     return tokenizer
 
 
@@ -176,12 +179,12 @@ def _quiet_transformers() -> None:
 def _stage(name: str) -> Iterator[None]:
     """Run one build stage: an error no check anticipated becomes a one-line :class:`StageError` naming it.
 
-    Errors raised on purpose (:class:`GeneratorError`) pass unchanged; so do Ctrl-C and exits. Rust
+    Errors raised on purpose (:class:`TritongenError`) pass unchanged; so do Ctrl-C and exits. Rust
     panics (tokenizers, safetensors) derive from BaseException, so everything else is caught.
     """
     try:
         yield
-    except (GeneratorError, KeyboardInterrupt, SystemExit, GeneratorExit):
+    except (TritongenError, KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as exc:
         raise StageError(name, exc) from exc

@@ -84,7 +84,7 @@ class Checkpoint:
         for key in ("hidden_size", "dim", "d_model"):
             if key in self.config:
                 return int(self.config[key])
-        raise CheckpointError(f"checkpoint `{self.path}` config.json has no hidden_size")
+        raise CheckpointError("checkpoint {path} config.json has no hidden_size", path=self.path)
 
 
 BUNDLED_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -114,11 +114,11 @@ def resolve_checkpoint(model: str) -> Path:
     path = Path(model).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise CheckpointError(f"checkpoint `{model}` is a file; give the directory that holds config.json")
+            raise CheckpointError("checkpoint {path} is a file; give the directory that holds config.json", path=model)
         return path.resolve()
     looks_like_hub_id = model.count("/") <= 1 and not model.startswith((".", "/", "~")) and " " not in model
     if not looks_like_hub_id:
-        raise CheckpointError(f"checkpoint directory `{model}` does not exist")
+        raise CheckpointError("checkpoint directory {path} does not exist", path=model)
     try:
         from huggingface_hub import snapshot_download
 
@@ -138,9 +138,9 @@ def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"cannot read `{path}`: {exc.__class__.__name__}") from None
+        raise CheckpointError(f"cannot read {{path}}: {exc.__class__.__name__}", path=path) from None
     except json.JSONDecodeError as exc:
-        raise CheckpointError(f"`{path}` is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise CheckpointError(f"{{path}} is not valid JSON ({exc.msg} at line {exc.lineno})", path=path) from None
 
 
 def _read_pooling(path: Path) -> Pooling:
@@ -183,7 +183,9 @@ def _read_pooling(path: Path) -> Pooling:
 def _check_weights(path: Path) -> None:
     present = [name for name in _WEIGHT_FILES if (path / name).is_file()]
     if not present:
-        raise CheckpointError(f"checkpoint `{path}` has no weights (expected one of {', '.join(_WEIGHT_FILES)})")
+        raise CheckpointError(
+            f"checkpoint {{path}} has no weights (expected one of {', '.join(_WEIGHT_FILES)})", path=path
+        )
     if present[0] == "model.safetensors":
         from safetensors import safe_open
 
@@ -194,7 +196,8 @@ def _check_weights(path: Path) -> None:
                     handle.get_slice(names[-1])
         except Exception as exc:  # safetensors raises its own error types for every kind of damage
             raise CheckpointError(
-                f"weights `{path / 'model.safetensors'}` are corrupt or truncated ({str(exc).splitlines()[0]})"
+                f"weights {{path}} are corrupt or truncated ({str(exc).splitlines()[0]})",
+                path=path / "model.safetensors",
             ) from None
 
 
@@ -203,10 +206,10 @@ def inspect_checkpoint(model: str | os.PathLike[str]) -> Checkpoint:
     path = resolve_checkpoint(str(model))
     config_file = path / "config.json"
     if not config_file.is_file():
-        raise CheckpointError(f"checkpoint `{path}` has no config.json")
+        raise CheckpointError("checkpoint {path} has no config.json", path=path)
     config = _read_json(config_file)
     if not isinstance(config, dict):
-        raise CheckpointError(f"`{config_file}` must hold a JSON object")
+        raise CheckpointError("{path} must hold a JSON object", path=config_file)
     model_type = config.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise UnsupportedModelError(
@@ -215,6 +218,6 @@ def inspect_checkpoint(model: str | os.PathLike[str]) -> Checkpoint:
     if not (path / "tokenizer.json").is_file() and not any(
         (path / name).is_file() for name in ("vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
     ):
-        raise CheckpointError(f"checkpoint `{path}` has no tokenizer (tokenizer.json or vocabulary files)")
+        raise CheckpointError("checkpoint {path} has no tokenizer (tokenizer.json or vocabulary files)", path=path)
     _check_weights(path)
     return Checkpoint(path=path, config=config, pooling=_read_pooling(path))

@@ -1,7 +1,7 @@
 """Command line: ``python -m tritongen <build|serve|infer|engine|bench> ...``. Thin by design.
 
 Each command parses its options and calls one library function. Errors a user can cause
-(:class:`tritongen.errors.GeneratorError`) are printed as one line and exit with code 2.
+(:class:`tritongen.errors.TritongenError`) are printed as one line and exit with code 2.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from tritongen.errors import GeneratorError, describe
+from tritongen.errors import RepositoryError, TritongenError, UsageError, describe
 
 __all__ = ["main"]
 
@@ -69,7 +70,7 @@ def _ints(text: str | None) -> tuple[int, ...] | None:
     try:
         return tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise GeneratorError(f"`{text}` is not a comma-separated list of integers") from None
+        raise UsageError(f"`{text}` is not a comma-separated list of integers") from None
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -99,12 +100,12 @@ def _infer(args: argparse.Namespace) -> None:
     url = args.url or f"{args.host}:{port}"
     if args.question:
         if not args.context or len(args.context) != len(args.question):
-            raise GeneratorError("give one --context per --question")
+            raise UsageError("give one --context per --question")
         key, texts, extra = "QUESTION", args.question, {"CONTEXT": args.context}
     elif args.text:
         key, texts, extra = "TEXT", args.text, ({"TEXT_PAIR": args.text_pair} if args.text_pair else None)
     else:
-        raise GeneratorError("nothing to send: give --text (or --question and --context for QA models)")
+        raise UsageError("nothing to send: give --text (or --question and --context for QA models)")
     rows = infer(texts, name=args.name, url=url, protocol=args.protocol, inputs=extra, text_input=key)
     for text, row in zip(texts, rows):
         print(json.dumps({key: text, **row}, ensure_ascii=False))
@@ -118,7 +119,7 @@ def _engine(args: argparse.Namespace) -> None:
     model_dir = args.repository / step_names(args.name)["model"]
     versions = existing_versions(model_dir)
     if not versions or not (model_dir / str(versions[-1]) / "engine.json").is_file():
-        raise GeneratorError(f"`{model_dir}` has no TensorRT build plan; build it with runtime tensorrt first")
+        raise RepositoryError("{path} has no TensorRT build plan; build it with runtime tensorrt first", path=model_dir)
     print(f"Wrote {build_engine(model_dir / str(versions[-1]))}")
 
 
@@ -141,6 +142,45 @@ def _bench(args: argparse.Namespace) -> None:
         **({"baselines": baselines} if baselines is not None else {}),
     )
     run_bench(options)
+
+
+def _soak(args: argparse.Namespace) -> None:
+    from tritongen.errors import BenchError
+    from tritongen.soak import run_soak, write_report
+
+    def show(interval: Any) -> None:
+        errors = sum(interval.errors.values())
+        memory = ", ".join(f"{k} {v:.0f}" for k, v in sorted(interval.memory_mib.items()))
+        p50 = "-" if interval.p50_ms is None else f"{interval.p50_ms:.0f}"
+        p99 = "-" if interval.p99_ms is None else f"{interval.p99_ms:.0f}"
+        print(
+            f"[{interval.index}] {interval.requests} requests, {errors} errors, p50 {p50} ms, p99 {p99} ms; "
+            f"MiB: {memory or 'server not found on this machine'}",
+            flush=True,
+        )
+
+    report = run_soak(
+        args.name, grpc_port=args.grpc_port, host=args.host, minutes=args.minutes,
+        concurrency=args.concurrency, interval_s=args.interval, on_interval=show,
+    )  # fmt: skip
+    path = write_report(report, args.output / args.name)
+    print(report.to_markdown().splitlines()[-2])
+    print(report.to_markdown().splitlines()[-1])
+    print(f"report: {path}")
+    if report.errors or report.leaks:
+        raise BenchError(
+            f"soak of `{args.name}` saw {sum(report.errors.values())} errors and {len(report.leaks)} leaks; see {path}"
+        )
+
+
+def _publish(args: argparse.Namespace) -> None:
+    from tritongen.build import step_names
+    from tritongen.publish import parse_s3_url, publish
+
+    names = step_names(args.name)
+    folders = [names["tokenizer"], names["model"], names["postprocess"], names["ensemble"]]
+    keys = publish(args.repository, folders, args.to, progress=lambda line: print(line, flush=True))
+    print(f"Published `{args.name}` ({len(keys)} objects) to {parse_s3_url(args.to).url}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -219,7 +259,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--metrics-port", type=int, default=8002)
 
     serve = sub.add_parser("serve", help="serve a repository with the local Triton server (foreground)")
-    serve.add_argument("--repository", type=Path, default=Path("model_repository"))
+    serve.add_argument(
+        "--repository",
+        default="model_repository",
+        help="a folder, or s3://bucket/prefix (also s3://http://HOST:PORT/...)",
+    )
     serve.add_argument("--cache-size", type=int, default=16 * 1024 * 1024, help="response cache bytes (0: off)")
     add_server_options(serve)
     serve.set_defaults(func=_serve)
@@ -255,6 +299,21 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--compare", help="comma-separated other ensembles to measure in the same run")
     bench.add_argument("--baselines", help="comma-separated subset of pipeline,nobatch,ceiling (default: all)")
     bench.set_defaults(func=_bench)
+
+    soak = sub.add_parser("soak", help="mixed traffic at a served ensemble for minutes: errors, latency, memory")
+    soak.add_argument("--name", default="model")
+    soak.add_argument("--minutes", type=float, default=10.0)
+    soak.add_argument("--concurrency", type=int, default=32)
+    soak.add_argument("--interval", type=float, default=60.0, help="seconds per reported interval")
+    soak.add_argument("--output", type=Path, default=Path("soak_results"), help="report folder (NAME inside)")
+    add_server_options(soak)
+    soak.set_defaults(func=_soak)
+
+    pub = sub.add_parser("publish", help="upload a deployment's model folders to an S3 model repository")
+    pub.add_argument("--name", default="model")
+    pub.add_argument("--repository", type=Path, default=Path("model_repository"))
+    pub.add_argument("--to", required=True, help="s3://bucket/prefix or s3://http://HOST:PORT/bucket/prefix")
+    pub.set_defaults(func=_publish)
     return parser
 
 
@@ -263,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         args.func(args)
-    except GeneratorError as exc:
+    except TritongenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:

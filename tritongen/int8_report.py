@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritongen.accuracy import LABEL_AGREEMENT_MIN, AccuracyError, AccuracyReport
+from tritongen.accuracy import LABEL_AGREEMENT_MIN, AccuracyReport
+from tritongen.errors import AccuracyError
 from tritongen.int8_sensitivity import LayerSensitivity
 from tritongen.optimize import WeightMatMul
 

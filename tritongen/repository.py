@@ -58,7 +58,9 @@ class Staging:
         for staged in models:
             target = self.repository / staged.name
             if target.exists() and (target / str(self.version)).exists():
-                raise RepositoryError(f"version {self.version} of `{target}` already exists; nothing was published")
+                raise RepositoryError(
+                    f"version {self.version} of {{path}} already exists; nothing was published", path=target
+                )
         published = []
         for staged in models:
             target = self.repository / staged.name
@@ -76,13 +78,13 @@ def staging(repository: Path, model_names: Sequence[str]) -> Iterator[Staging]:
     """Yield a :class:`Staging` for the next version; always remove the staging folder."""
     repository = repository.resolve()
     if repository.exists() and not repository.is_dir():
-        raise RepositoryError(f"repository path `{repository}` is a file, not a folder")
+        raise RepositoryError("repository path {path} is a file, not a folder", path=repository)
     parent = repository.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
         root = Path(tempfile.mkdtemp(prefix=f".{repository.name}.staging-", dir=parent))
     except OSError as exc:
-        raise RepositoryError(f"cannot write next to `{repository}`: {exc.strerror}") from None
+        raise RepositoryError(f"cannot write next to {{path}}: {exc.strerror}", path=repository) from None
     try:
         yield Staging(root, repository, next_version(repository, model_names))
     finally:

@@ -27,6 +27,8 @@ from pathlib import Path
 from tritongen import backends
 from tritongen.errors import ServerError
 
+REMOTE_SCHEMES = ("s3://", "gs://", "as://")  # repositories tritonserver reads itself
+
 __all__ = ["TritonServer", "free_port", "prepare_runtime", "running_server", "server_environment", "triton_paths"]
 
 
@@ -52,7 +54,7 @@ def triton_paths() -> dict[str, Path]:
     }
     for key in ("binary", "python_backend", "stub", "libs"):
         if not paths[key].exists():
-            raise ServerError(f"the pytriton wheel lacks `{paths[key]}`; reinstall nvidia-pytriton==0.7.0")
+            raise ServerError("the pytriton wheel lacks {path}; reinstall nvidia-pytriton==0.7.0", path=paths[key])
     return paths
 
 
@@ -108,7 +110,7 @@ class TritonServer:
 
     def __init__(
         self,
-        repository: Path,
+        repository: Path | str,
         *,
         host: str = "127.0.0.1",
         http_port: int = 8000,
@@ -119,7 +121,9 @@ class TritonServer:
         log_file: Path | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
-        self.repository = Path(repository).resolve()
+        # A local folder, or a remote repository URL tritonserver reads itself (s3://, gs://, as://).
+        remote = str(repository).startswith(REMOTE_SCHEMES)
+        self.repository: Path | str = str(repository) if remote else Path(repository).resolve()
         self.host = host
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
         self.cache_size = cache_size
@@ -167,8 +171,8 @@ class TritonServer:
 
     def start(self, timeout: float = 240.0) -> TritonServer:
         """Start the server and block until it reports ready; raise ServerError otherwise."""
-        if not self.repository.is_dir():
-            raise ServerError(f"model repository `{self.repository}` does not exist; build one first")
+        if isinstance(self.repository, Path) and not self.repository.is_dir():
+            raise ServerError("model repository {path} does not exist; build one first", path=self.repository)
         for port in (self.http_port, self.grpc_port, self.metrics_port):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 if sock.connect_ex((self.host, port)) == 0:
@@ -191,13 +195,18 @@ class TritonServer:
         while time.monotonic() < deadline:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise ServerError(f"tritonserver exited with code {self.process.returncode}: {self.failure_reason()}")
+                raise ServerError(
+                    f"tritonserver exited with code {self.process.returncode}: {self.failure_reason()}",
+                    log_file=self.log_file,
+                )
             with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
                 with urllib.request.urlopen(url, timeout=2) as response:
                     if response.status == 200:
                         return
             time.sleep(0.25)
-        raise ServerError(f"tritonserver was not ready after {timeout:.0f}s: {self.failure_reason()}")
+        raise ServerError(
+            f"tritonserver was not ready after {timeout:.0f}s: {self.failure_reason()}", log_file=self.log_file
+        )
 
     def logs(self) -> str:
         """The server's output so far."""
@@ -211,7 +220,7 @@ class TritonServer:
         lines = [ln for ln in self.logs().splitlines() if ln.strip()]
         errors = [ln for ln in lines if ln.startswith("E") or "failed" in ln.lower() or "error" in ln.lower()]
         picked = (errors or lines or ["no output"])[0 if errors else -1]
-        return f"{picked.strip()[:400]} (log: {self.log_file})"
+        return picked.strip()[:400]
 
     def stop(self) -> None:
         """Stop the server (SIGINT, then SIGKILL after a grace period)."""
@@ -245,7 +254,7 @@ class TritonServer:
 
 
 @contextlib.contextmanager
-def running_server(repository: Path, **kwargs: object) -> Iterator[TritonServer]:
+def running_server(repository: Path | str, **kwargs: object) -> Iterator[TritonServer]:
     """Start a server on free ports and stop it afterwards."""
     ports = {key: free_port() for key in ("http_port", "grpc_port", "metrics_port")}
     ports.update({k: v for k, v in kwargs.items() if k in ports})  # type: ignore[misc]

@@ -279,11 +279,11 @@ def load_spec(path: Path | None = None, **overrides: Any) -> BuildSpec:
         try:
             loaded = yaml.safe_load(Path(path).read_text())
         except FileNotFoundError:
-            raise SpecError(f"spec file `{path}` does not exist") from None
+            raise SpecError("spec file {path} does not exist", path=path) from None
         except yaml.YAMLError as exc:
-            raise SpecError(f"spec file `{path}` is not valid YAML: {exc}".splitlines()[0]) from None
+            raise SpecError(f"spec file {{path}} is not valid YAML: {exc}".splitlines()[0], path=path) from None
         if loaded is not None and not isinstance(loaded, dict):
-            raise SpecError(f"spec file `{path}` must hold a mapping at the top level")
+            raise SpecError("spec file {path} must hold a mapping at the top level", path=path)
         data.update(loaded or {})
     for key, value in overrides.items():
         if value is None:

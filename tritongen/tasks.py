@@ -157,8 +157,9 @@ def detect_task(checkpoint: Checkpoint) -> Task:
         if task.matches(checkpoint):
             return task
     raise UnsupportedModelError(
-        f"cannot tell the task of `{checkpoint.path}` (architectures {checkpoint.architectures}); "
-        f"name one of: {', '.join(sorted(TASKS))}"
+        f"cannot tell the task of {{path}} (architectures {checkpoint.architectures}); "
+        f"name one of: {', '.join(sorted(TASKS))}",
+        path=checkpoint.path,
     )
 
 
@@ -186,7 +187,9 @@ def _load_pretrained(auto_class: Any, checkpoint: Checkpoint) -> Any:
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         from tritongen.errors import CheckpointError
 
-        raise CheckpointError(f"cannot load weights of `{checkpoint.path}`: {str(exc).splitlines()[0]}") from None
+        raise CheckpointError(
+            f"cannot load weights of {{path}}: {str(exc).splitlines()[0]}", path=checkpoint.path
+        ) from None
     return model.eval()
 
 

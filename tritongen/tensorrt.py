@@ -16,11 +16,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tritongen.errors import GeneratorError
+from tritongen.errors import EngineError
 
 __all__ = [
     "CC_TARGETS",
-    "EngineError",
     "EnginePlan",
     "Profile",
     "build_engine",
@@ -32,10 +31,6 @@ __all__ = [
 
 # Data-centre GPUs the 24.10 container supports: A100, A10/A40, L4/L40, H100/H200.
 CC_TARGETS = ("8.0", "8.6", "8.9", "9.0")
-
-
-class EngineError(GeneratorError):
-    """A TensorRT engine cannot be built here."""
 
 
 @dataclass(frozen=True)

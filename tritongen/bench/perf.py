@@ -60,7 +60,7 @@ def perf_analyzer_binary() -> Path:
     """The perf_analyzer that tritonclient installed into this environment."""
     path = Path(sys.prefix) / "bin" / "perf_analyzer"
     if not path.is_file():
-        raise BenchError(f"perf_analyzer is missing at `{path}`; reinstall tritonclient[all]==2.51.0")
+        raise BenchError("perf_analyzer is missing at {path}; reinstall tritonclient[all]==2.51.0", path=path)
     return path
 
 
@@ -113,7 +113,7 @@ def parse_csv(path: Path, config: str) -> PerfPoint:
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
     if not rows:
-        raise BenchError(f"perf_analyzer wrote no measurement to `{path}`")
+        raise BenchError("perf_analyzer wrote no measurement to {path}", path=path)
     row = rows[0]
     return PerfPoint(
         config=config,

@@ -59,10 +59,10 @@ _BENCH_TASKS = ("classification", "embedding")  # TEXT in; the baselines know th
 def _build_metadata(repository: Path, name: str) -> dict[str, Any]:
     versions = existing_versions(repository / name)
     if not versions:
-        raise BenchError(f"no ensemble `{name}` in `{repository}`; build it first")
+        raise BenchError(f"no ensemble `{name}` in {{path}}; build it first", path=repository)
     path = repository / name / str(versions[-1]) / "build.json"
     if not path.is_file():
-        raise BenchError(f"`{path}` is missing; rebuild `{name}` with this version of the generator")
+        raise BenchError(f"{{path}} is missing; rebuild `{name}` with this version of tritongen", path=path)
     return json.loads(path.read_text())
 
 
@@ -97,12 +97,12 @@ def _pipeline_server(meta: Mapping[str, Any], name: str, log: Path) -> Iterator[
         deadline = time.monotonic() + 180
         while True:
             if process.poll() is not None:
-                raise BenchError(f"the FastAPI baseline exited with code {process.returncode} (log: {log})")
+                raise BenchError(f"the FastAPI baseline exited with code {process.returncode}", log_file=log)
             with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
                 with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2):
                     break
             if time.monotonic() > deadline:
-                raise BenchError(f"the FastAPI baseline did not start in 180s (log: {log})")
+                raise BenchError("the FastAPI baseline did not start in 180s", log_file=log)
             time.sleep(0.25)
         yield url
     finally:

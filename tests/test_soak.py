@@ -1,0 +1,84 @@
+"""The soak: outcome sorting, stub attribution and the leak rule alone; then a one-minute soak of a real server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tritongen.build import build_repository
+from tritongen.server import running_server
+from tritongen.soak import KINDS, SoakInterval, _classify, _leaks, _stub_model, run_soak
+from tritongen.spec import BuildSpec
+
+
+class _Refused(Exception):
+    def status(self) -> str:
+        return "StatusCode.INVALID_ARGUMENT"
+
+
+class _Unavailable(Exception):
+    def status(self) -> str:
+        return "StatusCode.UNAVAILABLE"
+
+
+def test_classify_counts_refusals_only_where_a_refusal_is_right():
+    assert _classify("short", None) == ("ok", None)
+    assert _classify("invalid_utf8", _Refused()) == ("refused", None)
+    assert _classify("empty", _Refused()) == ("refused", None)
+    assert _classify("empty", None) == ("ok", None)
+    assert _classify("short", _Refused()) == ("error", "short: INVALID_ARGUMENT")
+    assert _classify("malformed", None) == ("error", "malformed: bad request answered")
+    assert _classify("long", _Unavailable()) == ("error", "long: UNAVAILABLE")
+    assert _classify("batched", TimeoutError()) == ("error", "batched: TimeoutError")
+
+
+def test_stub_model_is_the_instance_name_without_group_and_index():
+    argv = ["/x/model.py", "triton_python_backend_shm_region_3", "1048576", "123", "/b", "336", "mini_tokenizer_0_1"]
+    assert _stub_model(argv) == "mini_tokenizer"
+    assert _stub_model(["/x/model.py", "triton_python_backend_shm_region_3"]) is None
+
+
+def _interval(index: int, **memory: float) -> SoakInterval:
+    return SoakInterval(index, 1.0, 1, {"ok": 1}, {}, 1.0, 1.0, memory)
+
+
+def test_leaks_flag_growth_over_the_second_half_beyond_both_bounds():
+    memory = [(100, 100), (300, 100), (500, 100), (510, 150), (512, 300)]
+    intervals = [_interval(i + 1, a=a, b=b) for i, (a, b) in enumerate(memory)]
+    # `a` grows 412 MiB in the first half (an arena meeting bigger batches) and is flat after; `b` keeps growing
+    assert _leaks(intervals, 1, 64, 0.2) == {"b": "100 -> 300 MiB"}
+    assert _leaks(intervals, 1, 256, 0.2) == {}
+    assert _leaks(intervals[:1], 1, 64, 0.2) == {}
+
+
+@pytest.fixture(scope="module")
+def served(tiny_factory, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("soak") / "repo"
+    build_repository(BuildSpec(model=str(tiny_factory("bert")), name="soaked", repository=repo))
+    with running_server(repo) as server:
+        yield server
+
+
+@pytest.mark.e2e
+def test_a_minute_of_mixed_traffic_has_no_errors_and_no_leak(served):
+    report = run_soak("soaked", grpc_port=served.grpc_port, minutes=1.0, concurrency=32, interval_s=15)
+    totals = report.totals
+    assert report.errors == {}, report.to_markdown()
+    assert totals["ok"] > len(KINDS) and totals["refused"] > 0, report.to_markdown()
+    memory = report.intervals[-1].memory_mib
+    assert {"tritonserver", "soaked_tokenizer", "soaked_model", "soaked_postprocess"} <= set(memory), memory
+    assert report.leaks == {}, report.to_markdown()
+
+
+@pytest.mark.e2e
+def test_soak_command_writes_its_report(served, tmp_path):
+    command = [
+        sys.executable, "-m", "tritongen", "soak", "--name", "soaked", "--minutes", "0.1", "--interval", "3",
+        "--concurrency", "4", "--grpc-port", str(served.grpc_port), "--output", str(tmp_path),
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "errors" in result.stdout and (tmp_path / "soaked" / "soak.md").is_file()
+    assert "| interval |" in (tmp_path / "soaked" / "soak.md").read_text()
