@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tritongen import spec as specs
 from tritongen.checkpoint import Checkpoint
@@ -62,7 +63,7 @@ class ModelStep:
     buckets: tuple[int, ...]
     max_length: int
 
-    def common(self) -> dict:
+    def common(self) -> dict[str, Any]:
         """The sections every runtime sets the same way."""
         spec = self.spec
         return {
