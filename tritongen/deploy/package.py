@@ -139,10 +139,10 @@ def _compose(name: str, image: str, args: TritonArgs) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def prometheus_config(targets: list[str]) -> dict[str, Any]:
-    """Prometheus's config: scrape Triton's metrics port every 5 s (the dashboard's rates use 1 m windows)."""
+def prometheus_config(targets: list[str], interval_s: int = 5) -> dict[str, Any]:
+    """Prometheus's config: scrape Triton's metrics port every few seconds (the dashboard's rates use 1 m windows)."""
     return {
-        "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
+        "global": {"scrape_interval": f"{interval_s}s", "evaluation_interval": f"{interval_s}s"},
         "scrape_configs": [
             {"job_name": "triton", "metrics_path": "/metrics", "static_configs": [{"targets": targets}]}
         ],
