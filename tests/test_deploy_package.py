@@ -63,7 +63,7 @@ def test_package_compose_runs_triton_args_and_scrapes_its_metrics_port_when_port
     assert "--metrics-config=summary_latencies=true" in triton["command"]
     assert triton["ports"] == ["9000:9000", "9001:9001", "9002:9002"]
     assert triton["stop_grace_period"] == "55s"
-    assert "/v2/health/ready" in triton["healthcheck"]["test"][-1] and ":9000/" in triton["healthcheck"]["test"][-1]
+    assert "'http://localhost:9000/v2/health/ready'" in triton["healthcheck"]["test"][-1]
     assert triton["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     assert {"prometheus", "grafana"} <= set(compose["services"])
     scrape = yaml.safe_load((out / "prometheus" / "prometheus.yml").read_text())["scrape_configs"][0]

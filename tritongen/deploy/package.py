@@ -95,6 +95,10 @@ _DOCKERIGNORE = """# Only the model repository goes into the image.
 """
 
 
+def _ready_check(args: TritonArgs) -> str:
+    return f"import urllib.request; urllib.request.urlopen('http://localhost:{args.http_port}{READY_PATH}', timeout=4)"
+
+
 def _compose(name: str, image: str, args: TritonArgs) -> dict[str, Any]:
     ports = [f"{port}:{port}" for port in args.ports.values()]
     return {
@@ -109,7 +113,8 @@ def _compose(name: str, image: str, args: TritonArgs) -> dict[str, Any]:
                 "stop_signal": "SIGTERM",
                 "stop_grace_period": f"{args.exit_timeout_secs + STOP_MARGIN_S}s",
                 "healthcheck": {
-                    "test": ["CMD", "curl", "-fsS", f"http://localhost:{args.http_port}{READY_PATH}"],
+                    # python3 is in the image for the Python backend; urlopen raises unless the answer is 2xx.
+                    "test": ["CMD", "python3", "-c", _ready_check(args)],
                     "interval": "10s",
                     "timeout": "5s",
                     "retries": 3,
