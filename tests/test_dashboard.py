@@ -1,4 +1,7 @@
-"""The dashboard against a real server: Debian's Prometheus scrapes a loaded Triton and every panel returns data."""
+"""The dashboard against a real server: Debian's Prometheus scrapes a loaded Triton and every panel returns data.
+
+The server serves the model repository of a `tritongen package` folder, so the packaged copy is checked too.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import yaml
 
 from tritongen.build import build_repository
 from tritongen.client import infer
-from tritongen.deploy import ManifestOptions, TritonArgs, dashboard, dashboard_queries
+from tritongen.deploy import ManifestOptions, TritonArgs, dashboard, dashboard_queries, write_package
 from tritongen.deploy.dashboard import GPU_METRICS, panels
 from tritongen.deploy.manifests import adapter_rule
 from tritongen.deploy.package import prometheus_config
@@ -94,7 +97,9 @@ def test_every_dashboard_query_returns_data_when_prometheus_scrapes_a_loaded_ser
     hpa_query = rule["metricsQuery"].replace("<<.LabelMatchers>>", 'job="triton"').replace("<<.GroupBy>>", "job")
     queries.append(("HPA adapter rule", hpa_query))
     stop = threading.Event()
-    with running_server(repo, extra_args=TritonArgs().local_args()) as server:
+    # Serve what the deploy folder ships, with the deployment's metrics options.
+    packaged = write_package(NAME, repo, tmp_path / "deploy") / "model_repository"
+    with running_server(packaged, extra_args=TritonArgs().local_args()) as server:
         with _prometheus(tmp_path, f"127.0.0.1:{server.metrics_port}") as prom, cf.ThreadPoolExecutor(4) as pool:
             loaders = [pool.submit(_load, server.grpc_url, stop) for _ in range(4)]
             missing = dict(queries)
