@@ -29,12 +29,9 @@ from tritongen.deploy.package import prometheus_config
 from tritongen.server import free_port, running_server
 from tritongen.spec import BuildSpec
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        shutil.which("prometheus") is None, reason="prometheus is not installed (apt-get install prometheus)"
-    ),
-]
+needs_prometheus = pytest.mark.skipif(
+    shutil.which("prometheus") is None, reason="prometheus is not installed (apt-get install prometheus)"
+)
 
 NAME = "dash"
 # GPU metric names as Triton documents them (docs/user_guide/metrics.md, "GPU Metrics")
@@ -88,6 +85,8 @@ def _load(url: str, stop: threading.Event) -> None:
         infer(["a short text", "a somewhat longer text about the weather in Berlin"], name=NAME, url=url)
 
 
+@pytest.mark.e2e
+@needs_prometheus
 def test_every_dashboard_query_returns_data_when_prometheus_scrapes_a_loaded_server(repo, tmp_path):
     board = dashboard(NAME)
     gpu_titles = {p.title for p in panels(NAME) if p.gpu}
