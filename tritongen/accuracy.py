@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from tritongen.errors import GeneratorError
+from tritongen.triton_models._common import softmax
 from tritongen.triton_models.postprocess import activate
 
 __all__ = [
@@ -376,9 +377,7 @@ def measure_accuracy(
 
 def _token_softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Softmax over the sequence axis (1) of ``logits`` [batch, seq, k], padding excluded."""
-    masked = np.where(mask[..., None], logits, -np.inf)
-    exp = np.exp(masked - masked.max(axis=1, keepdims=True))
-    return exp / exp.sum(axis=1, keepdims=True)
+    return softmax(np.where(mask[..., None], logits, -np.inf), axis=1)
 
 
 def require_accuracy(report: AccuracyReport, *, accept_loss: bool) -> None:

@@ -26,6 +26,7 @@ try:
         read_json,
         resolve_version_file,
         respond_per_request,
+        softmax,
     )
 except ImportError:
     from tritongen.triton_models._common import (
@@ -33,6 +34,7 @@ except ImportError:
         read_json,
         resolve_version_file,
         respond_per_request,
+        softmax,
     )
 
 __all__ = [
@@ -50,9 +52,7 @@ def activate(logits: np.ndarray, function: str) -> np.ndarray:
     """Turn logits into scores: ``softmax``, ``sigmoid`` or ``none``."""
     logits = logits.astype(np.float32)
     if function == "softmax":
-        shifted = logits - logits.max(axis=-1, keepdims=True)
-        exp = np.exp(shifted)
-        return exp / exp.sum(axis=-1, keepdims=True)
+        return softmax(logits)
     if function == "sigmoid":
         return 1.0 / (1.0 + np.exp(-logits))
     if function == "none":

@@ -32,6 +32,7 @@ try:
         decode_texts,
         input_error,
         model_parameters,
+        pack_encodings,
         resolve_version_file,
         respond_per_request,
         token_metadata,
@@ -41,6 +42,7 @@ except ImportError:
         decode_texts,
         input_error,
         model_parameters,
+        pack_encodings,
         resolve_version_file,
         respond_per_request,
         token_metadata,
@@ -93,16 +95,7 @@ class TextEncoder:
     def pack(self, encodings: Sequence[Any]) -> dict[str, np.ndarray]:
         """Pad ``encodings`` to one bucket length and return the model inputs."""
         width = self.bucket(max((len(e.ids) for e in encodings), default=1))
-        rows = len(encodings)
-        ids = np.full((rows, width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((rows, width), dtype=np.int64)
-        types = np.full((rows, width), self.pad_type_id, dtype=np.int64)
-        for row, enc in enumerate(encodings):
-            n = len(enc.ids)
-            ids[row, :n] = enc.ids
-            mask[row, :n] = enc.attention_mask
-            types[row, :n] = enc.type_ids
-        arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        arrays = pack_encodings(encodings, width, self.pad_id, self.pad_type_id)
         if {"special_mask", "word_ids", "offsets"} & set(self.input_names):
             arrays.update(token_metadata(encodings, width))
         return {name: arrays[name] for name in self.input_names}
