@@ -373,7 +373,7 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
                 report = check_parity(
                     module, hf_tokenizer, encoder, fp32_path, max_length=max_length, tolerance=spec.parity_tolerance,
                     pairs=_pairs_for(plan, PARITY_TEXTS),
-                    argmax_axis=0 if plan.gate == "spans" else -1,
+                    argmax_axis=plan.gate.parity_argmax_axis,
                 )  # fmt: skip
             console.print(Markdown(report.to_markdown()))
             require_parity(report)
@@ -484,7 +484,7 @@ def _optimise(
     with console.status(f"Accuracy gate: FP32 PyTorch on {len(validation)} validation texts…"), _stage("accuracy gate"):
         reference = GateReference(
             module, hf_tokenizer, encoder, gate=plan.gate, texts=validation, max_length=plan.row_length,
-            function=plan.gate_function, pairs=_pairs_for(plan, validation),
+            pairs=_pairs_for(plan, validation),
         )  # fmt: skip
     search = None
     if spec.precision == "int8":

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from tritongen.accuracy import Gate, LabelGate
 from tritongen.errors import UnsupportedModelError
 
 if TYPE_CHECKING:
@@ -76,8 +77,7 @@ class TaskPlan:
     batched_io: bool
     truncates: bool
     pair_input: bool
-    gate: str  # the accuracy gate's measure (``tritongen.accuracy.GATES``)
-    gate_function: str  # the activation the ``labels`` gate compares
+    gate: Gate  # how the accuracy gate (and the parity check's argmax) compares outputs
     step_modules: Mapping[str, str]  # step ("tokenizer", "postprocess") -> module served as its model.py
     helper_modules: Mapping[str, tuple[str, ...]]  # step -> modules of tritongen.triton_models copied beside it
     postprocess_files: tuple[str, ...] = field(default=())  # files of the build the postprocess step reads
@@ -96,9 +96,9 @@ class Task:
     batched_io: ClassVar[bool] = True
     # Whether the model reads two segments (so parity and the accuracy gate feed text pairs).
     pair_input: ClassVar[bool] = False
-    # The accuracy gate's measure: "labels" (argmax per text), "cosine", "token_labels" (argmax per
-    # token), or "spans" (the argmax start and end token per text).
-    gate: ClassVar[str] = "labels"
+    # The accuracy gate's measure (``tritongen.accuracy``): LabelGate (argmax per text), CosineGate,
+    # TokenLabelGate (argmax per token) or SpanGate (the argmax start and end token per text).
+    gate: ClassVar[type[Gate]] = LabelGate
     # Whether a text longer than the model loses its tail (classification and embeddings, as the transformers
     # pipeline and sentence-transformers do): the ensemble then says so per text in ``TRUNCATED``.
     truncates: ClassVar[bool] = True
@@ -164,8 +164,7 @@ class Task:
             batched_io=self.batched_io,
             truncates=self.truncates,
             pair_input=self.pair_input,
-            gate=self.gate,
-            gate_function=self.gate_function(checkpoint),
+            gate=self.gate(self.gate_function(checkpoint)),
             step_modules={"tokenizer": self.tokenizer_step, "postprocess": self.postprocess_step},
             helper_modules={
                 "tokenizer": (*helpers, "tokenizer") if self.tokenizer_step != _TOKENIZER_STEP else helpers,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -12,7 +11,6 @@ import numpy as np
 
 __all__ = [
     "decode_texts",
-    "import_sibling",
     "input_error",
     "model_parameters",
     "pack_encodings",
@@ -79,14 +77,6 @@ def respond_per_request(
         tensors = [pb_utils.Tensor(name, arrays[name]) for name in output_names]
         responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
     return responses
-
-
-def import_sibling(name: str) -> Any:
-    """A helper module copied next to ``model.py`` in the server, the package's module elsewhere."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return importlib.import_module(f"tritongen.triton_models.{name}")
 
 
 def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:

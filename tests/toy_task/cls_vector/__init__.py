@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tritongen.accuracy import CosineGate
 from tritongen.tasks._base import Task, TensorSpec, exportable, load_pretrained
 
 
@@ -16,7 +17,7 @@ class ClsVector(Task):
 
     name = "cls-vector"
     onnx_output = "cls_vector"
-    gate = "cosine"
+    gate = CosineGate
     postprocess_step = "tests.toy_task.cls_vector.postprocess"
 
     def onnx_output_dims(self, checkpoint: Any) -> tuple[int, ...]:

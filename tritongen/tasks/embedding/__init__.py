@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tritongen.accuracy import CosineGate
 from tritongen.tasks._base import Task, TensorSpec, exportable, load_pretrained
 from tritongen.tasks._registry import register_task
 
@@ -23,7 +24,7 @@ class Embedding(Task):
     name = "embedding"
     onnx_output = "sentence_embedding"
     detect_order = 90  # a bare encoder is the fallback
-    gate = "cosine"
+    gate = CosineGate
     bench_baselines = True
     postprocess_step = "tritongen.tasks.embedding.postprocess"
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from tritongen.accuracy import SpanGate
 from tritongen.errors import SpecError, UnsupportedModelError
 from tritongen.tasks._base import (
     TOKEN_METADATA,
@@ -78,7 +79,7 @@ class QuestionAnswering(Task):
     batched_io = False
     truncates = False  # long contexts become windows
     pair_input = True
-    gate = "spans"
+    gate = SpanGate
     helper_modules = ("qa",)
     head = "ForQuestionAnswering"
     tokenizer_step = "tritongen.tasks.question_answering.tokenizer"

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from tritongen.accuracy import TokenLabelGate
 from tritongen.errors import SpecError
 from tritongen.tasks._base import (
     TOKEN_METADATA,
@@ -86,7 +87,7 @@ class TokenClassification(Task):
 
     name = "token-classification"
     onnx_output = "logits"
-    gate = "token_labels"
+    gate = TokenLabelGate
     helper_modules = ("ner",)
     head = "ForTokenClassification"
     batched_io = False
