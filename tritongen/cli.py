@@ -25,6 +25,7 @@ EXIT_INTERNAL_ERROR = 1
 def _build(args: argparse.Namespace) -> None:
     from tritongen.build import build_repository
     from tritongen.spec import load_spec
+    from tritongen.tasks import legacy_settings
 
     spec = load_spec(
         args.spec,
@@ -53,13 +54,8 @@ def _build(args: argparse.Namespace) -> None:
         validation=args.validation,
         accept_accuracy_loss=args.accept_accuracy_loss,
         runtime=args.runtime,
-        aggregation_strategy=args.aggregation_strategy,
-        ner_stride=args.ner_stride,
         max_length=args.max_length,
-        qa_max_seq_len=args.qa_max_seq_len,
-        qa_doc_stride=args.qa_doc_stride,
-        qa_max_answer_len=args.qa_max_answer_len,
-        qa_handle_impossible_answer=args.qa_handle_impossible_answer,
+        **{name: getattr(args, name) for name in legacy_settings()},
     )
     build_repository(spec)
 
@@ -224,7 +220,7 @@ def _plan(args: argparse.Namespace) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from tritongen.triton_models.ner import STRATEGIES
+    from tritongen.tasks import TASKS, settings_sections
 
     parser = argparse.ArgumentParser(prog="python -m tritongen", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -235,8 +231,7 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--name", help="ensemble name (default: model)")
     build.add_argument(
         "--task",
-        help="classification, text-pair-classification, embedding, token-classification or "
-        "question-answering (default: detected)",
+        help=f"one of {', '.join(sorted(TASKS))} (default: detected from the checkpoint)",
     )
     build.add_argument("--repository", type=Path, help="output repository (default: model_repository)")
     build.add_argument("--max-batch-size", type=int)
@@ -273,23 +268,10 @@ def _parser() -> argparse.ArgumentParser:
         help="publish even if the accuracy gate fails (the figures go into the model card)",
     )
     build.add_argument("--runtime", choices=("onnx", "tensorrt"), help="model step runtime (default onnx)")
-    build.add_argument(
-        "--aggregation-strategy",
-        choices=STRATEGIES,
-        help="token classification: how tokens are grouped into entities (default simple)",
-    )
-    build.add_argument(
-        "--ner-stride", type=int, help="token classification: tokens neighbouring windows share (default window/4)"
-    )
     build.add_argument("--max-length", type=int, help="tokens per model row (default: the model's own limit)")
-    build.add_argument("--qa-max-seq-len", type=int, help="QA window length in tokens (default min(max, 384))")
-    build.add_argument("--qa-doc-stride", type=int, help="QA tokens shared by neighbouring windows (default 128)")
-    build.add_argument("--qa-max-answer-len", type=int, help="QA longest answer in tokens (default 15)")
-    build.add_argument(
-        "--qa-handle-impossible-answer",
-        action=argparse.BooleanOptionalAction,
-        help='QA: allow the empty "no answer" to win',
-    )
+    for settings in settings_sections().values():  # each task's own flags (their old flat spec names)
+        for dest, options in settings.cli_flags.items():
+            build.add_argument(f"--{dest.replace('_', '-')}", dest=dest, **options)
     build.set_defaults(func=_build)
 
     def add_server_options(p: argparse.ArgumentParser) -> None:
