@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import importlib.util
 import json
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,7 +27,7 @@ from tritongen import triton_models
 from tritongen.accuracy import AccuracyReport, GateReference, read_texts, require_accuracy
 from tritongen.checkpoint import Checkpoint, inspect_checkpoint
 from tritongen.configs import bucket_lengths, step_configs, step_names
-from tritongen.errors import CheckpointError, StageError, TritongenError, UnsupportedModelError
+from tritongen.errors import CheckpointError, RepositoryError, StageError, TritongenError, UnsupportedModelError
 from tritongen.export import export_onnx
 from tritongen.int8_search import SCHEMES, SearchReport, search_int8
 from tritongen.model_facts import ModelFacts, read_model_facts
@@ -35,7 +36,7 @@ from tritongen.parity import PARITY_TEXTS, ParityReport, check_parity, require_p
 from tritongen.render import render_all
 from tritongen.repository import Staging, staging
 from tritongen.spec import BuildSpec
-from tritongen.tasks import Task, detect_task, get_task
+from tritongen.tasks import Task, TaskPlan, detect_task, get_task
 from tritongen.tensorrt import EnginePlan, builder_flags, cc_model_filenames, plan_profiles
 from tritongen.triton_models.tokenizer import TextEncoder
 
@@ -117,36 +118,36 @@ def _model_card(plan: BuildPlan, version: int, report: ParityReport, variant: Va
     import torch
     import transformers
 
-    spec, checkpoint, task, facts, max_length = plan.spec, plan.checkpoint, plan.task, plan.facts, plan.max_length
+    spec, checkpoint, bound, facts, max_length = plan.spec, plan.checkpoint, plan.bound, plan.facts, plan.max_length
 
     def shape(dims: tuple[int, ...]) -> list[int]:
-        return list(dims) if task.batched_io else [-1, *dims]  # whole requests: the batch axis is in dims
+        return list(dims) if bound.batched_io else [-1, *dims]  # whole requests: the batch axis is in dims
 
-    outputs = ", ".join(f"`{t.name}` ({t.data_type}, {shape(t.dims)})" for t in task.ensemble_outputs(checkpoint))
+    outputs = ", ".join(f"`{t.name}` ({t.data_type}, {shape(t.dims)})" for t in bound.ensemble_outputs)
     architectures = ", ".join(checkpoint.architectures) or "bare encoder"
     tools = f"torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime {onnxruntime.__version__}"
     lines = [
         f"# {spec.name} — version {version}",
         "",
         f"- source checkpoint: `{checkpoint.path}` ({checkpoint.model_type}, {architectures})",
-        f"- task: {task.name}",
+        f"- task: {bound.task}",
         f"- built: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
         f"- model inputs: {', '.join(facts.inputs)} (from the model's forward signature and config)",
         f"- model limit: {facts.position_limit} tokens ({facts.limit_source})",
         (
             f"- truncation: texts longer than {max_length} tokens are cut there, as the transformers pipeline and "
             "sentence-transformers do; the `TRUNCATED` output says which"
-            if task.truncates
+            if bound.truncates
             else f"- windows of {max_length} tokens: nothing is truncated"
         ),
         f"- length buckets: {spec.buckets}",
         "- contract: inputs "
-        + ", ".join(f"`{t.name}`" for t in task.ensemble_inputs(checkpoint))
+        + ", ".join(f"`{t.name}`" for t in bound.ensemble_inputs)
         + f" (TYPE_STRING, {shape((1,))}); outputs "
         + outputs,
         f"- tools: {tools}",
     ]
-    lines += task.card_lines(spec, checkpoint, max_length)
+    lines += bound.card_lines
     lines.append(f"- served model: {_variant_name(spec, variant)} ({spec.runtime} runtime)")
     card = "\n".join(lines) + "\n\n## Parity of the FP32 export\n\n" + report.to_markdown()
     if variant is not None:
@@ -208,12 +209,17 @@ class BuildPlan:
     spec: BuildSpec
     checkpoint: Checkpoint
     task: Task
+    bound: TaskPlan  # the task bound to this checkpoint and spec (:meth:`Task.bind`)
     facts: ModelFacts
-    max_length: int
     pad_id: int
     tokenizer_facts: Mapping[str, str]
     hf_tokenizer: Any = field(repr=False, compare=False)
     module: Any = field(repr=False, compare=False)
+
+    @property
+    def max_length(self) -> int:
+        """Tokens per model row."""
+        return self.bound.row_length
 
     @property
     def names(self) -> dict[str, str]:
@@ -232,7 +238,7 @@ class BuildPlan:
 
     def pairs(self, texts: Sequence[str]) -> list[str] | None:
         """Second segments for pair tasks: each text paired with the next one (varied lengths and scripts)."""
-        if not self.task.pair_input:
+        if not self.bound.pair_input:
             return None
         return [texts[(i + 1) % len(texts)] for i in range(len(texts))]
 
@@ -275,26 +281,28 @@ def inspect(spec: BuildSpec, console: Console) -> BuildPlan:
         module = task.load_module(checkpoint)
     with console.status("Reading the model's inputs and length limit…"), _stage("reading the model's inputs"):
         facts = read_model_facts(module, _probe_token(hf_tokenizer))
-    max_length = task.row_length(spec, checkpoint, facts.position_limit, getattr(hf_tokenizer, "model_max_length", 0))
     tokenizer_facts = {
         "cls_id": "" if hf_tokenizer.cls_token_id is None else str(hf_tokenizer.cls_token_id),
         "unk_token": hf_tokenizer.unk_token or "",
         "special_tokens": str(hf_tokenizer.backend_tokenizer.num_special_tokens_to_add(False)),
     }
-    task.step_parameters(spec, checkpoint, max_length, tokenizer_facts)  # refuse bad task settings before exporting
+    bound = task.bind(  # refuses bad task settings before exporting
+        spec, checkpoint, inputs=list(facts.inputs), position_limit=facts.position_limit,
+        tokenizer_max=getattr(hf_tokenizer, "model_max_length", 0), tokenizer_facts=tokenizer_facts,
+    )  # fmt: skip
     plan = BuildPlan(
         spec=spec,
         checkpoint=checkpoint,
         task=task,
+        bound=bound,
         facts=facts,
-        max_length=max_length,
         pad_id=hf_tokenizer.pad_token_id if hf_tokenizer.pad_token_id is not None else 0,
         tokenizer_facts=tokenizer_facts,
         hf_tokenizer=hf_tokenizer,
         module=module,
     )
     console.print(
-        f"[bold]{checkpoint.path}[/]: {checkpoint.model_type}, task {task.name}, max length {max_length} "
+        f"[bold]{checkpoint.path}[/]: {checkpoint.model_type}, task {task.name}, max length {plan.max_length} "
         f"(model: {facts.position_limit}, {facts.limit_source}), inputs {', '.join(plan.inputs)}"
     )
     return plan
@@ -324,7 +332,7 @@ def export(plan: BuildPlan, work: Staging, console: Console) -> Export:
     try:
         with console.status("Exporting to ONNX (dynamic batch and sequence axes)…"), _stage("ONNX export"):
             sample = encoder(["a short sample", "a longer sample text, used to trace the model"])
-            export_onnx(plan.module, sample, plan.task.onnx_output, onnx.fp32_path)
+            export_onnx(plan.module, sample, plan.bound.onnx_output.name, onnx.fp32_path)
     except BaseException:
         onnx.fp32_path.unlink(missing_ok=True)
         raise
@@ -337,7 +345,7 @@ def parity(plan: BuildPlan, onnx: Export, console: Console) -> ParityReport:
         report = check_parity(
             plan.module, plan.hf_tokenizer, onnx.encoder, onnx.fp32_path, max_length=plan.max_length,
             tolerance=plan.spec.parity_tolerance, pairs=plan.pairs(PARITY_TEXTS),
-            argmax_axis=0 if plan.task.gate == "spans" else -1,
+            argmax_axis=plan.bound.gate.parity_argmax_axis,
         )  # fmt: skip
     console.print(Markdown(report.to_markdown()))
     require_parity(report)
@@ -371,10 +379,8 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
         )
     with console.status(f"Accuracy gate: FP32 PyTorch on {len(validation)} validation texts…"), _stage("accuracy gate"):
         reference = GateReference(
-            plan.module, plan.hf_tokenizer, onnx.encoder, gate=plan.task.gate, texts=validation,
-            max_length=plan.max_length,
-            function=plan.task.postprocess_parameters(plan.checkpoint).get("function", "softmax"),
-            pairs=plan.pairs(validation),
+            plan.module, plan.hf_tokenizer, onnx.encoder, gate=plan.bound.gate, texts=validation,
+            max_length=plan.max_length, pairs=plan.pairs(validation),
         )  # fmt: skip
     search = None
     if spec.precision == "int8":
@@ -415,7 +421,14 @@ def render(plan: BuildPlan) -> dict[str, tuple[str, mc.ModelConfig]]:
     """Stage 5: the four configs as ``config.pbtxt`` text, parsed with Triton's schema and wiring-checked."""
     return render_all(
         step_configs(
-            plan.spec, plan.checkpoint, plan.task, plan.inputs, plan.max_length, plan.pad_id, plan.tokenizer_facts
+            plan.spec,
+            plan.checkpoint,
+            plan.task,
+            plan.inputs,
+            plan.max_length,
+            plan.pad_id,
+            plan.tokenizer_facts,
+            plan=plan.bound,
         )
     )
 
@@ -457,16 +470,25 @@ def write(
 
 def _write_python_steps(plan: BuildPlan, work: Staging) -> None:
     """The tokenizer and postprocess ``model.py`` files, their helpers, and the files the postprocess reads."""
-    names, task, checkpoint = plan.names, plan.task, plan.checkpoint
-    for step in ("tokenizer", "postprocess"):
+    names, bound = plan.names, plan.bound
+    for step, module_name in bound.step_modules.items():
         target = work.version_dir(names[step])
-        shutil.copyfile(_PY_MODELS / f"{step}.py", target / "model.py")
-        for helper in ("_common", *task.helper_modules):
+        shutil.copyfile(_module_file(module_name), target / "model.py")
+        for helper in bound.helper_modules[step]:
             shutil.copyfile(_PY_MODELS / f"{helper}.py", target / f"{helper}.py")
-    post_dir = work.version_dir(names["postprocess"])
-    if "tokenizer_file" in task.postprocess_parameters(checkpoint):
-        shutil.copyfile(work.version_dir(names["tokenizer"]) / "tokenizer.json", post_dir / "tokenizer.json")
-    (post_dir / "labels.json").write_text(json.dumps(list(checkpoint.id2label.values()), ensure_ascii=False))
+    tok_dir, post_dir = work.version_dir(names["tokenizer"]), work.version_dir(names["postprocess"])
+    for filename in bound.postprocess_files:
+        shutil.copyfile(tok_dir / filename, post_dir / filename)
+    labels = list(plan.checkpoint.id2label.values())
+    (post_dir / "labels.json").write_text(json.dumps(labels, ensure_ascii=False))
+
+
+def _module_file(name: str) -> Path:
+    """The source file of a step module (``tritongen.tasks.qa.tokenizer``), served as a ``model.py``."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise RepositoryError(f"step module `{name}` cannot be found")
+    return Path(spec.origin)
 
 
 def _build_record(plan: BuildPlan, variant: Variant | None) -> dict[str, Any]:

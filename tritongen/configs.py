@@ -16,7 +16,7 @@ from typing import Any
 from tritongen import spec as specs
 from tritongen.checkpoint import Checkpoint
 from tritongen.spec import BuildSpec
-from tritongen.tasks import Task
+from tritongen.tasks import Task, TaskPlan
 from tritongen.tensorrt import cc_model_filenames
 from tritongen.triton_config import (
     DynamicBatching,
@@ -150,32 +150,32 @@ def step_configs(
     max_length: int,
     pad_id: int = 0,
     tokenizer_facts: Mapping[str, str] | None = None,
+    *,
+    plan: TaskPlan | None = None,
 ) -> dict[str, ModelConfig]:
     """The typed configs of the four steps, keyed by step (tokenizer, model, postprocess, ensemble).
 
-    ``tokenizer_facts`` holds ``cls_id``, ``unk_token`` (strings, "" for none) and ``special_tokens`` (the count
-    added to one text) for the steps that need them.
+    ``plan`` is ``task`` bound to the checkpoint (:meth:`Task.bind`); without one it is bound here from
+    ``inputs``, ``max_length`` and ``tokenizer_facts`` (``cls_id``, ``unk_token``, ``special_tokens``).
     """
-    facts = dict(tokenizer_facts or {})
+    if plan is None:
+        plan = task.bind(spec, checkpoint, inputs=inputs, row_length=max_length, tokenizer_facts=tokenizer_facts)
     names = step_names(spec.name)
     buckets = tuple(bucket_lengths(spec.buckets, max_length))
-    token_tensors = tuple(Tensor(n, "TYPE_INT64", (-1,)) for n in inputs)
-    onnx_out = (Tensor(task.onnx_output, "TYPE_FP32", tuple(task.onnx_output_dims(checkpoint))),)
-    text_in = _tensors(task.ensemble_inputs(checkpoint))
-    tokenizer_out = token_tensors + tuple(
-        t for t in _tensors(task.tokenizer_outputs(checkpoint)) if t.name not in inputs
-    )
-    post_in = _tensors(task.postprocess_inputs(checkpoint))
-    post_out = _tensors(task.postprocess_outputs(checkpoint))
-    tokenizer_settings, postprocess_settings = task.step_parameters(spec, checkpoint, max_length, facts)
+    tokenizer_out = _tensors(plan.tokenizer_outputs)
+    token_tensors = tuple(t for t in tokenizer_out if t.name in plan.inputs)
+    onnx_out = _tensors([plan.onnx_output])
+    text_in = _tensors(plan.ensemble_inputs)
+    post_in = _tensors(plan.postprocess_inputs)
+    post_out = _tensors(plan.postprocess_outputs)
     python_steps = {
-        "max_batch_size": spec.max_batch_size if task.batched_io else 0,
+        "max_batch_size": spec.max_batch_size if plan.batched_io else 0,
         # The Python steps are cheap: they batch whatever is queued and never wait for more. A task whose
         # requests become a different number of model rows (QA windows) runs them per request instead.
         "dynamic_batching": _batching(
             dataclasses.replace(spec.dynamic_batching, max_queue_delay_microseconds=0, preferred_batch_size=())
         )
-        if task.batched_io
+        if plan.batched_io
         else None,
     }
     model_step = ModelStep(spec, names["model"], names["ensemble"], token_tensors, onnx_out, buckets, max_length)
@@ -195,7 +195,7 @@ def step_configs(
                     "buckets": ",".join(str(b) for b in buckets),
                     "pad_id": pad_id,
                     "pad_type_id": 0,
-                    **tokenizer_settings,
+                    **plan.tokenizer_parameters,
                 }
             ),
         ),
@@ -208,7 +208,7 @@ def step_configs(
             inputs=post_in,
             outputs=post_out,
             instance_group=_instances(spec.postprocess_instances),
-            parameters=_strings({**task.postprocess_parameters(checkpoint), **postprocess_settings}),
+            parameters=_strings(plan.postprocess_parameters),
         ),
         "ensemble": ModelConfig(
             name=names["ensemble"],
@@ -216,7 +216,7 @@ def step_configs(
             platform="ensemble",
             max_batch_size=python_steps["max_batch_size"],
             inputs=text_in,
-            outputs=_tensors(task.ensemble_outputs(checkpoint)),
+            outputs=_tensors(plan.ensemble_outputs),
             response_cache=spec.response_cache,
             steps=(
                 _step(names["tokenizer"], text_in, tokenizer_out),
