@@ -22,7 +22,7 @@ from rich.markdown import Markdown
 from tritongen import triton_models
 from tritongen.accuracy import AccuracyReport, GateReference, read_texts, require_accuracy
 from tritongen.checkpoint import Checkpoint, inspect_checkpoint
-from tritongen.errors import CheckpointError, StageError, TritongenError, UnsupportedModelError
+from tritongen.errors import CheckpointError, RepositoryError, StageError, TritongenError, UnsupportedModelError
 from tritongen.export import export_onnx
 from tritongen.int8_search import SCHEMES, SearchReport, search_int8
 from tritongen.model_facts import ModelFacts, read_model_facts
