@@ -160,15 +160,16 @@ def test_serve_answers_again_when_a_step_stub_is_killed(served, step):
         readiness.halt.set()
         traffic.join(timeout=60)
         readiness.join(timeout=60)
-    print(
-        f"\n{step}: answers again {recovered - killed:.1f}s after the kill (healthy again at {answered - killed:.1f}s)"
-    )
 
     again = infer([TEXT], name=NAME, url=served.grpc_url)[0]
     assert again["LABEL"] == expected["LABEL"]
     np.testing.assert_allclose(again["PROBABILITIES"], expected["PROBABILITIES"], atol=1e-6)
     assert any(code != 200 and killed <= t <= answered for t, code in readiness.states), readiness.states
     failures = [o for o in traffic.outcomes if o.error]
+    print(
+        f"\n{step}: answers again {recovered - killed:.1f}s after the kill, healthy at {answered - killed:.1f}s; "
+        f"{len(failures)} of {len(traffic.outcomes)} requests failed"
+    )
     for failure in failures:  # only requests in flight around the outage
         assert failure.sent <= recovered + SLACK_S and failure.done >= killed - SLACK_S, (failure, killed, recovered)
     assert f"reloaded `{NAME}_{step}`" in served.output()
