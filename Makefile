@@ -33,7 +33,7 @@ BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(
 PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv repo serve infer engine bench soak test lint clean
+.PHONY: help venv repo serve health infer engine bench soak test lint clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-8s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -53,6 +53,9 @@ repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISI
 
 serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1)
 	$(PY) -m tritongen serve --repository "$(REPO)" $(PORT_ARGS)
+
+health: venv ## deep readiness of the served REPO: one real inference per ensemble, exit 0 or 1 (ports as for serve)
+	$(PY) -m tritongen health --repository "$(REPO)" $(PORT_ARGS)
 
 infer: venv ## query a served ensemble: make infer NAME=name TEXT="..." (QA: QUESTION="..." CONTEXT="...") [PROTOCOL=]
 	$(PY) -m tritongen infer --name "$(NAME)" $(if $(QUESTION),--question "$(QUESTION)" --context "$(CONTEXT)",--text "$(TEXT)") \
