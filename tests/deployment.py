@@ -49,10 +49,22 @@ def deployment_pids(repository: Path, *, group: int | None = None) -> list[int]:
 class ServeProcess:
     """``tritongen serve`` of one repository as a context manager; ``.output()`` is what it printed."""
 
-    def __init__(self, repository: Path, log: Path, *, grace_period: int = 20, extra_args: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        repository: Path,
+        log: Path,
+        *,
+        grace_period: int = 20,
+        extra_args: tuple[str, ...] = (),
+        program: tuple[str, ...] = (sys.executable, "-m", "tritongen"),
+        cwd: Path = ROOT,
+        env: dict[str, str] | None = None,
+    ):
         self.repository = Path(repository).resolve()
         self.log = log
         self.grace_period = grace_period
+        # The source tree's tritongen by default (cwd wins); the wheel test runs an installed script.
+        self.program, self.cwd, self.env = program, cwd, env
         self.http_port, self.grpc_port, self.metrics_port, self.health_port = (free_port() for _ in range(4))
         self.extra_args = extra_args
         self.process: subprocess.Popen[bytes] | None = None
@@ -68,7 +80,7 @@ class ServeProcess:
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "tritongen", "serve", "--repository", str(self.repository),
+            *self.program, "serve", "--repository", str(self.repository),
             "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
             "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
             "--grace-period", str(self.grace_period), *self.extra_args,
@@ -78,11 +90,15 @@ class ServeProcess:
         """Start ``serve`` and wait until Triton is ready and the health endpoint answers."""
         with open(self.log, "wb") as handle:
             self.process = subprocess.Popen(
-                self.command(), cwd=ROOT, env=server_environment(), stdout=handle, stderr=subprocess.STDOUT,
+                self.command(), cwd=self.cwd, env=self.env or server_environment(), stdout=handle,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
         try:
-            wait_until_ready(self.http_url, timeout=timeout, process=self.process, what="`tritongen serve`")
+            wait_until_ready(
+                self.http_url, timeout=timeout, process=self.process, what="`tritongen serve`",
+                reason=lambda: self.output()[-3000:],
+            )  # fmt: skip
             deadline = time.monotonic() + 60
             while self.health("/livez") != 200:
                 assert self.process.poll() is None and time.monotonic() < deadline, self.output()
