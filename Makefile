@@ -15,6 +15,8 @@ PROTOCOL ?= grpc
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
+HEALTH_PORT ?= 8003
+GRACE_PERIOD ?= 20
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 PRECISION ?=
@@ -51,8 +53,8 @@ venv: $(VENV)/.installed ## create .venv with the pinned packages (run by every 
 repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISION=fp32|fp16|int8] [OPTIMIZE=0|1] [RUNTIME=onnx|tensorrt]
 	$(PY) -m tritongen build $(BUILD_ARGS)
 
-serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1)
-	$(PY) -m tritongen serve --repository "$(REPO)" $(PORT_ARGS)
+serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1), supervised; /healthz on HEALTH_PORT
+	$(PY) -m tritongen serve --repository "$(REPO)" $(PORT_ARGS) --health-port $(HEALTH_PORT) --grace-period $(GRACE_PERIOD)
 
 health: venv ## deep readiness of the served REPO: one real inference per ensemble, exit 0 or 1 (ports as for serve)
 	$(PY) -m tritongen health --repository "$(REPO)" $(PORT_ARGS)
