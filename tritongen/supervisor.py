@@ -93,7 +93,7 @@ class Supervisor(threading.Thread):
         self.interval = interval
         self.log = log
         self.recoveries: list[tuple[str, float]] = []  # (model, seconds from detection to loaded)
-        self._known: dict[str, Stub] = {}
+        self._known: dict[str, Stub] = stubs_of(server_pid)
         self._pending: set[str] = set()
         self._halt = threading.Event()
 
@@ -103,7 +103,6 @@ class Supervisor(threading.Thread):
 
     def run(self) -> None:
         """Poll until stopped; a step that fails is logged and tried again on the next poll."""
-        self._known = stubs_of(self.server_pid)
         while not self._halt.wait(self.interval):
             try:
                 self.check()
