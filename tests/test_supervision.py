@@ -64,6 +64,12 @@ def _wait_for_stub(pid: int) -> None:
         time.sleep(0.05)
 
 
+def _kill(process: subprocess.Popen) -> None:
+    """SIGKILL, and return once it has exited; WNOWAIT leaves it a zombie, as tritonserver leaves a stub."""
+    process.kill()
+    os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+
+
 def test_stubs_of_finds_instance_and_model_when_a_stub_runs(fake_stub):
     _wait_for_stub(os.getpid())
     stub = stubs_of(os.getpid())["demo_tokenizer_0_0"]
@@ -75,7 +81,7 @@ def test_supervisor_reloads_the_model_when_its_stub_dies(fake_stub):
     api, lines = _FakeRepositoryAPI(["demo", "demo_tokenizer"]), []
     supervisor = Supervisor(os.getpid(), api, log=lines.append)
     assert supervisor.check() == []
-    fake_stub.kill()  # it stays a zombie until reaped, as a stub under tritonserver does
+    _kill(fake_stub)
     assert supervisor.check() == ["demo_tokenizer"]
     assert api.calls == [("unload", "demo_tokenizer"), ("load", "demo_tokenizer")]
     assert len(lines) == 1 and "demo_tokenizer_0_0" in lines[0] and "reloaded `demo_tokenizer`" in lines[0]
@@ -86,10 +92,15 @@ def test_supervisor_retries_when_a_reload_fails(fake_stub):
     _wait_for_stub(os.getpid())
     api, lines = _FakeRepositoryAPI(["demo_tokenizer"], failures=1), []
     supervisor = Supervisor(os.getpid(), api, log=lines.append)
-    fake_stub.kill()
+    _kill(fake_stub)
     assert supervisor.check() == []
     api.models = []  # the failed reload left it unloaded; it is still ours to bring back
-    assert supervisor.check() == ["demo_tokenizer"]
+    assert supervisor.check() == []  # not before its pause
+    deadline = time.monotonic() + 30
+    while (reloaded := supervisor.check()) == []:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert reloaded == ["demo_tokenizer"]
     assert "failed: load failed" in lines[0] and "reloaded" in lines[1]
 
 
@@ -97,7 +108,7 @@ def test_supervisor_leaves_a_model_alone_when_it_was_unloaded_on_purpose(fake_st
     _wait_for_stub(os.getpid())
     api = _FakeRepositoryAPI([])
     supervisor = Supervisor(os.getpid(), api, log=lambda line: None)
-    fake_stub.kill()
+    _kill(fake_stub)
     assert supervisor.check() == [] and api.calls == []
 
 
