@@ -96,9 +96,9 @@ def _serve(args: argparse.Namespace) -> None:
 
 
 def _health(args: argparse.Namespace) -> int:
-    from tritongen.health import check, healthy
+    from tritongen.health import deep_check, healthy
 
-    probes = check(f"{args.host}:{args.http_port}", args.repository, timeout=args.timeout)
+    probes = deep_check(args.repository, f"{args.host}:{args.http_port}", timeout=args.timeout)
     for probe in probes:
         print(probe.line)
     if not probes:
@@ -185,6 +185,16 @@ def _soak(args: argparse.Namespace) -> None:
         )
 
 
+def _publish(args: argparse.Namespace) -> None:
+    from tritongen.build import step_names
+    from tritongen.publish import parse_s3_url, publish
+
+    names = step_names(args.name)
+    folders = [names["tokenizer"], names["model"], names["postprocess"], names["ensemble"]]
+    keys = publish(args.repository, folders, args.to, progress=lambda line: print(line, flush=True))
+    print(f"Published `{args.name}` ({len(keys)} objects) to {parse_s3_url(args.to).url}")
+
+
 def _parser() -> argparse.ArgumentParser:
     from tritongen.triton_models.ner import STRATEGIES
 
@@ -261,7 +271,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--metrics-port", type=int, default=8002)
 
     serve = sub.add_parser("serve", help="serve a repository with the local Triton server (foreground)")
-    serve.add_argument("--repository", type=Path, default=Path("model_repository"))
+    serve.add_argument(
+        "--repository",
+        default="model_repository",
+        help="a folder, or s3://bucket/prefix (also s3://http://HOST:PORT/...)",
+    )
     serve.add_argument("--cache-size", type=int, default=16 * 1024 * 1024, help="response cache bytes (0: off)")
     serve.add_argument("--health-port", type=int, default=8003, help="port of /healthz and /livez (0: off)")
     serve.add_argument(
@@ -280,7 +294,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     health = sub.add_parser("health", help="one real inference per ensemble of a served repository; exit 0 or 1")
-    health.add_argument("--repository", type=Path, default=Path("model_repository"))
+    health.add_argument(
+        "--repository",
+        default="model_repository",
+        help="the served folder, or its s3:// URL",
+    )
     health.add_argument("--timeout", type=float, default=10.0, help="seconds per ensemble")
     add_server_options(health)
     health.set_defaults(func=_health)
@@ -325,6 +343,12 @@ def _parser() -> argparse.ArgumentParser:
     soak.add_argument("--output", type=Path, default=Path("soak_results"), help="report folder (NAME inside)")
     add_server_options(soak)
     soak.set_defaults(func=_soak)
+
+    pub = sub.add_parser("publish", help="upload a deployment's model folders to an S3 model repository")
+    pub.add_argument("--name", default="model")
+    pub.add_argument("--repository", type=Path, default=Path("model_repository"))
+    pub.add_argument("--to", required=True, help="s3://bucket/prefix or s3://http://HOST:PORT/bucket/prefix")
+    pub.set_defaults(func=_publish)
     return parser
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 
 from tritongen.errors import ServerError
-from tritongen.health import HealthEndpoint, check
+from tritongen.health import HealthEndpoint, check, find_ensembles
 from tritongen.server import TritonServer
 from tritongen.supervisor import Supervisor
 
@@ -34,7 +34,7 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class ServeOptions:
     """Settings of one ``serve`` run; ``health_port`` 0 turns the health endpoint off."""
 
-    repository: Path
+    repository: Path | str
     host: str = "127.0.0.1"
     http_port: int = 8000
     grpc_port: int = 8001
@@ -114,11 +114,12 @@ def _start_watchers(
         supervisor.start()
     endpoint = None
     if options.health_port:
+        ensembles = find_ensembles(server.repository, server.http_url, timeout=options.probe_timeout)
         try:
             endpoint = HealthEndpoint(
                 options.host,
                 options.health_port,
-                probe=lambda: check(server.http_url, server.repository, timeout=options.probe_timeout),
+                probe=lambda: check(server.http_url, ensembles, timeout=options.probe_timeout),
                 alive=lambda: process.poll() is None and not stopping.is_set(),
             ).start()
         except OSError as exc:
