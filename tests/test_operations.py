@@ -25,6 +25,7 @@ import tritonclient.http as httpclient
 from tests.deployment import ServeProcess, deployment_pids
 from tritongen.build import build_repository
 from tritongen.client import infer
+from tritongen.health import ensembles_of, find_ensembles
 from tritongen.spec import BuildSpec
 
 pytestmark = pytest.mark.e2e
@@ -253,3 +254,8 @@ def test_serve_exits_2_when_tritonserver_dies(repository, tmp_path):
     assert survivors == []
     errors = [line for line in serve.output().splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "tritonserver exited unexpectedly" in errors[0], serve.output()[-3000:]
+
+
+def test_find_ensembles_asks_the_server_when_the_repository_is_remote(served, repository):
+    from_server = find_ensembles("s3://bucket/not-read-here", served.http_url)
+    assert from_server == ensembles_of(repository) and [e.name for e in from_server] == [NAME]
