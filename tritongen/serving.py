@@ -76,9 +76,9 @@ def serve(options: ServeOptions, *, log: Callable[[str], None] = print) -> None:
     try:
         try:
             server.start()
+            started.set()  # inside the try: a signal just before this line still lands in the except
         except _Interrupted:
             return
-        started.set()
         supervisor, endpoint = _start_watchers(server, options, stopping, log)
         health = f", health http://{options.host}:{endpoint.port}/healthz" if endpoint else ""
         log(
