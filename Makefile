@@ -31,6 +31,8 @@ RUNTIME ?=
 MINUTES ?= 10
 TO ?=
 CONCURRENCY ?= 32
+OUT ?=
+FORCE ?=
 
 BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(TASK),--task "$(TASK)") \
 	$(if $(SPEC),--spec "$(SPEC)") $(if $(PRECISION),--precision $(PRECISION)) \
@@ -40,10 +42,10 @@ BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(
 PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv compat-venv repo serve health infer engine bench soak publish test lint clean
+.PHONY: help venv compat-venv repo serve health infer engine bench soak publish package manifests test lint clean
 
 help: ## show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-8s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +92,13 @@ bench: venv ## benchmark NAME with perf_analyzer against the baselines
 
 publish: venv ## upload NAME's model folders from REPO to an S3 repository: make publish NAME=... TO=s3://bucket/prefix
 	$(PY) -m tritongen publish --name "$(NAME)" --repository "$(REPO)" --to "$(TO)"
+
+package: venv ## deploy folder (Dockerfile, compose, Prometheus, Grafana): make package NAME=... [OUT=dir] [FORCE=1]
+	$(PY) -m tritongen package "$(NAME)" --repository "$(REPO)" $(if $(OUT),--output "$(OUT)") $(if $(filter 1,$(FORCE)),--force)
+
+manifests: venv ## Kubernetes/KServe YAML reading S3: make manifests NAME=... TO=s3://bucket/prefix [OUT=dir] [FORCE=1]
+	$(PY) -m tritongen manifests "$(NAME)" --to "$(TO)" --repository "$(REPO)" $(if $(OUT),--output "$(OUT)") \
+		$(if $(filter 1,$(FORCE)),--force)
 
 soak: venv ## mixed traffic at a served NAME for MINUTES (default 10) at CONCURRENCY (32); report in soak_results/NAME
 	$(PY) -m tritongen soak --name "$(NAME)" --minutes $(MINUTES) --concurrency $(CONCURRENCY) $(PORT_ARGS)

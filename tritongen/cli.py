@@ -1,4 +1,4 @@
-"""Command line: ``python -m tritongen <build|serve|health|infer|engine|bench|soak> ...``. Thin by design.
+"""Command line: ``python -m tritongen <command> ...`` (build, serve, health, infer, bench, ...). Thin by design.
 
 Each command parses its options and calls one library function. Errors a user can cause
 (:class:`tritongen.errors.TritongenError`) are printed as one line and exit with code 2.
@@ -25,6 +25,7 @@ EXIT_INTERNAL_ERROR = 1
 def _build(args: argparse.Namespace) -> None:
     from tritongen.build import build_repository
     from tritongen.spec import load_spec
+    from tritongen.tasks import legacy_settings
 
     spec = load_spec(
         args.spec,
@@ -53,13 +54,8 @@ def _build(args: argparse.Namespace) -> None:
         validation=args.validation,
         accept_accuracy_loss=args.accept_accuracy_loss,
         runtime=args.runtime,
-        aggregation_strategy=args.aggregation_strategy,
-        ner_stride=args.ner_stride,
         max_length=args.max_length,
-        qa_max_seq_len=args.qa_max_seq_len,
-        qa_doc_stride=args.qa_doc_stride,
-        qa_max_answer_len=args.qa_max_answer_len,
-        qa_handle_impossible_answer=args.qa_handle_impossible_answer,
+        **{name: getattr(args, name) for name in legacy_settings()},
     )
     build_repository(spec)
 
@@ -195,8 +191,49 @@ def _publish(args: argparse.Namespace) -> None:
     print(f"Published `{args.name}` ({len(keys)} objects) to {parse_s3_url(args.to).url}")
 
 
+def _package(args: argparse.Namespace) -> None:
+    from tritongen.deploy import TritonArgs, write_package
+
+    server = TritonArgs(exit_timeout_secs=args.exit_timeout)
+    out = write_package(
+        args.name, args.repository, args.output, force=args.force, args=server, image=args.image
+    )  # fmt: skip
+    print(f"Wrote {out}: docker compose -f {out}/compose.yaml up --build (Grafana on :3000, Prometheus on :9090)")
+
+
+def _manifests(args: argparse.Namespace) -> None:
+    from tritongen.deploy import ManifestOptions, TritonArgs, startup_seconds, write_manifests
+
+    if args.startup_seconds is None and not (args.repository / args.name).is_dir():
+        raise UsageError(f"`{args.name}` is not built in {args.repository}; give --startup-seconds to size the probe")
+    options = ManifestOptions(
+        name=args.name,
+        repository_url=args.to,
+        image=args.image or "",
+        namespace=args.namespace,
+        gpus=args.gpus,
+        min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas,
+        queue_target_ms=args.queue_target_ms,
+        startup_seconds=args.startup_seconds or startup_seconds(args.repository, args.name),
+    )
+    out = write_manifests(options, args.output, args=TritonArgs(exit_timeout_secs=args.exit_timeout), force=args.force)
+    print(f"Wrote {out}: kubectl apply -f {out} (or kubectl apply -f {out}/kserve for KServe)")
+
+
+def _plan(args: argparse.Namespace) -> None:
+    from tritongen.deploy import bench_results_path, plan_capacity
+
+    path = args.results or bench_results_path(args.name)
+    print(
+        plan_capacity(
+            path, qps=args.qps, p99_ms=args.p99_ms, headroom=args.headroom, gpus_per_replica=args.gpus
+        ).to_text()
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
-    from tritongen.triton_models.ner import STRATEGIES
+    from tritongen.tasks import TASKS, settings_sections
 
     parser = argparse.ArgumentParser(prog="python -m tritongen", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -207,8 +244,7 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--name", help="ensemble name (default: model)")
     build.add_argument(
         "--task",
-        help="classification, text-pair-classification, embedding, token-classification or "
-        "question-answering (default: detected)",
+        help=f"one of {', '.join(sorted(TASKS))} (default: detected from the checkpoint)",
     )
     build.add_argument("--repository", type=Path, help="output repository (default: model_repository)")
     build.add_argument("--max-batch-size", type=int)
@@ -245,23 +281,10 @@ def _parser() -> argparse.ArgumentParser:
         help="publish even if the accuracy gate fails (the figures go into the model card)",
     )
     build.add_argument("--runtime", choices=("onnx", "tensorrt"), help="model step runtime (default onnx)")
-    build.add_argument(
-        "--aggregation-strategy",
-        choices=STRATEGIES,
-        help="token classification: how tokens are grouped into entities (default simple)",
-    )
-    build.add_argument(
-        "--ner-stride", type=int, help="token classification: tokens neighbouring windows share (default window/4)"
-    )
     build.add_argument("--max-length", type=int, help="tokens per model row (default: the model's own limit)")
-    build.add_argument("--qa-max-seq-len", type=int, help="QA window length in tokens (default min(max, 384))")
-    build.add_argument("--qa-doc-stride", type=int, help="QA tokens shared by neighbouring windows (default 128)")
-    build.add_argument("--qa-max-answer-len", type=int, help="QA longest answer in tokens (default 15)")
-    build.add_argument(
-        "--qa-handle-impossible-answer",
-        action=argparse.BooleanOptionalAction,
-        help='QA: allow the empty "no answer" to win',
-    )
+    for settings in settings_sections().values():  # each task's own flags (their old flat spec names)
+        for dest, options in settings.cli_flags.items():
+            build.add_argument(f"--{dest.replace('_', '-')}", dest=dest, **options)
     build.set_defaults(func=_build)
 
     def add_server_options(p: argparse.ArgumentParser) -> None:
@@ -349,6 +372,40 @@ def _parser() -> argparse.ArgumentParser:
     pub.add_argument("--repository", type=Path, default=Path("model_repository"))
     pub.add_argument("--to", required=True, help="s3://bucket/prefix or s3://http://HOST:PORT/bucket/prefix")
     pub.set_defaults(func=_publish)
+
+    pack = sub.add_parser("package", help="deploy folder: Dockerfile, compose with Prometheus and Grafana")
+    pack.add_argument("name")
+    pack.add_argument("--repository", type=Path, default=Path("model_repository"))
+    pack.add_argument("--output", type=Path, help="deploy folder (default deploy/NAME)")
+    pack.add_argument("--image", help="image tag compose builds (default tritongen-NAME:latest)")
+    pack.add_argument("--exit-timeout", type=int, default=30, help="Triton's --exit-timeout-secs (drain on stop)")
+    pack.add_argument("--force", action="store_true", help="replace an existing deploy folder")
+    pack.set_defaults(func=_package)
+
+    man = sub.add_parser("manifests", help="Kubernetes manifests (and a KServe InferenceService) for NAME")
+    man.add_argument("name")
+    man.add_argument("--to", required=True, help="s3://bucket/prefix the pods read the model repository from")
+    man.add_argument("--repository", type=Path, default=Path("model_repository"), help="local build (probe sizing)")
+    man.add_argument("--output", type=Path, help="folder (default deploy/NAME-k8s)")
+    man.add_argument("--image", help="container image (default tritongen-NAME:latest, as package builds)")
+    man.add_argument("--namespace", default="default")
+    man.add_argument("--gpus", type=int, default=1, help="GPUs per replica")
+    man.add_argument("--min-replicas", type=int, default=1)
+    man.add_argument("--max-replicas", type=int, default=4)
+    man.add_argument("--queue-target-ms", type=float, default=50.0, help="HPA target: queue time per request")
+    man.add_argument("--startup-seconds", type=int, help="startup probe budget (default: from the model's size)")
+    man.add_argument("--exit-timeout", type=int, default=30, help="Triton's --exit-timeout-secs (drain on stop)")
+    man.add_argument("--force", action="store_true", help="replace an existing folder")
+    man.set_defaults(func=_manifests)
+
+    plan = sub.add_parser("plan", help="replicas and GPUs for a target rate and p99, from a bench result")
+    plan.add_argument("--qps", type=float, required=True, help="target requests per second")
+    plan.add_argument("--p99-ms", type=float, required=True, help="target p99 latency in ms")
+    plan.add_argument("--name", default="minilm", help="ensemble whose bench result to read")
+    plan.add_argument("--results", type=Path, help="results.csv (default perf_analyzer_configs/NAME/results/)")
+    plan.add_argument("--headroom", type=float, default=0.3, help="capacity kept free (default 0.3)")
+    plan.add_argument("--gpus", type=int, default=1, help="GPUs per replica")
+    plan.set_defaults(func=_plan)
     return parser
 
 
