@@ -19,6 +19,8 @@ PROTOCOL ?= grpc
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
+HEALTH_PORT ?= 8003
+GRACE_PERIOD ?= 20
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 PRECISION ?=
@@ -40,7 +42,7 @@ BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(
 PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv compat-venv repo serve infer engine bench soak publish package manifests test lint clean
+.PHONY: help venv compat-venv repo serve health infer engine bench soak publish package manifests test lint clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -72,8 +74,11 @@ venv: $(VENV)/.installed ## create .venv with the pinned packages (run by every 
 repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISION=fp32|fp16|int8] [OPTIMIZE=0|1] [RUNTIME=onnx|tensorrt]
 	$(PY) -m tritongen build $(BUILD_ARGS)
 
-serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1)
-	$(PY) -m tritongen serve --repository "$(REPO)" $(PORT_ARGS)
+serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1), supervised; /healthz on HEALTH_PORT
+	$(PY) -m tritongen serve --repository "$(REPO)" $(PORT_ARGS) --health-port $(HEALTH_PORT) --grace-period $(GRACE_PERIOD)
+
+health: venv ## deep readiness of the served REPO: one real inference per ensemble, exit 0 or 1 (ports as for serve)
+	$(PY) -m tritongen health --repository "$(REPO)" $(PORT_ARGS)
 
 infer: venv ## query a served ensemble: make infer NAME=name TEXT="..." (QA: QUESTION="..." CONTEXT="...") [PROTOCOL=]
 	$(PY) -m tritongen infer --name "$(NAME)" $(if $(QUESTION),--question "$(QUESTION)" --context "$(CONTEXT)",--text "$(TEXT)") \

@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.toy_task.cls_vector import ClsVector
 from tritongen.build import build_repository
 from tritongen.client import infer
 from tritongen.errors import UnsupportedModelError
 from tritongen.server import running_server
 from tritongen.spec import load_spec
 from tritongen.tasks import TASKS, get_task, register_task
-from tests.toy_task.cls_vector import ClsVector
 
 TEXTS = ["hello world", "Ünïcödé and emoji 🎉", "word " * 100, ""]
 

@@ -15,9 +15,6 @@ import signal
 import subprocess
 import sys
 import sysconfig
-import time
-import urllib.error
-import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -25,8 +22,8 @@ import numpy as np
 import pytest
 
 import tritongen
+from tests.deployment import ServeProcess
 from tests.test_e2e import _sentence_embeddings
-from tritongen.server import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -77,47 +74,6 @@ def _tritongen(venv: Path, *args: str, cwd: Path, timeout: float = 600) -> subpr
     return result
 
 
-def _servers_of(repository: Path) -> list[int]:
-    """Pids of live tritonserver processes serving ``repository``."""
-    flag = f"--model-repository={repository.resolve()}".encode()
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            cmdline = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] if cmdline else "Z"
-        except OSError:
-            continue
-        if flag in cmdline and state != "Z" and cmdline[0].endswith(b"tritonserver"):
-            pids.append(int(proc.name))
-    return pids
-
-
-def _wait_ready(process: subprocess.Popen[bytes], http_port: int, log: Path, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"`tritongen serve` exited {process.returncode}:\n{log.read_text()[-3000:]}"
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout=2) as response:
-                # `serve` prints its banner once start() returned: Ctrl-C before that is another test.
-                if response.status == 200 and "Triton is serving" in log.read_text(errors="replace"):
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.5)
-    pytest.fail(f"`tritongen serve` was not ready after {timeout:.0f}s:\n{log.read_text()[-3000:]}")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Ctrl-C, as a user would; `serve` then stops its tritonserver before exiting."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
-
 def test_wheel_holds_package_data_when_built(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = [
@@ -154,30 +110,18 @@ def test_wheel_builds_serves_and_answers_minilm_when_installed_in_a_clean_venv(v
     _tritongen(venv, "build", "--model", str(model), "--name", "minilm", "--repository", str(repository), cwd=work)
     assert (repository / "minilm" / "config.pbtxt").is_file()
 
-    http, grpc, metrics = free_port(), free_port(), free_port()
-    log = tmp_path / "serve.log"
-    ports = ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
-    with open(log, "wb") as handle:
-        process = subprocess.Popen(
-            [str(venv / "bin" / "tritongen"), "serve", "--repository", str(repository), *ports],
-            cwd=work,
-            env=_env(),
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            # Ctrl-C must reach `serve` as KeyboardInterrupt even where this test runs with SIGINT ignored.
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
-    try:
-        _wait_ready(process, http, log)
-        assert len(_servers_of(repository)) == 1
-        answer = _tritongen(venv, "infer", "--name", "minilm", "--text", TEXT, "--grpc-port", str(grpc), cwd=work)
+    serve = ServeProcess(
+        repository, tmp_path / "serve.log", program=(str(venv / "bin" / "tritongen"),), cwd=work, env=_env()
+    )
+    with serve:
+        assert len([p for p in serve.survivors() if p != serve.process.pid]) >= 2  # tritonserver and its stubs
+        grpc = str(serve.grpc_port)
+        answer = _tritongen(venv, "infer", "--name", "minilm", "--text", TEXT, "--grpc-port", grpc, cwd=work)
         row = json.loads(answer.stdout.strip().splitlines()[-1])
-    finally:
-        _stop(process)
-        survivors = _servers_of(repository)
-        for pid in survivors:
-            os.kill(pid, signal.SIGKILL)
-    assert survivors == [], f"tritonserver outlived `tritongen serve`:\n{log.read_text()[-2000:]}"
-    assert process.returncode == 0, log.read_text()[-2000:]
+        serve.process.send_signal(signal.SIGINT)  # Ctrl-C, as a user would
+        code = serve.wait(timeout=serve.grace_period + 60)
+        survivors = serve.survivors()
+    assert survivors == [], f"processes outlived `tritongen serve`:\n{serve.output()[-2000:]}"
+    assert code == 0, serve.output()[-2000:]
     expected = _sentence_embeddings(model, [TEXT], max_length=256)[0]
     np.testing.assert_allclose(np.array(row["EMBEDDING"], np.float32), expected, atol=1e-4)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m tritongen <build|serve|infer|engine|bench|package|manifests|plan> ...``. Thin by design.
+"""Command line: ``python -m tritongen <command> ...`` (build, serve, health, infer, bench, ...). Thin by design.
 
 Each command parses its options and calls one library function. Errors a user can cause
 (:class:`tritongen.errors.TritongenError`) are printed as one line and exit with code 2.
@@ -70,23 +70,36 @@ def _ints(text: str | None) -> tuple[int, ...] | None:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    from tritongen.server import TritonServer
+    from tritongen.serving import ServeOptions, serve
 
-    server = TritonServer(
-        args.repository,
-        host=args.host,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port,
-        cache_size=args.cache_size,
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    serve(
+        ServeOptions(
+            repository=args.repository,
+            host=args.host,
+            http_port=args.http_port,
+            grpc_port=args.grpc_port,
+            metrics_port=args.metrics_port,
+            health_port=args.health_port,
+            cache_size=args.cache_size,
+            grace_period=args.grace_period,
+            supervise=args.supervise,
+        ),
+        log=log,
     )
-    server.start()
-    print(
-        f"Triton is serving {args.repository} — HTTP {server.http_url}, gRPC {server.grpc_url}, "
-        f"metrics {server.host}:{server.metrics_port} (log: {server.log_file}). Ctrl-C stops it.",
-        flush=True,
-    )
-    server.serve_forever()
+
+
+def _health(args: argparse.Namespace) -> int:
+    from tritongen.health import deep_check, healthy
+
+    probes = deep_check(args.repository, f"{args.host}:{args.http_port}", timeout=args.timeout)
+    for probe in probes:
+        print(probe.line)
+    if not probes:
+        print(f"FAIL no ensemble in {args.repository}")
+    return 0 if healthy(probes) else 1
 
 
 def _infer(args: argparse.Namespace) -> None:
@@ -288,8 +301,31 @@ def _parser() -> argparse.ArgumentParser:
         help="a folder, or s3://bucket/prefix (also s3://http://HOST:PORT/...)",
     )
     serve.add_argument("--cache-size", type=int, default=16 * 1024 * 1024, help="response cache bytes (0: off)")
+    serve.add_argument("--health-port", type=int, default=8003, help="port of /healthz and /livez (0: off)")
+    serve.add_argument(
+        "--grace-period",
+        type=int,
+        default=20,
+        help="seconds Triton drains in-flight requests on SIGTERM/SIGINT before everything is killed",
+    )
+    serve.add_argument(
+        "--supervise",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reload a Python step whose stub process dies",
+    )
     add_server_options(serve)
     serve.set_defaults(func=_serve)
+
+    health = sub.add_parser("health", help="one real inference per ensemble of a served repository; exit 0 or 1")
+    health.add_argument(
+        "--repository",
+        default="model_repository",
+        help="the served folder, or its s3:// URL",
+    )
+    health.add_argument("--timeout", type=float, default=10.0, help="seconds per ensemble")
+    add_server_options(health)
+    health.set_defaults(func=_health)
 
     inf = sub.add_parser("infer", help="query a served ensemble")
     inf.add_argument("--name", default="model")
@@ -378,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the process exit code."""
     args = _parser().parse_args(argv)
     try:
-        args.func(args)
+        code = args.func(args)
     except TritongenError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -393,4 +429,4 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL_ERROR
-    return 0
+    return code or 0

@@ -3,8 +3,11 @@
 That build (Triton 2.51, the same as the 24.10 container) has only the Python backend.
 ``prepare_runtime`` lays out a backend directory holding the Python backend with the stub
 for this interpreter, plus our Python-based ``onnxruntime`` backend, so the generated
-repository is served unchanged. :class:`TritonServer` starts it on the ports asked for,
-waits for readiness by polling the health endpoint, and always stops it.
+repository is served unchanged. :class:`TritonServer` starts it on the ports asked for
+(explicit model control, every model loaded, so that models can be reloaded through the
+repository API), waits for readiness with :func:`wait_until_ready`, and always stops it: a
+signal first, so that Triton drains in-flight requests for ``exit_timeout`` seconds, then
+SIGKILL of its whole process group, stubs included.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from tritongen import backends
@@ -29,7 +32,19 @@ from tritongen.errors import ServerError
 
 REMOTE_SCHEMES = ("s3://", "gs://", "as://")  # repositories tritonserver reads itself
 
-__all__ = ["TritonServer", "free_port", "prepare_runtime", "running_server", "server_environment", "triton_paths"]
+__all__ = [
+    "REMOTE_SCHEMES",
+    "TritonServer",
+    "free_port",
+    "prepare_runtime",
+    "running_server",
+    "server_environment",
+    "triton_paths",
+    "wait_until_ready",
+]
+
+# Seconds past the exit timeout before the process group gets SIGKILL: Triton's own exit takes a moment.
+_KILL_MARGIN_S = 10.0
 
 
 @functools.lru_cache(maxsize=1)
@@ -105,6 +120,40 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_until_ready(
+    url: str,
+    *,
+    timeout: float,
+    process: subprocess.Popen[bytes] | None = None,
+    what: str = "tritonserver",
+    log_file: Path | None = None,
+    reason: Callable[[], str] = lambda: "",
+) -> None:
+    """Poll ``http://{url}/v2/health/ready`` until it answers 200; raise ServerError otherwise.
+
+    The one readiness poller: Triton, the FastAPI baseline and tests use it. It gives up as soon
+    as ``process`` (the server being waited for) exits, and after ``timeout`` seconds;
+    ``reason()`` adds the telling log line to the error.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if process is not None and process.poll() is not None:
+            detail = reason()
+            raise ServerError(
+                f"{what} exited with code {process.returncode}" + (f": {detail}" if detail else ""), log_file=log_file
+            )
+        with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
+            with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2) as response:
+                if response.status == 200:
+                    return
+        if time.monotonic() > deadline:
+            detail = reason()
+            raise ServerError(
+                f"{what} was not ready after {timeout:.0f}s" + (f": {detail}" if detail else ""), log_file=log_file
+            )
+        time.sleep(0.25)
+
+
 class TritonServer:
     """A tritonserver process serving one repository; use as a context manager."""
 
@@ -119,6 +168,7 @@ class TritonServer:
         cache_size: int = 0,
         models: Sequence[str] | None = None,
         log_file: Path | None = None,
+        exit_timeout: int = 10,
         extra_args: Sequence[str] = (),
     ) -> None:
         # A local folder, or a remote repository URL tritonserver reads itself (s3://, gs://, as://).
@@ -127,7 +177,8 @@ class TritonServer:
         self.host = host
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
         self.cache_size = cache_size
-        self.models = list(models) if models is not None else None
+        self.models = list(models) if models is not None else ["*"]
+        self.exit_timeout = exit_timeout
         self.extra_args = list(extra_args)
         self._own_log = log_file is None
         self.log_file = log_file or Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
@@ -159,14 +210,13 @@ class TritonServer:
             f"--metrics-port={self.metrics_port}",
             "--allow-metrics=true",
             "--allow-gpu-metrics=false",
-            "--exit-timeout-secs=10",
+            f"--exit-timeout-secs={self.exit_timeout}",
             "--strict-readiness=true",
         ]
         if self.cache_size:
             cmd.append(f"--cache-config=local,size={self.cache_size}")
-        if self.models is not None:
-            cmd.append("--model-control-mode=explicit")
-            cmd += [f"--load-model={name}" for name in self.models]
+        cmd.append("--model-control-mode=explicit")
+        cmd += [f"--load-model={name}" for name in self.models]
         return cmd + self.extra_args
 
     def start(self, timeout: float = 240.0) -> TritonServer:
@@ -189,23 +239,9 @@ class TritonServer:
         return self
 
     def wait_ready(self, timeout: float) -> None:
-        """Poll ``/v2/health/ready`` until it answers 200, the process dies, or time runs out."""
-        deadline = time.monotonic() + timeout
-        url = f"http://{self.http_url}/v2/health/ready"
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise ServerError(
-                    f"tritonserver exited with code {self.process.returncode}: {self.failure_reason()}",
-                    log_file=self.log_file,
-                )
-            with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            time.sleep(0.25)
-        raise ServerError(
-            f"tritonserver was not ready after {timeout:.0f}s: {self.failure_reason()}", log_file=self.log_file
+        """Block until ``/v2/health/ready`` answers 200; raise ServerError if the process dies or time runs out."""
+        wait_until_ready(
+            self.http_url, timeout=timeout, process=self.process, log_file=self.log_file, reason=self.failure_reason
         )
 
     def logs(self) -> str:
@@ -223,28 +259,25 @@ class TritonServer:
         return picked.strip()[:400]
 
     def stop(self) -> None:
-        """Stop the server (SIGINT, then SIGKILL after a grace period)."""
-        process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGINT)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+        """Stop the server and every process of its group, stubs included.
 
-    def serve_forever(self) -> None:
-        """Block until the server exits or the user presses Ctrl-C."""
-        assert self.process is not None
-        try:
-            self.process.wait()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            self.stop()
+        SIGTERM to tritonserver alone: Triton then refuses new work, drains in-flight requests for
+        up to ``exit_timeout`` seconds and stops its stubs. Whatever of the group is still there
+        a margin later (or at once, when tritonserver has already died) gets SIGKILL.
+        """
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=self.exit_timeout + _KILL_MARGIN_S)
+        # The group outlives its leader when stubs linger; killpg reaches them by the leader's pid.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
 
     def __enter__(self) -> TritonServer:
         return self.start()

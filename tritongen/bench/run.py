@@ -13,9 +13,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,9 +26,9 @@ from tritongen.bench.report import BenchReport, write_report
 from tritongen.build import build_repository
 from tritongen.configs import step_names
 from tritongen.datasets import bench_texts
-from tritongen.errors import BenchError
+from tritongen.errors import BenchError, ServerError
 from tritongen.repository import existing_versions
-from tritongen.server import TritonServer, free_port, server_environment
+from tritongen.server import TritonServer, free_port, server_environment, wait_until_ready
 from tritongen.spec import DynamicBatching, load_spec
 from tritongen.stats import StepStats, model_stats, stats_delta
 from tritongen.tasks import TASKS
@@ -92,16 +89,10 @@ def _pipeline_server(meta: Mapping[str, Any], name: str, log: Path) -> Iterator[
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=server_environment())
     url = f"127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            if process.poll() is not None:
-                raise BenchError(f"the FastAPI baseline exited with code {process.returncode}", log_file=log)
-            with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
-                with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2):
-                    break
-            if time.monotonic() > deadline:
-                raise BenchError("the FastAPI baseline did not start in 180s", log_file=log)
-            time.sleep(0.25)
+        try:
+            wait_until_ready(url, timeout=180, process=process, what="the FastAPI baseline", log_file=log)
+        except ServerError as exc:
+            raise BenchError(exc.message, log_file=log) from None
         yield url
     finally:
         process.terminate()

@@ -1,0 +1,139 @@
+"""``tritongen serve``: run tritonserver in the foreground, supervised, until a signal or its death.
+
+What an orchestrator needs from the process it starts:
+
+* SIGTERM and SIGINT stop it cleanly: ``/healthz`` turns 503, Triton drains in-flight requests
+  for up to ``grace_period`` seconds (its ``--exit-timeout-secs``), and whatever of its process
+  group is left after that gets SIGKILL, so no tritonserver or stub outlives ``serve``;
+* a dead Python stub is brought back by :class:`tritongen.supervisor.Supervisor`, and readiness
+  (:mod:`tritongen.health`) is false until the deployment answers again;
+* when tritonserver itself dies, ``serve`` stops its stubs and fails with one line (exit code 2
+  at the CLI), so that the orchestrator restarts it.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from tritongen.errors import ServerError
+from tritongen.health import HealthEndpoint, check, find_ensembles
+from tritongen.server import TritonServer
+from tritongen.supervisor import Supervisor
+
+__all__ = ["ServeOptions", "serve"]
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Settings of one ``serve`` run; ``health_port`` 0 turns the health endpoint off."""
+
+    repository: Path | str
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    health_port: int = 8003
+    cache_size: int = 16 * 1024 * 1024
+    grace_period: int = 20
+    supervise: bool = True
+    probe_timeout: float = 10.0
+
+
+class _Interrupted(BaseException):
+    """A stop signal arrived while tritonserver was still starting (BaseException, like Ctrl-C)."""
+
+
+def serve(options: ServeOptions, *, log: Callable[[str], None] = print) -> None:
+    """Serve until SIGTERM or SIGINT (return) or until tritonserver dies (raise ServerError)."""
+    server = TritonServer(
+        options.repository,
+        host=options.host,
+        http_port=options.http_port,
+        grpc_port=options.grpc_port,
+        metrics_port=options.metrics_port,
+        cache_size=options.cache_size,
+        exit_timeout=options.grace_period,
+    )
+    stopping = threading.Event()
+    started = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        first = not stopping.is_set()
+        stopping.set()
+        if first and not started.is_set():
+            raise _Interrupted
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in _SIGNALS}
+    supervisor: Supervisor | None = None
+    endpoint: HealthEndpoint | None = None
+    try:
+        try:
+            server.start()
+            started.set()  # inside the try: a signal just before this line still lands in the except
+        except _Interrupted:
+            return
+        supervisor, endpoint = _start_watchers(server, options, stopping, log)
+        health = f", health http://{options.host}:{endpoint.port}/healthz" if endpoint else ""
+        log(
+            f"Triton is serving {options.repository} — HTTP {server.http_url}, gRPC {server.grpc_url}, "
+            f"metrics {server.host}:{server.metrics_port}{health} (log: {server.log_file}). "
+            f"Ctrl-C or SIGTERM stops it ({options.grace_period}s grace)."
+        )
+        _wait(server, stopping)
+    finally:
+        if supervisor is not None:  # first, so that stubs ending with the server are not "recovered"
+            supervisor.stop()
+            supervisor.join(timeout=options.grace_period + 30)
+        stopping.set()  # /healthz answers 503 while Triton drains
+        server.stop()
+        if endpoint is not None:
+            endpoint.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _start_watchers(
+    server: TritonServer, options: ServeOptions, stopping: threading.Event, log: Callable[[str], None]
+) -> tuple[Supervisor | None, HealthEndpoint | None]:
+    import tritonclient.http as httpclient
+
+    assert server.process is not None
+    process = server.process
+    supervisor = None
+    if options.supervise:
+        # A model load can take minutes for a large checkpoint on a busy machine.
+        client = httpclient.InferenceServerClient(server.http_url, connection_timeout=30, network_timeout=600)
+        supervisor = Supervisor(process.pid, client, log=log)
+        supervisor.start()
+    endpoint = None
+    if options.health_port:
+        ensembles = find_ensembles(server.repository, server.http_url, timeout=options.probe_timeout)
+        try:
+            endpoint = HealthEndpoint(
+                options.host,
+                options.health_port,
+                probe=lambda: check(server.http_url, ensembles, timeout=options.probe_timeout),
+                alive=lambda: process.poll() is None and not stopping.is_set(),
+            ).start()
+        except OSError as exc:
+            raise ServerError(f"cannot serve health checks on {options.host}:{options.health_port}: {exc}") from None
+    return supervisor, endpoint
+
+
+def _wait(server: TritonServer, stopping: threading.Event) -> None:
+    """Return on a stop signal; raise ServerError as soon as tritonserver exits by itself."""
+    assert server.process is not None
+    while not stopping.wait(0.5):
+        code = server.process.poll()
+        if code is not None:
+            raise ServerError(
+                f"tritonserver exited unexpectedly with code {code}; stopping so that it can be restarted",
+                log_file=server.log_file,
+            )
