@@ -48,3 +48,56 @@ def test_max_relative_diff_is_absolute_near_zero_and_relative_for_large_values()
     assert max_relative_diff(np.array([0.0]), np.array([1e-5])) == pytest.approx(1e-5)
     assert max_relative_diff(np.array([1000.0]), np.array([1001.0])) == pytest.approx(1 / 1001)
     assert max_relative_diff(np.array([]), np.array([])) == 0.0
+
+
+def _record(repo: Path, name: str) -> dict:
+    import json
+
+    return json.loads((repo / name / "1" / "build.json").read_text())["container_runtime"]
+
+
+@needs_venv
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("settings", "criterion"),
+    [
+        ({}, "parity"),
+        ({"optimize": True}, "parity"),
+        ({"precision": "fp16"}, "gate"),
+        ({"precision": "int8", "quantization": "static", "int8_curve": False}, "gate"),
+        ({"precision": "int8", "quantization": "dynamic", "int8_curve": False}, "gate"),
+    ],
+    ids=["fp32", "optimized", "fp16", "int8-static", "int8-dynamic"],
+)
+def test_every_emitted_variant_passes_in_the_container_runtime(minilm_path, tmp_path, settings, criterion):
+    from tritongen.build import build_repository
+    from tritongen.spec import BuildSpec
+
+    build_repository(BuildSpec(model=str(minilm_path), name="m", repository=tmp_path, **settings))
+    record = _record(tmp_path, "m")
+    assert record["runtime"] == CONTAINER_ORT and record["criterion"] == criterion and record["passed"], record
+
+
+@needs_venv
+def test_a_model_the_container_runtime_disagrees_with_is_refused_and_nothing_is_published(
+    tiny_factory, tmp_path, monkeypatch
+):
+    from tritongen import compat
+    from tritongen.build import build_repository
+    from tritongen.errors import ParityError
+    from tritongen.spec import BuildSpec
+
+    real_run = compat.ContainerSession.run
+    monkeypatch.setattr(compat.ContainerSession, "run", lambda self, n, f: [o + 0.01 for o in real_run(self, n, f)])
+    with pytest.raises(ParityError, match=r"ONNX Runtime 1\.19\.2 .* FAILS"):
+        build_repository(BuildSpec(model=str(tiny_factory("bert")), name="m", repository=tmp_path / "repo"))
+    assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())
+
+
+def test_the_check_is_skipped_and_recorded_when_turned_off(tiny_factory, tmp_path):
+    from tritongen.build import build_repository
+    from tritongen.spec import BuildSpec
+
+    spec = BuildSpec(model=str(tiny_factory("bert")), name="m", repository=tmp_path, container_check=False)
+    build_repository(spec)
+    assert _record(tmp_path, "m") == {"skipped": "turned off in the spec"}

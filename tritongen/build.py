@@ -3,8 +3,9 @@
 A build is a :class:`BuildPlan` (decided once, by :func:`inspect`) and a list of named stages, each
 taking the plan and what earlier stages produced:
 
-inspect -> export ONNX -> parity gate -> optimise and gate -> render and validate configs -> write
-(into a staging area) -> publish atomically. Nothing reaches the repository before :func:`publish`.
+inspect -> export ONNX -> parity gate -> optimise and gate -> check in the container's runtime ->
+render and validate configs -> write (into a staging area) -> publish atomically. Nothing reaches the
+repository before :func:`publish`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,17 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritongen import triton_models
 from tritongen.accuracy import AccuracyReport, GateReference, read_texts, require_accuracy
 from tritongen.checkpoint import Checkpoint, inspect_checkpoint
+from tritongen.compat import CONTAINER_ORT, DEFAULT_VENV, ContainerReport, check_in_container, container_python
 from tritongen.configs import bucket_lengths, step_configs, step_names
-from tritongen.errors import CheckpointError, RepositoryError, StageError, TritongenError, UnsupportedModelError
+from tritongen.errors import (
+    AccuracyError,
+    CheckpointError,
+    ParityError,
+    RepositoryError,
+    StageError,
+    TritongenError,
+    UnsupportedModelError,
+)
 from tritongen.export import export_onnx
 from tritongen.int8_search import SCHEMES, SearchReport, search_int8
 from tritongen.model_facts import ModelFacts, read_model_facts
@@ -70,6 +80,7 @@ class Variant:
     optimized: OptimizeReport
     accuracy: AccuracyReport
     search: SearchReport | None = None
+    reference: GateReference | None = field(default=None, repr=False, compare=False)  # for the container check
 
 
 @dataclass(frozen=True)
@@ -261,8 +272,9 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         with exported(plan, work, console) as onnx:
             report = parity(plan, onnx, console)
             variant = optimise(plan, onnx, console)
+            container = container_check(plan, onnx, variant, console)
         configs = render(plan)
-        write(plan, work, configs, report, variant)
+        write(plan, work, configs, report, variant, container)
         version = publish(plan, work, console)
     accuracy = None if variant is None else variant.accuracy
     search = None if variant is None else variant.search
@@ -407,7 +419,45 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
             accuracy = reference.measure(target, _variant_name(spec))
     console.print(Markdown(accuracy.to_markdown(accepted=spec.accept_accuracy_loss)))
     require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)
-    return Variant(optimized, accuracy, search)
+    return Variant(optimized, accuracy, search, reference)
+
+
+def container_check(
+    plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console
+) -> ContainerReport | dict[str, str]:
+    """Stage 5: the served model in ONNX Runtime 1.19.2, the 24.10 container's (``tritongen.compat``).
+
+    Lossless models (FP32, fusions) must give our runtime's outputs within the parity tolerance there; FP16
+    and INT8 must pass the accuracy gate measured there. A model that fails is refused in one line. Skipped
+    (and recorded as skipped) for TensorRT plans, when the spec turns it off, or without the container venv.
+    """
+    spec = plan.spec
+    python = container_python()
+    why = (
+        "the model step is a TensorRT plan" if spec.runtime == "tensorrt"
+        else "turned off in the spec" if not spec.container_check
+        else f"no container venv ({DEFAULT_VENV}; `make compat-venv` creates it)" if python is None
+        else ""
+    )  # fmt: skip
+    if why:
+        console.print(f"[yellow]Container runtime check skipped[/]: {why}")
+        return {"skipped": why}
+    assert python is not None
+    texts = list(PARITY_TEXTS)
+    pairs = plan.pairs(texts)
+    feeds = [onnx.encoder([t], None if pairs is None else [pairs[i]]) for i, t in enumerate(texts)]
+    lossy = variant is not None and spec.precision != "fp32"
+    with console.status(f"Checking the served model in ONNX Runtime {CONTAINER_ORT}…"), _stage("container check"):
+        report = check_in_container(
+            onnx.target, python, feeds=feeds, tolerance=spec.parity_tolerance,
+            reference=variant.reference if lossy and variant is not None else None,
+            variant=_variant_name(spec, variant), batch_dependent=spec.precision == "int8",
+        )  # fmt: skip
+    console.print(report.summary())
+    if not report.passed and not (lossy and spec.accept_accuracy_loss):
+        error = AccuracyError if lossy else ParityError
+        raise error(f"{report.summary()}; nothing was published (serve it elsewhere with --no-container-check)")
+    return report
 
 
 def _int8_schemes(spec: BuildSpec) -> tuple[str, ...]:
@@ -418,7 +468,7 @@ def _int8_schemes(spec: BuildSpec) -> tuple[str, ...]:
 
 
 def render(plan: BuildPlan) -> dict[str, tuple[str, mc.ModelConfig]]:
-    """Stage 5: the four configs as ``config.pbtxt`` text, parsed with Triton's schema and wiring-checked."""
+    """Stage 6: the four configs as ``config.pbtxt`` text, parsed with Triton's schema and wiring-checked."""
     return render_all(
         step_configs(
             plan.spec,
@@ -439,8 +489,9 @@ def write(
     configs: Mapping[str, tuple[str, mc.ModelConfig]],
     report: ParityReport,
     variant: Variant | None,
+    container: ContainerReport | dict[str, str] | None = None,
 ) -> None:
-    """Stage 6: write everything else into the staging area: configs, Python steps, engine plan, card, reports."""
+    """Stage 7: write everything else into the staging area: configs, Python steps, engine plan, card, reports."""
     spec, names = plan.spec, plan.names
     for step, (text, _) in configs.items():
         work.write_config(names[step], text)
@@ -465,7 +516,9 @@ def write(
         "rows": [row.__dict__ for row in report.rows],
     }
     (card_dir / "parity.json").write_text(json.dumps(parity_json, ensure_ascii=False, indent=1), encoding="utf-8")
-    (card_dir / "build.json").write_text(json.dumps(_build_record(plan, variant), indent=1), encoding="utf-8")
+    record = _build_record(plan, variant)
+    record["container_runtime"] = container.to_dict() if isinstance(container, ContainerReport) else container
+    (card_dir / "build.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
 
 
 def _write_python_steps(plan: BuildPlan, work: Staging) -> None:
@@ -507,7 +560,7 @@ def _build_record(plan: BuildPlan, variant: Variant | None) -> dict[str, Any]:
 
 
 def publish(plan: BuildPlan, work: Staging, console: Console) -> int:
-    """Stage 7: move the staged version into the repository at once; return its number."""
+    """Stage 8: move the staged version into the repository at once; return its number."""
     work.publish()
     console.print(f"[green]Published[/] `{plan.spec.name}` version {work.version} to {plan.spec.repository}")
     return work.version

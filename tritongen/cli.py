@@ -54,6 +54,7 @@ def _build(args: argparse.Namespace) -> None:
         validation=args.validation,
         accept_accuracy_loss=args.accept_accuracy_loss,
         runtime=args.runtime,
+        container_check=args.container_check,
         max_length=args.max_length,
         **{name: getattr(args, name) for name in legacy_settings()},
     )
@@ -272,6 +273,12 @@ def _parser() -> argparse.ArgumentParser:
         "--int8-curve",
         action=argparse.BooleanOptionalAction,
         help="int8: also measure the speed/accuracy trade-off curve for the model card (default on)",
+    )
+    build.add_argument(
+        "--container-check",
+        action=argparse.BooleanOptionalAction,
+        help="also check the served model in ONNX Runtime 1.19.2, the 24.10 container's (default on where "
+        "`make compat-venv` made its venv)",
     )
     build.add_argument("--calibration", type=Path, help="calibration texts, one per line (default: built-in)")
     build.add_argument("--validation", type=Path, help="accuracy-gate texts, one per line (default: built-in)")

@@ -18,14 +18,26 @@ import pickle
 import struct
 import subprocess
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tritongen.errors import StageError
 
-__all__ = ["CONTAINER_ORT", "DEFAULT_VENV", "ContainerSession", "container_python", "max_relative_diff"]
+if TYPE_CHECKING:
+    from tritongen.accuracy import AccuracyReport
+
+__all__ = [
+    "CONTAINER_ORT",
+    "DEFAULT_VENV",
+    "ContainerReport",
+    "ContainerSession",
+    "check_in_container",
+    "container_python",
+    "max_relative_diff",
+]
 
 CONTAINER_ORT = "1.19.2"
 DEFAULT_VENV = Path(".venv-ort-container")
@@ -121,6 +133,66 @@ def max_relative_diff(a: np.ndarray, b: np.ndarray) -> float:
     """The largest ``|a - b| / (1 + |a|)`` (relative for large values, absolute near zero)."""
     a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.max(np.abs(a64 - b64) / (1.0 + np.abs(a64)))) if a64.size else 0.0
+
+
+@dataclass(frozen=True)
+class ContainerReport:
+    """The served model in the container's runtime: lossless models against ours, lossy ones through the gate."""
+
+    runtime: str
+    criterion: str  # "parity" (within the tolerance of our runtime's outputs) or "gate" (the accuracy gate)
+    passed: bool
+    max_relative_diff: float | None = None
+    tolerance: float | None = None
+    accuracy: AccuracyReport | None = None
+
+    def summary(self) -> str:
+        """One line for the console, the model card and errors."""
+        verdict = "passes" if self.passed else "FAILS"
+        if self.criterion == "parity":
+            return (
+                f"ONNX Runtime {self.runtime} (the 24.10 container's) {verdict}: outputs within "
+                f"{self.max_relative_diff:.2e} of ours (tolerance {self.tolerance:g})"
+            )
+        assert self.accuracy is not None
+        return f"ONNX Runtime {self.runtime} (the 24.10 container's) {verdict} the gate: {self.accuracy.summary()}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """For ``build.json``."""
+        data = asdict(self)
+        data["accuracy"] = None if self.accuracy is None else self.accuracy.__dict__
+        return data
+
+
+def check_in_container(
+    model: Path,
+    python: Path,
+    *,
+    feeds: list[dict[str, np.ndarray]],
+    tolerance: float,
+    reference: Any = None,
+    variant: str = "",
+    batch_dependent: bool = False,
+) -> ContainerReport:
+    """Run ``model`` in the container's runtime.
+
+    Without ``reference`` (a lossless model: FP32, fusions) every batch of ``feeds`` must give our runtime's
+    outputs within ``tolerance`` (``numpy.allclose`` with ``rtol = atol = tolerance``). With a gate
+    ``reference`` (FP16, INT8) the gate is measured again with the container's runtime and must pass.
+    """
+    with ContainerSession(model, python) as session:
+        if reference is not None:
+            report = reference.measure(session, f"{variant} in ORT {session.version}", batch_dependent=batch_dependent)
+            return ContainerReport(session.version, "gate", report.passed, accuracy=report)
+        import onnxruntime as ort
+
+        ours = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+        worst, passed = 0.0, True
+        for batch in feeds:
+            for mine, theirs in zip(ours.run(None, batch), session.run(None, batch)):
+                worst = max(worst, max_relative_diff(mine, theirs))
+                passed = passed and bool(np.allclose(theirs, mine, rtol=tolerance, atol=tolerance))
+        return ContainerReport(session.version, "parity", passed, max_relative_diff=worst, tolerance=tolerance)
 
 
 if __name__ == "__main__":  # pragma: no cover - a manual probe: python -m tritongen.compat model.onnx

@@ -126,6 +126,8 @@ class BuildSpec:
     validation: Path | None = None  # one text per line; None: the built-in sample
     accept_accuracy_loss: bool = False
     runtime: Literal["onnx", "tensorrt"] = "onnx"
+    # Check the served model in the 24.10 container's ONNX Runtime too (tritongen.compat), where its venv exists.
+    container_check: bool = True
     # The tasks' sections, by section name (``question_answering: {doc_stride: 64}``); a task missing here
     # runs with its defaults. The old flat keys (``qa_doc_stride``) are read into these sections.
     task_settings: dict[str, TaskSettings] = field(default_factory=dict)
