@@ -16,7 +16,8 @@ pytestmark = pytest.mark.e2e
 def served(tiny_factory, tmp_path_factory):
     repo = tmp_path_factory.mktemp("overload") / "repo"
     checkpoint = str(tiny_factory("bert"))
-    build_repository(BuildSpec(model=checkpoint, name="free", repository=repo))
+    unbounded = DynamicBatching(queue_policy=QueuePolicy(max_queue_size=0))
+    build_repository(BuildSpec(model=checkpoint, name="free", repository=repo, dynamic_batching=unbounded))
     limit = DynamicBatching(queue_policy=QueuePolicy(max_queue_size=4, default_timeout_microseconds=2_000_000))
     build_repository(BuildSpec(model=checkpoint, name="limited", repository=repo, dynamic_batching=limit))
     with running_server(repo) as server:

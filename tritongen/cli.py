@@ -42,6 +42,15 @@ def _build(args: argparse.Namespace) -> None:
             "max_queue_delay_microseconds": args.max_queue_delay_us,
             "preferred_batch_size": _ints(args.preferred_batch_size),
             "preserve_ordering": args.preserve_ordering,
+            "queue_policy": {
+                k: v
+                for k, v in (
+                    ("max_queue_size", args.max_queue_size),
+                    ("default_timeout_microseconds", args.queue_timeout_us),
+                )
+                if v is not None
+            }
+            or None,
         },
         model_instances={"count": args.model_instances, "kind": args.model_kind},
         tokenizer_instances={"count": args.tokenizer_instances},
@@ -257,6 +266,12 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--max-queue-delay-us", type=int, help="dynamic batching max_queue_delay_microseconds")
     build.add_argument("--preferred-batch-size", help="comma-separated preferred batch sizes")
     build.add_argument("--preserve-ordering", action=argparse.BooleanOptionalAction)
+    build.add_argument(
+        "--max-queue-size", type=int, help="model step queue limit in requests (default 2 batches; 0: unbounded)"
+    )
+    build.add_argument(
+        "--queue-timeout-us", type=int, help="model step: shed a request queued longer than this (default: never)"
+    )
     build.add_argument("--model-instances", type=int, help="instance count of the model step")
     build.add_argument("--model-kind", choices=("KIND_CPU", "KIND_GPU"), help="where the model step runs")
     build.add_argument("--tokenizer-instances", type=int, help="instance count of the tokenizer step")

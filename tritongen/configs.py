@@ -73,7 +73,7 @@ class ModelStep:
             "inputs": self.inputs,
             "outputs": self.outputs,
             "version_policy": _version_policy(spec.version_policy),
-            "dynamic_batching": _batching(spec.dynamic_batching),
+            "dynamic_batching": _batching(spec.dynamic_batching, default_queue=QUEUE_BATCHES * spec.max_batch_size),
             "warmup": self.warmup(),
         }
 
@@ -170,10 +170,13 @@ def step_configs(
     post_out = _tensors(plan.postprocess_outputs)
     python_steps = {
         "max_batch_size": spec.max_batch_size if plan.batched_io else 0,
-        # The Python steps are cheap: they batch whatever is queued and never wait for more. A task whose
-        # requests become a different number of model rows (QA windows) runs them per request instead.
+        # The Python steps are cheap: they batch whatever is queued, never wait for more and shed nothing (the
+        # queue limit is the model step's, where requests wait). A task whose requests become a different number
+        # of model rows (QA windows) runs them per request instead.
         "dynamic_batching": _batching(
-            dataclasses.replace(spec.dynamic_batching, max_queue_delay_microseconds=0, preferred_batch_size=())
+            dataclasses.replace(
+                spec.dynamic_batching, max_queue_delay_microseconds=0, preferred_batch_size=(), queue_policy=None
+            )
         )
         if plan.batched_io
         else None,
@@ -249,10 +252,18 @@ def _instances(group: specs.InstanceGroup) -> InstanceGroup:
     return InstanceGroup(count=group.count, kind=Kind(group.kind), gpus=tuple(group.gpus))
 
 
-def _batching(batching: specs.DynamicBatching) -> DynamicBatching | None:
+# The model step's queue holds at most this many full batches by default: a burst far above capacity is shed
+# with UNAVAILABLE/503 instead of queueing without bound (tests/test_overload.py; README "Under load").
+QUEUE_BATCHES = 2
+
+
+def _batching(batching: specs.DynamicBatching, *, default_queue: int = 0) -> DynamicBatching | None:
+    """Triton's section; ``default_queue`` bounds the queue when the spec names no policy (0: unbounded)."""
     if not batching.enabled:
         return None
     policy = batching.queue_policy
+    if policy is None and default_queue:
+        policy = specs.QueuePolicy(max_queue_size=default_queue)
     return DynamicBatching(
         max_queue_delay_microseconds=batching.max_queue_delay_microseconds,
         preferred_batch_size=tuple(batching.preferred_batch_size),
