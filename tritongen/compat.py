@@ -65,12 +65,18 @@ while True:
 
 
 def container_python(venv: Path | None = None) -> Path | None:
-    """The container-runtime venv's Python, or None when that venv was not created."""
-    root = Path(venv or os.environ.get(VENV_ENV) or DEFAULT_VENV)
-    if not root.is_absolute():
-        root = Path.cwd() / root
-    python = root / "bin" / "python"
-    return python if python.is_file() else None
+    """The container-runtime venv's Python, or None when that venv was not created.
+
+    Looked for where asked (``venv``, else ``$TRITONGEN_CONTAINER_VENV``), else in the working folder, else
+    beside a source checkout of this package (an editable install run from elsewhere).
+    """
+    asked = venv or os.environ.get(VENV_ENV)
+    roots = [Path(asked)] if asked else [Path.cwd() / DEFAULT_VENV, Path(__file__).resolve().parents[1] / DEFAULT_VENV]
+    for root in roots:
+        python = root / "bin" / "python"
+        if python.is_file():
+            return python
+    return None
 
 
 class ContainerSession:
