@@ -9,7 +9,7 @@ import pytest
 
 from tritongen.build import build_repository
 from tritongen.server import running_server
-from tritongen.soak import KINDS, SoakInterval, _classify, _leaks, _stub_model, run_soak
+from tritongen.soak import KINDS, SoakInterval, _classify, _leaks, run_soak
 from tritongen.spec import BuildSpec
 
 
@@ -32,12 +32,6 @@ def test_classify_counts_refusals_only_where_a_refusal_is_right():
     assert _classify("malformed", None) == ("error", "malformed: bad request answered")
     assert _classify("long", _Unavailable()) == ("error", "long: UNAVAILABLE")
     assert _classify("batched", TimeoutError()) == ("error", "batched: TimeoutError")
-
-
-def test_stub_model_is_the_instance_name_without_group_and_index():
-    argv = ["/x/model.py", "triton_python_backend_shm_region_3", "1048576", "123", "/b", "336", "mini_tokenizer_0_1"]
-    assert _stub_model(argv) == "mini_tokenizer"
-    assert _stub_model(["/x/model.py", "triton_python_backend_shm_region_3"]) is None
 
 
 def _interval(index: int, **memory: float) -> SoakInterval:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from tritongen.errors import ServerError
+from tritongen.supervisor import stubs_of
 
 __all__ = ["KINDS", "SoakInterval", "SoakReport", "process_memory", "run_soak"]
 
@@ -140,15 +141,6 @@ def _classify(kind: str, error: Exception | None) -> tuple[str, str | None]:
     return "error", f"{kind}: {cause}"
 
 
-def _stub_model(cmdline: list[str]) -> str | None:
-    """The model a Python backend stub serves (its instance name without the ``_<group>_<index>`` suffix)."""
-    for arg in cmdline:
-        parts = arg.rsplit("_", 2)
-        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() and "/" not in arg:
-            return parts[0]
-    return None
-
-
 def _read_proc(pid: int) -> tuple[list[str], int, float] | None:
     """``(cmdline, parent pid, resident MiB)`` of a process, or None once it is gone."""
     try:
@@ -170,11 +162,10 @@ def process_memory(grpc_port: int) -> dict[str, float]:
     ]  # fmt: skip
     if not servers:
         return {}
-    server = servers[0]
-    memory = {"tritonserver": table[server][2]}
-    for cmd, parent, rss in table.values():
-        if parent == server and cmd and "stub" in Path(cmd[0]).name and (model := _stub_model(cmd[1:])):
-            memory[model] = memory.get(model, 0.0) + rss
+    memory = {"tritonserver": table[servers[0]][2]}
+    for stub in stubs_of(servers[0]).values():
+        if stub.pid in table:
+            memory[stub.model] = memory.get(stub.model, 0.0) + table[stub.pid][2]
     return memory
 
 
