@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from tritongen.cli import main
-from tritongen.deploy import TritonArgs, dashboard_queries, write_package
+from tritongen.deploy import TritonArgs, dashboard_queries, probe, write_package
 from tritongen.deploy.dashboard import DATASOURCE_UID, GPU_METRICS
-from tritongen.deploy.package import BASE_IMAGE
+from tritongen.deploy.package import BASE_IMAGE, PROBE_PATH
 from tritongen.errors import DeployError
 
 LOCK = Path(__file__).resolve().parents[1] / "requirements.lock"
@@ -63,7 +63,9 @@ def test_package_compose_runs_triton_args_and_scrapes_its_metrics_port_when_port
     assert "--metrics-config=summary_latencies=true" in triton["command"]
     assert triton["ports"] == ["9000:9000", "9001:9001", "9002:9002"]
     assert triton["stop_grace_period"] == "55s"
-    assert "'http://localhost:9000/v2/health/ready'" in triton["healthcheck"]["test"][-1]
+    assert triton["healthcheck"]["test"] == ["CMD", "python3", PROBE_PATH, "--url", "http://127.0.0.1:9000", "demo"]
+    assert f"COPY probe.py {PROBE_PATH}" in (out / "Dockerfile").read_text()
+    assert (out / "probe.py").read_text() == Path(probe.__file__).read_text()
     assert triton["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     assert {"prometheus", "grafana"} <= set(compose["services"])
     scrape = yaml.safe_load((out / "prometheus" / "prometheus.yml").read_text())["scrape_configs"][0]

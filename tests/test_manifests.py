@@ -12,6 +12,7 @@ from tritongen.cli import main
 from tritongen.deploy import ManifestOptions, TritonArgs, manifests, startup_seconds, write_manifests
 from tritongen.deploy.dashboard import MODEL_METRICS
 from tritongen.deploy.manifests import HPA_METRIC, grace_seconds
+from tritongen.deploy.package import probe_command
 from tritongen.deploy.triton_args import LIVE_PATH, METRICS_PATH, READY_PATH
 from tritongen.errors import DeployError
 
@@ -55,13 +56,15 @@ def test_validator_rejects_a_misspelt_field_when_strict(docs):
         validate(broken, K8S_VERSION, strict=True)
 
 
-def test_deployment_probes_use_triton_health_endpoints_on_http_port_when_rendered(docs):
+def test_deployment_probes_infer_for_readiness_and_use_triton_health_otherwise_when_rendered(docs):
     args = TritonArgs()
     container = _container(docs)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == args.ports
     assert container["livenessProbe"]["httpGet"] == {"path": LIVE_PATH, "port": "http"}
-    assert container["readinessProbe"]["httpGet"] == {"path": READY_PATH, "port": "http"}
+    # readiness is deep: the image's probe infers through the ensemble on the HTTP port
+    assert container["readinessProbe"]["exec"]["command"] == probe_command("demo_embed", args)
+    assert f"http://127.0.0.1:{args.http_port}" in container["readinessProbe"]["exec"]["command"]
     startup = container["startupProbe"]
     assert startup["httpGet"] == {"path": READY_PATH, "port": "http"}
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 240

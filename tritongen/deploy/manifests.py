@@ -1,8 +1,9 @@
 """``tritongen manifests NAME``: plain Kubernetes YAML for one deployment, plus a KServe alternative.
 
 The pod runs the image ``tritongen package`` builds, reading the model repository from S3
-(where ``tritongen publish`` put it) with credentials from a Secret. Probes use Triton's own
-``/v2/health/live`` and ``/v2/health/ready`` on the HTTP port; the HorizontalPodAutoscaler
+(where ``tritongen publish`` put it) with credentials from a Secret. The readiness probe runs an
+inference through the ensemble (``tritongen/deploy/probe.py``, copied into the image); start-up and
+liveness use Triton's own ``/v2/health/ready`` and ``/v2/health/live`` on the HTTP port; the HorizontalPodAutoscaler
 scales on queue time per request, which the shipped Prometheus-adapter rule computes from
 Triton's counters. Every value that also appears in the command line comes from :class:`TritonArgs`.
 """
@@ -18,7 +19,7 @@ import yaml
 
 from tritongen.deploy.dashboard import queue_us_per_request
 from tritongen.deploy.folder import write_folder
-from tritongen.deploy.package import default_image, model_folders
+from tritongen.deploy.package import default_image, model_folders, probe_command
 from tritongen.deploy.triton_args import LIVE_PATH, METRICS_PATH, READY_PATH, TritonArgs
 from tritongen.errors import DeployError
 
@@ -97,7 +98,13 @@ def _container(options: ManifestOptions, args: TritonArgs) -> dict[str, Any]:
         "env": env,
         "resources": {"requests": {"cpu": "2", "memory": "4Gi", **gpus}, "limits": {"memory": "8Gi", **gpus}},
         "startupProbe": probe(READY_PATH, STARTUP_PERIOD_S, math.ceil(options.startup_seconds / STARTUP_PERIOD_S)),
-        "readinessProbe": probe(READY_PATH, 5, 3),
+        # Deep: an inference through the ensemble (a dead Python stub leaves /v2/health/ready at 200).
+        "readinessProbe": {
+            "exec": {"command": probe_command(options.name, args)},
+            "periodSeconds": 10,
+            "timeoutSeconds": 15,
+            "failureThreshold": 3,
+        },
         "livenessProbe": probe(LIVE_PATH, 10, 3),
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_S)]}}},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],

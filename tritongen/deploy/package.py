@@ -20,7 +20,7 @@ import yaml
 from tritongen.build import step_names
 from tritongen.deploy.dashboard import DATASOURCE_UID, dashboard
 from tritongen.deploy.folder import write_folder
-from tritongen.deploy.triton_args import READY_PATH, TritonArgs
+from tritongen.deploy.triton_args import TritonArgs
 from tritongen.errors import DeployError
 
 __all__ = [
@@ -80,6 +80,8 @@ FROM {BASE_IMAGE}
 RUN pip install --no-cache-dir {packages}
 
 COPY model_repository {args.model_repository}
+# Deep readiness (one real inference per ensemble, stdlib only): the Kubernetes readiness probe runs it.
+COPY probe.py {PROBE_PATH}
 
 EXPOSE {args.http_port} {args.grpc_port} {args.metrics_port}
 ENTRYPOINT ["tritonserver"]
@@ -87,16 +89,21 @@ CMD {json.dumps(args.argv())}
 """
 
 
-_DOCKERIGNORE = """# Only the model repository goes into the image.
+PROBE_PATH = "/opt/tritongen/probe.py"  # where the image keeps the deep readiness probe
+
+
+_DOCKERIGNORE = """# Only the model repository and the readiness probe go into the image.
 *
 !model_repository
+!probe.py
 **/__pycache__
 **/*.staging-*
 """
 
 
-def _ready_check(args: TritonArgs) -> str:
-    return f"import urllib.request; urllib.request.urlopen('http://localhost:{args.http_port}{READY_PATH}', timeout=4)"
+def probe_command(name: str, args: TritonArgs) -> list[str]:
+    """The deep readiness check inside the image: an inference through ``name`` (``tritongen/deploy/probe.py``)."""
+    return ["python3", PROBE_PATH, "--url", f"http://127.0.0.1:{args.http_port}", name]
 
 
 def _compose(name: str, image: str, args: TritonArgs) -> dict[str, Any]:
@@ -114,7 +121,7 @@ def _compose(name: str, image: str, args: TritonArgs) -> dict[str, Any]:
                 "stop_grace_period": f"{args.exit_timeout_secs + STOP_MARGIN_S}s",
                 "healthcheck": {
                     # python3 is in the image for the Python backend; urlopen raises unless the answer is 2xx.
-                    "test": ["CMD", "python3", "-c", _ready_check(args)],
+                    "test": ["CMD", *probe_command(name, args)],
                     "interval": "10s",
                     "timeout": "5s",
                     "retries": 3,
@@ -177,6 +184,7 @@ def package_files(name: str, *, args: TritonArgs, image: str) -> dict[str, str]:
     return {
         "Dockerfile": _dockerfile(name, args, pinned_versions()),
         ".dockerignore": _DOCKERIGNORE,
+        "probe.py": (Path(__file__).parent / "probe.py").read_text(encoding="utf-8"),
         "compose.yaml": dump(_compose(name, image, args)),
         "prometheus/prometheus.yml": dump(prometheus_config([f"triton:{args.metrics_port}"])),
         "grafana/provisioning/datasources/prometheus.yaml": dump(datasource),
