@@ -239,3 +239,21 @@ def test_search_report_shows_the_choice_the_float_layers_and_the_trade_off(tmp_p
     report.plot(tmp_path / "plot.png")
     assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads(json.dumps(report.to_dict()))["float_layers"] == ["bert.layer.2"]
+
+
+def test_a_candidate_the_serving_runtime_fails_is_not_chosen(tiny, tmp_path):
+    gate = _FakeGate(tiny["layers"], [])  # every candidate passes here
+    there = []
+
+    def served_gate(path, label, batch_dependent):  # the serving runtime fails the plain model only
+        there.append(label)
+        return _report(0.9 if label == "INT8 dynamic" else 1.0, 0.05)
+
+    report = search_int8(
+        tiny["fp32"], tmp_path / "model.onnx", reference=gate, encoder=tiny["encoder"], calibration=TEXTS,
+        schemes=("dynamic",), curve=False, served_gate=served_gate,
+    )  # fmt: skip
+    assert there[:2] == ["INT8 dynamic", "INT8 dynamic, smoothed"]
+    assert not report.trials[0].passed and report.trials[0].accuracy.label_agreement == 0.9  # the worse figure
+    assert report.chosen is report.trials[1] and report.chosen.passed
+    assert any("1 passed here and failed there" in note for note in report.notes)

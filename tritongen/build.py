@@ -27,7 +27,14 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritongen import triton_models
 from tritongen.accuracy import AccuracyReport, GateReference, read_texts, require_accuracy
 from tritongen.checkpoint import Checkpoint, inspect_checkpoint
-from tritongen.compat import CONTAINER_ORT, DEFAULT_VENV, ContainerReport, check_in_container, container_python
+from tritongen.compat import (
+    CONTAINER_ORT,
+    DEFAULT_VENV,
+    ContainerReport,
+    check_in_container,
+    container_gate,
+    container_python,
+)
 from tritongen.configs import bucket_lengths, step_configs, step_names
 from tritongen.errors import (
     AccuracyError,
@@ -401,7 +408,7 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
                 target, target, baseline=onnx.fp32_path, reference=reference, encoder=onnx.encoder,
                 calibration=calibration, schemes=_int8_schemes(spec), symmetric=spec.runtime == "tensorrt",
                 speed_texts=validation[:: max(1, len(validation) // 24)], accept_loss=spec.accept_accuracy_loss,
-                curve=spec.int8_curve, progress=status.update,
+                curve=spec.int8_curve, progress=status.update, served_gate=_served_gate(plan, reference),
             )  # fmt: skip
         search.notes.insert(0, f"Calibration texts: {calibration_source}.")
         console.print(Markdown(search.to_markdown()))
@@ -420,6 +427,14 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
     console.print(Markdown(accuracy.to_markdown(accepted=spec.accept_accuracy_loss)))
     require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)
     return Variant(optimized, accuracy, search, reference)
+
+
+def _served_gate(plan: BuildPlan, reference: GateReference) -> Any:
+    """The gate in the container's runtime, for the INT8 search's candidates; None where the check is skipped."""
+    python = container_python()
+    if plan.spec.runtime == "tensorrt" or not plan.spec.container_check or python is None:
+        return None
+    return container_gate(reference, python)
 
 
 def container_check(

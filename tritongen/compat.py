@@ -18,6 +18,7 @@ import pickle
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ __all__ = [
     "ContainerReport",
     "ContainerSession",
     "check_in_container",
+    "container_gate",
     "container_python",
     "max_relative_diff",
 ]
@@ -199,6 +201,16 @@ def check_in_container(
                 worst = max(worst, max_relative_diff(mine, theirs))
                 passed = passed and bool(np.allclose(theirs, mine, rtol=tolerance, atol=tolerance))
         return ContainerReport(session.version, "parity", passed, max_relative_diff=worst, tolerance=tolerance)
+
+
+def container_gate(reference: Any, python: Path) -> Callable[[Path, str, bool], AccuracyReport]:
+    """``gate(model, label, batch_dependent)``: the accuracy gate ``reference`` measured in the container's runtime."""
+
+    def gate(model: Path, label: str, batch_dependent: bool) -> AccuracyReport:
+        with ContainerSession(model, python) as session:
+            return reference.measure(session, f"{label} in ORT {session.version}", batch_dependent=batch_dependent)
+
+    return gate
 
 
 if __name__ == "__main__":  # pragma: no cover - a manual probe: python -m tritongen.compat model.onnx

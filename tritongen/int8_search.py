@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tritongen.accuracy import GateReference
+from tritongen.accuracy import AccuracyReport, GateReference
 from tritongen.errors import ExportError, describe
 from tritongen.int8_report import SPEED_BATCHES, Candidate, SearchReport, Trial
 from tritongen.int8_sensitivity import build_switch_model, measure_sensitivity, rank_layers
@@ -88,6 +88,7 @@ def search_int8(
     accept_loss: bool = False,
     curve: bool = True,
     progress: Callable[[str], None] = lambda message: None,
+    served_gate: Callable[[Path, str, bool], AccuracyReport] | None = None,
 ) -> SearchReport:
     """Write the first int8 quantisation of ``source`` (in expected speed order) that passes the gate to ``target``.
 
@@ -96,11 +97,17 @@ def search_int8(
     compared with (default ``source``, which may carry fusions). When nothing passes, ``chosen`` is the
     most accurate candidate, written only with ``accept_loss``; ``SearchReport.failure`` is the error.
     ``curve`` adds candidates after the choice, for the model card's trade-off curve only.
+    ``served_gate(path, label, batch_dependent)`` measures a candidate that passed here again in the runtime
+    that will serve it (the container's ONNX Runtime, ``tritongen.compat``); it must pass there as well, and
+    the trial records the worse figures.
     """
     work = target.resolve().parent / "_int8_search"
     work.mkdir(parents=True, exist_ok=True)
     try:
-        search = _Search(source, work, reference, encoder, calibration, symmetric=symmetric, progress=progress)
+        search = _Search(
+            source, work, reference, encoder, calibration, symmetric=symmetric, progress=progress,
+            served_gate=served_gate,
+        )  # fmt: skip
         chosen = search.run(schemes)
         if chosen is not None and curve and CURVE_FLOAT_COUNTS:
             try:
@@ -132,8 +139,10 @@ class _Search:
         *,
         symmetric: bool,
         progress: Callable[[str], None],
+        served_gate: Callable[[Path, str, bool], AccuracyReport] | None = None,
     ) -> None:
         self.work, self.reference, self.encoder, self.symmetric = work, reference, encoder, symmetric
+        self.served_gate, self.failed_there = served_gate, 0
         self.calibration = list(calibration[:: -(-len(calibration) // CALIBRATION_TEXTS) or 1])  # spread over the file
         self.progress = progress
         progress("INT8 search: preparing the model…")
@@ -159,6 +168,11 @@ class _Search:
                 f"Activation balancing: SmoothQuant-style, alpha {SMOOTHING_ALPHA}, activation ranges over "
                 f"{min(len(self.calibration), SMOOTHING_TEXTS)} calibration texts (ONNX Runtime's own SmoothQuant "
                 "needs Intel Neural Compressor, which is not installed)."
+            )
+        if self.served_gate is not None:
+            notes.append(
+                "Every candidate that passed here was gated again in the serving runtime (ONNX Runtime of the "
+                f"24.10 container); {self.failed_there} passed here and failed there."
             )
         if self.report.sensitivity:
             notes.append(
@@ -202,9 +216,13 @@ class _Search:
             self.float_model(candidate.smooth), path, scheme=candidate.scheme, nodes=int8_nodes, encoder=self.encoder,
             texts=self.calibration, symmetric=self.symmetric, calibration=candidate.calibration,
         )  # fmt: skip
-        accuracy = self.reference.measure(
-            path, f"INT8 {candidate.label}", batch_dependent=candidate.scheme == "dynamic"
-        )
+        dynamic = candidate.scheme == "dynamic"
+        accuracy = self.reference.measure(path, f"INT8 {candidate.label}", batch_dependent=dynamic)
+        if accuracy.passed and self.served_gate is not None:
+            there = self.served_gate(path, f"INT8 {candidate.label}", dynamic)
+            if not there.passed:  # what serves it decides: keep the worse figures
+                self.failed_there += 1
+                accuracy = there
         trial = Trial(candidate, accuracy, path)
         self.report.trials.append(trial)
         return trial
