@@ -20,6 +20,8 @@ from rich.markdown import Markdown
 
 from tritongen import triton_models
 from tritongen.accuracy import AccuracyReport, GateReference, read_texts, require_accuracy
+from tritongen.canary import CANARY_FILE
+from tritongen.canary import record as record_canary
 from tritongen.checkpoint import Checkpoint, inspect_checkpoint
 from tritongen.errors import CheckpointError, StageError, TritongenError, UnsupportedModelError
 from tritongen.export import export_onnx
@@ -426,6 +428,14 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             ),
             encoding="utf-8",
         )
+        if task.batched_io and spec.runtime == "onnx":  # what a roll-out checks before this version takes traffic
+            with console.status("Recording the canary outputs…"), _stage("canary record"):
+                segments = (PARITY_TEXTS, _pairs_for(task, checkpoint, PARITY_TEXTS))
+                record_canary(
+                    card_dir / CANARY_FILE, onnx_path, encoder, output=task.onnx_output,
+                    inputs={t.name: list(texts) for t, texts in zip(task.ensemble_inputs(checkpoint), segments)},
+                    tolerance=spec.parity_tolerance,
+                )  # fmt: skip
         (card_dir / "build.json").write_text(
             json.dumps(
                 {

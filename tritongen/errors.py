@@ -16,6 +16,7 @@ them to a one-line message and exit code 2. The tree::
     ├── RepositoryError          the output repository cannot be read or written
     ├── EngineError              a TensorRT engine cannot be built here
     ├── ServerError              tritonserver could not start or answer
+    ├── RolloutError             a roll-out or rollback stopped; the version that served still does
     └── BenchError               perf_analyzer or a baseline failed
 
 The path and log file an error is about are attributes (``exc.path``, ``exc.log_file``), and so
@@ -39,6 +40,7 @@ __all__ = [
     "ExportError",
     "ParityError",
     "RepositoryError",
+    "RolloutError",
     "ServerError",
     "SpecError",
     "StageError",
@@ -153,6 +155,10 @@ class EngineError(TritongenError):
 
 class ServerError(TritongenError):
     """The Triton server could not be started or did not answer."""
+
+
+class RolloutError(TritongenError):
+    """A roll-out or rollback stopped (failed canary, load error); the version that served still serves."""
 
 
 class BenchError(TritongenError):
