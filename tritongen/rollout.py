@@ -148,13 +148,13 @@ def switch(
     client: Any, repository: Path, name: str, old: int, new: int, *, log: Callable[[str], None] = print
 ) -> Switch:
     """Move ``name`` from version ``old`` to ``new`` under traffic (see the module docstring)."""
+    if old == new:
+        raise RolloutError(f"version {new} of `{name}` is already serving")
     for step in ("ensemble", *STEPS):
         folder = Path(repository) / _model(name, step)
         if new not in existing_versions(folder):
             raise RolloutError(f"{{path}} has no version {new}", path=folder)
     deployment = _Deployment(client, repository, name, log)
-    if old == new:
-        raise RolloutError(f"version {new} of `{name}` is already serving")
     try:
         # Steps loaded from disk before `new` was built count as modified there: loading the ensemble
         # would reload them with their disk policy (latest only, i.e. `new`) and fail its pins. So the
@@ -173,7 +173,7 @@ def switch(
     try:
         deployment.pin_ensemble(new)
     except Exception as exc:
-        _restore(deployment, old, log, ensemble=True)  # a failed ensemble load leaves no ensemble: load it again
+        _restore(deployment, old, log)
         raise RolloutError(
             f"pinning `{name}` to version {new} failed: {_error(exc)}; version {old} still serves"
         ) from None
@@ -182,13 +182,13 @@ def switch(
     return Switch(name, old, new)
 
 
-def _restore(deployment: _Deployment, old: int, log: Callable[[str], None], *, ensemble: bool = False) -> None:
+def _restore(deployment: _Deployment, old: int, log: Callable[[str], None]) -> None:
+    """Steps back to ``old`` only, then the ensemble pinned to it (a failed ensemble load leaves none)."""
     try:
-        if ensemble:
-            deployment.pin_ensemble(old)
         deployment.load_steps([old])
+        deployment.pin_ensemble(old)
     except Exception as exc:  # the switch already failed: say so, and keep the first error
-        log(f"`{deployment.name}`: unloading the new version failed too: {_error(exc)}")
+        log(f"`{deployment.name}`: restoring version {old} failed too: {_error(exc)}")
 
 
 def rollout(
