@@ -71,14 +71,21 @@ def _error(exc: BaseException) -> str:
 
 
 def serving_version(client: Any, name: str) -> int:
-    """The version of ``name`` that takes traffic: the ensemble's pin, else the loaded model step."""
-    config = client.get_model_config(name)
+    """The version of ``name`` that takes traffic: the ensemble's pin, else the loaded model step.
+
+    Reads the repository index first: an admin key the server refuses stops here, before any change.
+    """
+    try:
+        index = client.get_model_repository_index()
+        config = client.get_model_config(name)
+    except Exception as exc:  # tritonclient errors (a refused key, an unknown model) and transport failures
+        raise RolloutError(f"cannot read the state of `{name}` from the server: {_error(exc)}") from None
     for step in config.get("ensemble_scheduling", {}).get("step", []):
         if step.get("model_name") == _model(name, "model") and int(step.get("model_version", -1)) > 0:
             return int(step["model_version"])
     ready = [
         int(row["version"])
-        for row in client.get_model_repository_index()
+        for row in index
         if row.get("name") == _model(name, "model") and row.get("state") == "READY" and row.get("version")
     ]
     if not ready:
