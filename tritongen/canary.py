@@ -79,14 +79,15 @@ def compare(canary: Canary, served: np.ndarray) -> str | None:
     expected = canary.values
     if served.shape[0] != expected.shape[0] or served.shape[2:] != expected.shape[2:]:
         return f"`{canary.output}` has shape {list(served.shape)}, the build recorded {list(expected.shape)}"
-    worst = 0.0
+    diffs = [0.0]
     for row, length in enumerate(canary.lengths):
         got, want = served[row], expected[row]
         if want.ndim >= 2:  # a sequence axis: real tokens only
             got, want = got[:length], want[:length]
         if got.shape != want.shape:
             return f"`{canary.output}` row {row} has shape {list(got.shape)}, the build recorded {list(want.shape)}"
-        worst = max(worst, float(np.abs(got.astype(np.float32) - want).max(initial=0.0)))
+        diffs.append(float(np.abs(got.astype(np.float32) - want).max(initial=0.0)))
+    worst = float(np.max(diffs))  # NaN propagates, unlike max()
     if not worst <= canary.tolerance:  # NaN fails too
         return f"`{canary.output}` differs from the build's by up to {worst:.2e} (tolerance {canary.tolerance:.0e})"
     return None
