@@ -4,12 +4,12 @@ The sequence (:func:`switch`), with Triton's repository API and config overrides
 files on disk are never rewritten):
 
 1. pin each step, then the ensemble's steps, to the serving version ``old`` (config overrides;
-   the ensemble is loaded after its steps, see :func:`switch`);
+   a step is always loaded again right before an ensemble load, see ``pin_ensemble``);
 2. load each step with ``version_policy: specific [old, new]``: ``new`` loads and warms up
    beside ``old``, which keeps serving;
 3. canary: the parity texts go through the steps of ``new`` directly (``model_version``), and
    the model step's outputs must match what the build recorded (:mod:`tritongen.canary`);
-4. pin the ensemble to ``new`` (one ensemble load: traffic moves);
+4. load the steps with ``[old, new]`` again, then pin the ensemble to ``new`` (traffic moves);
 5. load each step with ``specific [new]``: ``old`` is unloaded, after ``new`` answered.
 
 Any failure before 4 reloads the steps with ``old`` only and raises :class:`RolloutError`,
@@ -101,6 +101,15 @@ class _Deployment:
         self.configs = {step: _disk_config(self.repository, _model(name, step)) for step in ("ensemble", *STEPS)}
 
     def pin_ensemble(self, version: int) -> None:
+        """Load the ensemble with every step pinned to ``version``.
+
+        Loading an ensemble makes Triton poll its steps' folders too, and reload from
+        ``config.pbtxt`` (newest version only) any step changed on disk since its last load.
+        A Python stub writes ``__pycache__`` into a version folder the first time it loads it,
+        after that load was stamped; so each step must have been loaded again (same override)
+        after its versions first loaded, or the pins would point at unloaded versions, and a
+        failed ensemble load leaves no ensemble at all.
+        """
         config = type(self.configs["ensemble"])()
         config.CopyFrom(self.configs["ensemble"])
         for step in config.ensemble_scheduling.step:
@@ -178,6 +187,7 @@ def switch(
         raise RolloutError(f"canary of `{name}` version {new} failed: {why}; version {old} still serves")
     log(f"`{name}`: canary of version {new} matches the build's outputs; moving traffic")
     try:
+        deployment.load_steps([old, new])  # again: see _Deployment.pin_ensemble
         deployment.pin_ensemble(new)
     except Exception as exc:
         _restore(deployment, old, log)
