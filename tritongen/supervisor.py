@@ -55,7 +55,10 @@ def _stub_of(pid: str) -> Stub | None:
         return None
     if len(argv) < 9 or not argv[0].endswith(STUB_NAME):
         return None
-    return Stub(pid=int(pid), instance=argv[8], model=Path(argv[1]).parent.parent.name)
+    stub = Stub(pid=int(pid), instance=argv[8], model=Path(argv[1]).parent.parent.name)
+    # While a model loads, the backend also runs a stub named after the model itself (it checks the
+    # config) and ends it on purpose; taking its end for a death made every model load a "crash".
+    return None if stub.instance == stub.model else stub
 
 
 def stubs_of(server_pid: int) -> dict[str, Stub]:
