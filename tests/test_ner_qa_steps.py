@@ -16,8 +16,11 @@ from tritongen.build import config_contexts
 from tritongen.checkpoint import Checkpoint, Pooling
 from tritongen.errors import SpecError
 from tritongen.render import render_all
-from tritongen.spec import BuildSpec
+from tritongen.spec import BuildSpec, load_spec
 from tritongen.tasks import get_task
+from tritongen.tasks.question_answering import postprocess as qa_postprocess
+from tritongen.tasks.question_answering import tokenizer as qa_tokenizer
+from tritongen.tasks.token_classification import tokenizer as ner_tokenizer
 from tritongen.triton_models import ner, postprocess, qa, tokenizer
 
 QA_BERT = Path(__file__).parent / "assets" / "qa" / "bert"
@@ -41,7 +44,7 @@ def _checkpoint(architecture: str, labels: dict[str, str]) -> Checkpoint:
 
 
 def _qa_configs(**settings):
-    spec = BuildSpec(model="m", name="qa", **settings)
+    spec = load_spec(model="m", name="qa", **settings)
     checkpoint = _checkpoint("BertForQuestionAnswering", {"0": "LABEL_0", "1": "LABEL_1"})
     facts = {"cls_id": "2", "unk_token": "[UNK]"}
     contexts = config_contexts(spec, checkpoint, get_task("question-answering"), ["input_ids"], 128, 0, facts)
@@ -77,7 +80,7 @@ def test_qa_configs_carry_window_and_no_answer_settings():
 
 
 def test_ner_configs_pass_offsets_and_word_ids_to_postprocess():
-    spec = BuildSpec(model="m", name="ner", aggregation_strategy="max")
+    spec = load_spec(model="m", name="ner", aggregation_strategy="max")
     checkpoint = _checkpoint("BertForTokenClassification", {"0": "O", "1": "B-PER", "2": "I-PER"})
     contexts = config_contexts(spec, checkpoint, get_task("token-classification"), ["input_ids"], 128, 0, {})
     configs = {step: config for step, (_, config) in render_all(contexts).items()}
@@ -107,10 +110,10 @@ def test_ner_configs_pass_offsets_and_word_ids_to_postprocess():
 )
 def test_spec_rejects_bad_task_settings(settings, message):
     with pytest.raises(SpecError, match=message):
-        BuildSpec(model="m", **settings)
+        load_spec(model="m", **settings)
 
 
-def _qa_tokenizer(tmp_path: Path, max_windows: int = 64) -> tokenizer.TritonPythonModel:
+def _qa_tokenizer(tmp_path: Path, max_windows: int = 64) -> qa_tokenizer.TritonPythonModel:
     (tmp_path / "1").mkdir(exist_ok=True)
     shutil.copy(QA_BERT / "tokenizer.json", tmp_path / "1" / "tokenizer.json")
     outputs = ["input_ids", "attention_mask", "token_type_ids", "window_example", "sequence_ids", "p_mask"]
@@ -121,7 +124,7 @@ def _qa_tokenizer(tmp_path: Path, max_windows: int = 64) -> tokenizer.TritonPyth
         "output": [{"name": n} for n in [*outputs, "word_ids", "offsets"]],
         "parameters": {k: {"string_value": v} for k, v in params.items()},
     }
-    model = tokenizer.TritonPythonModel()
+    model = qa_tokenizer.TritonPythonModel()
     model.initialize({"model_config": json.dumps(config), "model_repository": str(tmp_path), "model_version": "1"})
     return model
 
@@ -158,7 +161,7 @@ def test_qa_postprocess_decodes_tokenizer_outputs_like_decode_answers(tmp_path):
     rng = np.random.default_rng(0)
     spans = rng.normal(size=(*arrays["input_ids"].shape, 2)).astype(np.float32)
 
-    post = postprocess.TritonPythonModel()
+    post = qa_postprocess.TritonPythonModel()
     config = {
         "input": [{"name": "CONTEXT"}],
         "output": [{"name": n} for n in ("ANSWER", "SCORE", "START", "END")],
@@ -180,7 +183,7 @@ def test_qa_postprocess_decodes_tokenizer_outputs_like_decode_answers(tmp_path):
     np.testing.assert_allclose(result.output("SCORE").reshape(-1), [e["score"] for e in expected], rtol=1e-6)
 
 
-def _ner_tokenizer(tmp_path: Path, max_windows: int = 64) -> tokenizer.TritonPythonModel:
+def _ner_tokenizer(tmp_path: Path, max_windows: int = 64) -> ner_tokenizer.TritonPythonModel:
     (tmp_path / "1").mkdir(exist_ok=True)
     shutil.copy(QA_BERT / "tokenizer.json", tmp_path / "1" / "tokenizer.json")
     outputs = ["input_ids", "attention_mask", "special_mask", "word_ids", "offsets", "window_example"]
@@ -190,7 +193,7 @@ def _ner_tokenizer(tmp_path: Path, max_windows: int = 64) -> tokenizer.TritonPyt
         "output": [{"name": n} for n in outputs],
         "parameters": {k: {"string_value": v} for k, v in params.items()},
     }
-    model = tokenizer.TritonPythonModel()
+    model = ner_tokenizer.TritonPythonModel()
     model.initialize({"model_config": json.dumps(config), "model_repository": str(tmp_path), "model_version": "1"})
     return model
 
@@ -237,7 +240,7 @@ def test_merge_overlapping_keeps_the_longest_then_the_best_entity():
 
 
 def test_answer_arrays_mark_a_pair_without_any_span():
-    arrays = postprocess.answer_arrays([{"answer": "Bob", "score": 0.5, "start": 0, "end": 3}, []])
+    arrays = qa_postprocess.answer_arrays([{"answer": "Bob", "score": 0.5, "start": 0, "end": 3}, []])
     assert arrays["ANSWER"].reshape(-1).tolist() == [b"Bob", b""]
     assert arrays["START"].reshape(-1).tolist() == [0, -1]
     assert arrays["SCORE"].dtype == np.float32

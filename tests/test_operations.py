@@ -1,8 +1,9 @@
 """Operating `tritongen serve`: stub crashes are recovered, readiness is honest, signals stop everything.
 
 Every test runs the real `python -m tritongen serve` (tests/deployment.py) on a tiny classifier,
-plus `slow_echo`, a test-only Python model that sleeps as many seconds as its input says: it keeps
-requests in flight for as long as a test needs without any timing guess.
+plus `slow_echo`, a test-only Python model (two instances) that sleeps as many seconds as its input
+says and leaves a marker file when it starts: it keeps requests in flight for as long as a test needs,
+and the test knows when they are, without any timing guess.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import tritonclient.http as httpclient
 from tests.deployment import ServeProcess, deployment_pids
 from tritongen.build import build_repository
 from tritongen.client import infer
+from tritongen.health import ensembles_of, find_ensembles
 from tritongen.spec import BuildSpec
 
 pytestmark = pytest.mark.e2e
@@ -39,7 +41,7 @@ backend: "python"
 max_batch_size: 0
 input [{ name: "SECONDS", data_type: TYPE_FP32, dims: [1] }]
 output [{ name: "SECONDS", data_type: TYPE_FP32, dims: [1] }]
-instance_group [{ kind: KIND_CPU, count: 1 }]
+instance_group [{ kind: KIND_CPU, count: 2 }]
 parameters { key: "marker", value: { string_value: "%s" } }
 """
 
@@ -59,7 +61,8 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             seconds = pb_utils.get_input_tensor_by_name(request, "SECONDS").as_numpy()
-            self.marker.write_text("started")  # the test signals once a request is executing
+            # The test signals once its requests are executing: one marker per duration asked for.
+            Path(f"{self.marker}.{float(seconds[0]):g}").write_text("started")
             time.sleep(float(seconds[0]))
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("SECONDS", seconds)]))
         return responses
@@ -194,6 +197,14 @@ def _slow_request(url: str, seconds: float, protocol: str, results: list) -> thr
     return thread
 
 
+def _markers(repository: Path, *seconds: float) -> list[Path]:
+    """The marker files slow_echo writes when requests of these durations start; removed first."""
+    paths = [repository.parent / f"slow_echo.started.{s:g}" for s in seconds]
+    for path in paths:
+        path.unlink(missing_ok=True)
+    return paths
+
+
 def _wait_for(path: Path, serve: ServeProcess, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -203,14 +214,13 @@ def _wait_for(path: Path, serve: ServeProcess, timeout: float = 120) -> None:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_serve_drains_in_flight_requests_and_leaves_nothing_when_signalled(repository, tmp_path, signum):
-    marker = repository.parent / "slow_echo.started"
-    marker.unlink(missing_ok=True)
+    markers = _markers(repository, 3, 4)
     with ServeProcess(repository, tmp_path / "serve.log", grace_period=30) as serve:
         results: list = []
         threads = [_slow_request(serve.grpc_url, 3.0, "grpc", results)]
-        _wait_for(marker, serve)  # the gRPC request executes; the HTTP one queues behind it
-        threads.append(_slow_request(serve.http_url, 1.0, "http", results))
-        time.sleep(0.5)  # let the HTTP request reach the server; if it does not, it fails below
+        threads.append(_slow_request(serve.http_url, 4.0, "http", results))
+        for marker in markers:  # both execute, one in each instance
+            _wait_for(marker, serve)
         serve.process.send_signal(signum)
         code = serve.wait(timeout=serve.grace_period + 60)
         for thread in threads:
@@ -218,12 +228,11 @@ def test_serve_drains_in_flight_requests_and_leaves_nothing_when_signalled(repos
         survivors = serve.survivors()
     assert code == 0, serve.output()[-3000:]
     assert survivors == []
-    assert sorted(results) == [("grpc", 3.0), ("http", 1.0)], results
+    assert sorted(results) == [("grpc", 3.0), ("http", 4.0)], results
 
 
 def test_serve_kills_the_process_group_when_the_grace_period_runs_out(repository, tmp_path):
-    marker = repository.parent / "slow_echo.started"
-    marker.unlink(missing_ok=True)
+    (marker,) = _markers(repository, 600)
     with ServeProcess(repository, tmp_path / "serve.log", grace_period=2) as serve:
         results: list = []
         thread = _slow_request(serve.grpc_url, 600.0, "grpc", results)
@@ -245,3 +254,8 @@ def test_serve_exits_2_when_tritonserver_dies(repository, tmp_path):
     assert survivors == []
     errors = [line for line in serve.output().splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "tritonserver exited unexpectedly" in errors[0], serve.output()[-3000:]
+
+
+def test_find_ensembles_asks_the_server_when_the_repository_is_remote(served, repository):
+    from_server = find_ensembles("s3://bucket/not-read-here", served.http_url)
+    assert from_server == ensembles_of(repository) and [e.name for e in from_server] == [NAME]

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tritongen.errors import SpecError
 from tritongen.spec import BuildSpec, DynamicBatching, InstanceGroup, load_spec
@@ -62,3 +63,27 @@ def test_example_spec_in_repository_is_valid():
     spec = load_spec(Path(__file__).parent.parent / "examples" / "deploy.yaml")
     assert spec.name == "minilm"
     assert spec.dynamic_batching.preferred_batch_size == (8, 16)
+
+
+def test_load_spec_maps_old_flat_task_keys_into_sections_when_yaml_uses_them(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text("model: m\nqa_doc_stride: 32\naggregation_strategy: max\nner_stride: 0\nmulti_label_top_k: 2\n")
+    spec = load_spec(path, qa_max_answer_len=7)
+    qa = spec.task_settings["question_answering"]
+    assert (qa.doc_stride, qa.max_answer_len) == (32, 7)
+    assert spec.task_settings["token_classification"].aggregation_strategy == "max"
+    assert spec.task_settings["token_classification"].stride == 0
+    assert spec.task_settings["classification"].multi_label_top_k == 2
+    assert load_spec(path, question_answering={"doc_stride": 16}).task_settings["question_answering"].doc_stride == 16
+
+
+def test_spec_round_trips_task_sections_through_yaml(tmp_path):
+    spec = load_spec(model="m", question_answering={"max_seq_len": 64, "doc_stride": 16})
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec.to_dict()))
+    assert load_spec(path) == spec
+
+
+def test_spec_refuses_unknown_field_in_task_section():
+    with pytest.raises(SpecError, match=r"unknown setting\(s\) \['window'\] in `question_answering`"):
+        load_spec(model="m", question_answering={"window": 64})

@@ -13,7 +13,7 @@ from tritongen.build import build_repository
 from tritongen.checkpoint import inspect_checkpoint
 from tritongen.client import infer
 from tritongen.server import running_server
-from tritongen.spec import BuildSpec
+from tritongen.spec import load_spec
 from tritongen.tasks import detect_task
 
 PAIRS = [
@@ -62,7 +62,7 @@ def test_detect_task_picks_pair_and_multilabel(checkpoints):
 def served(checkpoints, tmp_path_factory):
     repo = tmp_path_factory.mktemp("tasks") / "repo"
     for name, path in checkpoints.items():
-        build_repository(BuildSpec(model=str(path), name=name, repository=repo, multi_label_threshold=0.5))
+        build_repository(load_spec(model=str(path), name=name, repository=repo, multi_label_threshold=0.5))
     with running_server(repo) as server:
         yield server
 

@@ -12,6 +12,8 @@ import pytest
 from tests import pb_stub
 from tests.pb_stub import Request, texts
 from tritongen.backends.onnxruntime import model as ort_model
+from tritongen.tasks.classification import postprocess as classification_postprocess
+from tritongen.tasks.embedding import postprocess as embedding_postprocess
 from tritongen.triton_models import postprocess, tokenizer
 
 
@@ -92,7 +94,8 @@ def _postprocess_model(tmp_path: Path, task: str, **params: str) -> postprocess.
         "output": [{"name": n} for n in outputs],
         "parameters": {k: {"string_value": v} for k, v in {"task": task, **params}.items()},
     }
-    model = postprocess.TritonPythonModel()
+    steps = {"classification": classification_postprocess, "embedding": embedding_postprocess}
+    model = steps[task].TritonPythonModel()
     model.initialize(_args(tmp_path, config))
     return model
 

@@ -18,16 +18,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from tritongen.errors import AccuracyError, SpecError
+from tritongen.triton_models._common import softmax
 from tritongen.triton_models.postprocess import activate
 
 __all__ = [
+    "GATES",
     "AccuracyReport",
+    "CosineGate",
+    "Gate",
     "GateReference",
+    "LabelGate",
+    "SpanGate",
+    "TokenLabelGate",
     "default_texts",
     "measure_accuracy",
     "read_texts",
@@ -39,7 +46,6 @@ COSINE_MEAN_MIN = 0.99
 COSINE_MIN_MIN = 0.98
 
 
-GATES = ("labels", "cosine", "token_labels", "spans")
 _AGREEMENT_NAMES = {
     "labels": "label agreement",
     "token_labels": "per-token label agreement",
@@ -89,6 +95,124 @@ class AccuracyReport:
         if not self.passed and accepted:
             verdict += " (accepted with --accept-accuracy-loss)"
         return f"Accuracy gate: **{verdict}** — {self.summary()}.\n"
+
+
+class Gate:
+    """How one task's outputs are compared with FP32 PyTorch's: a task entry names its gate class.
+
+    ``reference`` and ``candidate`` are one batch of model outputs, ``mask`` its real tokens; the candidate
+    may be wider (padded to a length bucket). ``function`` is the activation the ``labels`` gate compares.
+    """
+
+    name: ClassVar[str]
+    parity_argmax_axis: ClassVar[int] = -1  # the axis the parity check compares argmaxes along
+    by_margin: ClassVar[bool] = True  # whether a subset picks the texts FP32 decides by the smallest margin
+
+    def __init__(self, function: str = "softmax") -> None:
+        self.function = function
+
+    def probabilities(self, outputs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """The outputs as the probabilities whose argmax must agree."""
+        raise NotImplementedError
+
+    def agreement(self, reference: np.ndarray, candidate: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Per text (or token) whether the argmax agrees."""
+        return reference.argmax(-1) == candidate.argmax(-1)
+
+    def margins(self, reference: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Per text, how far FP32's decision is from flipping (the smallest top-two probability gap)."""
+        top = np.sort(self.probabilities(reference, mask), axis=-1)
+        gap = top[..., -1] - top[..., -2] if top.shape[-1] > 1 else np.abs(top[..., -1] - 0.5)
+        return gap.reshape(len(reference), -1).min(-1)
+
+    def compare(self, reference: np.ndarray, candidate: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The figures of one batch: agreement, and the largest probability difference per text."""
+        ref_p = self.probabilities(reference, mask)
+        cand_p = self.probabilities(candidate[:, : mask.shape[1]] if candidate.ndim > 2 else candidate, mask)
+        diff = np.abs(ref_p - cand_p).reshape(len(ref_p), -1).max(-1)
+        return self.agreement(ref_p, cand_p, mask), diff
+
+    def report(self, variant: str, texts: int, figures: Sequence[tuple[np.ndarray, ...]]) -> AccuracyReport:
+        """The report of all batches' figures."""
+        agree = np.concatenate([f[0] for f in figures])
+        diff = np.concatenate([f[1] for f in figures])
+        return AccuracyReport(
+            variant=variant, gate=self.name, texts=texts, label_agreement=float(agree.mean()),
+            max_probability_diff=float(diff.max()), loss=float(diff.mean()),
+        )  # fmt: skip
+
+
+class LabelGate(Gate):
+    """One label per text: the argmax of ``function``-activated outputs (classification)."""
+
+    name = "labels"
+
+    def probabilities(self, outputs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """The task's activation of the logits."""
+        return activate(outputs, self.function)
+
+
+class TokenLabelGate(Gate):
+    """One label per real token: the softmax argmax (token classification)."""
+
+    name = "token_labels"
+
+    def probabilities(self, outputs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Softmax over the labels, real tokens only (flattened)."""
+        return softmax(outputs)[mask]
+
+    def margins(self, reference: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Per text, the smallest gap over its real tokens."""
+        top = np.sort(softmax(reference), axis=-1)
+        gap = np.where(mask, top[..., -1] - top[..., -2] if top.shape[-1] > 1 else np.abs(top[..., -1] - 0.5), np.inf)
+        return gap.reshape(len(reference), -1).min(-1)
+
+
+class SpanGate(Gate):
+    """The most likely start and end token per text (question answering: ``[batch, seq, 2]`` logits)."""
+
+    name = "spans"
+    parity_argmax_axis = 0
+
+    def probabilities(self, outputs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Softmax over the real tokens of each text, for start and end."""
+        return _token_softmax(outputs, mask)
+
+    def agreement(self, reference: np.ndarray, candidate: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Whether both the start and the end token agree."""
+        return (reference.argmax(1) == candidate.argmax(1)).all(-1)
+
+    def margins(self, reference: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Per text, the smaller top-two gap of start and end."""
+        top = np.sort(_token_softmax(reference, mask).transpose(0, 2, 1), axis=-1)  # [batch, 2, seq]
+        return (top[..., -1] - top[..., -2]).reshape(len(reference), -1).min(-1)
+
+
+class CosineGate(Gate):
+    """Embeddings: the cosine of each text's vector with FP32's."""
+
+    name = "cosine"
+    by_margin = False
+
+    def margins(self, reference: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """No decision to flip: every text counts the same."""
+        return np.zeros(len(reference))
+
+    def compare(self, reference: np.ndarray, candidate: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The cosine per text."""
+        norms = np.linalg.norm(reference, axis=-1) * np.linalg.norm(candidate, axis=-1)
+        return ((reference * candidate).sum(-1) / np.maximum(norms, 1e-12),)
+
+    def report(self, variant: str, texts: int, figures: Sequence[tuple[np.ndarray, ...]]) -> AccuracyReport:
+        """Mean and minimum cosine."""
+        cosine = np.concatenate([f[0] for f in figures])
+        return AccuracyReport(
+            variant=variant, gate=self.name, texts=texts, cosine_mean=float(cosine.mean()),
+            cosine_min=float(cosine.min()), loss=float(1.0 - cosine.mean()),
+        )  # fmt: skip
+
+
+GATES: dict[str, type[Gate]] = {gate.name: gate for gate in (LabelGate, CosineGate, TokenLabelGate, SpanGate)}
 
 
 def read_texts(path: Path | None, which: str) -> list[str]:
@@ -143,16 +267,18 @@ class GateReference:
         hf_tokenizer: Any,
         encoder: Any,
         *,
-        gate: str,
+        gate: Gate | str,
         texts: Sequence[str],
         max_length: int,
         function: str = "softmax",
         pairs: Sequence[str] | None = None,
         batch_size: int = 32,
     ) -> None:
-        if gate not in GATES:
-            raise SpecError(f"accuracy gate `{gate}` is unknown; expected one of {', '.join(GATES)}")
-        self.gate, self.function, self.encoder = gate, function, encoder
+        if isinstance(gate, str):
+            if gate not in GATES:
+                raise SpecError(f"accuracy gate `{gate}` is unknown; expected one of {', '.join(GATES)}")
+            gate = GATES[gate](function)
+        self.gate, self.encoder = gate, encoder
         lengths = [len(e.ids) for e in encoder.encode(list(texts), None if pairs is None else list(pairs))]
         order = np.argsort(lengths, kind="stable")
         self.chunks = [
@@ -188,8 +314,8 @@ class GateReference:
         For label gates those are the texts FP32 decides by the smallest margin (where a label flips first);
         for embeddings, texts spread evenly over the lengths. For cheap measurements (layer sensitivity).
         """
-        margins = np.concatenate([self._margins(chunk) for chunk in self.chunks])
-        if self.gate == "cosine" or count >= margins.size:
+        margins = np.concatenate([self.gate.margins(chunk.reference, chunk.mask) for chunk in self.chunks])
+        if not self.gate.by_margin or count >= margins.size:
             ranks = np.arange(margins.size) % max(1, margins.size // max(count, 1)) == 0
         else:
             ranks = np.zeros(margins.size, bool)
@@ -204,20 +330,6 @@ class GateReference:
         view.__dict__.update(self.__dict__)
         view.chunks = _rebatch(picked, self.encoder.bucket)
         return view
-
-    def _margins(self, chunk: _Chunk) -> np.ndarray:
-        """Per text, how far FP32's decision is from flipping (the smallest top-two probability gap)."""
-        if self.gate == "cosine":
-            return np.zeros(chunk.rows.size)
-        if self.gate == "spans":
-            probabilities = _token_softmax(chunk.reference, chunk.mask).transpose(0, 2, 1)  # [batch, 2, seq]
-        else:
-            probabilities = activate(chunk.reference, "softmax" if self.gate == "token_labels" else self.function)
-        top = np.sort(probabilities, axis=-1)
-        gap = top[..., -1] - top[..., -2] if top.shape[-1] > 1 else np.abs(top[..., -1] - 0.5)
-        if self.gate == "token_labels":
-            gap = np.where(chunk.mask, gap, np.inf)
-        return gap.reshape(chunk.rows.size, -1).min(-1)
 
     def measure(
         self, model: Path | Any, variant: str, *, batch_dependent: bool = False, feeds: dict[str, Any] | None = None
@@ -247,39 +359,8 @@ class GateReference:
         return _worst(reports)
 
     def _compare(self, run: Any, variant: str) -> AccuracyReport:
-        agree: list[np.ndarray] = []
-        diffs: list[np.ndarray] = []
-        cosines: list[np.ndarray] = []
-        for chunk in self.chunks:
-            candidate = run(chunk)
-            reference, mask = chunk.reference, chunk.mask
-            if self.gate == "cosine":
-                norms = np.linalg.norm(reference, axis=-1) * np.linalg.norm(candidate, axis=-1)
-                cosines.append((reference * candidate).sum(-1) / np.maximum(norms, 1e-12))
-                continue
-            if self.gate == "labels":
-                ref_p, cand_p = activate(reference, self.function), activate(candidate, self.function)
-                agree.append(ref_p.argmax(-1) == cand_p.argmax(-1))
-            elif self.gate == "token_labels":  # real tokens only; the candidate is padded to a length bucket
-                ref_p = activate(reference, "softmax")[mask]
-                cand_p = activate(candidate[:, : mask.shape[1]], "softmax")[mask]
-                agree.append(ref_p.argmax(-1) == cand_p.argmax(-1))
-            else:  # spans: [batch, seq, 2] start/end logits, softmax over the real tokens of each text
-                ref_p = _token_softmax(reference, mask)
-                cand_p = _token_softmax(candidate[:, : mask.shape[1]], mask)
-                agree.append((ref_p.argmax(1) == cand_p.argmax(1)).all(-1))
-            diffs.append(np.abs(ref_p - cand_p).reshape(len(ref_p), -1).max(-1))
-        if self.gate == "cosine":
-            cosine = np.concatenate(cosines)
-            return AccuracyReport(
-                variant=variant, gate=self.gate, texts=self.count, cosine_mean=float(cosine.mean()),
-                cosine_min=float(cosine.min()), loss=float(1.0 - cosine.mean()),
-            )  # fmt: skip
-        diff = np.concatenate(diffs)
-        return AccuracyReport(
-            variant=variant, gate=self.gate, texts=self.count, label_agreement=float(np.concatenate(agree).mean()),
-            max_probability_diff=float(diff.max()), loss=float(diff.mean()),
-        )  # fmt: skip
+        figures = [self.gate.compare(chunk.reference, run(chunk), chunk.mask) for chunk in self.chunks]
+        return self.gate.report(variant, self.count, figures)
 
 
 def _rebatch(chunks: Sequence[_Chunk], bucket: Any, *, rows: int = 32, tokens: int = 2048) -> list[_Chunk]:
@@ -351,7 +432,7 @@ def measure_accuracy(
     encoder: Any,
     onnx_path: Path,
     *,
-    gate: str,
+    gate: Gate | str,
     texts: Sequence[str],
     max_length: int,
     variant: str,
@@ -371,9 +452,7 @@ def measure_accuracy(
 
 def _token_softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Softmax over the sequence axis (1) of ``logits`` [batch, seq, k], padding excluded."""
-    masked = np.where(mask[..., None], logits, -np.inf)
-    exp = np.exp(masked - masked.max(axis=1, keepdims=True))
-    return exp / exp.sum(axis=1, keepdims=True)
+    return softmax(np.where(mask[..., None], logits, -np.inf), axis=1)
 
 
 def require_accuracy(report: AccuracyReport, *, accept_loss: bool) -> None:

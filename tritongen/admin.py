@@ -12,6 +12,7 @@ variable :data:`ENV`, else from the 0600 file next to the repository that ``serv
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Callable
 from pathlib import Path
@@ -38,8 +39,15 @@ HEADER = "tritongen-admin-key"
 RESTRICTED = ("model-repository", "shared-memory", "trace", "logging")
 
 
-def default_key_file(repository: Path) -> Path:
-    """``.<repository name>.admin-key`` beside the repository: one key per served repository."""
+def default_key_file(repository: Path | str) -> Path:
+    """``.<repository name>.admin-key`` beside the repository: one key per served repository.
+
+    A remote repository (``s3://bucket/prefix``) has nothing beside it here: its key file is
+    ``~/.config/tritongen/<bucket_prefix>.admin-key``.
+    """
+    if "://" in str(repository):
+        flat = re.sub(r"[^A-Za-z0-9.-]+", "_", str(repository).split("://", 1)[1]).strip("_")
+        return Path.home() / ".config" / "tritongen" / f"{flat}.admin-key"
     repository = Path(repository).resolve()
     return repository.parent / f".{repository.name}.admin-key"
 
@@ -54,7 +62,7 @@ def _read(path: Path) -> str:
     return key
 
 
-def read_key(repository: Path, key_file: Path | None = None) -> str:
+def read_key(repository: Path | str, key_file: Path | None = None) -> str:
     """The admin key of a served repository: ``key_file``, else :data:`ENV`, else the default file."""
     if key_file is not None:
         return _read(Path(key_file))
@@ -66,7 +74,7 @@ def read_key(repository: Path, key_file: Path | None = None) -> str:
     return _read(path)
 
 
-def serving_key(repository: Path, key_file: Path | None = None) -> tuple[str, Path | None]:
+def serving_key(repository: Path | str, key_file: Path | None = None) -> tuple[str, Path | None]:
     """The key ``serve`` starts Triton with, and the file it was written to (None: taken as given).
 
     A ``key_file`` that exists, or :data:`ENV`, is used as it is; otherwise a fresh key is written

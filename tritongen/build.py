@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import importlib.util
 import json
 import shutil
 from collections.abc import Iterator, Sequence
@@ -23,7 +24,7 @@ from tritongen.accuracy import AccuracyReport, GateReference, read_texts, requir
 from tritongen.canary import CANARY_FILE
 from tritongen.canary import record as record_canary
 from tritongen.checkpoint import Checkpoint, inspect_checkpoint
-from tritongen.errors import CheckpointError, StageError, TritongenError, UnsupportedModelError
+from tritongen.errors import CheckpointError, RepositoryError, StageError, TritongenError, UnsupportedModelError
 from tritongen.export import export_onnx
 from tritongen.int8_search import SCHEMES, SearchReport, search_int8
 from tritongen.model_facts import ModelFacts, read_model_facts
@@ -32,7 +33,7 @@ from tritongen.parity import PARITY_TEXTS, ParityReport, check_parity, require_p
 from tritongen.render import render_all
 from tritongen.repository import staging
 from tritongen.spec import BuildSpec
-from tritongen.tasks import Task, TensorSpec, detect_task, get_task
+from tritongen.tasks import Task, TaskPlan, detect_task, get_task
 from tritongen.tensorrt import EnginePlan, builder_flags, cc_model_filenames, plan_profiles
 from tritongen.triton_models.tokenizer import TextEncoder
 
@@ -112,32 +113,34 @@ def config_contexts(
     max_length: int,
     pad_id: int = 0,
     tokenizer_facts: dict[str, str] | None = None,
+    *,
+    plan: TaskPlan | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Template variables of the four configs, keyed by step (tokenizer, model, postprocess, ensemble).
 
-    ``tokenizer_facts`` holds ``cls_id``, ``unk_token`` (strings, "" for none) and ``special_tokens`` (the count
-    added to one text) for the steps that need them.
+    ``plan`` is ``task`` bound to the checkpoint (:meth:`Task.bind`); without one it is bound here from
+    ``inputs``, ``max_length`` and ``tokenizer_facts`` (``cls_id``, ``unk_token``, ``special_tokens``).
     """
-    facts = tokenizer_facts or {}
+    if plan is None:
+        plan = task.bind(spec, checkpoint, inputs=inputs, row_length=max_length, tokenizer_facts=tokenizer_facts)
     names = step_names(spec.name)
-    token_tensors = [TensorSpec(n, "TYPE_INT64", (-1,)) for n in inputs]
-    onnx_out = [TensorSpec(task.onnx_output, "TYPE_FP32", task.onnx_output_dims(checkpoint))]
-    text_in = task.ensemble_inputs(checkpoint)
-    tokenizer_out = token_tensors + [t for t in task.tokenizer_outputs(checkpoint) if t.name not in inputs]
-    post_in = task.postprocess_inputs(checkpoint)
-    tokenizer_settings, postprocess_settings = task.step_parameters(spec, checkpoint, max_length, facts)
-    post_out = task.postprocess_outputs(checkpoint)
+    token_tensors = [t for t in plan.tokenizer_outputs if t.name in plan.inputs]
+    onnx_out = [plan.onnx_output]
+    text_in = list(plan.ensemble_inputs)
+    tokenizer_out = list(plan.tokenizer_outputs)
+    post_in = list(plan.postprocess_inputs)
+    post_out = list(plan.postprocess_outputs)
     buckets = sorted({b for b in spec.buckets if b < max_length} | {max_length})
     # The Python steps are cheap: they batch whatever is queued and never wait for more. A task whose
     # requests become a different number of model rows (QA windows) runs them per request instead.
     python_batching = dataclasses.replace(
         spec.dynamic_batching, max_queue_delay_microseconds=0, preferred_batch_size=()
     )
-    if not task.batched_io:
+    if not plan.batched_io:
         python_batching = dataclasses.replace(python_batching, enabled=False)
     common = {
         "ensemble_name": names["ensemble"],
-        "max_batch_size": spec.max_batch_size if task.batched_io else 0,
+        "max_batch_size": spec.max_batch_size if plan.batched_io else 0,
         "batching": python_batching,
     }
     trt_profiles = {
@@ -162,7 +165,7 @@ def config_contexts(
                 "buckets": ",".join(str(b) for b in buckets),
                 "pad_id": str(pad_id),
                 "pad_type_id": "0",
-                **tokenizer_settings,
+                **plan.tokenizer_parameters,
             },
         },
         "model": {
@@ -199,16 +202,13 @@ def config_contexts(
             "inputs": post_in,
             "outputs": post_out,
             "instances": spec.postprocess_instances,
-            "parameters": {
-                **task.postprocess_parameters(checkpoint),
-                **postprocess_settings,
-            },
+            "parameters": dict(plan.postprocess_parameters),
         },
         "ensemble": {
             **common,
             "name": names["ensemble"],
             "inputs": text_in,
-            "outputs": task.ensemble_outputs(checkpoint),
+            "outputs": list(plan.ensemble_outputs),
             "response_cache": spec.response_cache,
             "steps": [
                 {
@@ -219,7 +219,7 @@ def config_contexts(
                 {
                     "model_name": names["model"],
                     "input_map": {n: n for n in inputs},
-                    "output_map": {task.onnx_output: task.onnx_output},
+                    "output_map": {plan.onnx_output.name: plan.onnx_output.name},
                 },
                 {
                     "model_name": names["postprocess"],
@@ -234,9 +234,8 @@ def config_contexts(
 def _model_card(
     spec: BuildSpec,
     checkpoint: Checkpoint,
-    task: Task,
+    plan: TaskPlan,
     version: int,
-    max_length: int,
     facts: ModelFacts,
     report: ParityReport,
     variant: Variant | None,
@@ -246,33 +245,34 @@ def _model_card(
     import transformers
 
     def shape(dims: tuple[int, ...]) -> list[int]:
-        return list(dims) if task.batched_io else [-1, *dims]  # whole requests: the batch axis is in dims
+        return list(dims) if plan.batched_io else [-1, *dims]  # whole requests: the batch axis is in dims
 
-    outputs = ", ".join(f"`{t.name}` ({t.data_type}, {shape(t.dims)})" for t in task.ensemble_outputs(checkpoint))
+    max_length = plan.row_length
+    outputs = ", ".join(f"`{t.name}` ({t.data_type}, {shape(t.dims)})" for t in plan.ensemble_outputs)
     architectures = ", ".join(checkpoint.architectures) or "bare encoder"
     tools = f"torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime {onnxruntime.__version__}"
     lines = [
         f"# {spec.name} — version {version}",
         "",
         f"- source checkpoint: `{checkpoint.path}` ({checkpoint.model_type}, {architectures})",
-        f"- task: {task.name}",
+        f"- task: {plan.task}",
         f"- built: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
         f"- model inputs: {', '.join(facts.inputs)} (from the model's forward signature and config)",
         f"- model limit: {facts.position_limit} tokens ({facts.limit_source})",
         (
             f"- truncation: texts longer than {max_length} tokens are cut there, as the transformers pipeline and "
             "sentence-transformers do; the `TRUNCATED` output says which"
-            if task.truncates
+            if plan.truncates
             else f"- windows of {max_length} tokens: nothing is truncated"
         ),
         f"- length buckets: {spec.buckets}",
         "- contract: inputs "
-        + ", ".join(f"`{t.name}`" for t in task.ensemble_inputs(checkpoint))
+        + ", ".join(f"`{t.name}`" for t in plan.ensemble_inputs)
         + f" (TYPE_STRING, {shape((1,))}); outputs "
         + outputs,
         f"- tools: {tools}",
     ]
-    lines += task.card_lines(spec, checkpoint, max_length)
+    lines += plan.card_lines
     lines.append(f"- served model: {_variant_name(spec, variant)} ({spec.runtime} runtime)")
     card = "\n".join(lines) + "\n\n## Parity of the FP32 export\n\n" + report.to_markdown()
     if variant is not None:
@@ -286,9 +286,9 @@ def _model_card(
     return card
 
 
-def _pairs_for(task: Task, checkpoint: Checkpoint, texts: Sequence[str]) -> list[str] | None:
+def _pairs_for(plan: TaskPlan, texts: Sequence[str]) -> list[str] | None:
     """Second segments for pair tasks: each text paired with the next one (varied lengths and scripts)."""
-    if not task.pair_input:
+    if not plan.pair_input:
         return None
     return [texts[(i + 1) % len(texts)] for i in range(len(texts))]
 
@@ -342,14 +342,17 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         module = task.load_module(checkpoint)
     with console.status("Reading the model's inputs and length limit…"), _stage("reading the model's inputs"):
         facts = read_model_facts(module, _probe_token(hf_tokenizer))
-    max_length = task.row_length(spec, checkpoint, facts.position_limit, getattr(hf_tokenizer, "model_max_length", 0))
     inputs = list(facts.inputs)
     tokenizer_facts = {
         "cls_id": "" if hf_tokenizer.cls_token_id is None else str(hf_tokenizer.cls_token_id),
         "unk_token": hf_tokenizer.unk_token or "",
         "special_tokens": str(hf_tokenizer.backend_tokenizer.num_special_tokens_to_add(False)),
     }
-    task.step_parameters(spec, checkpoint, max_length, tokenizer_facts)  # refuse bad task settings before exporting
+    plan = task.bind(  # refuses bad task settings before exporting
+        spec, checkpoint, inputs=inputs, position_limit=facts.position_limit,
+        tokenizer_max=getattr(hf_tokenizer, "model_max_length", 0), tokenizer_facts=tokenizer_facts,
+    )  # fmt: skip
+    max_length = plan.row_length
     console.print(
         f"[bold]{checkpoint.path}[/]: {checkpoint.model_type}, task {task.name}, max length {max_length} "
         f"(model: {facts.position_limit}, {facts.limit_source}), inputs {', '.join(inputs)}"
@@ -368,20 +371,18 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
                 export_onnx(
                     module,
                     encoder(["a short sample", "a longer sample text, used to trace the model"]),
-                    task.onnx_output,
+                    plan.onnx_output.name,
                     fp32_path,
                 )
             with console.status("Checking parity against PyTorch…"), _stage("parity check"):
                 report = check_parity(
                     module, hf_tokenizer, encoder, fp32_path, max_length=max_length, tolerance=spec.parity_tolerance,
-                    pairs=_pairs_for(task, checkpoint, PARITY_TEXTS),
-                    argmax_axis=0 if task.gate == "spans" else -1,
+                    pairs=_pairs_for(plan, PARITY_TEXTS),
+                    argmax_axis=plan.gate.parity_argmax_axis,
                 )  # fmt: skip
             console.print(Markdown(report.to_markdown()))
             require_parity(report)
-            variant = _optimise(
-                spec, checkpoint, task, module, hf_tokenizer, encoder, fp32_path, onnx_path, max_length, console
-            )
+            variant = _optimise(spec, checkpoint, plan, module, hf_tokenizer, encoder, fp32_path, onnx_path, console)
         finally:
             fp32_path.unlink(missing_ok=True)
         if spec.runtime == "tensorrt":
@@ -396,24 +397,24 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             )
             (onnx_path.parent / "engine.json").write_text(engine.to_json())
         with console.status("Rendering and validating configs…"):
-            contexts = config_contexts(spec, checkpoint, task, inputs, max_length, pad_id, tokenizer_facts)
+            contexts = config_contexts(spec, checkpoint, task, inputs, max_length, pad_id, tokenizer_facts, plan=plan)
             configs = render_all(contexts)
             for step, (text, _) in configs.items():
                 stage.write_config(names[step], text)
-        for step in ("tokenizer", "postprocess"):
+        for step, module_name in plan.step_modules.items():
             target = stage.version_dir(names[step])
-            shutil.copyfile(_PY_MODELS / f"{step}.py", target / "model.py")
-            for helper in ("_common", *task.helper_modules):
+            shutil.copyfile(_module_file(module_name), target / "model.py")
+            for helper in plan.helper_modules[step]:
                 shutil.copyfile(_PY_MODELS / f"{helper}.py", target / f"{helper}.py")
         post_dir = stage.version_dir(names["postprocess"])
-        if "tokenizer_file" in task.postprocess_parameters(checkpoint):
-            shutil.copyfile(tok_dir / "tokenizer.json", post_dir / "tokenizer.json")
+        for filename in plan.postprocess_files:
+            shutil.copyfile(tok_dir / filename, post_dir / filename)
         (post_dir / "labels.json").write_text(json.dumps(list(checkpoint.id2label.values()), ensure_ascii=False))
         card_dir = stage.version_dir(names["ensemble"])
         if variant is not None and variant.search is not None and variant.search.trials:
             variant.search.plot(card_dir / SEARCH_PLOT)
         (card_dir / "model_card.md").write_text(
-            _model_card(spec, checkpoint, task, stage.version, max_length, facts, report, variant), encoding="utf-8"
+            _model_card(spec, checkpoint, plan, stage.version, facts, report, variant), encoding="utf-8"
         )
         (card_dir / "parity.json").write_text(
             json.dumps(
@@ -428,12 +429,12 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             ),
             encoding="utf-8",
         )
-        if task.batched_io and spec.runtime == "onnx":  # what a roll-out checks before this version takes traffic
+        if plan.batched_io and spec.runtime == "onnx":  # what a roll-out checks before this version takes traffic
             with console.status("Recording the canary outputs…"), _stage("canary record"):
-                segments = (PARITY_TEXTS, _pairs_for(task, checkpoint, PARITY_TEXTS))
+                segments = (PARITY_TEXTS, _pairs_for(plan, PARITY_TEXTS))
                 record_canary(
-                    card_dir / CANARY_FILE, onnx_path, encoder, output=task.onnx_output,
-                    inputs={t.name: list(texts) for t, texts in zip(task.ensemble_inputs(checkpoint), segments)},
+                    card_dir / CANARY_FILE, onnx_path, encoder, output=plan.onnx_output.name,
+                    inputs={t.name: list(texts) for t, texts in zip(plan.ensemble_inputs, segments)},
                     tolerance=spec.parity_tolerance,
                 )  # fmt: skip
         (card_dir / "build.json").write_text(
@@ -464,13 +465,12 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
 def _optimise(
     spec: BuildSpec,
     checkpoint: Checkpoint,
-    task: Task,
+    plan: TaskPlan,
     module: Any,
     hf_tokenizer: Any,
     encoder: TextEncoder,
     fp32_path: Path,
     target: Path,
-    max_length: int,
     console: Console,
 ) -> Variant | None:
     """Optimise/convert the FP32 export into ``target`` and gate it; None when FP32 is served as is.
@@ -496,9 +496,8 @@ def _optimise(
         optimized = optimize_model(fp32_path, target, checkpoint, precision=spec.precision, fuse=spec.optimize)
     with console.status(f"Accuracy gate: FP32 PyTorch on {len(validation)} validation texts…"), _stage("accuracy gate"):
         reference = GateReference(
-            module, hf_tokenizer, encoder, gate=task.gate, texts=validation, max_length=max_length,
-            function=task.postprocess_parameters(checkpoint).get("function", "softmax"),
-            pairs=_pairs_for(task, checkpoint, validation),
+            module, hf_tokenizer, encoder, gate=plan.gate, texts=validation, max_length=plan.row_length,
+            pairs=_pairs_for(plan, validation),
         )  # fmt: skip
     search = None
     if spec.precision == "int8":
@@ -526,6 +525,14 @@ def _optimise(
     console.print(Markdown(accuracy.to_markdown(accepted=spec.accept_accuracy_loss)))
     require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)
     return Variant(optimized, accuracy, search)
+
+
+def _module_file(name: str) -> Path:
+    """The source file of a step module (``tritongen.tasks.qa.tokenizer``), served as a ``model.py``."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise RepositoryError(f"step module `{name}` cannot be found")
+    return Path(spec.origin)
 
 
 def _int8_schemes(spec: BuildSpec) -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""Command line: ``python -m tritongen <build|serve|health|rollout|rollback|infer|engine|bench|soak> ...``. Thin.
+"""Command line: ``python -m tritongen <command> ...`` (build, serve, health, infer, bench, ...). Thin by design.
 
 Each command parses its options and calls one library function. Errors a user can cause
 (:class:`tritongen.errors.TritongenError`) are printed as one line and exit with code 2.
@@ -25,6 +25,7 @@ EXIT_INTERNAL_ERROR = 1
 def _build(args: argparse.Namespace) -> None:
     from tritongen.build import build_repository
     from tritongen.spec import load_spec
+    from tritongen.tasks import legacy_settings
 
     spec = load_spec(
         args.spec,
@@ -53,13 +54,8 @@ def _build(args: argparse.Namespace) -> None:
         validation=args.validation,
         accept_accuracy_loss=args.accept_accuracy_loss,
         runtime=args.runtime,
-        aggregation_strategy=args.aggregation_strategy,
-        ner_stride=args.ner_stride,
         max_length=args.max_length,
-        qa_max_seq_len=args.qa_max_seq_len,
-        qa_doc_stride=args.qa_doc_stride,
-        qa_max_answer_len=args.qa_max_answer_len,
-        qa_handle_impossible_answer=args.qa_handle_impossible_answer,
+        **{name: getattr(args, name) for name in legacy_settings()},
     )
     build_repository(spec)
 
@@ -97,9 +93,15 @@ def _serve(args: argparse.Namespace) -> None:
 
 
 def _health(args: argparse.Namespace) -> int:
-    from tritongen.health import check, healthy
+    from tritongen.admin import http_headers, read_key
+    from tritongen.errors import ServerError
+    from tritongen.health import deep_check, healthy
 
-    probes = check(f"{args.host}:{args.http_port}", args.repository, timeout=args.timeout)
+    try:  # a remote repository's ensembles are listed by the restricted repository API
+        headers = http_headers(read_key(args.repository))
+    except ServerError:
+        headers = None
+    probes = deep_check(args.repository, f"{args.host}:{args.http_port}", timeout=args.timeout, headers=headers)
     for probe in probes:
         print(probe.line)
     if not probes:
@@ -211,8 +213,59 @@ def _soak(args: argparse.Namespace) -> None:
         )
 
 
+def _publish(args: argparse.Namespace) -> None:
+    from tritongen.build import step_names
+    from tritongen.publish import parse_s3_url, publish
+
+    names = step_names(args.name)
+    folders = [names["tokenizer"], names["model"], names["postprocess"], names["ensemble"]]
+    keys = publish(args.repository, folders, args.to, progress=lambda line: print(line, flush=True))
+    print(f"Published `{args.name}` ({len(keys)} objects) to {parse_s3_url(args.to).url}")
+
+
+def _package(args: argparse.Namespace) -> None:
+    from tritongen.deploy import TritonArgs, write_package
+
+    server = TritonArgs(exit_timeout_secs=args.exit_timeout)
+    out = write_package(
+        args.name, args.repository, args.output, force=args.force, args=server, image=args.image
+    )  # fmt: skip
+    print(f"Wrote {out}: docker compose -f {out}/compose.yaml up --build (Grafana on :3000, Prometheus on :9090)")
+
+
+def _manifests(args: argparse.Namespace) -> None:
+    from tritongen.deploy import ManifestOptions, TritonArgs, startup_seconds, write_manifests
+
+    if args.startup_seconds is None and not (args.repository / args.name).is_dir():
+        raise UsageError(f"`{args.name}` is not built in {args.repository}; give --startup-seconds to size the probe")
+    options = ManifestOptions(
+        name=args.name,
+        repository_url=args.to,
+        image=args.image or "",
+        namespace=args.namespace,
+        gpus=args.gpus,
+        min_replicas=args.min_replicas,
+        max_replicas=args.max_replicas,
+        queue_target_ms=args.queue_target_ms,
+        startup_seconds=args.startup_seconds or startup_seconds(args.repository, args.name),
+    )
+    out = write_manifests(options, args.output, args=TritonArgs(exit_timeout_secs=args.exit_timeout), force=args.force)
+    print(f"Wrote {out}: kubectl apply -f {out} (or kubectl apply -f {out}/kserve for KServe)")
+
+
+def _plan(args: argparse.Namespace) -> None:
+    from tritongen.deploy import bench_results_path, plan_capacity
+
+    path = args.results or bench_results_path(args.name)
+    print(
+        plan_capacity(
+            path, qps=args.qps, p99_ms=args.p99_ms, headroom=args.headroom, gpus_per_replica=args.gpus
+        ).to_text()
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
-    from tritongen.triton_models.ner import STRATEGIES
+    from tritongen.tasks import TASKS, settings_sections
 
     parser = argparse.ArgumentParser(prog="python -m tritongen", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -223,8 +276,7 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--name", help="ensemble name (default: model)")
     build.add_argument(
         "--task",
-        help="classification, text-pair-classification, embedding, token-classification or "
-        "question-answering (default: detected)",
+        help=f"one of {', '.join(sorted(TASKS))} (default: detected from the checkpoint)",
     )
     build.add_argument("--repository", type=Path, help="output repository (default: model_repository)")
     build.add_argument("--max-batch-size", type=int)
@@ -261,23 +313,10 @@ def _parser() -> argparse.ArgumentParser:
         help="publish even if the accuracy gate fails (the figures go into the model card)",
     )
     build.add_argument("--runtime", choices=("onnx", "tensorrt"), help="model step runtime (default onnx)")
-    build.add_argument(
-        "--aggregation-strategy",
-        choices=STRATEGIES,
-        help="token classification: how tokens are grouped into entities (default simple)",
-    )
-    build.add_argument(
-        "--ner-stride", type=int, help="token classification: tokens neighbouring windows share (default window/4)"
-    )
     build.add_argument("--max-length", type=int, help="tokens per model row (default: the model's own limit)")
-    build.add_argument("--qa-max-seq-len", type=int, help="QA window length in tokens (default min(max, 384))")
-    build.add_argument("--qa-doc-stride", type=int, help="QA tokens shared by neighbouring windows (default 128)")
-    build.add_argument("--qa-max-answer-len", type=int, help="QA longest answer in tokens (default 15)")
-    build.add_argument(
-        "--qa-handle-impossible-answer",
-        action=argparse.BooleanOptionalAction,
-        help='QA: allow the empty "no answer" to win',
-    )
+    for settings in settings_sections().values():  # each task's own flags (their old flat spec names)
+        for dest, options in settings.cli_flags.items():
+            build.add_argument(f"--{dest.replace('_', '-')}", dest=dest, **options)
     build.set_defaults(func=_build)
 
     def add_server_options(p: argparse.ArgumentParser) -> None:
@@ -287,7 +326,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--metrics-port", type=int, default=8002)
 
     serve = sub.add_parser("serve", help="serve a repository with the local Triton server (foreground)")
-    serve.add_argument("--repository", type=Path, default=Path("model_repository"))
+    serve.add_argument(
+        "--repository",
+        default="model_repository",
+        help="a folder, or s3://bucket/prefix (also s3://http://HOST:PORT/...)",
+    )
     serve.add_argument("--cache-size", type=int, default=16 * 1024 * 1024, help="response cache bytes (0: off)")
     serve.add_argument("--health-port", type=int, default=8003, help="port of /healthz and /livez (0: off)")
     serve.add_argument(
@@ -323,7 +366,11 @@ def _parser() -> argparse.ArgumentParser:
         switch.set_defaults(func=_switch, version=None)
 
     health = sub.add_parser("health", help="one real inference per ensemble of a served repository; exit 0 or 1")
-    health.add_argument("--repository", type=Path, default=Path("model_repository"))
+    health.add_argument(
+        "--repository",
+        default="model_repository",
+        help="the served folder, or its s3:// URL",
+    )
     health.add_argument("--timeout", type=float, default=10.0, help="seconds per ensemble")
     add_server_options(health)
     health.set_defaults(func=_health)
@@ -368,6 +415,46 @@ def _parser() -> argparse.ArgumentParser:
     soak.add_argument("--output", type=Path, default=Path("soak_results"), help="report folder (NAME inside)")
     add_server_options(soak)
     soak.set_defaults(func=_soak)
+
+    pub = sub.add_parser("publish", help="upload a deployment's model folders to an S3 model repository")
+    pub.add_argument("--name", default="model")
+    pub.add_argument("--repository", type=Path, default=Path("model_repository"))
+    pub.add_argument("--to", required=True, help="s3://bucket/prefix or s3://http://HOST:PORT/bucket/prefix")
+    pub.set_defaults(func=_publish)
+
+    pack = sub.add_parser("package", help="deploy folder: Dockerfile, compose with Prometheus and Grafana")
+    pack.add_argument("name")
+    pack.add_argument("--repository", type=Path, default=Path("model_repository"))
+    pack.add_argument("--output", type=Path, help="deploy folder (default deploy/NAME)")
+    pack.add_argument("--image", help="image tag compose builds (default tritongen-NAME:latest)")
+    pack.add_argument("--exit-timeout", type=int, default=30, help="Triton's --exit-timeout-secs (drain on stop)")
+    pack.add_argument("--force", action="store_true", help="replace an existing deploy folder")
+    pack.set_defaults(func=_package)
+
+    man = sub.add_parser("manifests", help="Kubernetes manifests (and a KServe InferenceService) for NAME")
+    man.add_argument("name")
+    man.add_argument("--to", required=True, help="s3://bucket/prefix the pods read the model repository from")
+    man.add_argument("--repository", type=Path, default=Path("model_repository"), help="local build (probe sizing)")
+    man.add_argument("--output", type=Path, help="folder (default deploy/NAME-k8s)")
+    man.add_argument("--image", help="container image (default tritongen-NAME:latest, as package builds)")
+    man.add_argument("--namespace", default="default")
+    man.add_argument("--gpus", type=int, default=1, help="GPUs per replica")
+    man.add_argument("--min-replicas", type=int, default=1)
+    man.add_argument("--max-replicas", type=int, default=4)
+    man.add_argument("--queue-target-ms", type=float, default=50.0, help="HPA target: queue time per request")
+    man.add_argument("--startup-seconds", type=int, help="startup probe budget (default: from the model's size)")
+    man.add_argument("--exit-timeout", type=int, default=30, help="Triton's --exit-timeout-secs (drain on stop)")
+    man.add_argument("--force", action="store_true", help="replace an existing folder")
+    man.set_defaults(func=_manifests)
+
+    plan = sub.add_parser("plan", help="replicas and GPUs for a target rate and p99, from a bench result")
+    plan.add_argument("--qps", type=float, required=True, help="target requests per second")
+    plan.add_argument("--p99-ms", type=float, required=True, help="target p99 latency in ms")
+    plan.add_argument("--name", default="minilm", help="ensemble whose bench result to read")
+    plan.add_argument("--results", type=Path, help="results.csv (default perf_analyzer_configs/NAME/results/)")
+    plan.add_argument("--headroom", type=float, default=0.3, help="capacity kept free (default 0.3)")
+    plan.add_argument("--gpus", type=int, default=1, help="GPUs per replica")
+    plan.set_defaults(func=_plan)
     return parser
 
 

@@ -17,7 +17,8 @@ them to a one-line message and exit code 2. The tree::
     ├── EngineError              a TensorRT engine cannot be built here
     ├── ServerError              tritonserver could not start or answer
     ├── RolloutError             a roll-out or rollback stopped; the version that served still does
-    └── BenchError               perf_analyzer or a baseline failed
+    ├── BenchError               perf_analyzer or a baseline failed
+    └── DeployError              a deploy folder, manifest set or capacity plan cannot be made
 
 The path and log file an error is about are attributes (``exc.path``, ``exc.log_file``), and so
 are a :class:`StageError`'s ``stage`` and ``cause``; the message is rendered from them. A message
@@ -36,6 +37,7 @@ __all__ = [
     "BenchError",
     "CheckpointError",
     "ConfigValidationError",
+    "DeployError",
     "EngineError",
     "ExportError",
     "ParityError",
@@ -163,3 +165,7 @@ class RolloutError(TritongenError):
 
 class BenchError(TritongenError):
     """A benchmark run failed."""
+
+
+class DeployError(TritongenError):
+    """A deploy folder, a manifest set or a capacity plan cannot be made from what is on disk."""

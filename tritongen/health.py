@@ -20,7 +20,16 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["EnsembleProbe", "HealthEndpoint", "check", "ensembles_of", "healthy"]
+__all__ = [
+    "Ensemble",
+    "EnsembleProbe",
+    "HealthEndpoint",
+    "check",
+    "deep_check",
+    "ensembles_of",
+    "find_ensembles",
+    "healthy",
+]
 
 _counter = itertools.count()
 
@@ -43,12 +52,14 @@ class EnsembleProbe:
 
 
 @dataclass(frozen=True)
-class _Ensemble:
+class Ensemble:
+    """An ensemble to probe: its name and the shape of a one-row request for each string input."""
+
     name: str
     inputs: tuple[tuple[str, tuple[int, ...]], ...]  # (name, shape of a one-row request)
 
 
-def ensembles_of(repository: Path) -> list[_Ensemble]:
+def ensembles_of(repository: Path) -> list[Ensemble]:
     """The ensembles of a repository with the shape of a one-row request for each string input."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as mc
@@ -63,11 +74,11 @@ def ensembles_of(repository: Path) -> list[_Ensemble]:
             continue
         batch = (1,) if config.max_batch_size > 0 else ()
         inputs = tuple((i.name, batch + tuple(1 if d < 0 else d for d in i.dims)) for i in config.input)
-        found.append(_Ensemble(config.name or path.parent.name, inputs))
+        found.append(Ensemble(config.name or path.parent.name, inputs))
     return found
 
 
-def _probe(client: object, ensemble: _Ensemble, timeout: float) -> EnsembleProbe:
+def _probe(client: object, ensemble: Ensemble, timeout: float) -> EnsembleProbe:
     import tritonclient.http as httpclient
 
     text = f"health check {next(_counter)} {time.time_ns()}".encode()
@@ -85,20 +96,68 @@ def _probe(client: object, ensemble: _Ensemble, timeout: float) -> EnsembleProbe
     return EnsembleProbe(ensemble.name, True, time.monotonic() - start)
 
 
-def check(url: str, repository: Path, *, timeout: float = 10.0) -> list[EnsembleProbe]:
-    """Probe every ensemble of ``repository`` served at ``url`` (HTTP ``host:port``).
+def _served_ensembles(client: object, headers: dict[str, str] | None = None) -> list[Ensemble]:
+    """The ensembles the server has loaded, from its repository API (for remote repositories).
 
-    All pass: the deployment answers. An empty list means the repository has no ensemble, which
-    callers treat as not ready.
+    That API is restricted to the admin key (:mod:`tritongen.admin`): ``headers`` carry it.
+    """
+    found = []
+    for row in client.get_model_repository_index(headers=headers):  # type: ignore[attr-defined]
+        config = client.get_model_config(row["name"])  # type: ignore[attr-defined]
+        if config.get("platform") != "ensemble":
+            continue
+        batch = (1,) if int(config.get("max_batch_size", 0)) > 0 else ()
+        inputs = tuple(
+            (i["name"], batch + tuple(1 if int(d) < 0 else int(d) for d in i.get("dims", []))) for i in config["input"]
+        )
+        found.append(Ensemble(config["name"], inputs))
+    return found
+
+
+def find_ensembles(
+    repository: Path | str, url: str, *, timeout: float = 10.0, headers: dict[str, str] | None = None
+) -> list[Ensemble]:
+    """The ensembles to probe: read from a local repository, else asked of the server at ``url``.
+
+    A local repository is the better source: an ensemble that Triton has lost still counts there.
+    Ask the server once, while everything is loaded, for an ``s3://`` repository.
+    """
+    if Path(repository).is_dir() and "://" not in str(repository):
+        return ensembles_of(Path(repository))
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(url, connection_timeout=timeout, network_timeout=timeout)
+    try:
+        return _served_ensembles(client, headers)
+    finally:
+        client.close()
+
+
+def check(url: str, ensembles: Sequence[Ensemble], *, timeout: float = 10.0) -> list[EnsembleProbe]:
+    """Probe each ensemble served at ``url`` (HTTP ``host:port``) with one real inference.
+
+    All pass: the deployment answers. No ensemble gives an empty list, which
+    :func:`healthy` counts as not ready.
     """
     import tritonclient.http as httpclient
 
-    ensembles = ensembles_of(repository)
     client = httpclient.InferenceServerClient(url, connection_timeout=timeout, network_timeout=timeout)
     try:
         return [_probe(client, ensemble, timeout) for ensemble in ensembles]
     finally:
         client.close()
+
+
+def deep_check(
+    repository: Path | str, url: str, *, timeout: float = 10.0, headers: dict[str, str] | None = None
+) -> list[EnsembleProbe]:
+    """:func:`find_ensembles` then :func:`check`; a server that cannot list them is one failed probe."""
+    try:
+        ensembles = find_ensembles(repository, url, timeout=timeout, headers=headers)
+    except Exception as exc:  # InferenceServerException and transport errors alike
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return [EnsembleProbe(str(repository), False, 0.0, message[:300])]
+    return check(url, ensembles, timeout=timeout)
 
 
 def healthy(probes: Sequence[EnsembleProbe]) -> bool:

@@ -30,7 +30,10 @@ from pathlib import Path
 from tritongen import backends
 from tritongen.errors import ServerError
 
+REMOTE_SCHEMES = ("s3://", "gs://", "as://")  # repositories tritonserver reads itself
+
 __all__ = [
+    "REMOTE_SCHEMES",
     "TritonServer",
     "free_port",
     "prepare_runtime",
@@ -156,7 +159,7 @@ class TritonServer:
 
     def __init__(
         self,
-        repository: Path,
+        repository: Path | str,
         *,
         host: str = "127.0.0.1",
         http_port: int = 8000,
@@ -168,7 +171,9 @@ class TritonServer:
         exit_timeout: int = 10,
         extra_args: Sequence[str] = (),
     ) -> None:
-        self.repository = Path(repository).resolve()
+        # A local folder, or a remote repository URL tritonserver reads itself (s3://, gs://, as://).
+        remote = str(repository).startswith(REMOTE_SCHEMES)
+        self.repository: Path | str = str(repository) if remote else Path(repository).resolve()
         self.host = host
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
         self.cache_size = cache_size
@@ -216,7 +221,7 @@ class TritonServer:
 
     def start(self, timeout: float = 240.0) -> TritonServer:
         """Start the server and block until it reports ready; raise ServerError otherwise."""
-        if not self.repository.is_dir():
+        if isinstance(self.repository, Path) and not self.repository.is_dir():
             raise ServerError("model repository {path} does not exist; build one first", path=self.repository)
         for port in (self.http_port, self.grpc_port, self.metrics_port):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -282,7 +287,7 @@ class TritonServer:
 
 
 @contextlib.contextmanager
-def running_server(repository: Path, **kwargs: object) -> Iterator[TritonServer]:
+def running_server(repository: Path | str, **kwargs: object) -> Iterator[TritonServer]:
     """Start a server on free ports and stop it afterwards."""
     ports = {key: free_port() for key in ("http_port", "grpc_port", "metrics_port")}
     ports.update({k: v for k, v in kwargs.items() if k in ports})  # type: ignore[misc]

@@ -24,7 +24,7 @@ from types import FrameType
 
 from tritongen.admin import AdminClient, http_headers, restricted_args, serving_key
 from tritongen.errors import ServerError
-from tritongen.health import HealthEndpoint, check
+from tritongen.health import HealthEndpoint, check, find_ensembles
 from tritongen.server import TritonServer
 from tritongen.supervisor import Supervisor
 
@@ -37,7 +37,7 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 class ServeOptions:
     """Settings of one ``serve`` run; ``health_port`` 0 turns the health endpoint off."""
 
-    repository: Path
+    repository: Path | str
     host: str = "127.0.0.1"
     http_port: int = 8000
     grpc_port: int = 8001
@@ -82,9 +82,9 @@ def serve(options: ServeOptions, *, log: Callable[[str], None] = print) -> None:
     try:
         try:
             server.start()
+            started.set()  # inside the try: a signal just before this line still lands in the except
         except _Interrupted:
             return
-        started.set()
         supervisor, endpoint = _start_watchers(server, options, key, stopping, log)
         health = f", health http://{options.host}:{endpoint.port}/healthz" if endpoint else ""
         log(
@@ -125,11 +125,14 @@ def _start_watchers(
         supervisor.start()
     endpoint = None
     if options.health_port:
+        ensembles = find_ensembles(
+            server.repository, server.http_url, timeout=options.probe_timeout, headers=http_headers(key)
+        )
         try:
             endpoint = HealthEndpoint(
                 options.host,
                 options.health_port,
-                probe=lambda: check(server.http_url, server.repository, timeout=options.probe_timeout),
+                probe=lambda: check(server.http_url, ensembles, timeout=options.probe_timeout),
                 alive=lambda: process.poll() is None and not stopping.is_set(),
             ).start()
         except OSError as exc:

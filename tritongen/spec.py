@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from tritongen.errors import SpecError
+from tritongen.tasks import TaskSettings, legacy_settings, settings_sections
 from tritongen.triton_models.ner import STRATEGIES
 
 __all__ = [
@@ -125,14 +126,9 @@ class BuildSpec:
     validation: Path | None = None  # one text per line; None: the built-in sample
     accept_accuracy_loss: bool = False
     runtime: Literal["onnx", "tensorrt"] = "onnx"
-    multi_label_threshold: float = 0.5  # multi-label: labels at or above this score go into LABELS
-    multi_label_top_k: int = 0  # multi-label: at most this many labels in LABELS (0: no limit)
-    aggregation_strategy: str = "simple"  # token classification: none, simple, first, average or max
-    ner_stride: int | None = None  # token classification: tokens neighbouring windows share; None: window/4 (<= 128)
-    qa_max_seq_len: int | None = None  # QA window length; None: min(model max length, 384) as in transformers
-    qa_doc_stride: int | None = None  # QA window overlap; None: min(window // 2, 128) as in transformers
-    qa_max_answer_len: int = 15  # QA: longest answer, in tokens
-    qa_handle_impossible_answer: bool = False  # QA: the empty answer may win ("no answer")
+    # The tasks' sections, by section name (``question_answering: {doc_stride: 64}``); a task missing here
+    # runs with its defaults. The old flat keys (``qa_doc_stride``) are read into these sections.
+    task_settings: dict[str, TaskSettings] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -142,6 +138,7 @@ class BuildSpec:
         data = dataclasses.asdict(self)
         for key in ("repository", "calibration", "validation"):
             data[key] = None if data[key] is None else str(data[key])
+        data.update(data.pop("task_settings"))
         return data
 
     def replace(self, **changes: Any) -> BuildSpec:
@@ -207,28 +204,14 @@ def _validate(spec: BuildSpec) -> None:
             raise SpecError("the TensorRT execution accelerator is for runtime onnx; runtime tensorrt builds a plan")
     if spec.model_instances.kind == "KIND_CPU" and spec.runtime == "tensorrt":
         raise SpecError("a TensorRT plan runs on KIND_GPU instances; set the model step's kind to KIND_GPU")
-    if not 0 <= spec.multi_label_threshold <= 1 or spec.multi_label_top_k < 0:
-        raise SpecError("multi-label threshold must be in [0, 1] and top_k >= 0")
-    if spec.aggregation_strategy not in AGGREGATION_STRATEGIES:
-        raise SpecError(
-            f"aggregation strategy `{spec.aggregation_strategy}` is unknown; "
-            f"use one of {', '.join(AGGREGATION_STRATEGIES)}"
-        )
-    if spec.ner_stride is not None and spec.ner_stride < 0:
-        raise SpecError(f"ner_stride must be >= 0, got {spec.ner_stride}")
-    if spec.ner_stride and spec.aggregation_strategy == "none":
-        raise SpecError(
-            "aggregation strategy `none` cannot merge overlapping windows (nor can the transformers pipeline): "
-            "set ner_stride to 0 or choose simple, first, average or max"
-        )
     if spec.max_length is not None and spec.max_length < 8:
         raise SpecError(f"max_length must be >= 8, got {spec.max_length}")
-    if spec.qa_max_answer_len < 1:
-        raise SpecError(f"qa_max_answer_len must be >= 1, got {spec.qa_max_answer_len}")
-    if spec.qa_max_seq_len is not None and spec.qa_max_seq_len < 8:
-        raise SpecError(f"qa_max_seq_len must be >= 8, got {spec.qa_max_seq_len}")
-    if spec.qa_doc_stride is not None and not 0 <= spec.qa_doc_stride < (spec.qa_max_seq_len or 1 << 30):
-        raise SpecError(f"qa_doc_stride must be >= 0 and below qa_max_seq_len, got {spec.qa_doc_stride}")
+    sections = settings_sections()
+    for section, settings in spec.task_settings.items():
+        if section not in sections:
+            raise SpecError(f"unknown task section `{section}`; known: {sorted(sections)}")
+        if not isinstance(settings, sections[section]):
+            raise SpecError(f"`{section}` must hold {sections[section].__name__}, got {type(settings).__name__}")
     if not 0 < spec.parity_tolerance < 1:
         raise SpecError(f"parity tolerance must be in (0, 1), got {spec.parity_tolerance}")
 
@@ -247,13 +230,17 @@ _NESTED = {
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     if not isinstance(data, dict):
         raise SpecError(f"`{where}` must be a mapping, got {type(data).__name__}")
+    if cls is BuildSpec:
+        data = _task_sections(data)
     known = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise SpecError(f"unknown setting(s) {unknown} in `{where}`; known: {sorted(known)}")
     values: dict[str, Any] = {}
     for key, value in data.items():
-        if cls is BuildSpec and key in _NESTED:
+        if cls is BuildSpec and key == "task_settings":
+            value = {name: _build(settings_sections()[name], v, name) for name, v in value.items()}
+        elif cls is BuildSpec and key in _NESTED:
             value = _build(_NESTED[key], value, key)
         elif cls is DynamicBatching and key == "queue_policy" and value is not None:
             value = _build(QueuePolicy, value, "dynamic_batching.queue_policy")
@@ -268,11 +255,33 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
         raise SpecError(f"invalid `{where}`: {exc}") from None
 
 
+def _task_sections(data: dict[str, Any]) -> dict[str, Any]:
+    """Move the tasks' sections (and their old flat keys) of a spec mapping into ``task_settings``."""
+    sections = settings_sections()
+    legacy = legacy_settings()
+    data = dict(data)
+    nested: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (data.pop("task_settings", None) or {}).items()}
+    for name in sections:
+        if name in data:
+            value = data.pop(name)
+            if value is not None and not isinstance(value, dict):
+                raise SpecError(f"`{name}` must be a mapping, got {type(value).__name__}")
+            nested.setdefault(name, {}).update(value or {})
+    for old, (section, new) in legacy.items():
+        if old in data:
+            value = data.pop(old)
+            nested.setdefault(section, {}).setdefault(new, value)
+    if nested:
+        data["task_settings"] = nested
+    return data
+
+
 def load_spec(path: Path | None = None, **overrides: Any) -> BuildSpec:
     """Build a :class:`BuildSpec` from an optional YAML file plus keyword overrides.
 
     Overrides whose value is ``None`` are ignored, so CLI options that were not given
-    leave the file's (or the default) value in place.
+    leave the file's (or the default) value in place. Task settings may be given in their section
+    (``question_answering={"doc_stride": 64}``) or under their old flat names (``qa_doc_stride=64``).
     """
     data: dict[str, Any] = {}
     if path is not None:
@@ -285,8 +294,14 @@ def load_spec(path: Path | None = None, **overrides: Any) -> BuildSpec:
         if loaded is not None and not isinstance(loaded, dict):
             raise SpecError("spec file {path} must hold a mapping at the top level", path=path)
         data.update(loaded or {})
+    data = _task_sections(data)
+    task_keys = set(settings_sections()) | set(legacy_settings())
+    given_tasks = _task_sections({k: v for k, v in overrides.items() if k in task_keys and v is not None})
+    for section, values in given_tasks.get("task_settings", {}).items():
+        given = {k: v for k, v in values.items() if v is not None}
+        data.setdefault("task_settings", {}).setdefault(section, {}).update(given)
     for key, value in overrides.items():
-        if value is None:
+        if value is None or key in task_keys:
             continue
         if key in _NESTED and isinstance(value, dict):
             given = {k: v for k, v in value.items() if v is not None}

@@ -98,8 +98,8 @@ class Supervisor(threading.Thread):
         self.interval = interval
         self.log = log
         self.recoveries: list[tuple[str, float]] = []  # (model, seconds from detection to loaded)
-        self._known: dict[str, Stub] = {}
-        self._pending: set[str] = set()
+        self._known: dict[str, Stub] = stubs_of(server_pid)
+        self._pending: dict[str, tuple[int, float]] = {}  # model -> (failed attempts, monotonic time of the next)
         self._halt = threading.Event()
 
     def stop(self) -> None:
@@ -108,7 +108,6 @@ class Supervisor(threading.Thread):
 
     def run(self) -> None:
         """Poll until stopped; a step that fails is logged and tried again on the next poll."""
-        self._known = stubs_of(self.server_pid)
         while not self._halt.wait(self.interval):
             try:
                 self.check()
@@ -124,16 +123,20 @@ class Supervisor(threading.Thread):
         dead = [stub for name, stub in self._known.items() if name not in current and not _alive(stub.pid)]
         models = {stub.model for stub in dead}
         reloaded = []
-        # Models whose reload failed earlier are ours to retry even though they are no longer READY.
-        for model in sorted({m for m in models if self._still_wanted(m)} | self._pending):
+        # Models whose reload failed earlier are ours to retry even though they are no longer READY,
+        # with a doubling pause (up to a minute) so that a model that cannot load does not flood the log.
+        now = time.monotonic()
+        due = {m for m, (_, at) in self._pending.items() if at <= now}
+        for model in sorted({m for m in models if self._still_wanted(m)} | due):
             if self._halt.is_set():
                 break
             instances = ", ".join(f"{s.instance} (pid {s.pid})" for s in dead if s.model == model)
             if self._reload(model, f"stub {instances} died" if instances else "retrying"):
-                self._pending.discard(model)
+                self._pending.pop(model, None)
                 reloaded.append(model)
             else:
-                self._pending.add(model)
+                attempts = self._pending.get(model, (0, now))[0] + 1
+                self._pending[model] = (attempts, time.monotonic() + min(2.0**attempts, 60.0))
         self._known = stubs_of(self.server_pid) if reloaded or dead else current
         return reloaded
 

@@ -30,6 +30,7 @@ from tritongen.repository import existing_versions
 from tritongen.server import TritonServer, free_port, server_environment, wait_until_ready
 from tritongen.spec import DynamicBatching, load_spec
 from tritongen.stats import StepStats, model_stats, stats_delta
+from tritongen.tasks import TASKS
 
 __all__ = ["BenchOptions", "run_bench"]
 
@@ -47,9 +48,6 @@ class BenchOptions:
     texts: int = 512
     baselines: tuple[str, ...] = BASELINES
     compare: tuple[str, ...] = ()  # more ensembles of the same repository, measured in the same server run
-
-
-_BENCH_TASKS = ("classification", "embedding")  # TEXT in; the baselines know these pipelines
 
 
 def _build_metadata(repository: Path, name: str) -> dict[str, Any]:
@@ -111,10 +109,11 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
         raise BenchError(f"unknown baseline(s) {unknown}; choose from {list(BASELINES)}")
     name, repository = options.name, Path(options.repository).resolve()
     meta = _build_metadata(repository, name)
-    if meta["task"] not in _BENCH_TASKS:
+    bench_tasks = sorted(name for name, task in TASKS.items() if task.bench_baselines)
+    if meta["task"] not in bench_tasks:
         raise BenchError(
             f"`{name}` is a {meta['task']} ensemble; the bench drives single-text ensembles "
-            f"({', '.join(_BENCH_TASKS)}) only"
+            f"({', '.join(bench_tasks)}) only"
         )
     out = Path(options.output) / name
     results = out / "results"

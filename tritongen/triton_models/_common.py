@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -12,12 +11,13 @@ import numpy as np
 
 __all__ = [
     "decode_texts",
-    "import_sibling",
     "input_error",
     "model_parameters",
+    "pack_encodings",
     "read_json",
     "resolve_version_file",
     "respond_per_request",
+    "softmax",
     "token_metadata",
 ]
 
@@ -79,12 +79,35 @@ def respond_per_request(
     return responses
 
 
-def import_sibling(name: str) -> Any:
-    """A helper module copied next to ``model.py`` in the server, the package's module elsewhere."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return importlib.import_module(f"tritongen.triton_models.{name}")
+def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Numerically stable softmax over ``axis``; float16/bfloat16 (and ints) go to float32, -inf entries to 0.
+
+    The one softmax of the steps and the gate: classification scores, NER token scores, QA span scores.
+    """
+    logits = np.asarray(logits)
+    if logits.dtype not in (np.float32, np.float64):
+        logits = logits.astype(np.float32)
+    exp = np.exp(logits - logits.max(axis=axis, keepdims=True))
+    return exp / exp.sum(axis=axis, keepdims=True)
+
+
+def pack_encodings(
+    encodings: Sequence[Any], width: int, pad_id: int = 0, pad_type_id: int = 0
+) -> dict[str, np.ndarray]:
+    """``input_ids``, ``attention_mask`` and ``token_type_ids`` of ``tokenizers`` encodings, right-padded to ``width``.
+
+    The one loop that packs encodings into int64 model inputs (the tokenizer steps, NER and QA windows).
+    """
+    rows = len(encodings)
+    ids = np.full((rows, width), pad_id, dtype=np.int64)
+    mask = np.zeros((rows, width), dtype=np.int64)
+    types = np.full((rows, width), pad_type_id, dtype=np.int64)
+    for row, enc in enumerate(encodings):
+        n = len(enc.ids)
+        ids[row, :n] = enc.ids
+        mask[row, :n] = enc.attention_mask
+        types[row, :n] = enc.type_ids
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
 def token_metadata(encodings: Sequence[Any], width: int) -> dict[str, np.ndarray]:

@@ -49,9 +49,11 @@ from typing import Any
 import numpy as np
 
 try:
-    from _common import token_metadata
+    from _common import pack_encodings as _pack_inputs
+    from _common import softmax, token_metadata
 except ImportError:  # outside the server
-    from tritongen.triton_models._common import token_metadata
+    from tritongen.triton_models._common import pack_encodings as _pack_inputs
+    from tritongen.triton_models._common import softmax, token_metadata
 
 __all__ = [
     "STRATEGIES",
@@ -200,19 +202,7 @@ def encode_tokens(
 
 def pack_encodings(encodings: Sequence[Any], width: int, pad_id: int, pad_type_id: int = 0) -> dict[str, np.ndarray]:
     """Model inputs and token metadata of ``encodings``, right-padded to ``width`` (see ``encode_tokens``)."""
-    rows = len(encodings)
-    out = {
-        "input_ids": np.full((rows, width), pad_id, dtype=np.int64),
-        "attention_mask": np.zeros((rows, width), dtype=np.int64),
-        "token_type_ids": np.full((rows, width), pad_type_id, dtype=np.int64),
-        **token_metadata(encodings, width),
-    }
-    for row, enc in enumerate(encodings):
-        n = len(enc.ids)
-        out["input_ids"][row, :n] = enc.ids
-        out["attention_mask"][row, :n] = enc.attention_mask
-        out["token_type_ids"][row, :n] = enc.type_ids
-    return out
+    return {**_pack_inputs(encodings, width, pad_id, pad_type_id), **token_metadata(encodings, width)}
 
 
 def encode_windows(
@@ -257,15 +247,6 @@ def encode_windows(
 # --------------------------------------------------------------------------------------------------
 # Postprocessing
 # --------------------------------------------------------------------------------------------------
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Apply the pipeline's numerically stable softmax over the last axis (float16/bfloat16 go to float32)."""
-    logits = np.asarray(logits)
-    if logits.dtype not in (np.float32, np.float64):
-        logits = logits.astype(np.float32)
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
 def _strategy(strategy: Any) -> str:

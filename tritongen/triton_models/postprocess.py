@@ -1,21 +1,10 @@
 """Triton Python-backend postprocessing: model outputs -> the ensemble's answer.
 
-Classification: ``logits`` -> ``LABEL`` (string), ``SCORE`` and ``PROBABILITIES``, with the
-same activation the transformers pipeline picks (softmax, or sigmoid for one label or
-multi-label problems). Embedding: ``sentence_embedding`` -> ``EMBEDDING``, L2-normalised when the
-checkpoint's sentence-transformers files ask for it. The outputs of all requests in one
-``execute`` are processed as one array.
-
-Token classification: ``TEXT``, ``logits`` and the tokenizer's ``input_ids``, ``special_mask``,
-``word_ids``, ``offsets`` and ``window_example`` -> ``ENTITIES``, a JSON list per text as the strided
-transformers pipeline returns it (``ner.aggregate_windows``: windows aggregated, overlaps merged).
-Question answering: ``CONTEXT``, ``span_logits`` and the window
-metadata -> ``ANSWER``, ``SCORE``, ``START``, ``END``: the best answer of each pair over all its
-windows (``qa.decode_answers``).
-
-Settings come from the config's ``parameters``: ``task``, ``function``, ``labels_file``,
-``normalize``, ``threshold``, ``top_k``; ``aggregation_strategy``, ``tokenizer_file`` and
-``unk_token`` for token classification; ``max_answer_len`` and ``handle_impossible_answer`` for QA.
+The shared part of every task's postprocess step: the base classes a task's ``postprocess.py``
+(``tritongen/tasks/<task>/``) subclasses, and the maps they share (``activate``, ``classify``,
+``l2_normalize``). :class:`BatchedPostprocess` maps the outputs of all requests in one ``execute`` as one
+array; :class:`RequestPostprocess` decodes one request at a time (windows of one request belong together).
+Settings come from the config's ``parameters``; the task's step reads its own.
 """
 
 from __future__ import annotations
@@ -33,33 +22,37 @@ except ImportError:  # outside the server: importable for tests and build-time c
 
 try:
     from _common import (
-        decode_texts,
-        import_sibling,
         model_parameters,
         read_json,
         resolve_version_file,
         respond_per_request,
+        softmax,
     )
 except ImportError:
     from tritongen.triton_models._common import (
-        decode_texts,
-        import_sibling,
         model_parameters,
         read_json,
         resolve_version_file,
         respond_per_request,
+        softmax,
     )
 
-__all__ = ["TritonPythonModel", "activate", "answer_arrays", "classify", "l2_normalize"]
+__all__ = [
+    "BatchedPostprocess",
+    "RequestPostprocess",
+    "TritonPythonModel",
+    "activate",
+    "classify",
+    "input_array",
+    "l2_normalize",
+]
 
 
 def activate(logits: np.ndarray, function: str) -> np.ndarray:
     """Turn logits into scores: ``softmax``, ``sigmoid`` or ``none``."""
     logits = logits.astype(np.float32)
     if function == "softmax":
-        shifted = logits - logits.max(axis=-1, keepdims=True)
-        exp = np.exp(shifted)
-        return exp / exp.sum(axis=-1, keepdims=True)
+        return softmax(logits)
     if function == "sigmoid":
         return 1.0 / (1.0 + np.exp(-logits))
     if function == "none":
@@ -99,106 +92,45 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(norms, 1e-12)
 
 
-def answer_arrays(answers: Sequence[dict | list]) -> dict[str, np.ndarray]:
-    """``qa.decode_answers``' best answer per pair as [N, 1] arrays; no span left gives "", 0, -1, -1."""
-    best = [a if isinstance(a, dict) else (a[0] if a else None) for a in answers]
-    return {
-        "ANSWER": np.array([[(b["answer"] if b else "").encode("utf-8")] for b in best], dtype=np.object_),
-        "SCORE": np.array([[b["score"] if b else 0.0] for b in best], dtype=np.float32),
-        "START": np.array([[b["start"] if b else -1] for b in best], dtype=np.int64),
-        "END": np.array([[b["end"] if b else -1] for b in best], dtype=np.int64),
-    }
-
-
-def _input(request: Any, name: str) -> np.ndarray:
+def input_array(request: Any, name: str) -> np.ndarray:
+    """Input ``name`` of ``request`` as a numpy array."""
     return pb_utils.get_input_tensor_by_name(request, name).as_numpy()
 
 
-def _load_tokenizer(path: Any) -> Any:
-    from tokenizers import Tokenizer
-
-    return Tokenizer.from_file(str(path))
-
-
 class TritonPythonModel:
-    """The postprocessing step of the ensemble."""
+    """Base of the postprocess steps: reads the config, then :meth:`setup` reads the task's parameters.
+
+    A task's ``postprocess.py`` (``tritongen/tasks/<task>/``) subclasses :class:`BatchedPostprocess` (all
+    requests' outputs as one array) or :class:`RequestPostprocess` (one request at a time); this module is
+    copied next to its ``model.py``.
+    """
 
     def initialize(self, args: dict[str, str]) -> None:
-        """Read the task, activation and labels from the model config."""
+        """Read the output names and the task's parameters from the model config."""
         config = json.loads(args["model_config"])
-        params = model_parameters(config)
-        self.task = params["task"]
         self.input_name = config["input"][0]["name"]
         self.output_names = [out["name"] for out in config["output"]]
-        if self.task == "classification":
-            self.function = params.get("function", "softmax")
-            self.labels = read_json(resolve_version_file(args, params.get("labels_file", "labels.json")))
-            self.threshold = float(params.get("threshold", "0.5"))
-            self.top_k = int(params.get("top_k", "0"))
-        elif self.task == "embedding":
-            self.normalize = params.get("normalize", "false") == "true"
-        elif self.task == "token-classification":
-            self.ner = import_sibling("ner")
-            self.labels = read_json(resolve_version_file(args, params.get("labels_file", "labels.json")))
-            self.strategy = params.get("aggregation_strategy", "simple")
-            self.vocab = self.ner.TokenVocab.from_tokenizer(
-                _load_tokenizer(resolve_version_file(args, params.get("tokenizer_file", "tokenizer.json"))),
-                unk_token=params.get("unk_token") or None,
-            )
-        elif self.task == "question-answering":
-            self.qa = import_sibling("qa")
-            self.max_answer_len = int(params.get("max_answer_len", "15"))
-            self.handle_impossible_answer = params.get("handle_impossible_answer", "false") == "true"
-        else:
-            raise ValueError(f"postprocess task `{self.task}` is not supported")
+        self.setup(model_parameters(config), args)
 
-    def _process(self, values: np.ndarray) -> dict[str, np.ndarray]:
-        if self.task == "classification":
-            return classify(values, self.function, self.labels, threshold=self.threshold, top_k=self.top_k)
-        return {"EMBEDDING": l2_normalize(values) if self.normalize else values.astype(np.float32)}
+    def setup(self, params: dict[str, str], args: dict[str, str]) -> None:
+        """Read the task's parameters; files resolve with ``resolve_version_file(args, name)``."""
 
-    def _entities(self, request: Any) -> dict[str, np.ndarray]:
-        texts = decode_texts(_input(request, "TEXT"), "TEXT")
-        encoded = {name: _input(request, name) for name in ("input_ids", "special_mask", "word_ids", "offsets")}
-        entities = self.ner.aggregate_windows(
-            _input(request, "logits"), encoded, _input(request, "window_example"), texts, self.labels,
-            strategy=self.strategy, tokenizer=self.vocab,
-        )  # fmt: skip
-        rows = [[json.dumps(row, ensure_ascii=False).encode("utf-8")] for row in entities]
-        return {"ENTITIES": np.array(rows, dtype=np.object_)}
+    def labels(self, params: dict[str, str], args: dict[str, str]) -> list[str]:
+        """The label names the build wrote (``labels_file``), in id order."""
+        return read_json(resolve_version_file(args, params.get("labels_file", "labels.json")))
 
-    def _answers(self, request: Any) -> dict[str, np.ndarray]:
-        contexts = decode_texts(_input(request, "CONTEXT"), "CONTEXT")
-        spans = _input(request, "span_logits")
-        attention = _input(request, "attention_mask")
-        windows = self.qa.QAWindows(
-            input_ids=attention,  # decoding reads only its shape
-            attention_mask=attention,
-            token_type_ids=np.zeros_like(attention),
-            example_index=_input(request, "window_example").reshape(-1),
-            lengths=attention.sum(axis=1),
-            offsets=_input(request, "offsets"),
-            sequence_ids=_input(request, "sequence_ids"),
-            word_ids=_input(request, "word_ids"),
-            p_mask=_input(request, "p_mask").astype(bool),
-            num_examples=len(contexts),
-            max_seq_len=attention.shape[1],
-            doc_stride=0,
-        )
-        answers = self.qa.decode_answers(
-            spans[..., 0], spans[..., 1], windows, contexts,
-            max_answer_len=self.max_answer_len, handle_impossible_answer=self.handle_impossible_answer,
-        )  # fmt: skip
-        return answer_arrays(answers)
+
+class BatchedPostprocess(TritonPythonModel):
+    """A postprocess step that maps the model output of all requests at once, row by row."""
+
+    def process(self, values: np.ndarray) -> dict[str, np.ndarray]:
+        """The outputs for ``values`` (the model output of every request, concatenated)."""
+        raise NotImplementedError
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """Process the outputs of all requests as one array, then split them back."""
-        if self.task == "token-classification":
-            return respond_per_request(pb_utils, requests, self.output_names, self._entities)
-        if self.task == "question-answering":
-            return respond_per_request(pb_utils, requests, self.output_names, self._answers)
-        arrays = [_input(r, self.input_name) for r in requests]
-        merged = self._process(np.concatenate(arrays, axis=0))
+        arrays = [input_array(r, self.input_name) for r in requests]
+        merged = self.process(np.concatenate(arrays, axis=0))
         responses = []
         start = 0
         for array in arrays:
@@ -210,3 +142,15 @@ class TritonPythonModel:
             )
             start = stop
         return responses
+
+
+class RequestPostprocess(TritonPythonModel):
+    """A postprocess step that decodes one request at a time (its windows belong together)."""
+
+    def process_request(self, request: Any) -> dict[str, np.ndarray]:
+        """The outputs of one request; a ValueError becomes that request's input error."""
+        raise NotImplementedError
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """One response per request."""
+        return respond_per_request(pb_utils, requests, self.output_names, self.process_request)

@@ -30,6 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+try:
+    from _common import pack_encodings, softmax
+except ImportError:  # outside the server
+    from tritongen.triton_models._common import pack_encodings, softmax
+
 if TYPE_CHECKING:  # the module itself needs only numpy; callers hand in a tokenizers.Tokenizer
     from tokenizers import Encoding, Tokenizer
 
@@ -267,9 +272,8 @@ def _pack(
 ) -> QAWindows:
     rows = len(windows)
     width = max(len(w.ids) for w in windows)
-    input_ids = np.full((rows, width), pad_id, dtype=np.int64)
-    attention = np.zeros((rows, width), dtype=np.int64)
-    types = np.full((rows, width), pad_type_id, dtype=np.int64)
+    packed = pack_encodings(windows, width, pad_id, pad_type_id)
+    input_ids, attention, types = packed["input_ids"], packed["attention_mask"], packed["token_type_ids"]
     offsets = np.zeros((rows, width, 2), dtype=np.int64)
     sequence_ids = np.full((rows, width), -1, dtype=np.int64)
     word_ids = np.full((rows, width), -1, dtype=np.int64)
@@ -277,9 +281,6 @@ def _pack(
     for row, w in enumerate(windows):
         n = len(w.ids)
         lengths[row] = n
-        input_ids[row, :n] = w.ids
-        attention[row, :n] = w.attention_mask
-        types[row, :n] = w.type_ids
         if n:
             offsets[row, :n] = np.asarray(w.offsets, dtype=np.int64).reshape(n, 2)
         sequence_ids[row, :n] = [-1 if s is None else s for s in w.sequence_ids]
@@ -333,9 +334,7 @@ def pad_windows(windows: QAWindows, width: int, *, pad_id: int = 0, pad_type_id:
 
 def _window_probabilities(logits: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     """v4's normalisation: disallowed logits -> -10000, then a softmax over the window (float32)."""
-    masked = np.where(allowed, logits, np.float32(_MASKED_LOGIT)).astype(np.float32)
-    exp = np.exp(masked - masked.max(axis=-1, keepdims=True))
-    return exp / exp.sum(axis=-1, keepdims=True)
+    return softmax(np.where(allowed, logits, np.float32(_MASKED_LOGIT)).astype(np.float32))
 
 
 def _top_spans(

@@ -5,17 +5,13 @@ model's maximum length, and pads each request to the smallest length bucket that
 that Triton's dynamic batcher can batch equally shaped requests for the model step. All
 texts of all requests in one ``execute`` are encoded in a single ``encode_batch`` call.
 
-Tasks that truncate by design (classification, embeddings) also emit ``TRUNCATED``: whether the
-text was longer than the model and lost its tail. Token classification (``mode`` ``windows``)
-never truncates: each text becomes the transformers pipeline's overlapping windows (``stride``),
-with ``special_mask``, ``word_ids``, ``offsets`` (character offsets into the whole text) and
-``window_example`` for the postprocess step. Question answering (``mode`` ``qa``) takes
-``QUESTION`` and ``CONTEXT`` and emits every window of every pair (``qa.encode_windows``),
-with the window metadata the postprocess step needs to merge them back into one answer.
+It also emits ``TRUNCATED``: whether the text was longer than the model and lost its tail (classification
+and embeddings truncate by design). Tasks whose requests become windows (token classification, question
+answering) subclass :class:`WindowedTokenizer` in their own folder (``tritongen/tasks/<task>/tokenizer.py``),
+and this module is copied next to their ``model.py``.
 
 Settings come from the config's ``parameters``: ``tokenizer_file``, ``max_length``,
-``buckets`` (comma-separated), ``pad_id``, ``pad_type_id``; ``mode``; for token classification
-``stride`` and ``max_windows``; for QA ``max_seq_len``, ``doc_stride``, ``cls_id`` and ``max_windows``.
+``buckets`` (comma-separated), ``pad_id`` and ``pad_type_id``; the task's own come after them.
 """
 
 from __future__ import annotations
@@ -34,9 +30,9 @@ except ImportError:  # outside the server: importable for tests and build-time c
 try:
     from _common import (
         decode_texts,
-        import_sibling,
         input_error,
         model_parameters,
+        pack_encodings,
         resolve_version_file,
         respond_per_request,
         token_metadata,
@@ -44,15 +40,15 @@ try:
 except ImportError:
     from tritongen.triton_models._common import (
         decode_texts,
-        import_sibling,
         input_error,
         model_parameters,
+        pack_encodings,
         resolve_version_file,
         respond_per_request,
         token_metadata,
     )
 
-__all__ = ["TextEncoder", "TritonPythonModel", "truncated"]
+__all__ = ["TextEncoder", "TritonPythonModel", "WindowedTokenizer", "check_windows", "truncated"]
 
 
 _ENCODER_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids", "special_mask", "word_ids", "offsets")
@@ -99,16 +95,7 @@ class TextEncoder:
     def pack(self, encodings: Sequence[Any]) -> dict[str, np.ndarray]:
         """Pad ``encodings`` to one bucket length and return the model inputs."""
         width = self.bucket(max((len(e.ids) for e in encodings), default=1))
-        rows = len(encodings)
-        ids = np.full((rows, width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((rows, width), dtype=np.int64)
-        types = np.full((rows, width), self.pad_type_id, dtype=np.int64)
-        for row, enc in enumerate(encodings):
-            n = len(enc.ids)
-            ids[row, :n] = enc.ids
-            mask[row, :n] = enc.attention_mask
-            types[row, :n] = enc.type_ids
-        arrays = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        arrays = pack_encodings(encodings, width, self.pad_id, self.pad_type_id)
         if {"special_mask", "word_ids", "offsets"} & set(self.input_names):
             arrays.update(token_metadata(encodings, width))
         return {name: arrays[name] for name in self.input_names}
@@ -123,7 +110,8 @@ def truncated(encodings: Sequence[Any]) -> np.ndarray:
     return np.array([[bool(encoding.overflowing)] for encoding in encodings], dtype=bool).reshape(-1, 1)
 
 
-def _check_windows(count: int, limit: int, window: int, what: str) -> None:
+def check_windows(count: int, limit: int, window: int, what: str) -> None:
+    """Refuse a request with more windows than the model step takes in one batch."""
     if count > limit:
         raise ValueError(
             f"the {what} need {count} windows of {window} tokens, more than the {limit} the model step takes in one "
@@ -132,7 +120,11 @@ def _check_windows(count: int, limit: int, window: int, what: str) -> None:
 
 
 class TritonPythonModel:
-    """The tokenizer step of the ensemble."""
+    """The plain tokenizer step: ``TEXT`` [, ``TEXT_PAIR``] -> one bucket-padded row per text, and ``TRUNCATED``.
+
+    Task tokenizers that cut requests into windows subclass it (``tritongen/tasks/*/tokenizer.py``): they
+    read their own settings in :meth:`setup` and answer each request with :meth:`process_request`.
+    """
 
     def initialize(self, args: dict[str, str]) -> None:
         """Read settings from the model config and load ``tokenizer.json``."""
@@ -148,20 +140,17 @@ class TritonPythonModel:
             pad_type_id=int(params.get("pad_type_id", "0")),
             input_names=[n for n in self.output_names if n in _ENCODER_OUTPUTS],
         )
-        self.mode = params.get("mode", "text")
-        if self.mode == "windows":
-            self.ner = import_sibling("ner")
-            self.stride = int(params["stride"])
-            self.max_windows = int(params["max_windows"])
-        if self.mode == "qa":
-            self.qa = import_sibling("qa")
-            self.max_seq_len = int(params["max_seq_len"])
-            self.doc_stride = int(params["doc_stride"])
-            self.max_windows = int(params["max_windows"])
-            self.cls_id = int(params["cls_id"]) if params.get("cls_id", "") != "" else None
+        self.setup(params)
+
+    def setup(self, params: dict[str, str]) -> None:
+        """Read the task's own parameters (none for plain text)."""
+
+    def texts(self, request: Any, name: str) -> list[str]:
+        """The strings of input ``name`` of ``request``."""
+        return decode_texts(pb_utils.get_input_tensor_by_name(request, name).as_numpy(), name)
 
     def _read(self, request: Any) -> tuple[list[str], list[str] | None]:
-        texts = decode_texts(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(), "TEXT")
+        texts = self.texts(request, "TEXT")
         pairs = None
         if "TEXT_PAIR" in self.input_names:
             tensor = pb_utils.get_input_tensor_by_name(request, "TEXT_PAIR")
@@ -172,49 +161,8 @@ class TritonPythonModel:
                 raise ValueError(f"TEXT has {len(texts)} rows but TEXT_PAIR has {len(pairs)}")
         return texts, pairs
 
-    def _windows(self, request: Any) -> dict[str, np.ndarray]:
-        """All windows of one QA request, padded to a length bucket."""
-        questions = decode_texts(pb_utils.get_input_tensor_by_name(request, "QUESTION").as_numpy(), "QUESTION")
-        contexts = decode_texts(pb_utils.get_input_tensor_by_name(request, "CONTEXT").as_numpy(), "CONTEXT")
-        windows = self.qa.encode_windows(
-            self.encoder.tokenizer, questions, contexts, max_seq_len=self.max_seq_len, doc_stride=self.doc_stride,
-            pad_id=self.encoder.pad_id, pad_type_id=self.encoder.pad_type_id, cls_id=self.cls_id,
-        )  # fmt: skip
-        _check_windows(windows.num_windows, self.max_windows, self.max_seq_len, "contexts")
-        windows = self.qa.pad_windows(
-            windows,
-            self.encoder.bucket(windows.input_ids.shape[1]),
-            pad_id=self.encoder.pad_id,
-            pad_type_id=self.encoder.pad_type_id,
-        )
-        arrays = {
-            **windows.model_inputs(),
-            "window_example": windows.example_index.reshape(-1, 1),
-            "sequence_ids": windows.sequence_ids,
-            "p_mask": windows.p_mask,
-            "word_ids": windows.word_ids,
-            "offsets": windows.offsets,
-        }
-        return {name: arrays[name] for name in self.output_names}
-
-    def _text_windows(self, request: Any) -> dict[str, np.ndarray]:
-        """All windows of one token-classification request (long texts split with ``stride``), bucket-padded."""
-        texts = decode_texts(pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy(), "TEXT")
-        windows, owners = self.ner.encode_windows(
-            self.encoder.tokenizer, texts, max_length=self.encoder.max_length, stride=self.stride
-        )
-        _check_windows(len(windows), self.max_windows, self.encoder.max_length, "texts")
-        width = self.encoder.bucket(max((len(w.ids) for w in windows), default=1))
-        arrays = self.ner.pack_encodings(windows, width, self.encoder.pad_id, self.encoder.pad_type_id)
-        arrays["window_example"] = owners.reshape(-1, 1)
-        return {name: arrays[name] for name in self.output_names}
-
     def execute(self, requests: list[Any]) -> list[Any]:
         """Encode every text of every request at once, then answer each request."""
-        if self.mode == "windows":
-            return respond_per_request(pb_utils, requests, self.output_names, self._text_windows)
-        if self.mode == "qa":
-            return respond_per_request(pb_utils, requests, self.output_names, self._windows)
         responses: list[Any] = [None] * len(requests)
         batches: list[tuple[int, list[str], list[str] | None]] = []
         for index, request in enumerate(requests):
@@ -239,3 +187,15 @@ class TritonPythonModel:
                     output_tensors=[pb_utils.Tensor(name, arrays[name]) for name in self.output_names]
                 )
         return responses
+
+
+class WindowedTokenizer(TritonPythonModel):
+    """A tokenizer step that turns each request into its own set of windows (one response per request)."""
+
+    def process_request(self, request: Any) -> dict[str, np.ndarray]:
+        """The arrays of one request; a ValueError becomes that request's input error."""
+        raise NotImplementedError
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """Answer each request on its own: its windows are one batch for the model step."""
+        return respond_per_request(pb_utils, requests, self.output_names, self.process_request)

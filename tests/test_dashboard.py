@@ -1,0 +1,125 @@
+"""The dashboard against a real server: Debian's Prometheus scrapes a loaded Triton and every panel returns data.
+
+The server serves the model repository of a `tritongen package` folder, so the packaged copy is checked too.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import json
+import math
+import shutil
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tritongen.build import build_repository
+from tritongen.client import infer
+from tritongen.deploy import ManifestOptions, TritonArgs, dashboard, dashboard_queries, write_package
+from tritongen.deploy.dashboard import GPU_METRICS, panels
+from tritongen.deploy.manifests import adapter_rule
+from tritongen.deploy.package import prometheus_config
+from tritongen.server import free_port, running_server
+from tritongen.spec import BuildSpec
+
+needs_prometheus = pytest.mark.skipif(
+    shutil.which("prometheus") is None, reason="prometheus is not installed (apt-get install prometheus)"
+)
+
+NAME = "dash"
+# GPU metric names as Triton documents them (docs/user_guide/metrics.md, "GPU Metrics")
+DOCUMENTED_GPU_METRICS = {"nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes",
+                          "nv_gpu_power_usage", "nv_gpu_power_limit", "nv_energy_consumption"}  # fmt: skip
+
+
+@contextlib.contextmanager
+def _prometheus(tmp: Path, target: str):
+    port = free_port()
+    config = tmp / "prometheus.yml"
+    config.write_text(yaml.safe_dump(prometheus_config([target], interval_s=1)))
+    log = open(tmp / "prometheus.log", "wb")
+    process = subprocess.Popen(
+        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+
+
+def _query(base: str, expr: str) -> list[dict]:
+    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = json.load(response)
+    except OSError:
+        return []
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def _finite(result: list[dict]) -> list[dict]:
+    return [r for r in result if math.isfinite(float(r["value"][1]))]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory, tiny_factory) -> Path:
+    root = tmp_path_factory.mktemp("dashboard") / "repo"
+    build_repository(BuildSpec(model=str(tiny_factory("bert", "classification")), name=NAME, repository=root))
+    return root
+
+
+def _load(url: str, stop: threading.Event) -> None:
+    while not stop.is_set():
+        infer(["a short text", "a somewhat longer text about the weather in Berlin"], name=NAME, url=url)
+
+
+@pytest.mark.e2e
+@needs_prometheus
+def test_every_dashboard_query_returns_data_when_prometheus_scrapes_a_loaded_server(repo, tmp_path):
+    board = dashboard(NAME)
+    gpu_titles = {p.title for p in panels(NAME) if p.gpu}
+    queries = [(title, expr) for title, expr in dashboard_queries(board) if title not in gpu_titles]
+    rule = adapter_rule(ManifestOptions(name=NAME, repository_url="s3://bucket/repo"))
+    # The adapter fills in the pod's label matchers and grouping; here the scrape job stands in for them.
+    hpa_query = rule["metricsQuery"].replace("<<.LabelMatchers>>", 'job="triton"').replace("<<.GroupBy>>", "job")
+    queries.append(("HPA adapter rule", hpa_query))
+    stop = threading.Event()
+    # Serve what the deploy folder ships, with the deployment's metrics options.
+    packaged = write_package(NAME, repo, tmp_path / "deploy") / "model_repository"
+    with running_server(packaged, extra_args=TritonArgs().local_args()) as server:
+        with _prometheus(tmp_path, f"127.0.0.1:{server.metrics_port}") as prom, cf.ThreadPoolExecutor(4) as pool:
+            loaders = [pool.submit(_load, server.grpc_url, stop) for _ in range(4)]
+            missing = dict(queries)
+            deadline = time.monotonic() + 120
+            try:
+                while missing and time.monotonic() < deadline:
+                    time.sleep(2)
+                    missing = {t: e for t, e in missing.items() if not _finite(_query(prom, e))}
+                per_model = {r["metric"]["model"] for r in _query(prom, queries[0][1])}
+                unknown = _query(prom, "nv_no_such_metric")  # the check can fail: absent names return nothing
+            finally:
+                stop.set()
+                for loader in loaders:
+                    loader.result()
+    assert not missing, f"no data from Prometheus for: {missing}"
+    assert unknown == []
+    assert per_model == {NAME, f"{NAME}_tokenizer", f"{NAME}_model", f"{NAME}_postprocess"}
+
+
+def test_gpu_panels_name_the_documented_gpu_metrics_when_rendered():
+    gpu_exprs = [expr for p in panels(NAME) if p.gpu for expr, _ in p.targets]
+    named = {metric for metric in DOCUMENTED_GPU_METRICS if any(metric in expr for expr in gpu_exprs)}
+    assert {"nv_gpu_utilization", "nv_gpu_memory_used_bytes"} <= named
+    assert set(GPU_METRICS) <= DOCUMENTED_GPU_METRICS

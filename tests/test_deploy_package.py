@@ -1,0 +1,129 @@
+"""tritongen package: the deploy folder's files agree with TritonArgs and requirements.lock, written atomically."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tritongen.cli import main
+from tritongen.deploy import TritonArgs, dashboard_queries, write_package
+from tritongen.deploy.dashboard import DATASOURCE_UID, GPU_METRICS
+from tritongen.deploy.package import BASE_IMAGE
+from tritongen.errors import DeployError
+
+LOCK = Path(__file__).resolve().parents[1] / "requirements.lock"
+STEPS = ("demo", "demo_tokenizer", "demo_model", "demo_postprocess")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A stand-in built repository: the four model folders of `demo`, each with a config and a version."""
+    root = tmp_path / "repo"
+    for step in STEPS:
+        (root / step / "1").mkdir(parents=True)
+        (root / step / "config.pbtxt").write_text(f'name: "{step}"\n')
+        (root / step / "1" / "payload.bin").write_bytes(b"x")
+    return root
+
+
+def _lock_pin(package: str) -> str:
+    for line in LOCK.read_text().splitlines():
+        if line.lower().startswith(f"{package}=="):
+            return line.split("==")[1].strip()
+    raise AssertionError(f"{package} is not pinned in requirements.lock")
+
+
+def test_package_writes_dockerfile_with_locked_pins_when_built(repo, tmp_path):
+    out = write_package("demo", repo, tmp_path / "deploy" / "demo")
+    dockerfile = (out / "Dockerfile").read_text()
+    assert dockerfile.splitlines()[1] == f"FROM {BASE_IMAGE}"
+    assert BASE_IMAGE == "nvcr.io/nvidia/tritonserver:24.10-py3"
+    run = [line for line in dockerfile.splitlines() if line.startswith("RUN pip install")]
+    assert run == [f"RUN pip install --no-cache-dir numpy=={_lock_pin('numpy')} tokenizers=={_lock_pin('tokenizers')}"]
+    # Nothing is installed when the container starts: the entry point is tritonserver itself.
+    assert 'ENTRYPOINT ["tritonserver"]' in dockerfile
+    cmd = json.loads(next(line for line in dockerfile.splitlines() if line.startswith("CMD "))[4:])
+    assert cmd == TritonArgs().argv()
+    assert "COPY model_repository /models" in dockerfile
+    assert sorted(p.name for p in (out / "model_repository").iterdir()) == sorted(STEPS)
+    ignore = (out / ".dockerignore").read_text().splitlines()
+    assert "*" in ignore and "!model_repository" in ignore
+
+
+def test_package_compose_runs_triton_args_and_scrapes_its_metrics_port_when_ports_change(repo, tmp_path):
+    args = TritonArgs(http_port=9000, grpc_port=9001, metrics_port=9002, exit_timeout_secs=45)
+    out = write_package("demo", repo, tmp_path / "pkg", args=args)
+    compose = yaml.safe_load((out / "compose.yaml").read_text())
+    triton = compose["services"]["triton"]
+    assert triton["command"] == args.argv()
+    assert "--metrics-config=summary_latencies=true" in triton["command"]
+    assert triton["ports"] == ["9000:9000", "9001:9001", "9002:9002"]
+    assert triton["stop_grace_period"] == "55s"
+    assert "'http://localhost:9000/v2/health/ready'" in triton["healthcheck"]["test"][-1]
+    assert triton["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    assert {"prometheus", "grafana"} <= set(compose["services"])
+    scrape = yaml.safe_load((out / "prometheus" / "prometheus.yml").read_text())["scrape_configs"][0]
+    assert scrape["static_configs"][0]["targets"] == ["triton:9002"]
+
+
+def test_package_provisions_grafana_datasource_and_dashboard_when_written(repo, tmp_path):
+    out = write_package("demo", repo, tmp_path / "pkg")
+    grafana = out / "grafana"
+    source = yaml.safe_load((grafana / "provisioning" / "datasources" / "prometheus.yaml").read_text())
+    assert source["datasources"][0]["uid"] == DATASOURCE_UID
+    assert source["datasources"][0]["url"] == "http://prometheus:9090"
+    provider = yaml.safe_load((grafana / "provisioning" / "dashboards" / "tritongen.yaml").read_text())
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    compose = yaml.safe_load((out / "compose.yaml").read_text())
+    assert "./grafana/dashboards:/var/lib/grafana/dashboards:ro" in compose["services"]["grafana"]["volumes"]
+    board = json.loads((grafana / "dashboards" / "demo.json").read_text())
+    titles = {p["title"] for p in board["panels"]}
+    assert {"Request rate", "Failure rate", "Queue vs compute time per request", "GPU utilisation"} <= titles
+    for panel in board["panels"]:
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == DATASOURCE_UID
+    exprs = " ".join(expr for _, expr in dashboard_queries(board))
+    wanted = ("nv_inference_count", "nv_inference_exec_count", "nv_inference_request_summary_us", *GPU_METRICS[:2])
+    for metric in wanted:
+        assert metric in exprs
+    assert 'model=~"demo|demo_tokenizer|demo_model|demo_postprocess"' in exprs
+
+
+def test_package_refuses_to_overwrite_when_not_forced(repo, tmp_path):
+    out = write_package("demo", repo, tmp_path / "pkg")
+    (out / "marker").write_text("mine")
+    with pytest.raises(DeployError, match="already exists"):
+        write_package("demo", repo, out)
+    assert (out / "marker").is_file()
+    write_package("demo", repo, out, force=True)
+    assert not (out / "marker").exists() and (out / "Dockerfile").is_file()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["pkg", "repo"]  # no staging or old folders left
+
+
+def test_package_leaves_nothing_when_copying_fails(repo, tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(shutil, "copytree", broken)
+    with pytest.raises(OSError, match="disk full"):
+        write_package("demo", repo, tmp_path / "out" / "pkg")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_package_names_missing_steps_when_not_built(repo, tmp_path):
+    shutil.rmtree(repo / "demo_model")
+    with pytest.raises(DeployError, match="missing demo_model"):
+        write_package("demo", repo, tmp_path / "pkg")
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_package_cli_exits_2_when_output_exists(repo, tmp_path, capsys):
+    out = tmp_path / "pkg"
+    assert main(["package", "demo", "--repository", str(repo), "--output", str(out)]) == 0
+    assert main(["package", "demo", "--repository", str(repo), "--output", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main(["package", "demo", "--repository", str(repo), "--output", str(out), "--force"]) == 0

@@ -1,0 +1,170 @@
+"""tritongen manifests: every manifest validates (kubernetes-validate, offline) and agrees with TritonArgs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes_validate.utils import SchemaNotFoundError, ValidationError, validate
+
+from tritongen.cli import main
+from tritongen.deploy import ManifestOptions, TritonArgs, manifests, startup_seconds, write_manifests
+from tritongen.deploy.dashboard import MODEL_METRICS
+from tritongen.deploy.manifests import HPA_METRIC, grace_seconds
+from tritongen.deploy.triton_args import LIVE_PATH, METRICS_PATH, READY_PATH
+from tritongen.errors import DeployError
+
+K8S_VERSION = "1.30"
+URL = "s3://models-bucket/prod/repository"
+CRDS = {"ServiceMonitor", "InferenceService"}  # no schema bundled: checked by structure below
+
+
+@pytest.fixture
+def options() -> ManifestOptions:
+    return ManifestOptions(name="demo_embed", repository_url=URL, image="registry.example/demo:1", startup_seconds=240)
+
+
+@pytest.fixture
+def docs(options) -> dict[str, dict]:
+    return {doc["kind"]: doc for documents in manifests(options).values() for doc in documents}
+
+
+def _container(docs: dict[str, dict]) -> dict:
+    return docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_manifests_validate_against_kubernetes_schemas_when_rendered(options):
+    checked = set()
+    for documents in manifests(options).values():
+        for doc in documents:
+            if doc["kind"] in CRDS:
+                with pytest.raises(SchemaNotFoundError):
+                    validate(doc, K8S_VERSION, strict=True)
+                continue
+            validate(doc, K8S_VERSION, strict=True)
+            checked.add(doc["kind"])
+    assert checked == {"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget", "ConfigMap",
+                       "ServiceAccount"}  # fmt: skip
+
+
+def test_validator_rejects_a_misspelt_field_when_strict(docs):
+    broken = yaml.safe_load(yaml.safe_dump(docs["Deployment"]))
+    broken["spec"]["template"]["spec"]["containers"][0]["readynessProbe"] = {}
+    with pytest.raises(ValidationError):
+        validate(broken, K8S_VERSION, strict=True)
+
+
+def test_deployment_probes_use_triton_health_endpoints_on_http_port_when_rendered(docs):
+    args = TritonArgs()
+    container = _container(docs)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == args.ports
+    assert container["livenessProbe"]["httpGet"] == {"path": LIVE_PATH, "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": READY_PATH, "port": "http"}
+    startup = container["startupProbe"]
+    assert startup["httpGet"] == {"path": READY_PATH, "port": "http"}
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 240
+    assert (LIVE_PATH, READY_PATH) == ("/v2/health/live", "/v2/health/ready")
+
+
+def test_deployment_reads_s3_repository_with_secret_credentials_when_rendered(options, docs):
+    container = _container(docs)
+    assert container["command"] == ["tritonserver"]
+    assert container["args"] == TritonArgs(model_repository=URL).argv()
+    assert f"--model-repository={URL}" in container["args"]
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
+    assert env["AWS_ACCESS_KEY_ID"] == {"name": options.secret_name, "key": "AWS_ACCESS_KEY_ID", "optional": False}
+    assert env["AWS_SECRET_ACCESS_KEY"]["name"] == options.secret_name
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert container["image"] == "registry.example/demo:1"
+
+
+def test_grace_period_covers_triton_exit_timeout_when_it_changes(options):
+    args = TritonArgs(exit_timeout_secs=90)
+    deployment = manifests(options, args)["deployment.yaml"][0]
+    pod = deployment["spec"]["template"]["spec"]
+    assert "--exit-timeout-secs=90" in pod["containers"][0]["args"]
+    assert pod["terminationGracePeriodSeconds"] == grace_seconds(args) > 90
+
+
+def test_service_and_servicemonitor_expose_the_metrics_port_when_rendered(docs):
+    service = docs["Service"]
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == TritonArgs().ports
+    monitor = docs["ServiceMonitor"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": METRICS_PATH, "interval": "15s"}]
+    assert service["spec"]["selector"].items() <= docs["Deployment"]["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_hpa_metric_is_the_adapter_rule_over_triton_counters_when_rendered(options, docs):
+    hpa = docs["HorizontalPodAutoscaler"]
+    assert hpa["spec"]["scaleTargetRef"]["name"] == docs["Deployment"]["metadata"]["name"]
+    metric = hpa["spec"]["metrics"][0]["pods"]
+    assert metric["metric"]["name"] == HPA_METRIC
+    assert metric["target"] == {"type": "AverageValue", "averageValue": "50000"}  # 50 ms in µs
+    rules = yaml.safe_load(docs["ConfigMap"]["data"]["config.yaml"])["rules"]
+    assert [r["name"]["as"] for r in rules] == [HPA_METRIC]
+    query = rules[0]["metricsQuery"]
+    for metric_name in ("nv_inference_queue_duration_us", "nv_inference_request_success"):
+        assert metric_name in MODEL_METRICS and metric_name in query
+    assert '<<.LabelMatchers>>,model="demo_embed"' in query and "<<.GroupBy>>" in query
+    assert rules[0]["seriesQuery"].startswith("nv_inference_queue_duration_us{")
+
+
+def test_pdb_selects_the_deployment_pods_when_rendered(docs):
+    pdb = docs["PodDisruptionBudget"]
+    labels = docs["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+
+def test_kserve_inferenceservice_uses_triton_runtime_with_storage_uri_when_rendered(options, docs):
+    isvc = docs["InferenceService"]
+    assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
+    predictor = isvc["spec"]["predictor"]
+    triton = predictor["triton"]
+    assert triton["storageUri"] == URL
+    assert triton["runtimeVersion"] == "24.10-py3"
+    assert triton["args"] == TritonArgs().serving_args()
+    assert not any(a.startswith(("--model-repository", "--http-port", "--grpc-port")) for a in triton["args"])
+    assert triton["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert predictor["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"]
+    assert docs["ServiceAccount"]["secrets"] == [{"name": options.secret_name}]
+
+
+def test_manifests_refuse_a_local_repository_url_when_given():
+    with pytest.raises(DeployError, match="not an s3:// URL"):
+        ManifestOptions(name="demo", repository_url="/models")
+
+
+def test_startup_seconds_grow_with_the_model_size_when_measured(tmp_path):
+    for step in ("m", "m_tokenizer", "m_model", "m_postprocess"):
+        (tmp_path / step).mkdir()
+        (tmp_path / step / "config.pbtxt").write_text("")
+    small = startup_seconds(tmp_path, "m")
+    with open(tmp_path / "m_model" / "model.onnx", "wb") as handle:
+        handle.truncate(2**30 + 1)  # sparse: 1 GiB and a byte
+    assert startup_seconds(tmp_path, "m") == small + 2 * 120
+
+
+def test_manifests_cli_writes_every_file_and_refuses_overwrite_when_not_forced(tmp_path, capsys):
+    out = tmp_path / "k8s"
+    argv = ["manifests", "demo", "--to", URL, "--startup-seconds", "300", "--output", str(out)]
+    assert main(argv) == 0
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*.yaml"))
+    assert written == ["deployment.yaml", "hpa.yaml", "kserve/inferenceservice.yaml", "pdb.yaml",
+                       "prometheus-adapter-rules.yaml", "service.yaml", "servicemonitor.yaml"]  # fmt: skip
+    for path in out.rglob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc["kind"] not in CRDS:
+                validate(doc, K8S_VERSION, strict=True)
+    assert main(argv) == 2 and "already exists" in capsys.readouterr().err
+    assert main([*argv, "--force"]) == 0
+    assert main(["manifests", "demo", "--to", "/local", "--startup-seconds", "1", "--output", str(tmp_path / "x")]) == 2
+
+
+def test_write_manifests_defaults_to_deploy_name_k8s_when_no_output(options, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert write_manifests(options) == Path("deploy") / "demo_embed-k8s"

@@ -1,0 +1,37 @@
+"""A burst far above capacity against the same tiny model with and without a queue limit, over both protocols."""
+
+from __future__ import annotations
+
+import pytest
+
+from tritongen.bench.overload import HEADER, run_burst
+from tritongen.build import build_repository
+from tritongen.server import running_server
+from tritongen.spec import BuildSpec, DynamicBatching, QueuePolicy
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def served(tiny_factory, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("overload") / "repo"
+    checkpoint = str(tiny_factory("bert"))
+    build_repository(BuildSpec(model=checkpoint, name="free", repository=repo))
+    limit = DynamicBatching(queue_policy=QueuePolicy(max_queue_size=4, default_timeout_microseconds=2_000_000))
+    build_repository(BuildSpec(model=checkpoint, name="limited", repository=repo, dynamic_batching=limit))
+    with running_server(repo) as server:
+        yield server
+
+
+def test_a_queue_limit_sheds_a_burst_with_unavailable_and_503_and_nothing_else(served):
+    results = [
+        run_burst("free", served.grpc_url, protocol="grpc", concurrency=128, seconds=4),
+        run_burst("limited", served.grpc_url, protocol="grpc", concurrency=128, seconds=4),
+        run_burst("limited", served.http_url, protocol="http", concurrency=128, seconds=4),
+    ]
+    print("\n" + HEADER + "\n" + "\n".join(r.row() for r in results))
+    free, limited_grpc, limited_http = results
+    assert free.errors == {} and free.rejected == 0 and free.accepted > 0
+    for limited in (limited_grpc, limited_http):
+        assert limited.errors == {}, limited
+        assert limited.rejected > 0 and limited.accepted > 0, limited

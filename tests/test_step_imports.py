@@ -1,0 +1,90 @@
+"""The Python steps run with only what the container has: numpy and tokenizers at our pins, nothing of ours.
+
+Each generated step folder (every task's tokenizer and postprocess) is loaded in ``.venv-steps`` (``make
+compat-venv``: numpy and tokenizers only) with a stand-in ``triton_python_backend_utils``, initialised from its
+own config as Triton passes it, and the tokenizer steps encode a request. An import of anything else (tritongen,
+transformers, torch) fails here before it fails on a GPU node.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+from tritongen.build import build_repository
+from tritongen.spec import BuildSpec
+
+STEPS_PYTHON = Path(".venv-steps/bin/python").absolute()
+QA_ASSETS = Path(__file__).parent / "assets" / "qa"
+pytestmark = pytest.mark.skipif(not STEPS_PYTHON.is_file(), reason="no steps venv (make compat-venv)")
+
+_RUNNER = r"""
+import json, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import numpy as np
+import model
+args = json.loads(open(sys.argv[3]).read())
+step = model.TritonPythonModel()
+step.initialize(args)
+inputs = json.loads(sys.argv[4])
+if inputs:
+    import triton_python_backend_utils as pb
+    request = pb.Request({name: pb.texts("Bob lives in Berlin. Zoë too 🎉") for name in inputs})
+    (response,) = step.execute([request])
+    assert response.error is None, response.error.message()
+    print(sorted(t.name() for t in response.output_tensors))
+print("ok", sorted(k for k in sys.modules if k.split(".")[0] in {"tritongen", "transformers", "torch"}))
+"""
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory):
+    from tests.tiny_checkpoints import make_checkpoint
+    from tests.tiny_ner import make_token_classifier
+
+    root = tmp_path_factory.mktemp("steps")
+    sources = {
+        "cls": make_checkpoint("bert", root / "cls", task="classification"),
+        "emb": make_checkpoint("roberta", root / "emb", task="embedding"),
+        "ner": make_token_classifier("bert", root / "ner", seed=1),
+        "qa": QA_ASSETS / "bert",
+    }
+    repo = root / "repo"
+    for name, path in sources.items():
+        build_repository(BuildSpec(model=str(path), name=name, repository=repo))
+    return repo
+
+
+@pytest.mark.parametrize("name", ["cls", "emb", "ner", "qa"])
+@pytest.mark.parametrize("step", ["tokenizer", "postprocess"])
+def test_step_initialises_and_runs_with_only_numpy_and_tokenizers(repository, tmp_path, name, step):
+    folder = repository / f"{name}_{step}"
+    config = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    args = {
+        "model_config": json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True)),
+        "model_repository": str(folder), "model_version": "1", "model_name": folder.name,
+        "model_instance_kind": "CPU", "model_instance_name": f"{folder.name}_0", "model_instance_device_id": "0",
+    }  # fmt: skip
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    shutil.copy(Path(__file__).parent / "pb_stub.py", stub / "triton_python_backend_utils.py")
+    inputs = [t.name for t in config.input] if step == "tokenizer" else []
+    command = [str(STEPS_PYTHON), "-c", _RUNNER, str(stub), str(folder / "1"), str(tmp_path / "args.json")]
+    result = subprocess.run([*command, json.dumps(inputs)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("ok []"), result.stdout
+
+
+def test_steps_venv_holds_nothing_else(tmp_path):
+    result = subprocess.run(
+        [str(STEPS_PYTHON), "-c", "import importlib.util as u; print([m for m in ('tritongen', 'transformers', "
+         "'torch', 'onnxruntime') if u.find_spec(m)])"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.stdout.strip() == "[]", result.stdout + result.stderr

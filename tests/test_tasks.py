@@ -1,0 +1,65 @@
+"""The task registry and the plan a task binds to, without exporting anything."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from tritongen.accuracy import SpanGate
+from tritongen.checkpoint import Checkpoint, Pooling
+from tritongen.errors import SpecError
+from tritongen.spec import load_spec
+from tritongen.tasks import TASKS, TaskPlan, get_task
+
+
+def _checkpoint(architecture: str) -> Checkpoint:
+    config = {
+        "model_type": "bert",
+        "architectures": [architecture],
+        "id2label": {"0": "A", "1": "B"},
+        "hidden_size": 32,
+        "max_position_embeddings": 128,
+    }
+    return Checkpoint(path=Path("/ckpt"), config=config, pooling=Pooling())
+
+
+def test_registry_holds_one_entry_per_task_folder():
+    assert sorted(TASKS) == [
+        "classification",
+        "embedding",
+        "question-answering",
+        "text-pair-classification",
+        "token-classification",
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_every_task_step_module_is_importable_and_has_a_model(name):
+    task = get_task(name)
+    for module in (task.tokenizer_step, task.postprocess_step):
+        assert hasattr(importlib.import_module(module), "TritonPythonModel")
+
+
+def test_bind_computes_the_qa_plan_once_from_the_section():
+    spec = load_spec(model="m", question_answering={"doc_stride": 16, "max_answer_len": 9})
+    plan = get_task("question-answering").bind(
+        spec, _checkpoint("BertForQuestionAnswering"), inputs=["input_ids", "attention_mask"], position_limit=128
+    )
+    assert isinstance(plan, TaskPlan) and isinstance(plan.gate, SpanGate)
+    assert plan.row_length == 128
+    assert (plan.tokenizer_parameters["doc_stride"], plan.postprocess_parameters["max_answer_len"]) == ("16", "9")
+    assert [t.name for t in plan.ensemble_inputs] == ["QUESTION", "CONTEXT"]
+    assert plan.tokenizer_outputs[0].name == "input_ids" and plan.onnx_output.dims == (-1, 2)
+    assert plan.step_modules["postprocess"] == "tritongen.tasks.question_answering.postprocess"
+    assert "qa" in plan.helper_modules["tokenizer"] and "tokenizer" in plan.helper_modules["tokenizer"]
+
+
+def test_bind_refuses_a_stride_that_fills_the_ner_window():
+    spec = load_spec(model="m", token_classification={"stride": 30})
+    with pytest.raises(SpecError, match="ner_stride 30 must be below the 30 text tokens"):
+        get_task("token-classification").bind(
+            spec, _checkpoint("BertForTokenClassification"), inputs=["input_ids"], row_length=32,
+            tokenizer_facts={"special_tokens": "2"},
+        )  # fmt: skip

@@ -1,0 +1,58 @@
+"""A task added from outside the package: one folder (``tests/toy_task/cls_vector``) and one registry line.
+
+Built from a tiny checkpoint, served by the real tritonserver, and compared with PyTorch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.toy_task.cls_vector import ClsVector
+from tritongen.build import build_repository
+from tritongen.client import infer
+from tritongen.errors import UnsupportedModelError
+from tritongen.server import running_server
+from tritongen.spec import load_spec
+from tritongen.tasks import TASKS, get_task, register_task
+
+TEXTS = ["hello world", "Ünïcödé and emoji 🎉", "word " * 100, ""]
+
+
+@pytest.fixture
+def toy_task():
+    register_task(ClsVector)  # the one registry line a new task needs
+    yield TASKS[ClsVector.name]
+    TASKS.pop(ClsVector.name)
+
+
+def test_registry_lists_toy_task_only_while_registered(toy_task):
+    assert get_task("cls-vector") is toy_task
+    TASKS.pop(ClsVector.name)
+    with pytest.raises(UnsupportedModelError, match="supported: classification, embedding"):
+        get_task("cls-vector")
+    register_task(ClsVector)
+
+
+@pytest.mark.e2e
+def test_toy_task_served_matches_pytorch_when_registered(toy_task, tiny_factory, tmp_path):
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    checkpoint = tiny_factory("bert", task="embedding")
+    repo = tmp_path / "repo"
+    result = build_repository(load_spec(model=str(checkpoint), name="toy", task="cls-vector", repository=repo))
+    assert result.task == "cls-vector"
+    served = repo / "toy_postprocess" / "1"
+    assert (served / "model.py").read_text().startswith('"""``cls-vector`` postprocess step')
+    with running_server(repo) as server:
+        rows = infer(TEXTS, name="toy", url=server.grpc_url)
+
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    model = AutoModel.from_pretrained(str(checkpoint)).eval()
+    batch = tokenizer(TEXTS, padding=True, truncation=True, max_length=result.max_length, return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**batch).last_hidden_state[:, 0].numpy()
+    np.testing.assert_allclose([r["VECTOR"] for r in rows], expected, atol=1e-4)
+    np.testing.assert_allclose([r["NORM"] for r in rows], np.linalg.norm(expected, axis=-1), rtol=1e-4)
+    assert [r["TRUNCATED"] for r in rows] == [False, False, True, False]

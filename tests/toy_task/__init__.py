@@ -1,0 +1,1 @@
+"""Task folders that exist only for the tests (``tests/test_toy_task.py``)."""

@@ -1,0 +1,18 @@
+"""``cls-vector`` postprocess step: ``cls_vector`` -> ``VECTOR`` and ``NORM``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:  # in the server: the shared modules are copied next to this model.py
+    from postprocess import BatchedPostprocess
+except ImportError:
+    from tritongen.triton_models.postprocess import BatchedPostprocess
+
+
+class TritonPythonModel(BatchedPostprocess):
+    """The vector as the model gave it, and its length."""
+
+    def process(self, values: np.ndarray) -> dict[str, np.ndarray]:
+        vectors = values.astype(np.float32)
+        return {"VECTOR": vectors, "NORM": np.linalg.norm(vectors, axis=-1, keepdims=True).astype(np.float32)}

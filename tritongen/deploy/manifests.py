@@ -1,0 +1,265 @@
+"""``tritongen manifests NAME``: plain Kubernetes YAML for one deployment, plus a KServe alternative.
+
+The pod runs the image ``tritongen package`` builds, reading the model repository from S3
+(where ``tritongen publish`` put it) with credentials from a Secret. Probes use Triton's own
+``/v2/health/live`` and ``/v2/health/ready`` on the HTTP port; the HorizontalPodAutoscaler
+scales on queue time per request, which the shipped Prometheus-adapter rule computes from
+Triton's counters. Every value that also appears in the command line comes from :class:`TritonArgs`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tritongen.deploy.dashboard import queue_us_per_request
+from tritongen.deploy.folder import write_folder
+from tritongen.deploy.package import default_image, model_folders
+from tritongen.deploy.triton_args import LIVE_PATH, METRICS_PATH, READY_PATH, TritonArgs
+from tritongen.errors import DeployError
+
+__all__ = ["HPA_METRIC", "ManifestOptions", "manifests", "startup_seconds", "write_manifests"]
+
+HPA_METRIC = "triton_queue_us_per_request"
+PRESTOP_SLEEP_S = 5  # endpoints stop routing to the pod before Triton starts draining
+GRACE_MARGIN_S = 10  # beyond preStop and Triton's --exit-timeout-secs, for the process to exit
+STARTUP_PERIOD_S = 10
+KSERVE_FOLDER = "kserve"
+
+
+@dataclass(frozen=True)
+class ManifestOptions:
+    """What the manifests need beyond the server arguments."""
+
+    name: str
+    repository_url: str  # s3://bucket/prefix holding the model folders
+    image: str = ""
+    namespace: str = "default"
+    gpus: int = 1
+    min_replicas: int = 1
+    max_replicas: int = 4
+    queue_target_ms: float = 50.0
+    startup_seconds: int = 300  # download from S3, load and warm up the models
+    secret: str = ""  # default: <name>-s3-credentials
+
+    def __post_init__(self) -> None:
+        if not self.repository_url.startswith("s3://"):
+            raise DeployError(f"the model repository `{self.repository_url}` is not an s3:// URL")
+        if not 1 <= self.min_replicas <= self.max_replicas:
+            raise DeployError(f"replicas {self.min_replicas}..{self.max_replicas} are not an increasing positive range")
+
+    @property
+    def app(self) -> str:
+        """The Kubernetes name of everything (DNS-1123: lower case, dashes)."""
+        return f"triton-{self.name}".replace("_", "-").lower()
+
+    @property
+    def secret_name(self) -> str:
+        """The Secret holding AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY."""
+        return self.secret or f"{self.app}-s3-credentials"
+
+
+def startup_seconds(repository: Path, name: str, *, base_s: int = 120, per_gib_s: int = 120) -> int:
+    """Startup budget from the size of the built model folders: a base plus download and load time per GiB."""
+    size = sum(f.stat().st_size for folder in model_folders(repository, name) for f in folder.rglob("*") if f.is_file())
+    return base_s + per_gib_s * math.ceil(size / 2**30)
+
+
+def _meta(options: ManifestOptions, name: str | None = None, **extra: Any) -> dict[str, Any]:
+    labels = {"app.kubernetes.io/name": options.app, "app.kubernetes.io/part-of": "tritongen"}
+    return {"name": name or options.app, "namespace": options.namespace, "labels": labels, **extra}
+
+
+def _container(options: ManifestOptions, args: TritonArgs) -> dict[str, Any]:
+    def probe(path: str, period: int, failures: int) -> dict[str, Any]:
+        return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures}
+
+    env = [
+        {"name": key, "valueFrom": {"secretKeyRef": {"name": options.secret_name, "key": key, "optional": optional}}}
+        for key, optional in (
+            ("AWS_ACCESS_KEY_ID", False),
+            ("AWS_SECRET_ACCESS_KEY", False),
+            ("AWS_DEFAULT_REGION", True),
+            ("AWS_SESSION_TOKEN", True),
+        )
+    ]
+    gpus = {"nvidia.com/gpu": options.gpus} if options.gpus else {}
+    return {
+        "name": "triton",
+        "image": options.image or default_image(options.name),
+        "command": ["tritonserver"],
+        "args": args.argv(),
+        "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in args.ports.items()],
+        "env": env,
+        "resources": {"requests": {"cpu": "2", "memory": "4Gi", **gpus}, "limits": {"memory": "8Gi", **gpus}},
+        "startupProbe": probe(READY_PATH, STARTUP_PERIOD_S, math.ceil(options.startup_seconds / STARTUP_PERIOD_S)),
+        "readinessProbe": probe(READY_PATH, 5, 3),
+        "livenessProbe": probe(LIVE_PATH, 10, 3),
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_S)]}}},
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+
+
+def grace_seconds(args: TritonArgs) -> int:
+    """``terminationGracePeriodSeconds``: preStop, then Triton's drain (``--exit-timeout-secs``), plus a margin."""
+    return PRESTOP_SLEEP_S + args.exit_timeout_secs + GRACE_MARGIN_S
+
+
+def _deployment(options: ManifestOptions, args: TritonArgs) -> dict[str, Any]:
+    selector = {"app.kubernetes.io/name": options.app}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(options),
+        "spec": {
+            "replicas": options.min_replicas,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": _meta(options)["labels"]},
+                "spec": {
+                    "terminationGracePeriodSeconds": grace_seconds(args),
+                    "containers": [_container(options, args)],
+                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}],
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                },
+            },
+        },
+    }
+
+
+def _service(options: ManifestOptions, args: TritonArgs) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(options),
+        "spec": {
+            "selector": {"app.kubernetes.io/name": options.app},
+            "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in args.ports.items()],
+        },
+    }
+
+
+def _service_monitor(options: ManifestOptions) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": _meta(options),
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": options.app}},
+            "endpoints": [{"port": "metrics", "path": METRICS_PATH, "interval": "15s"}],
+        },
+    }
+
+
+def adapter_rule(options: ManifestOptions) -> dict[str, Any]:
+    """The Prometheus-adapter rule exposing queue time per request (µs) of the ensemble as a pods metric."""
+    return {
+        "seriesQuery": 'nv_inference_queue_duration_us{namespace!="",pod!=""}',
+        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+        "name": {"matches": "^nv_inference_queue_duration_us$", "as": HPA_METRIC},
+        "metricsQuery": queue_us_per_request(f'<<.LabelMatchers>>,model="{options.name}"', by="<<.GroupBy>>"),
+    }
+
+
+def _adapter_config(options: ManifestOptions) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(options, f"{options.app}-adapter-rules"),
+        "data": {"config.yaml": yaml.safe_dump({"rules": [adapter_rule(options)]}, sort_keys=False)},
+    }
+
+
+def _hpa(options: ManifestOptions) -> dict[str, Any]:
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _meta(options),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": options.app},
+            "minReplicas": options.min_replicas,
+            "maxReplicas": options.max_replicas,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": HPA_METRIC},
+                        "target": {"type": "AverageValue", "averageValue": str(round(options.queue_target_ms * 1000))},
+                    },
+                }
+            ],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
+        },
+    }
+
+
+def _pdb(options: ManifestOptions) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(options),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": options.app}}},
+    }
+
+
+def _kserve(options: ManifestOptions, args: TritonArgs) -> list[dict[str, Any]]:
+    """A KServe InferenceService on the Triton runtime (it downloads storageUri and sets ports and repository)."""
+    account = f"{options.app}-kserve"
+    gpus = {"nvidia.com/gpu": options.gpus} if options.gpus else {}
+    service_account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(options, account),
+        "secrets": [{"name": options.secret_name}],
+    }
+    isvc = {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": _meta(options),
+        "spec": {
+            "predictor": {
+                "minReplicas": options.min_replicas,
+                "maxReplicas": options.max_replicas,
+                "serviceAccountName": account,
+                "triton": {
+                    "storageUri": options.repository_url,
+                    "runtimeVersion": "24.10-py3",
+                    "image": options.image or default_image(options.name),
+                    "args": args.serving_args(),
+                    "resources": {
+                        "requests": {"cpu": "2", "memory": "4Gi", **gpus},
+                        "limits": {"memory": "8Gi", **gpus},
+                    },
+                },
+            }
+        },
+    }
+    return [service_account, isvc]
+
+
+def manifests(options: ManifestOptions, args: TritonArgs | None = None) -> dict[str, list[dict[str, Any]]]:
+    """File name to the documents in it; the model repository is ``options.repository_url``."""
+    args = (args or TritonArgs()).with_repository(options.repository_url)
+    return {
+        "deployment.yaml": [_deployment(options, args)],
+        "service.yaml": [_service(options, args)],
+        "servicemonitor.yaml": [_service_monitor(options)],
+        "prometheus-adapter-rules.yaml": [_adapter_config(options)],
+        "hpa.yaml": [_hpa(options)],
+        "pdb.yaml": [_pdb(options)],
+        f"{KSERVE_FOLDER}/inferenceservice.yaml": _kserve(options, args),
+    }
+
+
+def write_manifests(
+    options: ManifestOptions, output: Path | None = None, *, args: TritonArgs | None = None, force: bool = False
+) -> Path:
+    """Write the manifests (default ``deploy/<name>-k8s``); return the folder."""
+    files = {
+        path: yaml.safe_dump_all(documents, sort_keys=False) for path, documents in manifests(options, args).items()
+    }
+    return write_folder(Path(output or Path("deploy") / f"{options.name}-k8s"), files, force=force)

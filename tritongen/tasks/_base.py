@@ -1,0 +1,314 @@
+"""The base of every task entry, its settings section, and the plan a task binds to.
+
+A task is one folder of ``tritongen/tasks``: an entry class registered with ``@register_task``, its
+settings (one nested section of the build spec), and its tokenizer and postprocess step modules. At build
+time :meth:`Task.bind` turns the entry, the checkpoint, the spec and the tokenizer's facts into one frozen
+:class:`TaskPlan`; the build, the gate and the model card read the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tritongen.accuracy import Gate, LabelGate
+from tritongen.errors import UnsupportedModelError
+
+if TYPE_CHECKING:
+    import torch
+
+    from tritongen.checkpoint import Checkpoint
+    from tritongen.spec import BuildSpec
+
+__all__ = ["TRUNCATED", "Task", "TaskPlan", "TaskSettings", "TensorSpec"]
+
+_TOKENIZER_STEP = "tritongen.triton_models.tokenizer"  # the plain text tokenizer: TEXT [, TEXT_PAIR] -> rows
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of a model's config: name, Triton data type and dims (without batch)."""
+
+    name: str
+    data_type: str
+    dims: tuple[int, ...]
+
+
+TRUNCATED = TensorSpec("TRUNCATED", "TYPE_BOOL", (1,))  # True where the text was cut at the model's length
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """A task's section of the build spec; subclasses are frozen dataclasses that check themselves.
+
+    ``legacy_names`` maps the flat spec keys of earlier versions (``qa_doc_stride``) to fields of the section,
+    so old YAML files and CLI flags keep working.
+    """
+
+    legacy_names: ClassVar[dict[str, str]] = {}
+    # Command-line flags, by old flat name (``qa_doc_stride`` -> ``--qa-doc-stride``): argparse keywords.
+    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`~tritongen.errors.SpecError` for settings that cannot work."""
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """A task bound to one checkpoint, spec and tokenizer: everything the build needs, computed once."""
+
+    task: str
+    settings: TaskSettings
+    row_length: int  # tokens per model row
+    inputs: tuple[str, ...]  # the ONNX model's inputs
+    ensemble_inputs: tuple[TensorSpec, ...]
+    tokenizer_outputs: tuple[TensorSpec, ...]  # the model inputs, then what the postprocess step or client reads
+    onnx_output: TensorSpec
+    postprocess_inputs: tuple[TensorSpec, ...]
+    postprocess_outputs: tuple[TensorSpec, ...]
+    ensemble_outputs: tuple[TensorSpec, ...]
+    tokenizer_parameters: Mapping[str, str]  # task parameters; the build adds the tokenizer file, length, buckets
+    postprocess_parameters: Mapping[str, str]
+    card_lines: tuple[str, ...]
+    batched_io: bool
+    truncates: bool
+    pair_input: bool
+    gate: Gate  # how the accuracy gate (and the parity check's argmax) compares outputs
+    step_modules: Mapping[str, str]  # step ("tokenizer", "postprocess") -> module served as its model.py
+    helper_modules: Mapping[str, tuple[str, ...]]  # step -> modules of tritongen.triton_models copied beside it
+    postprocess_files: tuple[str, ...] = field(default=())  # files of the build the postprocess step reads
+
+
+class Task:
+    """Base class of a task entry: declarative class attributes, and hooks :meth:`bind` calls once."""
+
+    name: ClassVar[str]
+    onnx_output: ClassVar[str]
+    detect_order: ClassVar[int] = 50  # detection tries the more specific tasks (lower numbers) first
+    # The architecture suffix of the checkpoints this task needs (``*ForTokenClassification``); None: any.
+    head: ClassVar[str | None] = None
+    # False when one request becomes a different number of model rows (QA windows): the tokenizer,
+    # postprocess and ensemble then take whole requests (max_batch_size 0); the model step still batches.
+    batched_io: ClassVar[bool] = True
+    # Whether the model reads two segments (so parity and the accuracy gate feed text pairs).
+    pair_input: ClassVar[bool] = False
+    # The accuracy gate's measure (``tritongen.accuracy``): LabelGate (argmax per text), CosineGate,
+    # TokenLabelGate (argmax per token) or SpanGate (the argmax start and end token per text).
+    gate: ClassVar[type[Gate]] = LabelGate
+    # Whether a text longer than the model loses its tail (classification and embeddings, as the transformers
+    # pipeline and sentence-transformers do): the ensemble then says so per text in ``TRUNCATED``.
+    truncates: ClassVar[bool] = True
+    # Whether ``tritongen bench`` can compare it with its baselines (one TEXT in, a pipeline to compare with).
+    bench_baselines: ClassVar[bool] = False
+    # The step modules served as each step's ``model.py``.
+    tokenizer_step: ClassVar[str] = _TOKENIZER_STEP
+    postprocess_step: ClassVar[str]
+    # Modules of ``tritongen/triton_models`` the task's steps import, copied next to their ``model.py``.
+    helper_modules: ClassVar[tuple[str, ...]] = ()
+    # Files the postprocess step reads besides ``labels.json`` (which every build writes).
+    postprocess_files: ClassVar[tuple[str, ...]] = ()
+    # The spec section the task reads (``question_answering``) and its settings class; None: no settings.
+    section: ClassVar[str | None] = None
+    Settings: ClassVar[type[TaskSettings]] = TaskSettings
+
+    # --- binding ---------------------------------------------------------------------------------------------
+
+    def bind(
+        self,
+        spec: BuildSpec,
+        checkpoint: Checkpoint,
+        *,
+        inputs: tuple[str, ...] | list[str],
+        row_length: int | None = None,
+        position_limit: int | None = None,
+        tokenizer_max: int | None = None,
+        tokenizer_facts: Mapping[str, str] | None = None,
+    ) -> TaskPlan:
+        """Bind this task to ``checkpoint`` and ``spec``: the plan the build, the gate and the card read.
+
+        ``row_length`` is the tokens per model row; when None it comes from ``position_limit`` (the longest
+        input the model runs) and ``tokenizer_max`` (the tokenizer's ``model_max_length``) and the spec.
+        ``tokenizer_facts`` holds the tokenizer's ``cls_id``, ``unk_token`` (strings, "" for none) and
+        ``special_tokens`` (the count added to one text). Bad task settings raise here, before any export.
+        """
+        settings = self.settings(spec)
+        facts = dict(tokenizer_facts or {})
+        if row_length is None:
+            if position_limit is None:
+                raise ValueError("bind needs row_length or position_limit")
+            row_length = self.row_length(spec, settings, checkpoint, position_limit, tokenizer_max)
+        names = tuple(inputs)
+        tokenizer_settings, post_settings = self.step_parameters(spec, settings, checkpoint, row_length, facts)
+        token_tensors = [TensorSpec(n, "TYPE_INT64", (-1,)) for n in names]
+        extra = [t for t in self.tokenizer_outputs(checkpoint) if t.name not in names]
+        post_out = self.postprocess_outputs(checkpoint)
+        helpers = ("_common", *self.helper_modules)
+        return TaskPlan(
+            task=self.name,
+            settings=settings,
+            row_length=row_length,
+            inputs=names,
+            ensemble_inputs=tuple(self.ensemble_inputs(checkpoint)),
+            tokenizer_outputs=tuple(token_tensors + extra),
+            onnx_output=TensorSpec(self.onnx_output, "TYPE_FP32", self.onnx_output_dims(checkpoint)),
+            postprocess_inputs=tuple(self.postprocess_inputs(checkpoint)),
+            postprocess_outputs=tuple(post_out),
+            ensemble_outputs=tuple(post_out + ([TRUNCATED] if self.truncates else [])),
+            tokenizer_parameters=tokenizer_settings,
+            postprocess_parameters={"task": self.name, **self.postprocess_parameters(checkpoint), **post_settings},
+            card_lines=tuple(self.card_lines(spec, settings, checkpoint, row_length)),
+            batched_io=self.batched_io,
+            truncates=self.truncates,
+            pair_input=self.pair_input,
+            gate=self.gate(self.gate_function(checkpoint)),
+            step_modules={"tokenizer": self.tokenizer_step, "postprocess": self.postprocess_step},
+            helper_modules={
+                "tokenizer": (*helpers, "tokenizer") if self.tokenizer_step != _TOKENIZER_STEP else helpers,
+                "postprocess": (*helpers, "postprocess"),
+            },
+            postprocess_files=self.postprocess_files,
+        )
+
+    def settings(self, spec: BuildSpec) -> TaskSettings:
+        """The task's section of ``spec`` (its defaults when the spec has none)."""
+        if self.section is None:
+            return self.Settings()
+        return spec.task_settings.get(self.section) or self.Settings()
+
+    # --- detection -------------------------------------------------------------------------------------------
+
+    def matches(self, checkpoint: Checkpoint) -> bool:
+        """Whether ``checkpoint`` looks like a model for this task (detection)."""
+        return self.has_head(checkpoint)
+
+    def has_head(self, checkpoint: Checkpoint) -> bool:
+        """Whether ``checkpoint`` has the head this task needs (asking for the task by name)."""
+        return self.head is None or any(a.endswith(self.head) for a in checkpoint.architectures)
+
+    # --- hooks bind calls ------------------------------------------------------------------------------------
+
+    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
+        """Dims (without batch) of the ONNX model's output."""
+        raise NotImplementedError
+
+    def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """The ensemble's (and tokenizer step's) inputs: one text by default."""
+        return [TensorSpec("TEXT", "TYPE_STRING", (1,))]
+
+    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """The postprocess step's outputs (the ensemble's, but ``TRUNCATED``)."""
+        raise NotImplementedError
+
+    def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        """Parameters the postprocess model reads at initialise time (from the checkpoint)."""
+        return {}
+
+    def gate_function(self, checkpoint: Checkpoint) -> str:
+        """The activation the ``labels`` gate compares outputs under."""
+        return "softmax"
+
+    def row_length(
+        self,
+        spec: BuildSpec,
+        settings: TaskSettings,
+        checkpoint: Checkpoint,
+        position_limit: int,
+        tokenizer_max: int | None,
+    ) -> int:
+        """Tokens per model row: the truncation length (:meth:`max_length`), or the spec's shorter ``max_length``."""
+        limit = self.max_length(checkpoint, position_limit, tokenizer_max)
+        if spec.max_length is None:
+            return limit
+        if spec.max_length > limit:
+            raise UnsupportedModelError(f"max_length {spec.max_length} is above the model's limit of {limit} tokens")
+        return spec.max_length
+
+    def step_parameters(
+        self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int, facts: Mapping[str, str]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """The task's settings as (tokenizer, postprocess) parameters."""
+        return {}, {}
+
+    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+        """Task-specific lines of the model card."""
+        return []
+
+    def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """Tensors the tokenizer step emits besides the model inputs (for the postprocess step or the client)."""
+        return [TRUNCATED] if self.truncates else []
+
+    def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """Ensemble tensors the postprocess step reads: the model output by default."""
+        return [TensorSpec(self.onnx_output, "TYPE_FP32", self.onnx_output_dims(checkpoint))]
+
+    def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
+        """The module to export: ``forward(input_ids, attention_mask, token_type_ids=None)`` -> one tensor."""
+        raise NotImplementedError
+
+    def max_length(self, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None) -> int:
+        """The number of tokens inputs are truncated to.
+
+        ``position_limit`` is the longest input the model runs (``tritongen.model_facts``); a tokenizer
+        that declares a shorter ``model_max_length`` lowers it, as the transformers pipeline truncates there
+        (transformers writes 1e30 when none was declared: no limit).
+        """
+        limits = [int(position_limit)]
+        if tokenizer_max and tokenizer_max < _NO_TOKENIZER_LIMIT:
+            limits.append(int(tokenizer_max))
+        return min(limits)
+
+
+_NO_TOKENIZER_LIMIT = 1_000_000  # tokenizers that declare no limit report int(1e30)
+
+
+def exportable(model: Any, head: Callable[[Any, torch.Tensor], torch.Tensor]) -> torch.nn.Module:
+    """Wrap ``model`` as ``forward(input_ids, attention_mask, token_type_ids=None)`` -> ``head(outputs, mask)``."""
+    import torch
+
+    class Exportable(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(
+            self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+        ) -> torch.Tensor:
+            extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            return head(self.model(input_ids=input_ids, attention_mask=attention_mask, **extra), attention_mask)
+
+    return Exportable().eval()
+
+
+def load_pretrained(auto_class: Any, checkpoint: Checkpoint) -> Any:
+    """``auto_class.from_pretrained`` on the checkpoint, eager attention, in eval mode."""
+    try:
+        model = auto_class.from_pretrained(str(checkpoint.path), attn_implementation="eager")
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        from tritongen.errors import CheckpointError
+
+        raise CheckpointError(
+            f"cannot load weights of {{path}}: {str(exc).splitlines()[0]}", path=checkpoint.path
+        ) from None
+    return model.eval()
+
+
+def labels_line(checkpoint: Checkpoint) -> str:
+    """The model card's line listing the labels."""
+    return f"- labels (id order): {list(checkpoint.id2label.values())}"
+
+
+TOKEN_METADATA = [
+    TensorSpec("special_mask", "TYPE_INT64", (-1,)),
+    TensorSpec("word_ids", "TYPE_INT64", (-1,)),
+    TensorSpec("offsets", "TYPE_INT64", (-1, 2)),
+]
+WINDOW_EXAMPLE = TensorSpec("window_example", "TYPE_INT64", (1,))  # the request row each window belongs to
+
+
+def max_windows(spec: BuildSpec) -> dict[str, str]:
+    """One request's windows go to the model step as one batch: at most its max_batch_size."""
+    return {"max_windows": str(spec.max_batch_size or 1 << 30)}

@@ -1,0 +1,58 @@
+"""The task registry: ``@register_task`` adds an entry, ``get_task`` and ``detect_task`` find one.
+
+As optimum's ``TasksManager``: an unknown name raises an error that lists the supported ones.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tritongen.errors import UnsupportedModelError
+
+if TYPE_CHECKING:
+    from tritongen.checkpoint import Checkpoint
+    from tritongen.tasks._base import Task
+
+__all__ = ["TASKS", "detect_task", "get_task", "legacy_settings", "register_task", "settings_sections"]
+
+TASKS: dict[str, Task] = {}
+
+
+def register_task(cls: type[Task]) -> type[Task]:
+    """Class decorator: add a task entry to :data:`TASKS` under its ``name``."""
+    TASKS[cls.name] = cls()
+    return cls
+
+
+def get_task(name: str) -> Task:
+    """Look a task up by name; unknown names list the supported ones."""
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise UnsupportedModelError(f"task `{name}` is not supported; supported: {', '.join(sorted(TASKS))}") from None
+
+
+def detect_task(checkpoint: Checkpoint) -> Task:
+    """Pick the task from the checkpoint's architectures and files."""
+    for task in sorted(TASKS.values(), key=lambda t: t.detect_order):
+        if task.matches(checkpoint):
+            return task
+    raise UnsupportedModelError(
+        f"cannot tell the task of {{path}} (architectures {checkpoint.architectures}); "
+        f"name one of: {', '.join(sorted(TASKS))}",
+        path=checkpoint.path,
+    )
+
+
+def settings_sections() -> dict[str, type[Any]]:
+    """The spec sections the registered tasks read (``question_answering: {...}``), by section name."""
+    return {task.section: type(task).Settings for task in TASKS.values() if task.section}
+
+
+def legacy_settings() -> dict[str, tuple[str, str]]:
+    """Old flat spec keys (``qa_doc_stride``) -> (section, field) of the nested sections."""
+    legacy: dict[str, tuple[str, str]] = {}
+    for section, settings in settings_sections().items():
+        for old, new in settings.legacy_names.items():
+            legacy[old] = (section, new)
+    return legacy

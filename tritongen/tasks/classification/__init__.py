@@ -1,0 +1,99 @@
+"""Sequence classification: one label per text (``*ForSequenceClassification``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tritongen.errors import SpecError
+from tritongen.tasks._base import Task, TaskSettings, TensorSpec, exportable, labels_line, load_pretrained
+from tritongen.tasks._registry import register_task
+
+if TYPE_CHECKING:
+    import torch
+
+    from tritongen.checkpoint import Checkpoint
+    from tritongen.spec import BuildSpec
+
+__all__ = ["Classification", "ClassificationSettings"]
+
+
+@dataclass(frozen=True)
+class ClassificationSettings(TaskSettings):
+    """The ``classification`` section: which labels of a multi-label model go into ``LABELS``."""
+
+    multi_label_threshold: float = 0.5  # labels at or above this score
+    multi_label_top_k: int = 0  # at most this many (0: no limit)
+
+    legacy_names: ClassVar[dict[str, str]] = {
+        "multi_label_threshold": "multi_label_threshold",
+        "multi_label_top_k": "multi_label_top_k",
+    }
+
+    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
+        "multi_label_threshold": {"type": float, "help": "multi-label: labels scoring at least this (default 0.5)"},
+        "multi_label_top_k": {"type": int, "help": "multi-label: at most this many labels (default 0: all)"},
+    }
+
+    def validate(self) -> None:
+        if not 0 <= self.multi_label_threshold <= 1 or self.multi_label_top_k < 0:
+            raise SpecError("multi-label threshold must be in [0, 1] and top_k >= 0")
+
+
+@register_task
+class Classification(Task):
+    """Sequence classification: ``TEXT`` -> ``LABEL``, ``SCORE``, ``PROBABILITIES`` [, ``LABELS``]."""
+
+    name = "classification"
+    onnx_output = "logits"
+    head = "ForSequenceClassification"
+    bench_baselines = True
+    postprocess_step = "tritongen.tasks.classification.postprocess"
+    section = "classification"
+    Settings = ClassificationSettings
+
+    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
+        return (len(checkpoint.id2label),)
+
+    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        outputs = [
+            TensorSpec("LABEL", "TYPE_STRING", (1,)),
+            TensorSpec("SCORE", "TYPE_FP32", (1,)),
+            TensorSpec("PROBABILITIES", "TYPE_FP32", (len(checkpoint.id2label),)),
+        ]
+        if _multi_label(checkpoint):
+            outputs.append(TensorSpec("LABELS", "TYPE_STRING", (1,)))  # JSON list of the labels that apply
+        return outputs
+
+    def gate_function(self, checkpoint: Checkpoint) -> str:
+        # The transformers pipeline's rule for picking the activation.
+        return "sigmoid" if _multi_label(checkpoint) or len(checkpoint.id2label) == 1 else "softmax"
+
+    def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        return {"function": self.gate_function(checkpoint), "labels_file": "labels.json"}
+
+    def step_parameters(
+        self,
+        spec: BuildSpec,
+        settings: ClassificationSettings,
+        checkpoint: Checkpoint,
+        row_length: int,
+        facts: Mapping[str, str],
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        if not _multi_label(checkpoint):
+            return {}, {}
+        return {}, {"threshold": str(settings.multi_label_threshold), "top_k": str(settings.multi_label_top_k)}
+
+    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+        return [labels_line(checkpoint)]
+
+    def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
+        from transformers import AutoModelForSequenceClassification
+
+        model = load_pretrained(AutoModelForSequenceClassification, checkpoint)
+        return exportable(model, lambda outputs, mask: outputs.logits)
+
+
+def _multi_label(checkpoint: Checkpoint) -> bool:
+    return checkpoint.config.get("problem_type") == "multi_label_classification"

@@ -1,0 +1,180 @@
+"""Extractive QA: ``QUESTION`` + ``CONTEXT`` -> ``ANSWER``, ``SCORE``, ``START``, ``END``.
+
+Long contexts become several windows, so one request is several model rows: the model's start
+and end logits are exported as one ``span_logits`` tensor [batch, seq, 2].
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tritongen.accuracy import SpanGate
+from tritongen.errors import SpecError, UnsupportedModelError
+from tritongen.tasks._base import (
+    TOKEN_METADATA,
+    WINDOW_EXAMPLE,
+    Task,
+    TaskSettings,
+    TensorSpec,
+    exportable,
+    load_pretrained,
+    max_windows,
+)
+from tritongen.tasks._registry import register_task
+from tritongen.triton_models.qa import QAInputError, resolve_window_sizes
+
+if TYPE_CHECKING:
+    import torch
+
+    from tritongen.checkpoint import Checkpoint
+    from tritongen.spec import BuildSpec
+
+__all__ = ["QuestionAnswering", "QuestionAnsweringSettings"]
+
+
+@dataclass(frozen=True)
+class QuestionAnsweringSettings(TaskSettings):
+    """The ``question_answering`` section: windows over long contexts, and which answers may win."""
+
+    max_seq_len: int | None = None  # window length; None: min(model max length, 384) as in transformers
+    doc_stride: int | None = None  # window overlap; None: min(window // 2, 128) as in transformers
+    max_answer_len: int = 15  # longest answer, in tokens
+    handle_impossible_answer: bool = False  # the empty answer may win ("no answer")
+
+    legacy_names: ClassVar[dict[str, str]] = {
+        "qa_max_seq_len": "max_seq_len",
+        "qa_doc_stride": "doc_stride",
+        "qa_max_answer_len": "max_answer_len",
+        "qa_handle_impossible_answer": "handle_impossible_answer",
+    }
+
+    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
+        "qa_max_seq_len": {"type": int, "help": "QA window length in tokens (default min(max, 384))"},
+        "qa_doc_stride": {"type": int, "help": "QA tokens shared by neighbouring windows (default 128)"},
+        "qa_max_answer_len": {"type": int, "help": "QA longest answer in tokens (default 15)"},
+        "qa_handle_impossible_answer": {
+            "action": argparse.BooleanOptionalAction,
+            "help": 'QA: allow the empty "no answer" to win',
+        },
+    }
+
+    def validate(self) -> None:
+        if self.max_answer_len < 1:
+            raise SpecError(f"qa_max_answer_len must be >= 1, got {self.max_answer_len}")
+        if self.max_seq_len is not None and self.max_seq_len < 8:
+            raise SpecError(f"qa_max_seq_len must be >= 8, got {self.max_seq_len}")
+        if self.doc_stride is not None and not 0 <= self.doc_stride < (self.max_seq_len or 1 << 30):
+            raise SpecError(f"qa_doc_stride must be >= 0 and below qa_max_seq_len, got {self.doc_stride}")
+
+
+@register_task
+class QuestionAnswering(Task):
+    """Extractive QA: the best answer of each pair over all its windows."""
+
+    name = "question-answering"
+    onnx_output = "span_logits"
+    batched_io = False
+    truncates = False  # long contexts become windows
+    pair_input = True
+    gate = SpanGate
+    helper_modules = ("qa",)
+    head = "ForQuestionAnswering"
+    tokenizer_step = "tritongen.tasks.question_answering.tokenizer"
+    postprocess_step = "tritongen.tasks.question_answering.postprocess"
+    section = "question_answering"
+    Settings = QuestionAnsweringSettings
+
+    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
+        return (-1, 2)
+
+    def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [TensorSpec("QUESTION", "TYPE_STRING", (1,)), TensorSpec("CONTEXT", "TYPE_STRING", (1,))]
+
+    def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [
+            TensorSpec("attention_mask", "TYPE_INT64", (-1,)),  # even for models that do not take it
+            WINDOW_EXAMPLE,
+            TensorSpec("sequence_ids", "TYPE_INT64", (-1,)),
+            TensorSpec("p_mask", "TYPE_BOOL", (-1,)),
+            *TOKEN_METADATA[1:],  # word_ids, offsets
+        ]
+
+    def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [
+            TensorSpec("CONTEXT", "TYPE_STRING", (1,)),
+            *super().postprocess_inputs(checkpoint),
+            *self.tokenizer_outputs(checkpoint),
+        ]
+
+    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [
+            TensorSpec("ANSWER", "TYPE_STRING", (1,)),
+            TensorSpec("SCORE", "TYPE_FP32", (1,)),
+            TensorSpec("START", "TYPE_INT64", (1,)),
+            TensorSpec("END", "TYPE_INT64", (1,)),
+        ]
+
+    def row_length(
+        self,
+        spec: BuildSpec,
+        settings: QuestionAnsweringSettings,
+        checkpoint: Checkpoint,
+        position_limit: int,
+        tokenizer_max: int | None,
+    ) -> int:
+        """The window length: ``max_seq_len``, else v4's min(model limit, 384)."""
+        limit = self.max_length(checkpoint, position_limit, tokenizer_max)
+        if settings.max_seq_len is not None and settings.max_seq_len > limit:
+            raise UnsupportedModelError(
+                f"qa_max_seq_len {settings.max_seq_len} is above the model's limit of {limit} tokens"
+            )
+        try:
+            window, _ = resolve_window_sizes(settings.max_seq_len, settings.doc_stride, limit)
+        except QAInputError as exc:
+            raise UnsupportedModelError(f"QA windows: {exc}") from None
+        return window
+
+    def step_parameters(
+        self,
+        spec: BuildSpec,
+        settings: QuestionAnsweringSettings,
+        checkpoint: Checkpoint,
+        row_length: int,
+        facts: Mapping[str, str],
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        tokenizer = {
+            "mode": "qa",
+            "max_seq_len": str(row_length),
+            "doc_stride": str(_doc_stride(settings, row_length)),
+            "cls_id": facts.get("cls_id", ""),
+            **max_windows(spec),
+        }
+        postprocess = {
+            "max_answer_len": str(settings.max_answer_len),
+            "handle_impossible_answer": "true" if settings.handle_impossible_answer else "false",
+        }
+        return tokenizer, postprocess
+
+    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+        return [
+            f"- windows: {row_length} tokens, stride {_doc_stride(settings, row_length)}; "
+            f"longest answer {settings.max_answer_len} tokens; no answer allowed: {settings.handle_impossible_answer}"
+        ]
+
+    def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
+        import torch
+        from transformers import AutoModelForQuestionAnswering
+
+        model = load_pretrained(AutoModelForQuestionAnswering, checkpoint)
+
+        def spans(outputs: Any, attention_mask: torch.Tensor) -> torch.Tensor:
+            return torch.stack([outputs.start_logits, outputs.end_logits], dim=-1)
+
+        return exportable(model, spans)
+
+
+def _doc_stride(settings: QuestionAnsweringSettings, window: int) -> int:
+    return resolve_window_sizes(window, settings.doc_stride)[1]

@@ -1,0 +1,68 @@
+"""Question-answering postprocess step: ``CONTEXT``, ``span_logits`` and the window metadata -> the answer.
+
+``ANSWER``, ``SCORE``, ``START``, ``END``: the best answer of each pair over all its windows
+(``qa.decode_answers``). Parameters: ``max_answer_len`` and ``handle_impossible_answer``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+try:  # in the server: the shared modules are copied next to this model.py
+    import qa
+    from _common import decode_texts
+    from postprocess import RequestPostprocess, input_array
+except ImportError:
+    from tritongen.triton_models import qa
+    from tritongen.triton_models._common import decode_texts
+    from tritongen.triton_models.postprocess import RequestPostprocess, input_array
+
+__all__ = ["TritonPythonModel", "answer_arrays"]
+
+
+def answer_arrays(answers: Sequence[dict | list]) -> dict[str, np.ndarray]:
+    """``qa.decode_answers``' best answer per pair as [N, 1] arrays; no span left gives "", 0, -1, -1."""
+    best = [a if isinstance(a, dict) else (a[0] if a else None) for a in answers]
+    return {
+        "ANSWER": np.array([[(b["answer"] if b else "").encode("utf-8")] for b in best], dtype=np.object_),
+        "SCORE": np.array([[b["score"] if b else 0.0] for b in best], dtype=np.float32),
+        "START": np.array([[b["start"] if b else -1] for b in best], dtype=np.int64),
+        "END": np.array([[b["end"] if b else -1] for b in best], dtype=np.int64),
+    }
+
+
+class TritonPythonModel(RequestPostprocess):
+    """The question-answering postprocess step of the ensemble."""
+
+    def setup(self, params: dict[str, str], args: dict[str, str]) -> None:
+        """Read the longest answer and whether "no answer" may win."""
+        self.max_answer_len = int(params.get("max_answer_len", "15"))
+        self.handle_impossible_answer = params.get("handle_impossible_answer", "false") == "true"
+
+    def process_request(self, request: Any) -> dict[str, np.ndarray]:
+        """The best answer of every pair of one request."""
+        contexts = decode_texts(input_array(request, "CONTEXT"), "CONTEXT")
+        spans = input_array(request, "span_logits")
+        attention = input_array(request, "attention_mask")
+        windows = qa.QAWindows(
+            input_ids=attention,  # decoding reads only its shape
+            attention_mask=attention,
+            token_type_ids=np.zeros_like(attention),
+            example_index=input_array(request, "window_example").reshape(-1),
+            lengths=attention.sum(axis=1),
+            offsets=input_array(request, "offsets"),
+            sequence_ids=input_array(request, "sequence_ids"),
+            word_ids=input_array(request, "word_ids"),
+            p_mask=input_array(request, "p_mask").astype(bool),
+            num_examples=len(contexts),
+            max_seq_len=attention.shape[1],
+            doc_stride=0,
+        )
+        answers = qa.decode_answers(
+            spans[..., 0], spans[..., 1], windows, contexts,
+            max_answer_len=self.max_answer_len, handle_impossible_answer=self.handle_impossible_answer,
+        )  # fmt: skip
+        return answer_arrays(answers)

@@ -1,0 +1,56 @@
+"""Question-answering tokenizer step: ``QUESTION`` + ``CONTEXT`` -> every window of every pair.
+
+Long contexts are split as the transformers pipeline splits them (``qa.encode_windows``), with the
+window metadata (``window_example``, ``sequence_ids``, ``p_mask``, ``word_ids``, ``offsets``) the
+postprocess step needs to merge them back into one answer. Parameters: the plain tokenizer's, and
+``max_seq_len``, ``doc_stride``, ``cls_id`` and ``max_windows``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+try:  # in the server: the shared modules are copied next to this model.py
+    import qa
+    from tokenizer import WindowedTokenizer, check_windows
+except ImportError:
+    from tritongen.triton_models import qa
+    from tritongen.triton_models.tokenizer import WindowedTokenizer, check_windows
+
+__all__ = ["TritonPythonModel"]
+
+
+class TritonPythonModel(WindowedTokenizer):
+    """The question-answering tokenizer step of the ensemble."""
+
+    def setup(self, params: dict[str, str]) -> None:
+        """Read the window length and overlap, the CLS id and the most windows per request."""
+        self.max_seq_len = int(params["max_seq_len"])
+        self.doc_stride = int(params["doc_stride"])
+        self.max_windows = int(params["max_windows"])
+        self.cls_id = int(params["cls_id"]) if params.get("cls_id", "") != "" else None
+
+    def process_request(self, request: Any) -> dict[str, np.ndarray]:
+        """All windows of one request, padded to a length bucket."""
+        questions = self.texts(request, "QUESTION")
+        contexts = self.texts(request, "CONTEXT")
+        encoder = self.encoder
+        windows = qa.encode_windows(
+            encoder.tokenizer, questions, contexts, max_seq_len=self.max_seq_len, doc_stride=self.doc_stride,
+            pad_id=encoder.pad_id, pad_type_id=encoder.pad_type_id, cls_id=self.cls_id,
+        )  # fmt: skip
+        check_windows(windows.num_windows, self.max_windows, self.max_seq_len, "contexts")
+        windows = qa.pad_windows(
+            windows, encoder.bucket(windows.input_ids.shape[1]), pad_id=encoder.pad_id, pad_type_id=encoder.pad_type_id
+        )
+        arrays = {
+            **windows.model_inputs(),
+            "window_example": windows.example_index.reshape(-1, 1),
+            "sequence_ids": windows.sequence_ids,
+            "p_mask": windows.p_mask,
+            "word_ids": windows.word_ids,
+            "offsets": windows.offsets,
+        }
+        return {name: arrays[name] for name in self.output_names}

@@ -1,0 +1,151 @@
+"""Token classification (NER): ``TEXT`` -> ``ENTITIES``, a JSON list as the transformers pipeline returns.
+
+Long texts become the pipeline's overlapping windows (one request, several model rows): nothing is cut.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tritongen.accuracy import TokenLabelGate
+from tritongen.errors import SpecError
+from tritongen.tasks._base import (
+    TOKEN_METADATA,
+    WINDOW_EXAMPLE,
+    Task,
+    TaskSettings,
+    TensorSpec,
+    exportable,
+    labels_line,
+    load_pretrained,
+    max_windows,
+)
+from tritongen.tasks._registry import register_task
+from tritongen.triton_models.ner import STRATEGIES
+
+if TYPE_CHECKING:
+    import torch
+
+    from tritongen.checkpoint import Checkpoint
+    from tritongen.spec import BuildSpec
+
+__all__ = ["TokenClassification", "TokenClassificationSettings", "ner_stride"]
+
+
+@dataclass(frozen=True)
+class TokenClassificationSettings(TaskSettings):
+    """The ``token_classification`` section: entity grouping and the overlap of long-text windows."""
+
+    aggregation_strategy: str = "simple"  # none, simple, first, average or max (the transformers pipeline's)
+    stride: int | None = None  # tokens neighbouring windows share; None: window/4 (<= 128), 0 for `none`
+
+    legacy_names: ClassVar[dict[str, str]] = {"aggregation_strategy": "aggregation_strategy", "ner_stride": "stride"}
+
+    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
+        "aggregation_strategy": {
+            "choices": STRATEGIES,
+            "help": "token classification: how tokens are grouped into entities (default simple)",
+        },
+        "ner_stride": {
+            "type": int,
+            "help": "token classification: tokens neighbouring windows share (default window/4)",
+        },
+    }
+
+    def validate(self) -> None:
+        if self.aggregation_strategy not in STRATEGIES:
+            raise SpecError(
+                f"aggregation strategy `{self.aggregation_strategy}` is unknown; use one of {', '.join(STRATEGIES)}"
+            )
+        if self.stride is not None and self.stride < 0:
+            raise SpecError(f"ner_stride must be >= 0, got {self.stride}")
+        if self.stride and self.aggregation_strategy == "none":
+            raise SpecError(
+                "aggregation strategy `none` cannot merge overlapping windows (nor can the transformers pipeline): "
+                "set ner_stride to 0 or choose simple, first, average or max"
+            )
+
+
+def ner_stride(settings: TokenClassificationSettings | BuildSpec, window: int) -> int:
+    """Tokens neighbouring NER windows share: ``stride``, else a quarter window (at most 128); 0 for ``none``.
+
+    The pipeline refuses a stride with ``none`` (it could not merge repeated tokens), so ``none`` gets
+    windows that do not overlap. ``settings`` may be a whole build spec (its ``token_classification`` section).
+    """
+    if not isinstance(settings, TokenClassificationSettings):
+        settings = TokenClassification().settings(settings)
+    if settings.stride is not None:
+        return settings.stride
+    return 0 if settings.aggregation_strategy == "none" else min(window // 4, 128)
+
+
+@register_task
+class TokenClassification(Task):
+    """Token classification: one request's windows are decoded together into entities."""
+
+    name = "token-classification"
+    onnx_output = "logits"
+    gate = TokenLabelGate
+    helper_modules = ("ner",)
+    head = "ForTokenClassification"
+    batched_io = False
+    truncates = False
+    tokenizer_step = "tritongen.tasks.token_classification.tokenizer"
+    postprocess_step = "tritongen.tasks.token_classification.postprocess"
+    postprocess_files = ("tokenizer.json",)
+    section = "token_classification"
+    Settings = TokenClassificationSettings
+
+    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
+        return (-1, len(checkpoint.id2label))
+
+    def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [*TOKEN_METADATA, WINDOW_EXAMPLE]
+
+    def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [
+            TensorSpec("TEXT", "TYPE_STRING", (1,)),
+            *super().postprocess_inputs(checkpoint),
+            TensorSpec("input_ids", "TYPE_INT64", (-1,)),
+            *self.tokenizer_outputs(checkpoint),
+        ]
+
+    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [TensorSpec("ENTITIES", "TYPE_STRING", (1,))]  # JSON list of entities
+
+    def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        return {"labels_file": "labels.json", "tokenizer_file": "tokenizer.json"}
+
+    def step_parameters(
+        self,
+        spec: BuildSpec,
+        settings: TokenClassificationSettings,
+        checkpoint: Checkpoint,
+        row_length: int,
+        facts: Mapping[str, str],
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        stride = ner_stride(settings, row_length)
+        room = row_length - int(facts.get("special_tokens", "0"))
+        if stride >= room:
+            raise SpecError(
+                f"ner_stride {stride} must be below the {room} text tokens of a {row_length}-token window; lower it"
+            )
+        tokenizer = {"mode": "windows", "stride": str(stride), **max_windows(spec)}
+        postprocess = {"aggregation_strategy": settings.aggregation_strategy, "unk_token": facts.get("unk_token", "")}
+        return tokenizer, postprocess
+
+    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+        return [
+            labels_line(checkpoint),
+            f"- aggregation strategy: {settings.aggregation_strategy} (ignored labels: O)",
+            f"- long texts: windows of {row_length} tokens sharing {ner_stride(settings, row_length)} tokens, "
+            "entities merged as the transformers pipeline does with `stride` (nothing is truncated)",
+        ]
+
+    def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
+        from transformers import AutoModelForTokenClassification
+
+        model = load_pretrained(AutoModelForTokenClassification, checkpoint)
+        return exportable(model, lambda outputs, mask: outputs.logits)

@@ -1,0 +1,49 @@
+"""Token-classification postprocess step: ``TEXT``, ``logits`` and the window metadata -> ``ENTITIES``.
+
+``ENTITIES`` is a JSON list per text as the strided transformers pipeline returns it
+(``ner.aggregate_windows``: windows aggregated, overlaps merged). Parameters: ``labels_file``,
+``tokenizer_file``, ``aggregation_strategy`` and ``unk_token``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+try:  # in the server: the shared modules are copied next to this model.py
+    import ner
+    from _common import decode_texts, resolve_version_file
+    from postprocess import RequestPostprocess, input_array
+except ImportError:
+    from tritongen.triton_models import ner
+    from tritongen.triton_models._common import decode_texts, resolve_version_file
+    from tritongen.triton_models.postprocess import RequestPostprocess, input_array
+
+__all__ = ["TritonPythonModel"]
+
+
+class TritonPythonModel(RequestPostprocess):
+    """The token-classification postprocess step of the ensemble."""
+
+    def setup(self, params: dict[str, str], args: dict[str, str]) -> None:
+        """Read the labels, the strategy and the tokenizer's vocabulary."""
+        from tokenizers import Tokenizer
+
+        self.label_names = self.labels(params, args)
+        self.strategy = params.get("aggregation_strategy", "simple")
+        path = resolve_version_file(args, params.get("tokenizer_file", "tokenizer.json"))
+        unk_token = params.get("unk_token") or None
+        self.vocab = ner.TokenVocab.from_tokenizer(Tokenizer.from_file(str(path)), unk_token=unk_token)
+
+    def process_request(self, request: Any) -> dict[str, np.ndarray]:
+        """The entities of every text of one request."""
+        texts = decode_texts(input_array(request, "TEXT"), "TEXT")
+        encoded = {name: input_array(request, name) for name in ("input_ids", "special_mask", "word_ids", "offsets")}
+        entities = ner.aggregate_windows(
+            input_array(request, "logits"), encoded, input_array(request, "window_example"), texts, self.label_names,
+            strategy=self.strategy, tokenizer=self.vocab,
+        )  # fmt: skip
+        rows = [[json.dumps(row, ensure_ascii=False).encode("utf-8")] for row in entities]
+        return {"ENTITIES": np.array(rows, dtype=np.object_)}

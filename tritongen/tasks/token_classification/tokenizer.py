@@ -1,0 +1,43 @@
+"""Token-classification tokenizer step: ``TEXT`` -> every window of every text, bucket-padded.
+
+Long texts are split as the strided transformers pipeline splits them (``stride``), so nothing is
+truncated; ``special_mask``, ``word_ids``, ``offsets`` (character offsets into the whole text) and
+``window_example`` go to the postprocess step. Parameters: the plain tokenizer's, and ``stride`` and
+``max_windows`` (the most windows one request may need: the model step's batch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+try:  # in the server: the shared modules are copied next to this model.py
+    import ner
+    from tokenizer import WindowedTokenizer, check_windows
+except ImportError:
+    from tritongen.triton_models import ner
+    from tritongen.triton_models.tokenizer import WindowedTokenizer, check_windows
+
+__all__ = ["TritonPythonModel"]
+
+
+class TritonPythonModel(WindowedTokenizer):
+    """The token-classification tokenizer step of the ensemble."""
+
+    def setup(self, params: dict[str, str]) -> None:
+        """Read the window overlap and the most windows per request."""
+        self.stride = int(params["stride"])
+        self.max_windows = int(params["max_windows"])
+
+    def process_request(self, request: Any) -> dict[str, np.ndarray]:
+        """All windows of one request (long texts split with ``stride``), padded to a length bucket."""
+        texts = self.texts(request, "TEXT")
+        windows, owners = ner.encode_windows(
+            self.encoder.tokenizer, texts, max_length=self.encoder.max_length, stride=self.stride
+        )
+        check_windows(len(windows), self.max_windows, self.encoder.max_length, "texts")
+        width = self.encoder.bucket(max((len(w.ids) for w in windows), default=1))
+        arrays = ner.pack_encodings(windows, width, self.encoder.pad_id, self.encoder.pad_type_id)
+        arrays["window_example"] = owners.reshape(-1, 1)
+        return {name: arrays[name] for name in self.output_names}
