@@ -33,6 +33,7 @@ TO ?=
 CONCURRENCY ?= 32
 OUT ?=
 FORCE ?=
+VERSION ?=
 
 BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(TASK),--task "$(TASK)") \
 	$(if $(SPEC),--spec "$(SPEC)") $(if $(PRECISION),--precision $(PRECISION)) \
@@ -42,7 +43,8 @@ BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(
 PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv compat-venv repo serve health infer engine bench soak publish package manifests test lint clean
+.PHONY: help venv compat-venv repo serve health rollout rollback infer engine bench soak publish package manifests test lint \
+	clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -79,6 +81,12 @@ serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1), 
 
 health: venv ## deep readiness of the served REPO: one real inference per ensemble, exit 0 or 1 (ports as for serve)
 	$(PY) -m tritongen health --repository "$(REPO)" $(PORT_ARGS)
+
+rollout: venv ## serve NAME's newest build (or VERSION=N) under traffic after a canary; exit 2 if refused (ports as for serve)
+	$(PY) -m tritongen rollout --name "$(NAME)" --repository "$(REPO)" $(if $(VERSION),--version $(VERSION)) $(PORT_ARGS)
+
+rollback: venv ## return NAME to the version built before the serving one, the same way (ports as for serve)
+	$(PY) -m tritongen rollback --name "$(NAME)" --repository "$(REPO)" $(PORT_ARGS)
 
 infer: venv ## query a served ensemble: make infer NAME=name TEXT="..." (QA: QUESTION="..." CONTEXT="...") [PROTOCOL=]
 	$(PY) -m tritongen infer --name "$(NAME)" $(if $(QUESTION),--question "$(QUESTION)" --context "$(CONTEXT)",--text "$(TEXT)") \

@@ -23,6 +23,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.deployment import ServeProcess, deployment_pids
+from tritongen.admin import http_headers, read_key
 from tritongen.build import build_repository
 from tritongen.client import infer
 from tritongen.health import ensembles_of, find_ensembles
@@ -257,5 +258,7 @@ def test_serve_exits_2_when_tritonserver_dies(repository, tmp_path):
 
 
 def test_find_ensembles_asks_the_server_when_the_repository_is_remote(served, repository):
-    from_server = find_ensembles("s3://bucket/not-read-here", served.http_url)
+    # The repository API is restricted to the admin key serve wrote beside the repository.
+    headers = http_headers(read_key(repository))
+    from_server = find_ensembles("s3://bucket/not-read-here", served.http_url, headers=headers)
     assert from_server == ensembles_of(repository) and [e.name for e in from_server] == [NAME]

@@ -4,8 +4,8 @@ A build is a :class:`BuildPlan` (decided once, by :func:`inspect`) and a list of
 taking the plan and what earlier stages produced:
 
 inspect -> export ONNX -> parity gate -> optimise and gate -> check in the container's runtime ->
-render and validate configs -> write (into a staging area) -> publish atomically. Nothing reaches the
-repository before :func:`publish`.
+record the canary -> render and validate configs -> write (into a staging area) -> publish atomically.
+Nothing reaches the repository before :func:`publish`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tritongen import triton_models
 from tritongen.accuracy import AccuracyReport, GateReference, read_texts, require_accuracy
+from tritongen.canary import CANARY_FILE
+from tritongen.canary import record as record_canary
 from tritongen.checkpoint import Checkpoint, inspect_checkpoint
 from tritongen.compat import (
     CONTAINER_ORT,
@@ -280,6 +282,7 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             report = parity(plan, onnx, console)
             variant = optimise(plan, onnx, console)
             container = container_check(plan, onnx, variant, console)
+            canary(plan, onnx, work, console)
         configs = render(plan)
         write(plan, work, configs, report, variant, container)
         version = publish(plan, work, console)
@@ -429,6 +432,26 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
     return Variant(optimized, accuracy, search, reference)
 
 
+def canary(plan: BuildPlan, onnx: Export, work: Staging, console: Console) -> None:
+    """Stage 6: record the served model step's outputs on the parity texts (``canary.json``, for roll-outs).
+
+    A roll-out sends the same texts through the new version's steps in the server and must get these outputs
+    before traffic moves (``tritongen.rollout``). Per-request tasks (NER, QA windows) and TensorRT plans
+    (built on the GPU node) record none; their roll-out canaries only need an answer.
+    """
+    bound = plan.bound
+    if not bound.batched_io or plan.spec.runtime != "onnx":
+        return
+    with console.status("Recording the canary outputs…"), _stage("canary record"):
+        segments = (PARITY_TEXTS, plan.pairs(PARITY_TEXTS))
+        record_canary(
+            work.version_dir(plan.names["ensemble"]) / CANARY_FILE, onnx.target, onnx.encoder,
+            output=bound.onnx_output.name,
+            inputs={t.name: list(texts) for t, texts in zip(bound.ensemble_inputs, segments)},
+            tolerance=plan.spec.parity_tolerance,
+        )  # fmt: skip
+
+
 def _served_gate(plan: BuildPlan, reference: GateReference) -> Any:
     """The gate in the container's runtime, for the INT8 search's candidates; None where the check is skipped."""
     python = container_python()
@@ -483,7 +506,7 @@ def _int8_schemes(spec: BuildSpec) -> tuple[str, ...]:
 
 
 def render(plan: BuildPlan) -> dict[str, tuple[str, mc.ModelConfig]]:
-    """Stage 6: the four configs as ``config.pbtxt`` text, parsed with Triton's schema and wiring-checked."""
+    """Stage 7: the four configs as ``config.pbtxt`` text, parsed with Triton's schema and wiring-checked."""
     return render_all(
         step_configs(
             plan.spec,
@@ -506,7 +529,7 @@ def write(
     variant: Variant | None,
     container: ContainerReport | dict[str, str] | None = None,
 ) -> None:
-    """Stage 7: write everything else into the staging area: configs, Python steps, engine plan, card, reports."""
+    """Stage 8: write everything else into the staging area: configs, Python steps, engine plan, card, reports."""
     spec, names = plan.spec, plan.names
     for step, (text, _) in configs.items():
         work.write_config(names[step], text)
@@ -575,7 +598,7 @@ def _build_record(plan: BuildPlan, variant: Variant | None) -> dict[str, Any]:
 
 
 def publish(plan: BuildPlan, work: Staging, console: Console) -> int:
-    """Stage 8: move the staged version into the repository at once; return its number."""
+    """Stage 9: move the staged version into the repository at once; return its number."""
     work.publish()
     console.print(f"[green]Published[/] `{plan.spec.name}` version {work.version} to {plan.spec.repository}")
     return work.version

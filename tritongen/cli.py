@@ -96,20 +96,52 @@ def _serve(args: argparse.Namespace) -> None:
             cache_size=args.cache_size,
             grace_period=args.grace_period,
             supervise=args.supervise,
+            admin_key_file=args.admin_key_file,
         ),
         log=log,
     )
 
 
 def _health(args: argparse.Namespace) -> int:
+    from tritongen.admin import http_headers, read_key
+    from tritongen.errors import ServerError
     from tritongen.health import deep_check, healthy
 
-    probes = deep_check(args.repository, f"{args.host}:{args.http_port}", timeout=args.timeout)
+    try:  # a remote repository's ensembles are listed by the restricted repository API
+        headers = http_headers(read_key(args.repository))
+    except ServerError:
+        headers = None
+    probes = deep_check(args.repository, f"{args.host}:{args.http_port}", timeout=args.timeout, headers=headers)
     for probe in probes:
         print(probe.line)
     if not probes:
         print(f"FAIL no ensemble in {args.repository}")
     return 0 if healthy(probes) else 1
+
+
+def _switch(args: argparse.Namespace) -> None:
+    import tritonclient.http as httpclient
+
+    from tritongen.admin import AdminClient, http_headers, read_key
+    from tritongen.rollout import rollback, rollout
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    key = read_key(args.repository, args.admin_key_file)
+    # Loading a large model on a busy machine can take minutes.
+    plain = httpclient.InferenceServerClient(
+        f"{args.host}:{args.http_port}", connection_timeout=30, network_timeout=900
+    )
+    client = AdminClient(plain, http_headers(key))
+    try:
+        if args.command == "rollout":
+            done = rollout(client, args.repository, args.name, version=args.version, log=log)
+        else:
+            done = rollback(client, args.repository, args.name, log=log)
+    finally:
+        plain.close()
+    print(f"`{done.name}` now serves version {done.new} (was {done.old})")
 
 
 def _infer(args: argparse.Namespace) -> None:
@@ -334,8 +366,25 @@ def _parser() -> argparse.ArgumentParser:
         default=True,
         help="reload a Python step whose stub process dies",
     )
+    key_help = (
+        "file holding the admin key (default: $TRITONGEN_ADMIN_KEY, else the file serve writes beside the repository)"
+    )
+    serve.add_argument("--admin-key-file", type=Path, help=key_help)
     add_server_options(serve)
     serve.set_defaults(func=_serve)
+
+    for command, text in (
+        ("rollout", "bring a built version of NAME into service under traffic, after a canary (exit 2 if refused)"),
+        ("rollback", "return NAME to the version built before the serving one, the same way"),
+    ):
+        switch = sub.add_parser(command, help=text)
+        switch.add_argument("--name", required=True, help="ensemble name")
+        if command == "rollout":
+            switch.add_argument("--version", type=int, help="version to serve (default: the newest built)")
+        switch.add_argument("--repository", type=Path, default=Path("model_repository"))
+        switch.add_argument("--admin-key-file", type=Path, help=key_help)
+        add_server_options(switch)
+        switch.set_defaults(func=_switch, version=None)
 
     health = sub.add_parser("health", help="one real inference per ensemble of a served repository; exit 0 or 1")
     health.add_argument(

@@ -16,6 +16,7 @@ them to a one-line message and exit code 2. The tree::
     ├── RepositoryError          the output repository cannot be read or written
     ├── EngineError              a TensorRT engine cannot be built here
     ├── ServerError              tritonserver could not start or answer
+    ├── RolloutError             a roll-out or rollback stopped; the version that served still does
     ├── BenchError               perf_analyzer or a baseline failed
     └── DeployError              a deploy folder, manifest set or capacity plan cannot be made
 
@@ -41,6 +42,7 @@ __all__ = [
     "ExportError",
     "ParityError",
     "RepositoryError",
+    "RolloutError",
     "ServerError",
     "SpecError",
     "StageError",
@@ -155,6 +157,10 @@ class EngineError(TritongenError):
 
 class ServerError(TritongenError):
     """The Triton server could not be started or did not answer."""
+
+
+class RolloutError(TritongenError):
+    """A roll-out or rollback stopped (failed canary, load error); the version that served still serves."""
 
 
 class BenchError(TritongenError):

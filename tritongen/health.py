@@ -96,10 +96,13 @@ def _probe(client: object, ensemble: Ensemble, timeout: float) -> EnsembleProbe:
     return EnsembleProbe(ensemble.name, True, time.monotonic() - start)
 
 
-def _served_ensembles(client: object) -> list[Ensemble]:
-    """The ensembles the server has loaded, from its repository API (for remote repositories)."""
+def _served_ensembles(client: object, headers: dict[str, str] | None = None) -> list[Ensemble]:
+    """The ensembles the server has loaded, from its repository API (for remote repositories).
+
+    That API is restricted to the admin key (:mod:`tritongen.admin`): ``headers`` carry it.
+    """
     found = []
-    for row in client.get_model_repository_index():  # type: ignore[attr-defined]
+    for row in client.get_model_repository_index(headers=headers):  # type: ignore[attr-defined]
         config = client.get_model_config(row["name"])  # type: ignore[attr-defined]
         if config.get("platform") != "ensemble":
             continue
@@ -111,7 +114,9 @@ def _served_ensembles(client: object) -> list[Ensemble]:
     return found
 
 
-def find_ensembles(repository: Path | str, url: str, *, timeout: float = 10.0) -> list[Ensemble]:
+def find_ensembles(
+    repository: Path | str, url: str, *, timeout: float = 10.0, headers: dict[str, str] | None = None
+) -> list[Ensemble]:
     """The ensembles to probe: read from a local repository, else asked of the server at ``url``.
 
     A local repository is the better source: an ensemble that Triton has lost still counts there.
@@ -123,7 +128,7 @@ def find_ensembles(repository: Path | str, url: str, *, timeout: float = 10.0) -
 
     client = httpclient.InferenceServerClient(url, connection_timeout=timeout, network_timeout=timeout)
     try:
-        return _served_ensembles(client)
+        return _served_ensembles(client, headers)
     finally:
         client.close()
 
@@ -143,10 +148,12 @@ def check(url: str, ensembles: Sequence[Ensemble], *, timeout: float = 10.0) -> 
         client.close()
 
 
-def deep_check(repository: Path | str, url: str, *, timeout: float = 10.0) -> list[EnsembleProbe]:
+def deep_check(
+    repository: Path | str, url: str, *, timeout: float = 10.0, headers: dict[str, str] | None = None
+) -> list[EnsembleProbe]:
     """:func:`find_ensembles` then :func:`check`; a server that cannot list them is one failed probe."""
     try:
-        ensembles = find_ensembles(repository, url, timeout=timeout)
+        ensembles = find_ensembles(repository, url, timeout=timeout, headers=headers)
     except Exception as exc:  # InferenceServerException and transport errors alike
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return [EnsembleProbe(str(repository), False, 0.0, message[:300])]

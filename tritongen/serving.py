@@ -8,7 +8,9 @@ What an orchestrator needs from the process it starts:
 * a dead Python stub is brought back by :class:`tritongen.supervisor.Supervisor`, and readiness
   (:mod:`tritongen.health`) is false until the deployment answers again;
 * when tritonserver itself dies, ``serve`` stops its stubs and fails with one line (exit code 2
-  at the CLI), so that the orchestrator restarts it.
+  at the CLI), so that the orchestrator restarts it;
+* only holders of the admin key (:mod:`tritongen.admin`) may load or unload models: the
+  supervisor, ``tritongen rollout`` and ``rollback``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from tritongen.admin import AdminClient, http_headers, restricted_args, serving_key
 from tritongen.errors import ServerError
 from tritongen.health import HealthEndpoint, check, find_ensembles
 from tritongen.server import TritonServer
@@ -44,6 +47,7 @@ class ServeOptions:
     grace_period: int = 20
     supervise: bool = True
     probe_timeout: float = 10.0
+    admin_key_file: Path | None = None  # None: TRITONGEN_ADMIN_KEY, else a fresh key beside the repository
 
 
 class _Interrupted(BaseException):
@@ -52,6 +56,7 @@ class _Interrupted(BaseException):
 
 def serve(options: ServeOptions, *, log: Callable[[str], None] = print) -> None:
     """Serve until SIGTERM or SIGINT (return) or until tritonserver dies (raise ServerError)."""
+    key, key_file = serving_key(options.repository, options.admin_key_file)
     server = TritonServer(
         options.repository,
         host=options.host,
@@ -60,6 +65,7 @@ def serve(options: ServeOptions, *, log: Callable[[str], None] = print) -> None:
         metrics_port=options.metrics_port,
         cache_size=options.cache_size,
         exit_timeout=options.grace_period,
+        extra_args=restricted_args(key),
     )
     stopping = threading.Event()
     started = threading.Event()
@@ -79,13 +85,15 @@ def serve(options: ServeOptions, *, log: Callable[[str], None] = print) -> None:
             started.set()  # inside the try: a signal just before this line still lands in the except
         except _Interrupted:
             return
-        supervisor, endpoint = _start_watchers(server, options, stopping, log)
+        supervisor, endpoint = _start_watchers(server, options, key, stopping, log)
         health = f", health http://{options.host}:{endpoint.port}/healthz" if endpoint else ""
         log(
             f"Triton is serving {options.repository} — HTTP {server.http_url}, gRPC {server.grpc_url}, "
             f"metrics {server.host}:{server.metrics_port}{health} (log: {server.log_file}). "
             f"Ctrl-C or SIGTERM stops it ({options.grace_period}s grace)."
         )
+        if key_file is not None:
+            log(f"The admin key (model loading and unloading) is in {key_file}.")
         _wait(server, stopping)
     finally:
         if supervisor is not None:  # first, so that stubs ending with the server are not "recovered"
@@ -100,7 +108,7 @@ def serve(options: ServeOptions, *, log: Callable[[str], None] = print) -> None:
 
 
 def _start_watchers(
-    server: TritonServer, options: ServeOptions, stopping: threading.Event, log: Callable[[str], None]
+    server: TritonServer, options: ServeOptions, key: str, stopping: threading.Event, log: Callable[[str], None]
 ) -> tuple[Supervisor | None, HealthEndpoint | None]:
     import tritonclient.http as httpclient
 
@@ -109,12 +117,17 @@ def _start_watchers(
     supervisor = None
     if options.supervise:
         # A model load can take minutes for a large checkpoint on a busy machine.
-        client = httpclient.InferenceServerClient(server.http_url, connection_timeout=30, network_timeout=600)
+        client = AdminClient(
+            httpclient.InferenceServerClient(server.http_url, connection_timeout=30, network_timeout=600),
+            http_headers(key),
+        )
         supervisor = Supervisor(process.pid, client, log=log)
         supervisor.start()
     endpoint = None
     if options.health_port:
-        ensembles = find_ensembles(server.repository, server.http_url, timeout=options.probe_timeout)
+        ensembles = find_ensembles(
+            server.repository, server.http_url, timeout=options.probe_timeout, headers=http_headers(key)
+        )
         try:
             endpoint = HealthEndpoint(
                 options.host,

@@ -5,12 +5,14 @@ of tritonserver. When a stub dies (OOM killer, segfault in a library, ``kill -9`
 backend answers every later request with "Stub process ... is not healthy" and never
 restarts it, while ``/v2/health/ready`` still says 200. :class:`Supervisor` watches the stubs
 in ``/proc`` and, when one dies, reloads its model through the repository API: an unload
-and a load, since a load of an unchanged, loaded model is a no-op in Triton 2.51. Triton
-then reloads the ensembles that use the model by itself.
+and a load, since a load of an unchanged, loaded model is a no-op in Triton 2.51. The load
+passes the configuration the server was using, so that the versions a roll-out pinned stay
+loaded. Triton then reloads the ensembles that use the model by itself.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -53,7 +55,10 @@ def _stub_of(pid: str) -> Stub | None:
         return None
     if len(argv) < 9 or not argv[0].endswith(STUB_NAME):
         return None
-    return Stub(pid=int(pid), instance=argv[8], model=Path(argv[1]).parent.parent.name)
+    stub = Stub(pid=int(pid), instance=argv[8], model=Path(argv[1]).parent.parent.name)
+    # While a model loads, the backend also runs a stub named after the model itself (it checks the
+    # config) and ends it on purpose; taking its end for a death made every model load a "crash".
+    return None if stub.instance == stub.model else stub
 
 
 def stubs_of(server_pid: int) -> dict[str, Stub]:
@@ -142,8 +147,9 @@ class Supervisor(threading.Thread):
     def _reload(self, model: str, cause: str) -> bool:
         start = time.monotonic()
         try:
+            config = json.dumps(self.client.get_model_config(model))  # type: ignore[attr-defined]
             self.client.unload_model(model)  # type: ignore[attr-defined]
-            self.client.load_model(model)  # type: ignore[attr-defined]
+            self.client.load_model(model, config=config)  # type: ignore[attr-defined]
         except Exception as exc:  # tritonclient's InferenceServerException and transport errors
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             self.log(f"supervisor: {cause}; reloading `{model}` failed: {message}")
