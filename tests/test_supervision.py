@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -35,7 +36,11 @@ class _FakeRepositoryAPI:
     def unload_model(self, name: str) -> None:
         self.calls.append(("unload", name))
 
-    def load_model(self, name: str) -> None:
+    def get_model_config(self, name: str) -> dict:
+        return {"name": name, "version_policy": {"specific": {"versions": [1]}}}
+
+    def load_model(self, name: str, config: str | None = None) -> None:
+        assert config is None or json.loads(config)["name"] == name  # reloaded with the config it was served with
         self.calls.append(("load", name))
         if self.failures:
             self.failures -= 1
