@@ -155,14 +155,16 @@ def test_step_names_follow_the_ensemble_name():
     }
 
 
-def test_queue_limit_is_the_model_steps_alone(tiny_factory):
+def test_queue_limit_is_the_model_steps_alone_eight_batches_by_default_and_zero_lifts_it(tiny_factory):
     from rich.console import Console
 
     from tritongen.build import inspect, render
 
     console = Console(quiet=True)
     spec = BuildSpec(model=str(tiny_factory("bert")), name="q", max_batch_size=16)
-    assert not render(inspect(spec, console))["model"][1].dynamic_batching.HasField("default_queue_policy")
+    assert render(inspect(spec, console))["model"][1].dynamic_batching.default_queue_policy.max_queue_size == 128
+    unbounded = spec.replace(dynamic_batching=DynamicBatching(queue_policy=QueuePolicy(max_queue_size=0)))
+    assert render(inspect(unbounded, console))["model"][1].dynamic_batching.default_queue_policy.max_queue_size == 0
     limited = spec.replace(dynamic_batching=DynamicBatching(queue_policy=QueuePolicy(max_queue_size=32)))
     configs = render(inspect(limited, console))
     assert configs["model"][1].dynamic_batching.default_queue_policy.max_queue_size == 32

@@ -298,7 +298,9 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--max-queue-delay-us", type=int, help="dynamic batching max_queue_delay_microseconds")
     build.add_argument("--preferred-batch-size", help="comma-separated preferred batch sizes")
     build.add_argument("--preserve-ordering", action=argparse.BooleanOptionalAction)
-    build.add_argument("--max-queue-size", type=int, help="model step queue limit in requests (default: unbounded)")
+    build.add_argument(
+        "--max-queue-size", type=int, help="model step queue limit in requests (default 8 batches; 0: unbounded)"
+    )
     build.add_argument(
         "--queue-timeout-us", type=int, help="model step: shed a request queued longer than this (default: never)"
     )

@@ -73,7 +73,7 @@ class ModelStep:
             "inputs": self.inputs,
             "outputs": self.outputs,
             "version_policy": _version_policy(spec.version_policy),
-            "dynamic_batching": _batching(spec.dynamic_batching),
+            "dynamic_batching": _batching(spec.dynamic_batching, default_queue=QUEUE_BATCHES * spec.max_batch_size),
             "warmup": self.warmup(),
         }
 
@@ -252,10 +252,19 @@ def _instances(group: specs.InstanceGroup) -> InstanceGroup:
     return InstanceGroup(count=group.count, kind=Kind(group.kind), gpus=tuple(group.gpus))
 
 
-def _batching(batching: specs.DynamicBatching) -> DynamicBatching | None:
+# A backstop, not a throttle: by default the model step's queue holds at most this many full batches, so a
+# burst beyond it is shed (UNAVAILABLE/503) instead of queueing without bound, while ordinary bursts never
+# reach it. A tight limit cost throughput on a 2-core CPU (README "Under load"); set one per deployment.
+QUEUE_BATCHES = 8
+
+
+def _batching(batching: specs.DynamicBatching, *, default_queue: int = 0) -> DynamicBatching | None:
+    """Triton's section; ``default_queue`` bounds the queue when the spec names no policy (0: unbounded)."""
     if not batching.enabled:
         return None
     policy = batching.queue_policy
+    if policy is None and default_queue:
+        policy = specs.QueuePolicy(max_queue_size=default_queue)
     return DynamicBatching(
         max_queue_delay_microseconds=batching.max_queue_delay_microseconds,
         preferred_batch_size=tuple(batching.preferred_batch_size),
