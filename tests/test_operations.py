@@ -23,10 +23,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.deployment import ServeProcess, deployment_pids
-from tritongen.admin import http_headers, read_key
+from tritongen.admin import http_headers
 from tritongen.build import build_repository
 from tritongen.client import infer
 from tritongen.health import ensembles_of, find_ensembles
+from tritongen.server import server_environment
 from tritongen.spec import BuildSpec
 
 pytestmark = pytest.mark.e2e
@@ -82,9 +83,15 @@ def repository(tmp_path_factory, tiny_factory) -> Path:
     return repo
 
 
+# The module's long-lived deployment has a key of its own: the other tests start `serve` on the same
+# repository, and each such start writes a fresh key file beside it.
+SERVED_KEY = "test-operations-served-key"
+
+
 @pytest.fixture(scope="module")
 def served(repository, tmp_path_factory):
-    with ServeProcess(repository, tmp_path_factory.mktemp("serve") / "serve.log") as serve:
+    env = {**server_environment(), "TRITONGEN_ADMIN_KEY": SERVED_KEY}
+    with ServeProcess(repository, tmp_path_factory.mktemp("serve") / "serve.log", env=env) as serve:
         yield serve
     assert deployment_pids(repository) == []
 
@@ -258,7 +265,7 @@ def test_serve_exits_2_when_tritonserver_dies(repository, tmp_path):
 
 
 def test_find_ensembles_asks_the_server_when_the_repository_is_remote(served, repository):
-    # The repository API is restricted to the admin key serve wrote beside the repository.
-    headers = http_headers(read_key(repository))
+    # The repository API is restricted to the admin key the deployment was started with.
+    headers = http_headers(SERVED_KEY)
     from_server = find_ensembles("s3://bucket/not-read-here", served.http_url, headers=headers)
     assert from_server == ensembles_of(repository) and [e.name for e in from_server] == [NAME]
