@@ -27,7 +27,23 @@ def repo(tmp_path: Path) -> Path:
         (root / step / "1").mkdir(parents=True)
         (root / step / "config.pbtxt").write_text(f'name: "{step}"\n')
         (root / step / "1" / "payload.bin").write_bytes(b"x")
+    _wire(root, STEPS[1:])
     return root
+
+
+def _wire(root: Path, steps: tuple[str, ...]) -> None:
+    """The ensemble's config names its steps: the package takes the folders it wires."""
+    wired = "".join(f'step {{ model_name: "{step}" model_version: -1 }} ' for step in steps)
+    (root / "demo" / "config.pbtxt").write_text(
+        f'name: "demo"\nplatform: "ensemble"\nensemble_scheduling {{ {wired}}}\n'
+    )
+
+
+def test_package_takes_the_three_folders_of_a_folded_ensemble(repo, tmp_path):
+    shutil.rmtree(repo / "demo_postprocess")
+    _wire(repo, ("demo_tokenizer", "demo_model"))
+    out = write_package("demo", repo, tmp_path / "pkg")
+    assert sorted(p.name for p in (out / "model_repository").iterdir()) == ["demo", "demo_model", "demo_tokenizer"]
 
 
 def _lock_pin(package: str) -> str:

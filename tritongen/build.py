@@ -33,21 +33,24 @@ from tritongen.compat import (
     CONTAINER_ORT,
     DEFAULT_VENV,
     ContainerReport,
+    ContainerSession,
     check_in_container,
     container_gate,
     container_python,
 )
-from tritongen.configs import bucket_lengths, step_configs, step_names
+from tritongen.configs import bucket_lengths, served_steps, step_configs, step_names
 from tritongen.errors import (
     AccuracyError,
     CheckpointError,
     ParityError,
     RepositoryError,
+    SpecError,
     StageError,
     TritongenError,
     UnsupportedModelError,
 )
 from tritongen.export import export_onnx
+from tritongen.fold import FOLD_TOLERANCE, FoldReport, fold_graph, prove, reference_postprocess
 from tritongen.int8_search import SCHEMES, SearchReport, search_int8
 from tritongen.model_facts import ModelFacts, read_model_facts
 from tritongen.optimize import OptimizeReport, optimize_model
@@ -133,7 +136,9 @@ def _load_tokenizer(checkpoint: Checkpoint) -> Any:
     return tokenizer
 
 
-def _model_card(plan: BuildPlan, version: int, report: ParityReport, variant: Variant | None) -> str:
+def _model_card(
+    plan: BuildPlan, version: int, report: ParityReport, variant: Variant | None, folding: FoldReport | None = None
+) -> str:
     import onnxruntime
     import torch
     import transformers
@@ -169,6 +174,8 @@ def _model_card(plan: BuildPlan, version: int, report: ParityReport, variant: Va
     ]
     lines += bound.card_lines
     lines.append(f"- served model: {_variant_name(spec, variant)} ({spec.runtime} runtime)")
+    if folding is not None:
+        lines.append(folding.card_line())
     card = "\n".join(lines) + "\n\n## Parity of the FP32 export\n\n" + report.to_markdown()
     if variant is not None:
         optimized = variant.optimized
@@ -283,8 +290,9 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             variant = optimise(plan, onnx, console)
             container = container_check(plan, onnx, variant, console)
             canary(plan, onnx, work, console)
-        configs = render(plan)
-        write(plan, work, configs, report, variant, container)
+            folding = fold(plan, onnx, console)
+        configs = render(plan, folded=folding.folded)
+        write(plan, work, configs, report, variant, container, folding)
         version = publish(plan, work, console)
     accuracy = None if variant is None else variant.accuracy
     search = None if variant is None else variant.search
@@ -505,8 +513,85 @@ def _int8_schemes(spec: BuildSpec) -> tuple[str, ...]:
     return SCHEMES if spec.quantization == "auto" else (spec.quantization,)
 
 
-def render(plan: BuildPlan) -> dict[str, tuple[str, mc.ModelConfig]]:
-    """Stage 7: the four configs as ``config.pbtxt`` text, parsed with Triton's schema and wiring-checked."""
+def fold(plan: BuildPlan, onnx: Export, console: Console) -> FoldReport:
+    """Stage 7: fold the postprocess step into the served graph where the task can and the fold proves itself.
+
+    The folded graph must give the Python postprocess step's outputs (on the same run's raw output) on the
+    parity texts, in our ONNX Runtime and the container's. The served file is replaced only then.
+    """
+    spec, bound = plan.spec, plan.bound
+    served = served_steps(spec.repository, spec.name)  # a name keeps one ensemble shape across its versions
+    tail = plan.task.graph_tail(plan.checkpoint) if spec.fold and spec.runtime == "onnx" else None
+    why = (
+        "turned off in the spec" if not spec.fold
+        else "a TensorRT plan is built on the GPU node from the model alone" if spec.runtime != "onnx"
+        else f"the {bound.task} postprocess is not tensor math (strings or per-request logic)" if tail is None
+        else f"the versions of `{spec.name}` already built serve a postprocess step" if "postprocess" in (served or ())
+        else ""
+    )  # fmt: skip
+    if why:
+        _same_shape(plan, served, folded=False, why=why)
+        return FoldReport(False, why)
+    assert tail is not None
+    import onnx as onnx_lib
+    import onnxruntime as ort
+
+    texts = list(PARITY_TEXTS)
+    pairs = plan.pairs(texts)
+    feeds = [onnx.encoder(texts, pairs)] + [
+        onnx.encoder([t], None if pairs is None else [pairs[i]]) for i, t in enumerate(texts)
+    ]
+    source, outputs = bound.onnx_output.name, list(tail.outputs)
+    step = reference_postprocess(bound, list(plan.checkpoint.id2label.values()))
+    folded_path = onnx.target.with_name("model.folded.onnx")
+    runtimes = [ort.__version__]
+    with console.status("Folding the postprocess step into the graph…"), _stage("postprocess fold"):
+        model = onnx_lib.load(str(onnx.target))
+        onnx_lib.save_model(fold_graph(model, source, tail), str(folded_path))
+        try:
+            session = ort.InferenceSession(str(folded_path), providers=["CPUExecutionProvider"])
+            failure, worst = prove(session.run, source, outputs, step, feeds)
+            python = container_python()
+            if failure is None and python is not None and spec.container_check:
+                with ContainerSession(folded_path, python) as container:
+                    runtimes.append(container.version)
+                    failure, diff = prove(container.run, source, outputs, step, feeds)
+                    worst = max(worst, diff)
+            if failure is not None:
+                folded_path.unlink()
+                report = FoldReport(False, f"the folded graph did not match the Python step: {failure}", worst)
+                _same_shape(plan, served, folded=False, why=report.why)
+                console.print(f"[yellow]Postprocess fold refused[/]: {report.why}")
+                return report
+            folded_path.replace(onnx.target)
+        finally:
+            folded_path.unlink(missing_ok=True)
+    report = FoldReport(
+        True,
+        f"outputs {', '.join(outputs)} equal the Python step's within {FOLD_TOLERANCE:.0e} "
+        f"(worst {worst:.1e}) on {len(texts)} parity texts in ONNX Runtime {' and '.join(runtimes)}",
+        worst,
+        tuple(runtimes),
+    )
+    console.print(f"[green]Postprocess folded into the graph[/]: {report.why}")
+    return report
+
+
+def _same_shape(plan: BuildPlan, served: tuple[str, ...] | None, *, folded: bool, why: str) -> None:
+    """Refuse a version whose ensemble shape differs from the versions already built under the name.
+
+    Versions of one name share the step folders and are switched step by step (``tritongen rollout``),
+    so a folded version cannot sit beside unfolded ones (the other way round is avoided by not folding).
+    """
+    if served is not None and not folded and "postprocess" not in served:
+        raise SpecError(
+            f"`{plan.spec.name}` is served with its postprocess folded into the graph, but this build cannot fold "
+            f"({why}); build it under a new --name"
+        )
+
+
+def render(plan: BuildPlan, *, folded: bool = False) -> dict[str, tuple[str, mc.ModelConfig]]:
+    """Stage 8: the configs as ``config.pbtxt`` text, parsed with Triton's schema and wiring-checked."""
     return render_all(
         step_configs(
             plan.spec,
@@ -517,6 +602,7 @@ def render(plan: BuildPlan) -> dict[str, tuple[str, mc.ModelConfig]]:
             plan.pad_id,
             plan.tokenizer_facts,
             plan=plan.bound,
+            folded=folded,
         )
     )
 
@@ -528,8 +614,9 @@ def write(
     report: ParityReport,
     variant: Variant | None,
     container: ContainerReport | dict[str, str] | None = None,
+    folding: FoldReport | None = None,
 ) -> None:
-    """Stage 8: write everything else into the staging area: configs, Python steps, engine plan, card, reports."""
+    """Stage 9: write everything else into the staging area: configs, Python steps, engine plan, card, reports."""
     spec, names = plan.spec, plan.names
     for step, (text, _) in configs.items():
         work.write_config(names[step], text)
@@ -542,11 +629,12 @@ def write(
             cc_model_filenames=cc_model_filenames(),
         )
         (work.version_dir(names["model"]) / "engine.json").write_text(engine.to_json())
-    _write_python_steps(plan, work)
+    folding = folding or FoldReport(False, "not tried")
+    _write_python_steps(plan, work, folded=folding.folded)
     card_dir = work.version_dir(names["ensemble"])
     if variant is not None and variant.search is not None and variant.search.trials:
         variant.search.plot(card_dir / SEARCH_PLOT)
-    (card_dir / "model_card.md").write_text(_model_card(plan, work.version, report, variant), encoding="utf-8")
+    (card_dir / "model_card.md").write_text(_model_card(plan, work.version, report, variant, folding), encoding="utf-8")
     parity_json = {
         "passed": report.passed,
         "max_abs_diff": report.max_abs_diff,
@@ -556,17 +644,23 @@ def write(
     (card_dir / "parity.json").write_text(json.dumps(parity_json, ensure_ascii=False, indent=1), encoding="utf-8")
     record = _build_record(plan, variant)
     record["container_runtime"] = container.to_dict() if isinstance(container, ContainerReport) else container
+    record["fold"] = folding.to_dict()
+    record["steps"] = [step for step in configs if step != "ensemble"]
     (card_dir / "build.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
 
 
-def _write_python_steps(plan: BuildPlan, work: Staging) -> None:
+def _write_python_steps(plan: BuildPlan, work: Staging, *, folded: bool = False) -> None:
     """The tokenizer and postprocess ``model.py`` files, their helpers, and the files the postprocess reads."""
     names, bound = plan.names, plan.bound
     for step, module_name in bound.step_modules.items():
+        if folded and step == "postprocess":
+            continue
         target = work.version_dir(names[step])
         shutil.copyfile(_module_file(module_name), target / "model.py")
         for helper in bound.helper_modules[step]:
             shutil.copyfile(_PY_MODELS / f"{helper}.py", target / f"{helper}.py")
+    if folded:
+        return
     tok_dir, post_dir = work.version_dir(names["tokenizer"]), work.version_dir(names["postprocess"])
     for filename in bound.postprocess_files:
         shutil.copyfile(tok_dir / filename, post_dir / filename)

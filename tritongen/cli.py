@@ -64,6 +64,7 @@ def _build(args: argparse.Namespace) -> None:
         accept_accuracy_loss=args.accept_accuracy_loss,
         runtime=args.runtime,
         container_check=args.container_check,
+        fold=args.fold,
         max_length=args.max_length,
         **{name: getattr(args, name) for name in legacy_settings()},
     )
@@ -225,11 +226,13 @@ def _soak(args: argparse.Namespace) -> None:
 
 
 def _publish(args: argparse.Namespace) -> None:
-    from tritongen.build import step_names
+    from tritongen.configs import served_steps, step_names
     from tritongen.publish import parse_s3_url, publish
 
-    names = step_names(args.name)
-    folders = [names["tokenizer"], names["model"], names["postprocess"], names["ensemble"]]
+    names, steps = step_names(args.name), served_steps(args.repository, args.name)
+    if steps is None:
+        raise UsageError(f"`{args.name}` is not built in {args.repository}; run `make repo NAME={args.name}` first")
+    folders = [names[step] for step in (*steps, "ensemble")]
     keys = publish(args.repository, folders, args.to, progress=lambda line: print(line, flush=True))
     print(f"Published `{args.name}` ({len(keys)} objects) to {parse_s3_url(args.to).url}")
 
@@ -326,6 +329,12 @@ def _parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         help="also check the served model in ONNX Runtime 1.19.2, the 24.10 container's (default on where "
         "`make compat-venv` made its venv)",
+    )
+    build.add_argument(
+        "--fold",
+        action=argparse.BooleanOptionalAction,
+        help="fold the postprocess step into the ONNX graph where it is tensor math and proves equal to the "
+        "Python step (default on; the model card says which path a build got)",
     )
     build.add_argument("--calibration", type=Path, help="calibration texts, one per line (default: built-in)")
     build.add_argument("--validation", type=Path, help="accuracy-gate texts, one per line (default: built-in)")

@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tritongen import spec as specs
 from tritongen.checkpoint import Checkpoint
+from tritongen.errors import RepositoryError, describe
 from tritongen.spec import BuildSpec
 from tritongen.tasks import Task, TaskPlan
 from tritongen.tensorrt import cc_model_filenames
@@ -33,7 +35,7 @@ from tritongen.triton_config import (
     Warmup,
 )
 
-__all__ = ["MODEL_STEPS", "ModelStep", "bucket_lengths", "step_configs", "step_names"]
+__all__ = ["MODEL_STEPS", "ModelStep", "bucket_lengths", "served_steps", "step_configs", "step_names"]
 
 
 def step_names(name: str) -> dict[str, str]:
@@ -44,6 +46,30 @@ def step_names(name: str) -> dict[str, str]:
         "model": f"{name}_model",
         "postprocess": f"{name}_postprocess",
     }
+
+
+def served_steps(repository: Path, name: str) -> tuple[str, ...] | None:
+    """The steps the ensemble ``name`` in ``repository`` wires, in order; None when it is not built there.
+
+    ``tokenizer``, ``model``, and ``postprocess`` unless the build folded it: the ensemble's
+    ``config.pbtxt`` is the truth.
+    """
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    names = step_names(name)
+    path = Path(repository) / names["ensemble"] / "config.pbtxt"
+    if not path.is_file():
+        return None
+    try:
+        config = text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
+    except (OSError, UnicodeDecodeError, text_format.ParseError) as exc:
+        raise RepositoryError(f"cannot read {{path}}: {describe(exc)}", path=path) from None
+    by_model = {model: step for step, model in names.items() if step != "ensemble"}
+    wired = [by_model.get(s.model_name) for s in config.ensemble_scheduling.step]
+    if not wired or None in wired:
+        raise RepositoryError(f"{{path}} is not an ensemble of `{name}`'s steps; rebuild it", path=path)
+    return tuple(step for step in wired if step is not None)
 
 
 def bucket_lengths(buckets: Iterable[int], max_length: int) -> list[int]:
@@ -152,11 +178,14 @@ def step_configs(
     tokenizer_facts: Mapping[str, str] | None = None,
     *,
     plan: TaskPlan | None = None,
+    folded: bool = False,
 ) -> dict[str, ModelConfig]:
     """The typed configs of the four steps, keyed by step (tokenizer, model, postprocess, ensemble).
 
     ``plan`` is ``task`` bound to the checkpoint (:meth:`Task.bind`); without one it is bound here from
     ``inputs``, ``max_length`` and ``tokenizer_facts`` (``cls_id``, ``unk_token``, ``special_tokens``).
+    ``folded``: the served graph computes the postprocess step's outputs itself (``tritongen.fold``); the
+    model step then gives them beside its own output, and there is no postprocess step.
     """
     if plan is None:
         plan = task.bind(spec, checkpoint, inputs=inputs, row_length=max_length, tokenizer_facts=tokenizer_facts)
@@ -181,8 +210,9 @@ def step_configs(
         if plan.batched_io
         else None,
     }
-    model_step = ModelStep(spec, names["model"], names["ensemble"], token_tensors, onnx_out, buckets, max_length)
-    return {
+    model_out = onnx_out + post_out if folded else onnx_out
+    model_step = ModelStep(spec, names["model"], names["ensemble"], token_tensors, model_out, buckets, max_length)
+    configs = {
         "tokenizer": ModelConfig(
             **python_steps,
             name=names["tokenizer"],
@@ -223,11 +253,19 @@ def step_configs(
             response_cache=spec.response_cache,
             steps=(
                 _step(names["tokenizer"], text_in, tokenizer_out),
+                _step(names["model"], token_tensors, post_out),
+            )
+            if folded
+            else (
+                _step(names["tokenizer"], text_in, tokenizer_out),
                 _step(names["model"], token_tensors, onnx_out),
                 _step(names["postprocess"], post_in, post_out),
             ),
         ),
     }
+    if folded:
+        del configs["postprocess"]
+    return configs
 
 
 def _comment(name: str, step: str, ensemble: str) -> str:

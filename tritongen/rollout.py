@@ -27,12 +27,11 @@ from typing import Any
 import numpy as np
 
 from tritongen.canary import CANARY_FILE, Canary, compare
-from tritongen.errors import RolloutError, describe
+from tritongen.configs import served_steps
+from tritongen.errors import RepositoryError, RolloutError, describe
 from tritongen.repository import existing_versions
 
-__all__ = ["STEPS", "Switch", "rollback", "rollout", "serving_version", "switch"]
-
-STEPS = ("tokenizer", "model", "postprocess")
+__all__ = ["Switch", "rollback", "rollout", "serving_version", "switch"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +56,17 @@ def _disk_config(repository: Path, model: str) -> Any:
         return text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
     except (OSError, text_format.ParseError) as exc:
         raise RolloutError(f"cannot read {{path}}: {describe(exc)}", path=path) from None
+
+
+def _steps(repository: Path, name: str) -> tuple[str, ...]:
+    """The steps the ensemble wires: a name keeps one shape across its versions (the build refuses others)."""
+    try:
+        steps = served_steps(repository, name)
+    except RepositoryError as exc:
+        raise RolloutError(str(exc)) from None
+    if steps is None:
+        raise RolloutError(f"`{name}` is not built in {{path}}", path=repository)
+    return steps
 
 
 def _as_json(config: Any) -> str:
@@ -98,7 +108,8 @@ class _Deployment:
 
     def __init__(self, client: Any, repository: Path, name: str, log: Callable[[str], None]) -> None:
         self.client, self.repository, self.name, self.log = client, Path(repository), name, log
-        self.configs = {step: _disk_config(self.repository, _model(name, step)) for step in ("ensemble", *STEPS)}
+        self.steps = _steps(self.repository, name)
+        self.configs = {step: _disk_config(self.repository, _model(name, step)) for step in ("ensemble", *self.steps)}
 
     def pin_ensemble(self, version: int) -> None:
         """Load the ensemble with every step pinned to ``version``.
@@ -117,7 +128,7 @@ class _Deployment:
         self.client.load_model(self.name, config=_as_json(config))
 
     def load_steps(self, versions: list[int]) -> None:
-        for step in STEPS:
+        for step in self.steps:
             config = type(self.configs[step])()
             config.CopyFrom(self.configs[step])
             config.version_policy.Clear()
@@ -166,7 +177,7 @@ def switch(
     """Move ``name`` from version ``old`` to ``new`` under traffic (see the module docstring)."""
     if old == new:
         raise RolloutError(f"version {new} of `{name}` is already serving")
-    for step in ("ensemble", *STEPS):
+    for step in ("ensemble", *_steps(Path(repository), name)):
         folder = Path(repository) / _model(name, step)
         if new not in existing_versions(folder):
             raise RolloutError(f"{{path}} has no version {new}", path=folder)

@@ -128,6 +128,9 @@ class BuildSpec:
     runtime: Literal["onnx", "tensorrt"] = "onnx"
     # Check the served model in the 24.10 container's ONNX Runtime too (tritongen.compat), where its venv exists.
     container_check: bool = True
+    # Fold the postprocess step into the served graph where the task can and the fold proves itself
+    # (tritongen.fold): one Python hop fewer per request.
+    fold: bool = True
     # The tasks' sections, by section name (``question_answering: {doc_stride: 64}``); a task missing here
     # runs with its defaults. The old flat keys (``qa_doc_stride``) are read into these sections.
     task_settings: dict[str, TaskSettings] = field(default_factory=dict)

@@ -17,11 +17,11 @@ from typing import Any
 
 import yaml
 
-from tritongen.build import step_names
+from tritongen.configs import served_steps, step_names
 from tritongen.deploy.dashboard import DATASOURCE_UID, dashboard
 from tritongen.deploy.folder import write_folder
 from tritongen.deploy.triton_args import TritonArgs
-from tritongen.errors import DeployError
+from tritongen.errors import DeployError, RepositoryError
 
 __all__ = [
     "BASE_IMAGE",
@@ -61,8 +61,13 @@ def pinned_versions(lock: Path = _LOCK) -> dict[str, str]:
 
 
 def model_folders(repository: Path, name: str) -> list[Path]:
-    """The ensemble's four model folders in ``repository``; each must exist."""
-    folders = [Path(repository) / step for step in step_names(name).values()]
+    """The ensemble's model folders in ``repository`` (three when the postprocess is folded); each must exist."""
+    names = step_names(name)
+    try:
+        steps = served_steps(repository, name) or ("tokenizer", "model", "postprocess")
+    except RepositoryError as exc:
+        raise DeployError(str(exc)) from None
+    folders = [Path(repository) / names[step] for step in (*steps, "ensemble")]
     missing = [f.name for f in folders if not (f / "config.pbtxt").is_file()]
     if missing:
         raise DeployError(

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import torch
 
     from tritongen.checkpoint import Checkpoint
+    from tritongen.fold import GraphTail
     from tritongen.spec import BuildSpec
 
 __all__ = ["TRUNCATED", "Task", "TaskPlan", "TaskSettings", "TensorSpec"]
@@ -244,6 +245,13 @@ class Task:
     def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         """Ensemble tensors the postprocess step reads: the model output by default."""
         return [TensorSpec(self.onnx_output, "TYPE_FP32", self.onnx_output_dims(checkpoint))]
+
+    def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
+        """The postprocess step as ONNX operators appended to the model (``tritongen.fold``); None: not foldable.
+
+        Its outputs must be exactly the postprocess step's outputs, so the ensemble can drop that step.
+        """
+        return None
 
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
         """The module to export: ``forward(input_ids, attention_mask, token_type_ids=None)`` -> one tensor."""

@@ -117,21 +117,27 @@ class TritonPythonModel:
         inputs = {name: pad_and_concatenate(arrays) for name, arrays in feeds.items()}
         width = inputs[self.input_names[0]].shape[1] if inputs[self.input_names[0]].ndim > 1 else 0
         inputs = trim_padding(inputs)
+        # Only what some request asked for: an ensemble step asks for the outputs it maps, so a graph that
+        # also keeps its raw output (a folded postprocess) does not copy it back for nothing.
+        every = set(self.outputs)
+        wanted = [set(request.requested_output_names()) & every or every for request in requests]
+        names = [name for name in self.outputs if any(name in w for w in wanted)]
         try:
-            results = self.session.run(list(self.outputs), inputs)
+            values = self.session.run(names, inputs)
         except Exception as exc:  # onnxruntime raises its own exception types for bad inputs
             error = pb_utils.TritonError(f"onnxruntime failed: {exc}".splitlines()[0])
             return [pb_utils.InferenceResponse(error=error) for _ in requests]
+        results = {
+            name: restore_width(value, trimmed_width(inputs), width) if name in self.sequence_outputs else value
+            for name, value in zip(names, values)
+        }
         responses = []
         start = 0
-        results = [
-            restore_width(value, trimmed_width(inputs), width) if name in self.sequence_outputs else value
-            for name, value in zip(self.outputs, results)
-        ]
-        for size in sizes:
+        for size, asked in zip(sizes, wanted):
             tensors = [
-                pb_utils.Tensor(name, np.ascontiguousarray(value[start : start + size].astype(dtype)))
-                for (name, dtype), value in zip(self.outputs.items(), results)
+                pb_utils.Tensor(name, np.ascontiguousarray(results[name][start : start + size].astype(dtype)))
+                for name, dtype in self.outputs.items()
+                if name in asked
             ]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
             start += size

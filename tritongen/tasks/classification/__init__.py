@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     import torch
 
     from tritongen.checkpoint import Checkpoint
+    from tritongen.fold import GraphTail
     from tritongen.spec import BuildSpec
 
 __all__ = ["Classification", "ClassificationSettings"]
@@ -84,6 +85,14 @@ class Classification(Task):
         if not _multi_label(checkpoint):
             return {}, {}
         return {}, {"threshold": str(settings.multi_label_threshold), "top_k": str(settings.multi_label_top_k)}
+
+    def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
+        if _multi_label(checkpoint):
+            return None  # LABELS is a JSON list built per row: it stays a Python step
+        from tritongen.fold import classification_tail
+
+        labels = list(checkpoint.id2label.values())
+        return classification_tail(self.onnx_output, labels, function=self.gate_function(checkpoint))
 
     def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
         return [labels_line(checkpoint)]

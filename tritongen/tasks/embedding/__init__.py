@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     import torch
 
     from tritongen.checkpoint import Checkpoint
+    from tritongen.fold import GraphTail
     from tritongen.spec import BuildSpec
 
 __all__ = ["Embedding"]
@@ -42,6 +43,11 @@ class Embedding(Task):
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"normalize": "true" if checkpoint.pooling.normalize else "false"}
+
+    def graph_tail(self, checkpoint: Checkpoint) -> GraphTail:
+        from tritongen.fold import embedding_tail
+
+        return embedding_tail(self.onnx_output, checkpoint.hidden_size, normalize=checkpoint.pooling.normalize)
 
     def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
         return [f"- pooling: {checkpoint.pooling.mode}, normalised: {checkpoint.pooling.normalize}"]
