@@ -16,6 +16,7 @@ class StepStats:
     inference_count: int
     execution_count: int
     success_count: int
+    success_ns: int  # request arrival to response, summed: for an ensemble, its whole time in the server
     queue_ns: int
     compute_input_ns: int
     compute_infer_ns: int
@@ -47,6 +48,7 @@ def _parse(entry: dict[str, Any]) -> StepStats:
         inference_count=int(entry.get("inference_count", 0)),
         execution_count=int(entry.get("execution_count", 0)),
         success_count=count("success"),
+        success_ns=ns("success"),
         queue_ns=ns("queue"),
         compute_input_ns=ns("compute_input"),
         compute_infer_ns=ns("compute_infer"),

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tritongen.bench.ceiling import CeilingPoint
 from tritongen.bench.perf import PerfPoint
 from tritongen.stats import StepStats
 
-__all__ = ["BenchReport", "write_report"]
+__all__ = ["BenchReport", "LatencyBudget", "write_report"]
 
 LABELS = {
     "ensemble": "Triton ensemble (dynamic batching)",
@@ -29,6 +29,16 @@ class BenchReport:
     breakdown: Mapping[tuple[str, int], Mapping[str, StepStats]]
     ceiling: list[CeilingPoint]
     command: str
+    ensembles: Mapping[tuple[str, int], StepStats] = field(default_factory=dict)  # the ensemble's own counters
+
+    def budgets(self, concurrency: int = 1) -> list[LatencyBudget]:
+        """The latency budget of each Triton configuration measured at ``concurrency``."""
+        budgets = []
+        for (config, c), server in sorted(self.ensembles.items()):
+            point = self.at(config, c)
+            if c == concurrency and point is not None and server.success_count:
+                budgets.append(LatencyBudget.of(config, point, server, self.breakdown.get((config, c), {})))
+        return budgets
 
     def at(self, config: str, concurrency: int) -> PerfPoint | None:
         """The measurement of ``config`` at ``concurrency``, if taken."""
@@ -58,6 +68,60 @@ class BenchReport:
         return ratios
 
 
+_STEP_ORDER = ("_tokenizer", "_model", "_postprocess")
+
+
+@dataclass(frozen=True)
+class LatencyBudget:
+    """Where one request's time goes (averages, ms), from perf_analyzer and the statistics API.
+
+    ``client`` is perf_analyzer's average latency and ``server`` the ensemble's own time (arrival to
+    response). Each step has its queue and its compute; a Python step's compute includes the round trip
+    to its stub process through shared memory. What the steps do not account for is the ensemble's
+    scheduling and the tensor hand-offs between steps; what the server does not is HTTP and the client.
+    """
+
+    config: str
+    client_ms: float
+    server_ms: float
+    steps: tuple[tuple[str, float, float], ...]  # (model, queue ms, compute ms), in ensemble order
+
+    @classmethod
+    def of(cls, config: str, point: PerfPoint, server: StepStats, steps: Mapping[str, StepStats]) -> LatencyBudget:
+        """From one perf_analyzer point and the counters of the ensemble and its steps over that run."""
+
+        def order(model: str) -> int:
+            return next((i for i, suffix in enumerate(_STEP_ORDER) if model.endswith(suffix)), len(_STEP_ORDER))
+
+        rows = tuple(
+            (model, stats.per_request_ms("queue_ns"), _compute_ms(stats))
+            for model, stats in sorted(steps.items(), key=lambda item: order(item[0]))
+        )
+        return cls(config, point.avg_ms, server.per_request_ms("success_ns"), rows)
+
+    @property
+    def between_steps_ms(self) -> float:
+        """Ensemble scheduling and hand-offs: the server's time the steps' queue and compute do not cover."""
+        return self.server_ms - sum(queue + compute for _, queue, compute in self.steps)
+
+    @property
+    def outside_server_ms(self) -> float:
+        """HTTP, (de)serialisation and the client: the client's latency the server does not cover."""
+        return self.client_ms - self.server_ms
+
+    def rows(self) -> list[tuple[str, float]]:
+        """(what, ms) lines that add up to the client's latency."""
+        rows = [("client ↔ server (HTTP, JSON/binary encoding, perf_analyzer)", self.outside_server_ms)]
+        for model, queue, compute in self.steps:
+            rows += [(f"`{model}` queue", queue), (f"`{model}` compute", compute)]
+        rows.append(("between steps (ensemble scheduling, tensor hand-offs)", self.between_steps_ms))
+        return rows
+
+
+def _compute_ms(stats: StepStats) -> float:
+    return sum(stats.per_request_ms(f) for f in ("compute_input_ns", "compute_infer_ns", "compute_output_ns"))
+
+
 def write_report(report: BenchReport, directory: Path) -> dict[str, Path]:
     """Write ``results.csv``, ``breakdown.csv``, ``plot.png`` and ``summary.md`` into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -83,11 +147,7 @@ def write_report(report: BenchReport, directory: Path) -> dict[str, Path]:
 
 
 def _step_figures(stats: StepStats) -> tuple[str, str, str]:
-    compute = (
-        stats.per_request_ms("compute_input_ns")
-        + stats.per_request_ms("compute_infer_ns")
-        + stats.per_request_ms("compute_output_ns")
-    )
+    compute = _compute_ms(stats)
     return f"{stats.average_batch_size:.2f}", f"{stats.per_request_ms('queue_ns'):.2f}", f"{compute:.2f}"
 
 
@@ -118,6 +178,20 @@ def summary_markdown(report: BenchReport) -> str:
         ]
     lines += ["", f"## Ratios at concurrency {c}", ""]
     lines += [f"- {key}: **{value:.2f}x**" for key, value in report.ratios().items()]
+    for budget in report.budgets(1):
+        lines += [
+            "",
+            f"## Latency budget of {LABELS.get(budget.config, f'`{budget.config}`')} at concurrency 1",
+            "",
+            f"Client latency {budget.client_ms:.2f} ms on average, of which {budget.server_ms:.2f} ms in the "
+            "server (the ensemble's statistics); a Python step's compute includes its stub's IPC round trip.",
+            "",
+            "| where | ms/request | share |",
+            "|---|---:|---:|",
+        ]
+        lines += [
+            f"| {what} | {ms:.2f} | {ms / budget.client_ms:.0%} |" for what, ms in budget.rows() if budget.client_ms
+        ]
     steps = report.breakdown.get(("ensemble", c), {})
     if steps:
         lines += [
@@ -141,11 +215,11 @@ def _plot(report: BenchReport, path: Path) -> None:
 
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
     configs: Sequence[str] = sorted({p.config for p in report.points})
-    for axis, field, title in ((axes[0], "p95_ms", "p95 latency"), (axes[1], "p99_ms", "p99 latency")):
+    for axis, measure, title in ((axes[0], "p95_ms", "p95 latency"), (axes[1], "p99_ms", "p99 latency")):
         for config in configs:
             points = sorted((p for p in report.points if p.config == config), key=lambda p: p.concurrency)
             xs = [p.throughput for p in points]
-            ys = [getattr(p, field) for p in points]
+            ys = [getattr(p, measure) for p in points]
             axis.plot(xs, ys, marker="o", label=LABELS.get(config, config))
             for p, x, y in zip(points, xs, ys):
                 axis.annotate(str(p.concurrency), (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)

@@ -63,8 +63,12 @@ def _build_metadata(repository: Path, name: str) -> dict[str, Any]:
 
 def _measure_triton(
     server: TritonServer, configs: Mapping[str, tuple[str, Path]], sweep: Sweep, workdir: Path, console: Console
-) -> tuple[list[PerfPoint], dict[tuple[str, int], dict[str, StepStats]]]:
-    points, breakdown = [], {}
+) -> tuple[list[PerfPoint], dict[tuple[str, int], dict[str, StepStats]], dict[tuple[str, int], StepStats]]:
+    """perf_analyzer on each configuration and concurrency, with the statistics API's counters around each run.
+
+    The counters are kept per step (the breakdown) and of the ensemble itself (its time in the server).
+    """
+    points, breakdown, ensembles = [], {}, {}
     for config, (model, input_data) in configs.items():
         steps = set(step_names(model).values())
         for concurrency in sweep.concurrency:
@@ -75,7 +79,9 @@ def _measure_triton(
             breakdown[(config, concurrency)] = {
                 s: stats_delta(after[s], before.get(s)) for s in steps if s in after and s != model
             }
-    return points, breakdown
+            if model in after:
+                ensembles[(config, concurrency)] = stats_delta(after[model], before.get(model))
+    return points, breakdown, ensembles
 
 
 @contextlib.contextmanager
@@ -146,7 +152,7 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
         )  # fmt: skip
         console.print("[bold]Measuring the Triton configurations with perf_analyzer…")
         with server:
-            measured, breakdown = _measure_triton(server, configs, options.sweep, results, console)
+            measured, breakdown, ensembles = _measure_triton(server, configs, options.sweep, results, console)
         points += measured
     if "pipeline" in options.baselines:
         console.print("[bold]Measuring baseline (a): transformers pipeline behind FastAPI…")
@@ -169,7 +175,9 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
             meta["max_length"],
             texts,
         )
-    report = BenchReport(name=name, points=points, breakdown=breakdown, ceiling=ceiling, command=command)
+    report = BenchReport(
+        name=name, points=points, breakdown=breakdown, ceiling=ceiling, command=command, ensembles=ensembles
+    )
     paths = write_report(report, results)
     console.print(paths["summary"].read_text())
     return report, paths
