@@ -76,7 +76,9 @@ def _finite(result: list[dict]) -> list[dict]:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory, tiny_factory) -> Path:
     root = tmp_path_factory.mktemp("dashboard") / "repo"
-    build_repository(BuildSpec(model=str(tiny_factory("bert", "classification")), name=NAME, repository=root))
+    build_repository(
+        BuildSpec(model=str(tiny_factory("bert", "classification")), name=NAME, repository=root, fold=False)
+    )  # three steps: the postprocess stub too
     return root
 
 

@@ -146,10 +146,12 @@ def test_startup_seconds_grow_with_the_model_size_when_measured(tmp_path):
     for step in ("m", "m_tokenizer", "m_model", "m_postprocess"):
         (tmp_path / step).mkdir()
         (tmp_path / step / "config.pbtxt").write_text("")
-    small = startup_seconds(tmp_path, "m")
+    wired = " ".join(f'step {{ model_name: "m_{s}" model_version: -1 }}' for s in ("tokenizer", "model", "postprocess"))
+    (tmp_path / "m" / "config.pbtxt").write_text(f'name: "m" platform: "ensemble" ensemble_scheduling {{ {wired} }}')
+    assert startup_seconds(tmp_path, "m") == 120 + 120  # a few bytes of configs: one GiB begun
     with open(tmp_path / "m_model" / "model.onnx", "wb") as handle:
         handle.truncate(2**30 + 1)  # sparse: 1 GiB and a byte
-    assert startup_seconds(tmp_path, "m") == small + 2 * 120
+    assert startup_seconds(tmp_path, "m") == 120 + 2 * 120
 
 
 def test_manifests_cli_writes_every_file_and_refuses_overwrite_when_not_forced(tmp_path, capsys):

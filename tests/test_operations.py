@@ -75,7 +75,9 @@ class TritonPythonModel:
 def repository(tmp_path_factory, tiny_factory) -> Path:
     root = tmp_path_factory.mktemp("ops")
     repo = root / "model_repository"
-    build_repository(BuildSpec(model=str(tiny_factory("bert", "classification")), name=NAME, repository=repo))
+    build_repository(
+        BuildSpec(model=str(tiny_factory("bert", "classification")), name=NAME, repository=repo, fold=False)
+    )  # three steps: the postprocess stub too
     slow = repo / "slow_echo"
     (slow / "1").mkdir(parents=True)
     (slow / "config.pbtxt").write_text(_SLOW_ECHO_CONFIG % (root / "slow_echo.started"))
