@@ -47,6 +47,10 @@ class InferenceResponse:
 @dataclass
 class Request:
     tensors: dict[str, np.ndarray]
+    requested: tuple[str, ...] = ()  # the outputs asked for; none: every output (as the server does)
+
+    def requested_output_names(self) -> list[str]:
+        return list(self.requested)
 
 
 def get_input_tensor_by_name(request: Request, name: str) -> Tensor | None:

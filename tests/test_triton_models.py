@@ -168,6 +168,36 @@ def test_onnxruntime_backend_runs_requests_in_one_session_call(tmp_path):
     assert [r.output("logits")[:, 0].tolist() for r in responses] == [[3.0], [12.0, 6.0]]
 
 
+def test_onnxruntime_backend_runs_and_returns_only_the_outputs_asked_for(tmp_path):
+    """An ensemble step asks for the outputs it maps: a folded graph's raw output is neither run nor copied."""
+    from onnx import TensorProto, helper, save
+
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["input_ids"], ["raw"], to=TensorProto.FLOAT),
+         helper.make_node("Neg", ["raw"], ["SCORE"])],
+        "two",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", 1])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["b", 1]) for n in ("raw", "SCORE")],
+    )  # fmt: skip
+    (tmp_path / "1").mkdir()
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "1" / "model.onnx")
+    config = {
+        "input": [{"name": "input_ids"}],
+        "output": [{"name": n, "data_type": "TYPE_FP32"} for n in ("raw", "SCORE")],
+    }
+    model = ort_model.TritonPythonModel()
+    model.initialize(_args(tmp_path, config))
+    asked = []
+    run = model.session.run
+    model.session.run = lambda names, feeds: asked.append(list(names)) or run(names, feeds)
+    ids = np.array([[2]], np.int64)
+    responses = model.execute([Request({"input_ids": ids}, requested=("SCORE",)), Request({"input_ids": ids})])
+    assert asked == [["raw", "SCORE"]]  # the second request asked for nothing: every output, as the server does
+    responses = model.execute([Request({"input_ids": ids}, requested=("SCORE",))])
+    assert asked[-1] == ["SCORE"] and [t.name() for t in responses[0].output_tensors] == ["SCORE"]
+    assert responses[0].output("SCORE").tolist() == [[-2.0]]
+
+
 def test_trim_padding_drops_columns_padded_in_every_row():
     inputs = {
         "input_ids": np.array([[5, 6, 0, 0], [7, 0, 0, 0]], np.int64),
