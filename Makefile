@@ -73,7 +73,7 @@ compat-venv: $(COMPAT_VENV)/.installed $(STEPS_VENV)/.installed ## create the co
 
 venv: $(VENV)/.installed ## create .venv with the pinned packages (run by every target that needs it)
 
-repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISION=fp32|fp16|int8] [OPTIMIZE=0|1] [RUNTIME=onnx|tensorrt]
+repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISION=fp32|fp16|int8] [OPTIMIZE=0|1] [RUNTIME=onnx|tensorrt|openvino]
 	$(PY) -m tritongen build $(BUILD_ARGS)
 
 serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1), supervised; /healthz on HEALTH_PORT

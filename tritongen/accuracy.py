@@ -39,6 +39,7 @@ __all__ = [
     "measure_accuracy",
     "read_texts",
     "require_accuracy",
+    "worst_of",
 ]
 
 LABEL_AGREEMENT_MIN = 0.99
@@ -356,7 +357,7 @@ class GateReference:
         reports = [self._compare(batched, variant)]
         if batch_dependent and reports[0].passed:  # a failure in batches already fails the gate
             reports.append(self._compare(alone, variant))
-        return _worst(reports)
+        return worst_of(reports)
 
     def _compare(self, run: Any, variant: str) -> AccuracyReport:
         figures = [self.gate.compare(chunk.reference, run(chunk), chunk.mask) for chunk in self.chunks]
@@ -406,7 +407,7 @@ def _fit(row: np.ndarray, width: int) -> np.ndarray:
     return np.pad(row, [(0, width - row.shape[0])] + [(0, 0)] * (row.ndim - 1))
 
 
-def _worst(reports: Sequence[AccuracyReport]) -> AccuracyReport:
+def worst_of(reports: Sequence[AccuracyReport]) -> AccuracyReport:
     """The worse figures of several measurements of one model (each figure on its own)."""
     if len(reports) == 1:
         return reports[0]

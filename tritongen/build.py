@@ -11,6 +11,7 @@ Nothing reaches the repository before :func:`publish`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import importlib.util
 import json
@@ -25,7 +26,7 @@ from rich.markdown import Markdown
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tritongen import triton_models
-from tritongen.accuracy import AccuracyReport, GateReference, read_texts, require_accuracy
+from tritongen.accuracy import AccuracyReport, GateReference, read_texts, require_accuracy, worst_of
 from tritongen.canary import CANARY_FILE
 from tritongen.canary import record as record_canary
 from tritongen.checkpoint import Checkpoint, inspect_checkpoint
@@ -53,6 +54,7 @@ from tritongen.export import export_onnx
 from tritongen.fold import FOLD_TOLERANCE, FoldReport, fold_graph, prove, reference_postprocess
 from tritongen.int8_search import SCHEMES, SearchReport, search_int8
 from tritongen.model_facts import ModelFacts, read_model_facts
+from tritongen.openvino_runtime import IR_FILE, OpenVinoSession, convert_to_ir, cpu_precisions, openvino_version
 from tritongen.optimize import OptimizeReport, optimize_model
 from tritongen.parity import PARITY_TEXTS, ParityReport, check_parity, require_parity
 from tritongen.render import render_all
@@ -189,6 +191,8 @@ def _model_card(
 
 
 def _variant_name(spec: BuildSpec, variant: Variant | None = None) -> str:
+    if spec.runtime == "openvino":
+        return "FP32 IR, BF16 where the CPU has it"
     name = spec.precision.upper()
     if variant is not None and variant.search is not None and variant.search.chosen is not None:
         name += f" {variant.search.chosen.candidate.label}"
@@ -388,6 +392,8 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
     INT8 searches for the fastest quantisation that passes the gate (``tritongen.int8_search``).
     """
     spec, target = plan.spec, onnx.target
+    if spec.runtime == "openvino":
+        return _openvino(plan, onnx, console)
     if spec.precision == "fp32" and not spec.optimize:
         shutil.copyfile(onnx.fp32_path, target)
         return None
@@ -407,11 +413,7 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
         optimized = optimize_model(
             onnx.fp32_path, target, plan.checkpoint, precision=spec.precision, fuse=spec.optimize
         )
-    with console.status(f"Accuracy gate: FP32 PyTorch on {len(validation)} validation texts…"), _stage("accuracy gate"):
-        reference = GateReference(
-            plan.module, plan.hf_tokenizer, onnx.encoder, gate=plan.bound.gate, texts=validation,
-            max_length=plan.max_length, pairs=plan.pairs(validation),
-        )  # fmt: skip
+    reference = _gate_reference(plan, onnx, console, validation)
     search = None
     if spec.precision == "int8":
         with console.status("INT8 search…") as status, _stage("INT8 search"):
@@ -438,6 +440,51 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
     console.print(Markdown(accuracy.to_markdown(accepted=spec.accept_accuracy_loss)))
     require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)
     return Variant(optimized, accuracy, search, reference)
+
+
+def _gate_reference(plan: BuildPlan, onnx: Export, console: Console, validation: Sequence[str]) -> GateReference:
+    with console.status(f"Accuracy gate: FP32 PyTorch on {len(validation)} validation texts…"), _stage("accuracy gate"):
+        return GateReference(
+            plan.module, plan.hf_tokenizer, onnx.encoder, gate=plan.bound.gate, texts=validation,
+            max_length=plan.max_length, pairs=plan.pairs(validation),
+        )  # fmt: skip
+
+
+def _openvino(plan: BuildPlan, onnx: Export, console: Console) -> Variant:
+    """Stage 4 for ``runtime: openvino``: the FP32 export as IR, gated at every precision OpenVINO may run it at.
+
+    The served model is ``model.xml``/``model.bin`` (no ``model.onnx``). OpenVINO computes in BF16 on CPUs that
+    have it and the native backend cannot force FP32, so FP32 and (where this CPU has it) BF16 must both pass.
+    """
+    spec = plan.spec
+    xml = onnx.target.with_name(IR_FILE)
+    version = openvino_version()
+    with console.status(f"Converting to OpenVINO {version} IR…"), _stage("OpenVINO conversion"):
+        convert_to_ir(onnx.fp32_path, xml)
+    validation = read_texts(spec.validation, "validation")
+    reference = _gate_reference(plan, onnx, console, validation)
+    precisions = cpu_precisions()
+    steps = [f"converted to OpenVINO {version} IR (`{IR_FILE}`, FP32 weights); the precision is OpenVINO's choice"]
+    reports = []
+    for precision in precisions:
+        name = f"OpenVINO {precision.upper()}"
+        with console.status(f"Accuracy gate: {name}…"), _stage("accuracy gate"):
+            session = OpenVinoSession(xml, {"INFERENCE_PRECISION_HINT": precision, "NUM_STREAMS": 1})
+            report = reference.measure(session, name)
+        console.print(Markdown(report.to_markdown(accepted=spec.accept_accuracy_loss)))
+        steps.append(f"gated at {name}: {'passed' if report.passed else 'FAILED'}, {report.summary()}")
+        reports.append(report)
+    if "bf16" not in precisions:
+        steps.append("BF16 not gated: this CPU has no BF16; a node whose CPU has it computes in BF16 ungated")
+    for report in reports:  # each by its own name: the native backend cannot opt out of BF16
+        if not report.passed and not spec.accept_accuracy_loss:
+            raise AccuracyError(
+                f"accuracy gate failed: {report.summary()}; nothing was published"
+                + ("; OpenVINO computes in BF16 on CPUs that have it (the native backend cannot turn that off): "
+                   "build with --runtime onnx" if "BF16" in report.variant else "")
+            )  # fmt: skip
+    accuracy = dataclasses.replace(worst_of(reports), variant=f"OpenVINO {'/'.join(p.upper() for p in precisions)}")
+    return Variant(OptimizeReport(steps=steps), accuracy, None, reference)
 
 
 def canary(plan: BuildPlan, onnx: Export, work: Staging, console: Console) -> None:
@@ -481,6 +528,7 @@ def container_check(
     python = container_python()
     why = (
         "the model step is a TensorRT plan" if spec.runtime == "tensorrt"
+        else "the model step is OpenVINO IR (the container's OpenVINO is not run here)" if spec.runtime == "openvino"
         else "turned off in the spec" if not spec.container_check
         else f"no container venv ({DEFAULT_VENV}; `make compat-venv` creates it)" if python is None
         else ""
@@ -524,7 +572,9 @@ def fold(plan: BuildPlan, onnx: Export, console: Console) -> FoldReport:
     tail = plan.task.graph_tail(plan.checkpoint) if spec.fold and spec.runtime == "onnx" else None
     why = (
         "turned off in the spec" if not spec.fold
-        else "a TensorRT plan is built on the GPU node from the model alone" if spec.runtime != "onnx"
+        else "a TensorRT plan is built on the GPU node from the model alone" if spec.runtime == "tensorrt"
+        else f"the {spec.runtime} runtime serves the model alone, without ai.onnx.ml operators"
+        if spec.runtime != "onnx"
         else f"the {bound.task} postprocess is not tensor math (strings or per-request logic)" if tail is None
         else f"the versions of `{spec.name}` already built serve a postprocess step" if "postprocess" in (served or ())
         else ""

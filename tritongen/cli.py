@@ -55,6 +55,11 @@ def _build(args: argparse.Namespace) -> None:
         model_instances={"count": args.model_instances, "kind": args.model_kind},
         tokenizer_instances={"count": args.tokenizer_instances},
         onnxruntime={"intra_op_threads": args.intra_op_threads, "inter_op_threads": args.inter_op_threads},
+        openvino={
+            "performance_hint": args.openvino_hint,
+            "num_streams": args.openvino_streams,
+            "inference_threads": args.openvino_threads,
+        },
         precision=args.precision,
         optimize=args.optimize,
         quantization=args.quantization,
@@ -279,6 +284,7 @@ def _plan(args: argparse.Namespace) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from tritongen.spec import RUNTIMES
     from tritongen.tasks import TASKS, settings_sections
 
     parser = argparse.ArgumentParser(prog="python -m tritongen", description=__doc__.splitlines()[0])
@@ -344,7 +350,10 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="publish even if the accuracy gate fails (the figures go into the model card)",
     )
-    build.add_argument("--runtime", choices=("onnx", "tensorrt"), help="model step runtime (default onnx)")
+    build.add_argument("--runtime", choices=RUNTIMES, help="model step runtime (default onnx)")
+    build.add_argument("--openvino-hint", choices=("LATENCY", "THROUGHPUT"), help="openvino PERFORMANCE_HINT")
+    build.add_argument("--openvino-streams", type=int, help="openvino NUM_STREAMS per instance (0: AUTO; default 1)")
+    build.add_argument("--openvino-threads", type=int, help="openvino INFERENCE_NUM_THREADS (0: default)")
     build.add_argument("--max-length", type=int, help="tokens per model row (default: the model's own limit)")
     for settings in settings_sections().values():  # each task's own flags (their old flat spec names)
         for dest, options in settings.cli_flags.items():

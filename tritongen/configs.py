@@ -17,6 +17,7 @@ from typing import Any
 from tritongen import spec as specs
 from tritongen.checkpoint import Checkpoint
 from tritongen.errors import RepositoryError, describe
+from tritongen.openvino_runtime import IR_FILE
 from tritongen.spec import BuildSpec
 from tritongen.tasks import Task, TaskPlan
 from tritongen.tensorrt import cc_model_filenames
@@ -163,8 +164,30 @@ def _tensorrt_plan_step(step: ModelStep) -> ModelConfig:
     )
 
 
+def _openvino_step(step: ModelStep) -> ModelConfig:
+    """Triton's native openvino backend on the IR (``model.xml``); the local backend reads the same parameters."""
+    settings = step.spec.openvino
+    parameters = {
+        "PERFORMANCE_HINT": settings.performance_hint,
+        "NUM_STREAMS": str(settings.num_streams) if settings.num_streams else "AUTO",
+    }
+    if settings.inference_threads:
+        parameters["INFERENCE_NUM_THREADS"] = str(settings.inference_threads)
+    return ModelConfig(
+        **step.common(),
+        backend="openvino",
+        default_model_filename=IR_FILE,
+        instance_group=_instances(step.spec.model_instances),
+        parameters=parameters,
+    )
+
+
 ModelStepBuilder = Callable[[ModelStep], ModelConfig]
-MODEL_STEPS: Mapping[str, ModelStepBuilder] = {"onnx": _onnxruntime_step, "tensorrt": _tensorrt_plan_step}
+MODEL_STEPS: Mapping[str, ModelStepBuilder] = {
+    "onnx": _onnxruntime_step,
+    "tensorrt": _tensorrt_plan_step,
+    "openvino": _openvino_step,
+}
 """The model step's config builder per ``BuildSpec.runtime``."""
 
 

@@ -87,9 +87,9 @@ def prepare_runtime() -> Path:
     for item in ("libtriton_python.so", "triton_python_backend_utils.py"):
         shutil.copy2(paths["python_backend"] / item, python_dir / item)
     shutil.copy2(paths["stub"], python_dir / "triton_python_backend_stub")
-    ort_dir = root / "backends" / "onnxruntime"
-    ort_dir.mkdir()
-    shutil.copy2(Path(backends.__file__).parent / "onnxruntime" / "model.py", ort_dir / "model.py")
+    for backend in ("onnxruntime", "openvino"):  # Python-based stand-ins for the container's native backends
+        (root / "backends" / backend).mkdir()
+        shutil.copy2(Path(backends.__file__).parent / backend / "model.py", root / "backends" / backend / "model.py")
     (root / "caches").symlink_to(paths["caches"], target_is_directory=True)
     lib = root / "lib"
     lib.mkdir()

@@ -25,6 +25,7 @@ __all__ = [
     "DynamicBatching",
     "InstanceGroup",
     "OnnxRuntimeSettings",
+    "OpenVinoSettings",
     "QueuePolicy",
     "TensorRTAccelerator",
     "VersionPolicy",
@@ -32,6 +33,7 @@ __all__ = [
 ]
 
 DEFAULT_BUCKETS = (16, 32, 64, 128, 256, 512)
+RUNTIMES = ("onnx", "tensorrt", "openvino")  # the model step's runtimes (configs.MODEL_STEPS)
 AGGREGATION_STRATEGIES = STRATEGIES  # token classification: the transformers pipeline's strategies
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -87,6 +89,19 @@ class OnnxRuntimeSettings:
 
 
 @dataclass(frozen=True)
+class OpenVinoSettings:
+    """The openvino backend's properties (its ``parameters``), for ``runtime: openvino``.
+
+    There is no precision setting: OpenVINO computes in BF16 on CPUs that have it and FP32 elsewhere, and
+    the native backend cannot force FP32, so the build gates both (``tritongen.openvino_runtime``).
+    """
+
+    performance_hint: Literal["LATENCY", "THROUGHPUT"] = "LATENCY"
+    num_streams: int = 1  # executor streams per instance; 0: AUTO
+    inference_threads: int = 0  # INFERENCE_NUM_THREADS; 0: OpenVINO's default (every core)
+
+
+@dataclass(frozen=True)
 class TensorRTAccelerator:
     """The onnxruntime backend's TensorRT execution accelerator (GPU targets only)."""
 
@@ -116,6 +131,7 @@ class BuildSpec:
     response_cache: bool = False
     onnxruntime: OnnxRuntimeSettings = field(default_factory=OnnxRuntimeSettings)
     tensorrt: TensorRTAccelerator = field(default_factory=TensorRTAccelerator)
+    openvino: OpenVinoSettings = field(default_factory=OpenVinoSettings)
     max_length: int | None = None  # tokens a model row holds; None: the model's own limit (and the tokenizer's)
     parity_tolerance: float = 1e-4
     precision: Literal["fp32", "fp16", "int8"] = "fp32"
@@ -125,7 +141,7 @@ class BuildSpec:
     calibration: Path | None = None  # one text per line; None: the built-in sample
     validation: Path | None = None  # one text per line; None: the built-in sample
     accept_accuracy_loss: bool = False
-    runtime: Literal["onnx", "tensorrt"] = "onnx"
+    runtime: Literal["onnx", "tensorrt", "openvino"] = "onnx"
     # Check the served model in the 24.10 container's ONNX Runtime too (tritongen.compat), where its venv exists.
     container_check: bool = True
     # Fold the postprocess step into the served graph where the task can and the fold proves itself
@@ -196,8 +212,10 @@ def _validate(spec: BuildSpec) -> None:
         raise SpecError(f"precision must be fp32, fp16 or int8, got {spec.precision}")
     if spec.quantization not in ("auto", "static", "dynamic"):
         raise SpecError(f"quantization must be auto, static or dynamic, got {spec.quantization}")
-    if spec.runtime not in ("onnx", "tensorrt"):
-        raise SpecError(f"runtime must be onnx or tensorrt, got {spec.runtime}")
+    if spec.runtime not in RUNTIMES:
+        raise SpecError(f"runtime must be {', '.join(RUNTIMES[:-1])} or {RUNTIMES[-1]}, got {spec.runtime}")
+    if spec.runtime == "openvino":
+        _check_openvino(spec)
     if spec.runtime == "tensorrt":
         if spec.optimize:
             raise SpecError("graph optimisation emits ONNX Runtime-only operators; TensorRT fuses on its own: drop it")
@@ -221,6 +239,21 @@ def _validate(spec: BuildSpec) -> None:
         raise SpecError(f"parity tolerance must be in (0, 1), got {spec.parity_tolerance}")
 
 
+def _check_openvino(spec: BuildSpec) -> None:
+    if spec.precision != "fp32" or spec.optimize:
+        raise SpecError(
+            "runtime openvino serves the FP32 export and computes in BF16 itself where the CPU has it (both gated); "
+            "drop precision/optimize, which are ONNX Runtime variants"
+        )
+    if spec.model_instances.kind != "KIND_CPU" or spec.tensorrt.enabled:
+        raise SpecError("runtime openvino runs the model step on KIND_CPU instances, without the TensorRT accelerator")
+    settings = spec.openvino
+    if settings.performance_hint not in ("LATENCY", "THROUGHPUT"):
+        raise SpecError(f"openvino performance_hint must be LATENCY or THROUGHPUT, got {settings.performance_hint}")
+    if settings.num_streams < 0 or settings.inference_threads < 0:
+        raise SpecError("openvino num_streams and inference_threads must be >= 0 (0: OpenVINO decides)")
+
+
 _NESTED = {
     "dynamic_batching": DynamicBatching,
     "tokenizer_instances": InstanceGroup,
@@ -229,6 +262,7 @@ _NESTED = {
     "version_policy": VersionPolicy,
     "onnxruntime": OnnxRuntimeSettings,
     "tensorrt": TensorRTAccelerator,
+    "openvino": OpenVinoSettings,
 }
 
 

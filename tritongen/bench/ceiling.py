@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tritongen.triton_models.tokenizer import TextEncoder
 
@@ -29,10 +30,19 @@ def measure_ceiling(
     batch_sizes: Sequence[int] = (1, 4, 8, 16, 32, 64),
     pad_id: int = 0,
 ) -> list[CeilingPoint]:
-    """Texts per second over ``texts`` for each batch size (each batch padded to its longest text)."""
-    import onnxruntime as ort
+    """Texts per second over ``texts`` for each batch size (each batch padded to its longest text).
 
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    ``onnx_path`` is the served model file: ``model.onnx`` runs in ONNX Runtime, ``model.xml`` (an OpenVINO
+    build) in OpenVINO with its default precision, as the backend runs it.
+    """
+    if onnx_path.suffix == ".xml":
+        from tritongen.openvino_runtime import OpenVinoSession
+
+        session: Any = OpenVinoSession(onnx_path, {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
+    else:
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     # Every length is a bucket: pad each batch to its longest text, the best an in-process caller can do.
     encoder = TextEncoder(
         str(tokenizer_file), max_length, range(1, max_length + 1), pad_id=pad_id, input_names=input_names

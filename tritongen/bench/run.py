@@ -168,8 +168,9 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
     if "ceiling" in options.baselines:
         console.print("[bold]Measuring baseline (c): in-process ONNX Runtime…")
         model_dir, tokenizer_dir = (repository / step_names(name)[step] for step in ("model", "tokenizer"))
+        served = model_dir / str(existing_versions(model_dir)[-1])
         ceiling = measure_ceiling(
-            model_dir / str(existing_versions(model_dir)[-1]) / "model.onnx",
+            served / "model.onnx" if (served / "model.onnx").is_file() else served / "model.xml",
             tokenizer_dir / str(existing_versions(tokenizer_dir)[-1]) / "tokenizer.json",
             meta["inputs"],
             meta["max_length"],

@@ -86,18 +86,29 @@ def restore_width(output: np.ndarray, trimmed: int, original: int) -> np.ndarray
 
 
 class TritonPythonModel:
-    """Runs the model step with ONNX Runtime."""
+    """Runs the model step with ONNX Runtime.
+
+    The batching is the runtime's ``session.run(names, feeds)`` only: the local openvino backend subclasses
+    this class with an OpenVINO session that answers the same call.
+    """
+
+    runtime = "onnxruntime"
+    default_model_filename = "model.onnx"
 
     def initialize(self, args: dict[str, str]) -> None:
         """Open an inference session on the version folder's model file."""
         import onnxruntime as ort
 
+        config, path = self.setup(args)
+        self.session = ort.InferenceSession(str(path), session_options(config), providers=["CPUExecutionProvider"])
+
+    def setup(self, args: dict[str, str]) -> tuple[dict[str, Any], Path]:
+        """Read the config's tensors; return the config and the model file's path (which must exist)."""
         config = json.loads(args["model_config"])
-        filename = config.get("default_model_filename") or "model.onnx"
+        filename = config.get("default_model_filename") or self.default_model_filename
         path = Path(args["model_repository"]) / args["model_version"] / filename
         if not path.is_file():
             raise FileNotFoundError(f"model file `{path}` is missing")
-        self.session = ort.InferenceSession(str(path), session_options(config), providers=["CPUExecutionProvider"])
         self.input_names = [inp["name"] for inp in config["input"]]
         # Outputs whose first non-batch axis is the (variable) sequence axis.
         self.sequence_outputs = {out["name"] for out in config["output"] if list(out.get("dims", []))[:1] == [-1]}
@@ -105,6 +116,7 @@ class TritonPythonModel:
             out["name"]: pb_utils.triton_string_to_numpy(out["data_type"]) if pb_utils else np.float32
             for out in config["output"]
         }
+        return config, path
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """Run all requests in one session call and split the outputs back."""
@@ -125,7 +137,7 @@ class TritonPythonModel:
         try:
             values = self.session.run(names, inputs)
         except Exception as exc:  # onnxruntime raises its own exception types for bad inputs
-            error = pb_utils.TritonError(f"onnxruntime failed: {exc}".splitlines()[0])
+            error = pb_utils.TritonError(f"{self.runtime} failed: {exc}".splitlines()[0])
             return [pb_utils.InferenceResponse(error=error) for _ in requests]
         results = {
             name: restore_width(value, trimmed_width(inputs), width) if name in self.sequence_outputs else value

@@ -1,0 +1,97 @@
+"""runtime openvino: the IR, its gate at every precision the CPU gives, the config, and the local backend serving it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tritongen.backends.onnxruntime.model import TritonPythonModel as OnnxRuntimeModel
+from tritongen.backends.openvino.model import TritonPythonModel as OpenVinoModel
+from tritongen.build import build_repository
+from tritongen.client import infer
+from tritongen.errors import AccuracyError, SpecError
+from tritongen.openvino_runtime import backend_properties, cpu_precisions
+from tritongen.server import running_server
+from tritongen.spec import BuildSpec, load_spec
+
+TEXTS = ["I love it", "Terrible, awful, bad.", "Ünïcödé and emoji 🎉", "", "word " * 200]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"precision": "fp16"}, "drop precision/optimize"),
+        ({"optimize": True}, "drop precision/optimize"),
+        ({"model_instances": {"kind": "KIND_GPU"}}, "KIND_CPU"),
+        ({"openvino": {"performance_hint": "FAST"}}, "LATENCY or THROUGHPUT"),
+        ({"openvino": {"num_streams": -1}}, ">= 0"),
+    ],
+)
+def test_spec_refuses_what_the_openvino_runtime_cannot_serve(overrides, message):
+    with pytest.raises(SpecError, match=message):
+        load_spec(model="m", runtime="openvino", **overrides)
+
+
+def test_backend_properties_read_the_native_backends_parameters_and_refuse_the_rest():
+    properties = backend_properties({"PERFORMANCE_HINT": "latency", "NUM_STREAMS": "auto", "HINT_BF16": "YES"})
+    assert properties == {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "AUTO", "INFERENCE_PRECISION_HINT": "bf16"}
+    assert backend_properties({"NUM_STREAMS": "2", "INFERENCE_NUM_THREADS": "1"}) == {
+        "NUM_STREAMS": 2, "INFERENCE_NUM_THREADS": 1,
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="HINT_BF16' to be YES"):
+        backend_properties({"HINT_BF16": "NO"})
+    with pytest.raises(ValueError, match="not supported by the openvino backend"):
+        backend_properties({"intra_op_thread_count": "1"})
+
+
+def test_the_local_backend_batches_as_the_onnxruntime_one():
+    assert issubclass(OpenVinoModel, OnnxRuntimeModel) and OpenVinoModel.execute is OnnxRuntimeModel.execute
+    assert OpenVinoModel.default_model_filename == "model.xml"
+
+
+@pytest.fixture(scope="module")
+def repo(tiny_factory, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("openvino") / "repo"
+    model = str(tiny_factory("bert", "embedding"))
+    build_repository(BuildSpec(model=model, name="emb_ov", repository=repo, runtime="openvino"))
+    build_repository(BuildSpec(model=model, name="emb_ort", repository=repo))
+    return repo
+
+
+def test_the_build_serves_ir_with_the_native_backends_config_and_gates_each_precision(repo):
+    version = repo / "emb_ov_model" / "1"
+    assert sorted(p.name for p in version.iterdir()) == ["model.bin", "model.xml"]
+    config = (repo / "emb_ov_model" / "config.pbtxt").read_text()
+    assert 'backend: "openvino"' in config and 'default_model_filename: "model.xml"' in config
+    assert 'key: "PERFORMANCE_HINT"' in config and 'key: "NUM_STREAMS"' in config
+    card = (repo / "emb_ov" / "1" / "model_card.md").read_text()
+    for precision in cpu_precisions():
+        assert f"gated at OpenVINO {precision.upper()}: passed, OpenVINO {precision.upper()} vs FP32" in card
+    record = json.loads((repo / "emb_ov" / "1" / "build.json").read_text())
+    assert not record["fold"]["folded"] and "openvino runtime serves the model alone" in record["fold"]["why"]
+    assert "OpenVINO IR" in record["container_runtime"]["skipped"]
+
+
+def test_bf16_that_flips_labels_is_refused_where_the_cpu_computes_it(tiny_factory, tmp_path):
+    """The tiny random classifier's near-tied logits flip under BF16: where this CPU has BF16 (and OpenVINO
+    uses it), the gate refuses the build by that precision's name; elsewhere FP32 is all it can run and passes."""
+    spec = BuildSpec(model=str(tiny_factory("bert")), name="clf", repository=tmp_path / "repo", runtime="openvino")
+    if "bf16" not in cpu_precisions():
+        assert build_repository(spec).version == 1
+        return
+    with pytest.raises(AccuracyError, match=r"OpenVINO BF16 vs FP32 .* build with --runtime onnx"):
+        build_repository(spec)
+    assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())
+
+
+@pytest.mark.e2e
+def test_served_openvino_answers_as_onnx_runtime_within_the_gate(repo):
+    with running_server(repo) as server:
+        ov, ort = (infer(TEXTS, name=name, url=server.grpc_url) for name in ("emb_ov", "emb_ort"))
+    for a, b in zip(ov, ort):
+        cosine = (
+            np.dot(a["EMBEDDING"], b["EMBEDDING"]) / np.linalg.norm(a["EMBEDDING"]) / np.linalg.norm(b["EMBEDDING"])
+        )
+        assert cosine >= 0.999 and a["TRUNCATED"] == b["TRUNCATED"]
