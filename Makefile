@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 COMPAT_VENV ?= .venv-ort-container
+OV_COMPAT_VENV ?= .venv-ov-container
 STEPS_VENV ?= .venv-steps
 NUMPY_PIN := $(shell sed -n 's/^numpy==//p' requirements.lock)
 TOKENIZERS_PIN := $(shell sed -n 's/^tokenizers==//p' requirements.lock)
@@ -64,12 +65,18 @@ $(COMPAT_VENV)/.installed:
 	$(COMPAT_VENV)/bin/pip install --quiet onnxruntime==1.19.2 numpy==$(NUMPY_PIN)
 	touch $@
 
+# OpenVINO 2024.0, the oldest release the 24.10 container's openvino backend may link (runtime openvino's check).
+$(OV_COMPAT_VENV)/.installed:
+	$(PYTHON) -m venv $(OV_COMPAT_VENV)
+	$(OV_COMPAT_VENV)/bin/pip install --quiet openvino==2024.0.0 numpy==$(NUMPY_PIN)
+	touch $@
+
 $(STEPS_VENV)/.installed: requirements.lock
 	$(PYTHON) -m venv $(STEPS_VENV)
 	$(STEPS_VENV)/bin/pip install --quiet numpy==$(NUMPY_PIN) tokenizers==$(TOKENIZERS_PIN)
 	touch $@
 
-compat-venv: $(COMPAT_VENV)/.installed $(STEPS_VENV)/.installed ## create the container-runtime venvs (ONNX Runtime 1.19.2; step imports)
+compat-venv: $(COMPAT_VENV)/.installed $(OV_COMPAT_VENV)/.installed $(STEPS_VENV)/.installed ## create the container-runtime venvs (ONNX Runtime 1.19.2, OpenVINO 2024.0; step imports)
 
 venv: $(VENV)/.installed ## create .venv with the pinned packages (run by every target that needs it)
 

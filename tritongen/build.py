@@ -31,8 +31,10 @@ from tritongen.canary import CANARY_FILE
 from tritongen.canary import record as record_canary
 from tritongen.checkpoint import Checkpoint, inspect_checkpoint
 from tritongen.compat import (
+    CONTAINER_OPENVINO,
     CONTAINER_ORT,
     DEFAULT_VENV,
+    OPENVINO_VENV,
     ContainerReport,
     ContainerSession,
     check_in_container,
@@ -525,10 +527,11 @@ def container_check(
     (and recorded as skipped) for TensorRT plans, when the spec turns it off, or without the container venv.
     """
     spec = plan.spec
+    if spec.runtime == "openvino" and variant is not None:
+        return _openvino_container_check(plan, onnx, variant, console)
     python = container_python()
     why = (
         "the model step is a TensorRT plan" if spec.runtime == "tensorrt"
-        else "the model step is OpenVINO IR (the container's OpenVINO is not run here)" if spec.runtime == "openvino"
         else "turned off in the spec" if not spec.container_check
         else f"no container venv ({DEFAULT_VENV}; `make compat-venv` creates it)" if python is None
         else ""
@@ -552,6 +555,36 @@ def container_check(
         error = AccuracyError if lossy else ParityError
         raise error(f"{report.summary()}; nothing was published (serve it elsewhere with --no-container-check)")
     return report
+
+
+def _openvino_container_check(
+    plan: BuildPlan, onnx: Export, variant: Variant, console: Console
+) -> ContainerReport | dict[str, str]:
+    """Stage 5 for OpenVINO IR: the gate again in OpenVINO 2024.0 (``tritongen.compat``), at each precision."""
+    spec, python = plan.spec, container_python(runtime="openvino")
+    why = (
+        "turned off in the spec" if not spec.container_check
+        else f"no container venv ({OPENVINO_VENV}; `make compat-venv` creates it)" if python is None
+        else ""
+    )  # fmt: skip
+    if why or python is None or variant.reference is None:
+        console.print(f"[yellow]Container runtime check skipped[/]: {why}")
+        return {"skipped": why}
+    reports = []
+    for precision in cpu_precisions():
+        with (
+            console.status(f"Gating the IR at {precision.upper()} in OpenVINO {CONTAINER_OPENVINO}…"),
+            _stage("container check"),
+            ContainerSession(onnx.target.with_name(IR_FILE), python, precision) as session,
+        ):
+            accuracy = variant.reference.measure(session, f"{precision.upper()} in {session.version}")
+        report = ContainerReport(session.version, "gate", accuracy.passed, accuracy=accuracy)
+        console.print(report.summary())
+        if not report.passed and not spec.accept_accuracy_loss:
+            raise AccuracyError(f"{report.summary()}; nothing was published (or build with --no-container-check)")
+        reports.append(accuracy)
+    worst = worst_of(reports)
+    return ContainerReport(reports[0].variant.split(" in ")[-1], "gate", worst.passed, accuracy=worst)
 
 
 def _int8_schemes(spec: BuildSpec) -> tuple[str, ...]:

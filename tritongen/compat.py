@@ -8,6 +8,10 @@ normalised embeddings), so the build checks the served model in that release as 
 
 :class:`ContainerSession` runs one model in that venv's Python, a worker process fed through pipes, and
 quacks like an ``InferenceSession`` (``run(None, feeds)``), so the accuracy gate can measure it unchanged.
+
+OpenVINO builds (``model.xml``) get the same check in ``.venv-ov-container``, which holds OpenVINO 2024.0.0:
+the openvino_backend moved to OpenVINO 2024.0 in May 2024 and to 2024.5 in December 2024, so the October
+24.10 release runs one of 2024.0-2024.4 (not read from the image); the oldest is the conservative check.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ if TYPE_CHECKING:
     from tritongen.accuracy import AccuracyReport
 
 __all__ = [
+    "CONTAINER_OPENVINO",
     "CONTAINER_ORT",
     "DEFAULT_VENV",
+    "OPENVINO_VENV",
     "ContainerReport",
     "ContainerSession",
     "check_in_container",
@@ -42,38 +48,52 @@ __all__ = [
 ]
 
 CONTAINER_ORT = "1.19.2"
+CONTAINER_OPENVINO = "2024.0.0"
 DEFAULT_VENV = Path(".venv-ort-container")
+OPENVINO_VENV = Path(".venv-ov-container")
 VENV_ENV = "TRITONGEN_CONTAINER_VENV"  # overrides DEFAULT_VENV
 
 _WORKER = r"""
 import pickle, struct, sys
-import onnxruntime as ort
-session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+if sys.argv[1].endswith(".xml"):  # OpenVINO IR, at the precision asked
+    import openvino as ov
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(sys.argv[1]), "CPU", {"INFERENCE_PRECISION_HINT": sys.argv[2]})
+    request = compiled.create_infer_request()
+    version = "OpenVINO " + ov.get_version().split("-")[0]
+    def run(names, feeds):
+        results = {port.get_any_name(): value for port, value in request.infer(feeds).items()}
+        return [results[n].copy() for n in (names or [p.get_any_name() for p in compiled.outputs])]
+else:
+    import onnxruntime as ort
+    session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+    version, run = ort.__version__, session.run
 out = sys.stdout.buffer
 def send(obj):
     data = pickle.dumps(obj, protocol=4)
     out.write(struct.pack("<Q", len(data))); out.write(data); out.flush()
-send(ort.__version__)
+send(version)
 while True:
     head = sys.stdin.buffer.read(8)
     if len(head) < 8:
         break
     names, feeds = pickle.loads(sys.stdin.buffer.read(struct.unpack("<Q", head)[0]))
     try:
-        send(("ok", session.run(names, feeds)))
+        send(("ok", run(names, feeds)))
     except Exception as exc:
         send(("error", f"{type(exc).__name__}: {exc}"))
 """
 
 
-def container_python(venv: Path | None = None) -> Path | None:
-    """The container-runtime venv's Python, or None when that venv was not created.
+def container_python(venv: Path | None = None, *, runtime: str = "onnx") -> Path | None:
+    """The container-runtime venv's Python (``runtime`` onnx or openvino), or None when that venv was not created.
 
-    Looked for where asked (``venv``, else ``$TRITONGEN_CONTAINER_VENV``), else in the working folder, else
-    beside a source checkout of this package (an editable install run from elsewhere).
+    Looked for where asked (``venv``, else ``$TRITONGEN_CONTAINER_VENV`` for ONNX Runtime), else in the working
+    folder, else beside a source checkout of this package (an editable install run from elsewhere).
     """
-    asked = venv or os.environ.get(VENV_ENV)
-    roots = [Path(asked)] if asked else [Path.cwd() / DEFAULT_VENV, Path(__file__).resolve().parents[1] / DEFAULT_VENV]
+    default = OPENVINO_VENV if runtime == "openvino" else DEFAULT_VENV
+    asked = venv or (os.environ.get(VENV_ENV) if runtime != "openvino" else None)
+    roots = [Path(asked)] if asked else [Path.cwd() / default, Path(__file__).resolve().parents[1] / default]
     for root in roots:
         python = root / "bin" / "python"
         if python.is_file():
@@ -82,12 +102,15 @@ def container_python(venv: Path | None = None) -> Path | None:
 
 
 class ContainerSession:
-    """One ONNX model in the container's ONNX Runtime (another process); ``run`` as ``InferenceSession.run``."""
+    """One model in the container's runtime (another process); ``run`` as ``InferenceSession.run``.
 
-    def __init__(self, model: Path, python: Path) -> None:
+    An ONNX model runs in ONNX Runtime; OpenVINO IR (``.xml``) in OpenVINO, compiled at ``precision``.
+    """
+
+    def __init__(self, model: Path, python: Path, precision: str = "f32") -> None:
         self.model = Path(model)
         self.process = subprocess.Popen(
-            [str(python), "-c", _WORKER, str(self.model)],
+            [str(python), "-c", _WORKER, str(self.model), precision],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         try:
@@ -157,13 +180,14 @@ class ContainerReport:
     def summary(self) -> str:
         """One line for the console, the model card and errors."""
         verdict = "passes" if self.passed else "FAILS"
+        runtime = self.runtime if self.runtime.startswith("OpenVINO") else f"ONNX Runtime {self.runtime}"
         if self.criterion == "parity":
             return (
-                f"ONNX Runtime {self.runtime} (the 24.10 container's) {verdict}: outputs within "
+                f"{runtime} (the 24.10 container's) {verdict}: outputs within "
                 f"{self.max_relative_diff:.2e} of ours (tolerance {self.tolerance:g})"
             )
         assert self.accuracy is not None
-        return f"ONNX Runtime {self.runtime} (the 24.10 container's) {verdict} the gate: {self.accuracy.summary()}"
+        return f"{runtime} (the 24.10 container's) {verdict} the gate: {self.accuracy.summary()}"
 
     def to_dict(self) -> dict[str, Any]:
         """For ``build.json``."""
