@@ -5,6 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 COMPAT_VENV ?= .venv-ort-container
 OV_COMPAT_VENV ?= .venv-ov-container
+INFINITY_VENV ?= .venv-infinity
 STEPS_VENV ?= .venv-steps
 NUMPY_PIN := $(shell sed -n 's/^numpy==//p' requirements.lock)
 TOKENIZERS_PIN := $(shell sed -n 's/^tokenizers==//p' requirements.lock)
@@ -44,7 +45,7 @@ BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(
 PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv compat-venv repo serve health rollout rollback infer engine bench soak publish package manifests test lint \
+.PHONY: help venv compat-venv infinity-venv repo serve health rollout rollback infer engine bench soak publish package manifests test lint \
 	clean
 
 help: ## show this help
@@ -70,6 +71,15 @@ $(OV_COMPAT_VENV)/.installed:
 	$(PYTHON) -m venv $(OV_COMPAT_VENV)
 	$(OV_COMPAT_VENV)/bin/pip install --quiet openvino==2024.0.0 numpy==$(NUMPY_PIN)
 	touch $@
+
+# The bench's peer (d): infinity-emb in its own venv (it pins transformers 4 and sentence-transformers 3).
+$(INFINITY_VENV)/.installed:
+	$(PYTHON) -m venv $(INFINITY_VENV)
+	$(INFINITY_VENV)/bin/pip install --quiet torch==2.13.0
+	$(INFINITY_VENV)/bin/pip install --quiet "infinity-emb[torch,server]==0.0.78" "numpy<2"
+	touch $@
+
+infinity-venv: $(INFINITY_VENV)/.installed ## the bench's baseline (d): infinity-emb 0.0.78 (torch 2.13 CPU) in .venv-infinity
 
 $(STEPS_VENV)/.installed: requirements.lock
 	$(PYTHON) -m venv $(STEPS_VENV)

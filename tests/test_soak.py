@@ -50,7 +50,7 @@ def test_leaks_flag_growth_over_the_second_half_beyond_both_bounds():
 @pytest.fixture(scope="module")
 def served(tiny_factory, tmp_path_factory):
     repo = tmp_path_factory.mktemp("soak") / "repo"
-    build_repository(BuildSpec(model=str(tiny_factory("bert")), name="soaked", repository=repo))
+    build_repository(BuildSpec(model=str(tiny_factory("bert")), name="soaked", repository=repo, fold=False))
     with running_server(repo) as server:
         yield server
 

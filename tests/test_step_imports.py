@@ -57,7 +57,7 @@ def repository(tmp_path_factory):
     }
     repo = root / "repo"
     for name, path in sources.items():
-        build_repository(BuildSpec(model=str(path), name=name, repository=repo))
+        build_repository(BuildSpec(model=str(path), name=name, repository=repo, fold=False))  # every Python step
     return repo
 
 

@@ -445,7 +445,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--texts", type=int, default=512, help="number of distinct request texts")
     bench.add_argument("--compare", help="comma-separated other ensembles to measure in the same run")
-    bench.add_argument("--baselines", help="comma-separated subset of pipeline,nobatch,ceiling (default: all)")
+    bench.add_argument(
+        "--baselines", help="comma-separated subset of pipeline,nobatch,ceiling,infinity (default: all available)"
+    )
     bench.set_defaults(func=_bench)
 
     soak = sub.add_parser("soak", help="mixed traffic at a served ensemble for minutes: errors, latency, memory")

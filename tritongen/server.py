@@ -128,10 +128,11 @@ def wait_until_ready(
     what: str = "tritonserver",
     log_file: Path | None = None,
     reason: Callable[[], str] = lambda: "",
+    path: str = "/v2/health/ready",
 ) -> None:
-    """Poll ``http://{url}/v2/health/ready`` until it answers 200; raise ServerError otherwise.
+    """Poll ``http://{url}{path}`` until it answers 200; raise ServerError otherwise.
 
-    The one readiness poller: Triton, the FastAPI baseline and tests use it. It gives up as soon
+    The one readiness poller: Triton, the bench's baselines and tests use it. It gives up as soon
     as ``process`` (the server being waited for) exits, and after ``timeout`` seconds;
     ``reason()`` adds the telling log line to the error.
     """
@@ -143,7 +144,7 @@ def wait_until_ready(
                 f"{what} exited with code {process.returncode}" + (f": {detail}" if detail else ""), log_file=log_file
             )
         with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
-            with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2) as response:
+            with urllib.request.urlopen(f"http://{url}{path}", timeout=2) as response:
                 if response.status == 200:
                     return
         if time.monotonic() > deadline:

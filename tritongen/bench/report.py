@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tritongen.bench.ceiling import CeilingPoint
+from tritongen.bench.infinity import PeerComparison
 from tritongen.bench.perf import PerfPoint
 from tritongen.stats import StepStats
 
@@ -30,6 +31,7 @@ class BenchReport:
     ceiling: list[CeilingPoint]
     command: str
     ensembles: Mapping[tuple[str, int], StepStats] = field(default_factory=dict)  # the ensemble's own counters
+    peer: PeerComparison | None = None  # (d) infinity-emb, interleaved rounds
 
     def budgets(self, concurrency: int = 1) -> list[LatencyBudget]:
         """The latency budget of each Triton configuration measured at ``concurrency``."""
@@ -178,6 +180,8 @@ def summary_markdown(report: BenchReport) -> str:
         ]
     lines += ["", f"## Ratios at concurrency {c}", ""]
     lines += [f"- {key}: **{value:.2f}x**" for key, value in report.ratios().items()]
+    if report.peer is not None:
+        lines += ["", report.peer.to_markdown().rstrip("\n")]
     for budget in report.budgets(1):
         lines += [
             "",

@@ -1,9 +1,11 @@
-"""``make bench``: the served ensemble against three baselines, measured side by side in one run.
+"""``make bench``: the served ensemble against its baselines, measured side by side in one run.
 
 Configurations, all driven by the same perf_analyzer over HTTP with the same texts:
 the ensemble as built; (a) a transformers pipeline behind FastAPI; (b) the same ensemble
 rebuilt without dynamic batching (max_batch_size 0). (c) is in-process ONNX Runtime on
-the same model file. Results go to ``perf_analyzer_configs/<NAME>/results/``.
+the same model file. (d), for embedding models, is infinity-emb on the same checkpoint, up at
+the same time as Triton and driven with the ensemble by one HTTP/JSON load generator in
+interleaved rounds (:mod:`tritongen.bench.infinity`). Results go to ``perf_analyzer_configs/<NAME>/results/``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ from typing import Any
 from rich.console import Console
 
 from tritongen.bench.ceiling import measure_ceiling
+from tritongen.bench.infinity import (
+    INFINITY_VENV,
+    PeerComparison,
+    compare_with_infinity,
+    infinity_executable,
+    infinity_server,
+)
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_input_data
 from tritongen.bench.report import BenchReport, write_report
 from tritongen.build import build_repository
@@ -35,7 +44,7 @@ from tritongen.tasks import TASKS
 
 __all__ = ["BenchOptions", "run_bench"]
 
-BASELINES = ("pipeline", "nobatch", "ceiling")
+BASELINES = ("pipeline", "nobatch", "ceiling", "infinity")
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,8 @@ class BenchOptions:
     texts: int = 512
     baselines: tuple[str, ...] = BASELINES
     compare: tuple[str, ...] = ()  # more ensembles of the same repository, measured in the same server run
+    peer_rounds: int = 3  # (d): interleaved rounds per concurrency
+    peer_seconds: float = 15.0  # (d): measured seconds per side, round and concurrency
 
 
 def _build_metadata(repository: Path, name: str) -> dict[str, Any]:
@@ -108,6 +119,35 @@ def _pipeline_server(meta: Mapping[str, Any], name: str, log: Path) -> Iterator[
             process.kill()
 
 
+def _measure_peer(
+    options: BenchOptions, meta: Mapping[str, Any], triton_url: str, texts: list[str], results: Path, console: Console
+) -> PeerComparison | None:
+    """(d) for embedding ensembles: infinity-emb beside the running Triton server, interleaved rounds.
+
+    Asked for explicitly, a missing infinity venv or a non-embedding task is an error; in the default set it
+    is skipped with a note, so ``make bench`` works without the extra.
+    """
+    if "infinity" not in options.baselines:
+        return None
+    explicit = options.baselines != BASELINES
+    why = (
+        f"`{options.name}` is a {meta['task']} ensemble; infinity-emb serves embeddings" if meta["task"] != "embedding"
+        else f"no {INFINITY_VENV} (`make infinity-venv` creates it)" if infinity_executable() is None
+        else ""
+    )  # fmt: skip
+    if why:
+        if explicit:
+            raise BenchError(f"baseline infinity: {why}")
+        console.print(f"[yellow]Baseline (d) skipped[/]: {why}")
+        return None
+    console.print("[bold]Measuring baseline (d): infinity-emb on the same checkpoint, interleaved with the ensemble…")
+    with infinity_server(meta["checkpoint"], options.name, results / "infinity_server.log") as url:
+        return compare_with_infinity(
+            triton_url, options.name, url, texts, concurrencies=options.sweep.concurrency,
+            rounds=options.peer_rounds, seconds=options.peer_seconds, progress=console.print,
+        )  # fmt: skip
+
+
 def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple[BenchReport, dict[str, Path]]:
     """Run the sweep for the ensemble and the chosen baselines; write and return the report."""
     console = console or Console(stderr=True)
@@ -153,6 +193,7 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
         console.print("[bold]Measuring the Triton configurations with perf_analyzer…")
         with server:
             measured, breakdown, ensembles = _measure_triton(server, configs, options.sweep, results, console)
+            peer = _measure_peer(options, meta, server.http_url, texts, results, console)
         points += measured
     if "pipeline" in options.baselines:
         console.print("[bold]Measuring baseline (a): transformers pipeline behind FastAPI…")
@@ -177,8 +218,9 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
             texts,
         )
     report = BenchReport(
-        name=name, points=points, breakdown=breakdown, ceiling=ceiling, command=command, ensembles=ensembles
-    )
+        name=name, points=points, breakdown=breakdown, ceiling=ceiling, command=command, ensembles=ensembles,
+        peer=peer,
+    )  # fmt: skip
     paths = write_report(report, results)
     console.print(paths["summary"].read_text())
     return report, paths

@@ -1,0 +1,142 @@
+"""One HTTP/JSON load generator for servers that speak different APIs: closed loop, N clients, fixed time.
+
+perf_analyzer speaks only KServe v2, so a peer with its own API (infinity-emb's OpenAI-style ``/embeddings``)
+is driven, together with the ensemble, by this: each client thread keeps one keep-alive connection and sends
+one text per request, as soon as its previous answer arrived. Both sides get the same texts in the same
+order and pay the same client cost (JSON encoding, Python threads) on the same machine.
+"""
+
+from __future__ import annotations
+
+import http.client
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["HttpTarget", "LoadResult", "drive", "kserve_target", "openai_target"]
+
+
+@dataclass(frozen=True)
+class HttpTarget:
+    """Where to POST, and how a text becomes a body and an answer an embedding."""
+
+    label: str
+    host: str
+    port: int
+    path: str
+    body: Callable[[str], bytes]
+    embedding: Callable[[dict], list[float]]
+
+    def post(self, connection: http.client.HTTPConnection, text: str) -> dict:
+        """One request on ``connection``; the parsed JSON answer (raises on a non-200 status)."""
+        connection.request("POST", self.path, self.body(text), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        data = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"{self.label}: HTTP {response.status}: {data[:200]!r}")
+        return json.loads(data)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """The embedding of each text, one request each."""
+        connection = http.client.HTTPConnection(self.host, self.port, timeout=120)
+        try:
+            return np.array([self.embedding(self.post(connection, text)) for text in texts], np.float32)
+        finally:
+            connection.close()
+
+
+def kserve_target(label: str, url: str, model: str) -> HttpTarget:
+    """A Triton ensemble over KServe v2 JSON: ``TEXT`` in, ``EMBEDDING`` out."""
+    host, port = url.rsplit(":", 1)
+
+    def body(text: str) -> bytes:
+        tensor = {"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}
+        return json.dumps({"inputs": [tensor], "outputs": [{"name": "EMBEDDING"}]}).encode()
+
+    def embedding(answer: dict) -> list[float]:
+        return next(o["data"] for o in answer["outputs"] if o["name"] == "EMBEDDING")
+
+    return HttpTarget(label, host, int(port), f"/v2/models/{model}/infer", body, embedding)
+
+
+def openai_target(label: str, url: str, model: str, path: str = "/embeddings") -> HttpTarget:
+    """An OpenAI-style embeddings API (infinity-emb, TEI's ``/v1/embeddings``)."""
+    host, port = url.rsplit(":", 1)
+
+    def body(text: str) -> bytes:
+        return json.dumps({"model": model, "input": [text]}).encode()
+
+    def embedding(answer: dict) -> list[float]:
+        return answer["data"][0]["embedding"]
+
+    return HttpTarget(label, host, int(port), path, body, embedding)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """One closed-loop run: answers completed in the window per second, and their latencies (ms)."""
+
+    label: str
+    concurrency: int
+    seconds: float
+    latencies_ms: tuple[float, ...]
+    errors: int
+
+    @property
+    def throughput(self) -> float:
+        """Answered requests per second."""
+        return len(self.latencies_ms) / self.seconds if self.seconds else 0.0
+
+    def percentile(self, q: float) -> float:
+        """Latency percentile ``q`` (0-100) in ms."""
+        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
+
+
+def drive(
+    target: HttpTarget, texts: Sequence[str], concurrency: int, seconds: float, warmup: float = 2.0
+) -> LoadResult:
+    """``concurrency`` clients send ``texts`` (round robin) for ``warmup`` + ``seconds``; the window is measured."""
+    cycle = itertools.cycle(texts)
+    lock, halt = threading.Lock(), threading.Event()
+    latencies: list[float] = []
+    errors = [0]
+    start = time.monotonic() + warmup
+    end = start + seconds
+
+    def client() -> None:
+        connection = http.client.HTTPConnection(target.host, target.port, timeout=120)
+        try:
+            while not halt.is_set():
+                with lock:
+                    text = next(cycle)
+                sent = time.monotonic()
+                try:
+                    target.post(connection, text)
+                except Exception:  # a refused or failed request counts as an error, the client reconnects
+                    errors[0] += 1
+                    connection.close()
+                    connection = http.client.HTTPConnection(target.host, target.port, timeout=120)
+                    continue
+                done = time.monotonic()
+                if start <= done <= end:  # answers completed in the window (one started before it counts too)
+                    with lock:
+                        latencies.append((done - sent) * 1e3)
+                if done > end:
+                    return
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            thread.join(timeout=max(1.0, end - time.monotonic() + 130))
+    finally:
+        halt.set()
+    return LoadResult(target.label, concurrency, seconds, tuple(latencies), errors[0])

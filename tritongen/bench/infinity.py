@@ -1,0 +1,175 @@
+"""Baseline (d), the peer for embedding models: infinity-emb serving the same checkpoint.
+
+infinity-emb (torch engine, its own dynamic batching) is what many teams run instead of Triton for
+embeddings. It installs into its own venv (``make infinity-venv`` creates ``.venv-infinity``: torch 2.13 CPU
+and ``infinity-emb[torch,server]``), because it pins transformers 4 and sentence-transformers 3. The bench
+starts it beside the Triton server, so both meet the same machine at once, and drives both with one HTTP/JSON
+load generator (:mod:`tritongen.bench.http_load`) in interleaved rounds; the report gives the median of the
+per-round ratios at each concurrency, and checks that the two sides' embeddings agree (cosine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tritongen.bench.http_load import LoadResult, drive, kserve_target, openai_target
+from tritongen.errors import BenchError, ServerError
+from tritongen.server import free_port, wait_until_ready
+
+__all__ = ["INFINITY_VENV", "PeerComparison", "compare_with_infinity", "infinity_executable", "infinity_server"]
+
+INFINITY_VENV = Path(".venv-infinity")
+
+
+def infinity_executable() -> Path | None:
+    """``infinity_emb`` of the infinity venv (in the working folder, else beside this source tree), or None.
+
+    The venv counts once ``make infinity-venv`` finished it (its ``.installed`` marker), not half-installed.
+    """
+    for root in (Path.cwd() / INFINITY_VENV, Path(__file__).resolve().parents[2] / INFINITY_VENV):
+        if (root / "bin" / "infinity_emb").is_file() and (root / ".installed").is_file():
+            return root / "bin" / "infinity_emb"
+    return None
+
+
+@contextlib.contextmanager
+def infinity_server(checkpoint: str, name: str, log: Path, *, batch_size: int = 32) -> Iterator[str]:
+    """Start infinity-emb on ``checkpoint`` (a local folder; offline) on a free port; stop it and its children."""
+    executable = infinity_executable()
+    if executable is None:
+        raise BenchError(f"baseline infinity needs {INFINITY_VENV} with infinity-emb; run `make infinity-venv`")
+    port = free_port()
+    command = [
+        str(executable), "v2", "--model-id", checkpoint, "--served-model-name", name, "--engine", "torch",
+        "--device", "cpu", "--port", str(port), "--batch-size", str(batch_size), "--no-bettertransformer",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1",
+           "INFINITY_ANONYMOUS_USAGE_STATS": "0"}  # fmt: skip
+    with open(log, "wb") as handle:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"127.0.0.1:{port}"
+    try:
+        try:
+            wait_until_ready(
+                url, timeout=300, process=process, what="infinity-emb", log_file=log, path="/health",
+                reason=lambda: _cause(log),
+            )  # fmt: skip
+        except ServerError as exc:
+            raise BenchError(exc.message, log_file=log) from None
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _cause(log: Path) -> str:
+    """The log's last exception line (``ValueError: ...``), where infinity-emb says why it stopped."""
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    causes = [line for line in lines if "Error:" in line or "Exception:" in line]
+    return (causes or lines or [""])[-1][:300]
+
+
+@dataclass(frozen=True)
+class PeerComparison:
+    """Interleaved rounds of the ensemble and the peer at each concurrency, and their embeddings' agreement."""
+
+    ours: str
+    peer: str
+    rounds: Sequence[tuple[LoadResult, LoadResult]]  # (ours, peer) per round and concurrency
+    cosine_min: float
+    cosine_median: float
+    seconds: float
+
+    def concurrencies(self) -> list[int]:
+        """The concurrencies measured, ascending."""
+        return sorted({ours.concurrency for ours, _ in self.rounds})
+
+    def at(self, concurrency: int) -> dict[str, float]:
+        """Medians over the rounds at ``concurrency``: throughputs, their per-round ratio, p50 and p99s."""
+        pairs = [(a, b) for a, b in self.rounds if a.concurrency == concurrency]
+
+        def median(values: Sequence[float]) -> float:
+            return float(statistics.median(values))
+
+        return {
+            "ours": median([a.throughput for a, _ in pairs]),
+            "peer": median([b.throughput for _, b in pairs]),
+            "ratio": median([a.throughput / b.throughput if b.throughput else float("nan") for a, b in pairs]),
+            "ours_p50": median([a.percentile(50) for a, _ in pairs]),
+            "peer_p50": median([b.percentile(50) for _, b in pairs]),
+            "ours_p99": median([a.percentile(99) for a, _ in pairs]),
+            "peer_p99": median([b.percentile(99) for _, b in pairs]),
+            "errors": float(sum(a.errors + b.errors for a, b in pairs)),
+        }
+
+    def to_markdown(self) -> str:
+        """The summary's section on the peer."""
+        rounds = len(self.rounds) // max(1, len(self.concurrencies()))
+        lines = [
+            f"## (d) the peer: `{self.ours}` against {self.peer}",
+            "",
+            f"Both servers up at once, one HTTP/JSON load generator (one text per request, keep-alive clients), "
+            f"{rounds} interleaved rounds of {self.seconds:.0f} s per side and concurrency; medians.",
+            "",
+            "| concurrency | ours req/s | peer req/s | ratio (median of rounds) | ours p50/p99 ms | peer p50/p99 ms |",
+            "|---:|---:|---:|---:|---:|---:|",
+        ]
+        for c in self.concurrencies():
+            m = self.at(c)
+            lines.append(
+                f"| {c} | {m['ours']:.1f} | {m['peer']:.1f} | **{m['ratio']:.2f}x** | "
+                f"{m['ours_p50']:.1f} / {m['ours_p99']:.1f} | {m['peer_p50']:.1f} / {m['peer_p99']:.1f} |"
+            )
+        errors = sum(a.errors + b.errors for a, b in self.rounds)
+        lines += [
+            "",
+            f"Embeddings agree: cosine min {self.cosine_min:.5f}, median {self.cosine_median:.5f} "
+            f"(the same texts through both). Failed requests: {errors}.",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def compare_with_infinity(
+    triton_url: str,
+    name: str,
+    peer_url: str,
+    texts: Sequence[str],
+    *,
+    concurrencies: Sequence[int],
+    rounds: int = 3,
+    seconds: float = 15.0,
+    progress: Callable[[str], None] = lambda _: None,
+) -> PeerComparison:
+    """Drive the ensemble ``name`` at ``triton_url`` and infinity-emb at ``peer_url`` in interleaved rounds."""
+    ours = kserve_target(f"`{name}`", triton_url, name)
+    peer = openai_target("infinity-emb", peer_url, name)
+    sample = list(texts[:64])
+    a, b = ours.embed(sample), peer.embed(sample)
+    cosines = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    results = []
+    for round_index in range(rounds):
+        for concurrency in concurrencies:
+            order = (ours, peer) if round_index % 2 == 0 else (peer, ours)  # neither always goes first
+            measured = {}
+            for target in order:
+                progress(f"  round {round_index + 1}/{rounds}: {target.label} at concurrency {concurrency}…")
+                measured[target.label] = drive(target, texts, concurrency, seconds)
+            results.append((measured[ours.label], measured[peer.label]))
+    return PeerComparison(
+        name, "infinity-emb (torch engine)", results, float(cosines.min()), float(np.median(cosines)), seconds
+    )
