@@ -38,10 +38,10 @@ def test_bench_smoke_runs_perf_analyzer_and_writes_report(tmp_path, tiny_factory
         "throughput vs (c) in-process ceiling",
     }
     steps = report.breakdown[("ensemble", 4)]
-    assert set(steps) == {"clf_tokenizer", "clf_model"}  # the classifier's postprocess is folded into the graph
+    assert set(steps) == {"clf_tokenizer", "clf_model", "clf_postprocess"}
     assert steps["clf_model"].success_count > 0
     (budget,) = [b for b in report.budgets(1) if b.config == "ensemble"]
-    assert [model for model, _, _ in budget.steps] == ["clf_tokenizer", "clf_model"]  # in the ensemble's order
+    assert [model for model, _, _ in budget.steps] == ["clf_tokenizer", "clf_model", "clf_postprocess"]  # in order
     assert 0 < budget.server_ms < budget.client_ms and all(compute > 0 for _, _, compute in budget.steps)
     assert sum(ms for _, ms in budget.rows()) == pytest.approx(budget.client_ms)
     assert "## Latency budget of Triton ensemble (dynamic batching) at concurrency 1" in paths["summary"].read_text()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import onnx
 import pytest
 
@@ -36,13 +38,12 @@ def test_build_passes_parity_when_tokenizer_declares_no_limit_nor_inputs(arch, t
     inputs, outputs = onnx_io(repo / "clf_model" / "1" / "model.onnx")
     expected = ["input_ids", "attention_mask"] + ([] if arch in WITHOUT_TOKEN_TYPES else ["token_type_ids"])
     assert inputs == expected
-    assert outputs == ["logits", "LABEL", "SCORE", "PROBABILITIES"]  # the postprocess step folded in, logits kept
+    assert outputs == ["logits"]
     model = onnx.load(str(repo / "clf_model" / "1" / "model.onnx"))
     dims = model.graph.input[0].type.tensor_type.shape.dim
     assert all(d.dim_param for d in dims), "batch and sequence axes must be dynamic"
-    (encoder,) = [node for node in model.graph.node if node.op_type == "LabelEncoder"]
-    labels = next(a for a in encoder.attribute if a.name == "values_strings").strings
-    assert [label.decode() for label in labels] == ["negative", "neutral", "positive"]
+    labels = json.loads((repo / "clf_postprocess" / "1" / "labels.json").read_text())
+    assert labels == ["negative", "neutral", "positive"]
     card = (repo / "clf" / "1" / "model_card.md").read_text()
     assert "Parity against PyTorch: **PASSED**" in card
 
@@ -54,9 +55,8 @@ def test_build_detects_embedding_task_from_sentence_transformers_files(arch, tin
     )
     assert result.task == "embedding"
     assert result.parity.passed
-    model = onnx.load(str(tmp_path / "repo" / "emb_model" / "1" / "model.onnx"))
-    assert "fold_normalize" in {node.name for node in model.graph.node}  # normalised in the graph, as ST does
-    assert not (tmp_path / "repo" / "emb_postprocess").exists()
+    config = (tmp_path / "repo" / "emb_postprocess" / "config.pbtxt").read_text()
+    assert 'key: "normalize"' in config and 'string_value: "true"' in config
 
 
 def test_build_publishes_nothing_when_parity_fails(tiny_factory, tmp_path):
@@ -72,6 +72,6 @@ def test_rebuild_adds_next_version_and_keeps_previous(tiny_factory, tmp_path):
     spec = BuildSpec(model=str(tiny_factory("distilbert")), name="clf", repository=repo)
     assert build_repository(spec).version == 1
     assert build_repository(spec).version == 2
-    for model in ("clf", "clf_tokenizer", "clf_model"):  # the postprocess step is folded into the model
+    for model in ("clf", "clf_tokenizer", "clf_model", "clf_postprocess"):
         assert sorted(p.name for p in (repo / model).iterdir()) == ["1", "2", "config.pbtxt"]
     assert (repo / "clf_tokenizer" / "2" / "tokenizer.json").is_file()

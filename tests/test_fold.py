@@ -140,9 +140,9 @@ def checkpoints(tmp_path_factory):
 @pytest.fixture(scope="module")
 def repo(checkpoints, tmp_path_factory):
     repo = tmp_path_factory.mktemp("fold") / "repo"
-    build_repository(load_spec(model=str(checkpoints["single"]), name="folded", repository=repo))
-    build_repository(load_spec(model=str(checkpoints["single"]), name="unfolded", repository=repo, fold=False))
-    build_repository(load_spec(model=str(checkpoints["multi"]), name="multi", repository=repo))
+    build_repository(load_spec(model=str(checkpoints["single"]), name="folded", repository=repo, fold=True))
+    build_repository(load_spec(model=str(checkpoints["single"]), name="unfolded", repository=repo))  # the default
+    build_repository(load_spec(model=str(checkpoints["multi"]), name="multi", repository=repo, fold=True))
     return repo
 
 
@@ -166,13 +166,13 @@ def test_the_build_folds_a_single_label_classifier_and_records_why(repo):
 def test_no_fold_and_multi_label_keep_the_postprocess_step(repo):
     assert served_steps(repo, "unfolded") == ("tokenizer", "model", "postprocess")
     assert _build_record(repo, "unfolded")["fold"] == {
-        "folded": False, "why": "turned off in the spec", "max_abs_diff": 0.0, "runtimes": []
+        "folded": False, "why": "not asked for (`--fold`, spec `fold: true`)", "max_abs_diff": 0.0, "runtimes": []
     }  # fmt: skip
     multi = _build_record(repo, "multi")["fold"]
     assert served_steps(repo, "multi") == ("tokenizer", "model", "postprocess") and not multi["folded"]
     assert "not tensor math" in multi["why"]
     card = (repo / "unfolded" / "1" / "model_card.md").read_text()
-    assert "- served path: tokenizer → model → postprocess (turned off in the spec)" in card
+    assert "- served path: tokenizer → model → postprocess (not asked for (`--fold`, spec `fold: true`))" in card
 
 
 @pytest.mark.e2e
@@ -190,9 +190,9 @@ def test_served_folded_ensemble_answers_as_the_unfolded_one(repo):
 
 
 def test_a_name_keeps_one_ensemble_shape_across_versions(repo, checkpoints):
-    """A second version follows the first: fold stays off beside an unfolded name, and --no-fold is refused
+    """A second version follows the first: --fold stays off beside an unfolded name, and no fold is refused
     beside a folded one (the step folders are shared across versions and switched step by step)."""
-    result = build_repository(load_spec(model=str(checkpoints["single"]), name="unfolded", repository=repo))
+    result = build_repository(load_spec(model=str(checkpoints["single"]), name="unfolded", repository=repo, fold=True))
     assert result.version == 2 and served_steps(repo, "unfolded") == ("tokenizer", "model", "postprocess")
     assert "already built serve a postprocess step" in _build_record(repo, "unfolded", 2)["fold"]["why"]
     command = [sys.executable, "-m", "tritongen", "build", "--model", str(checkpoints["single"]), "--name", "folded",

@@ -74,8 +74,8 @@ def test_published_repository_serves_from_s3_with_the_local_outputs(tiny_factory
     repo = tmp_path / "repo"
     build_repository(BuildSpec(model=str(tiny_factory("bert")), name="cls", repository=repo))
     names = step_names("cls")
-    folders = [names[step] for step in (*served_steps(repo, "cls"), "ensemble")]  # folded: no postprocess folder
-    assert len(folders) == 3
+    folders = [names[step] for step in (*served_steps(repo, "cls"), "ensemble")]
+    assert len(folders) == 4
     url = f"s3://{s3_endpoint}/models/prod"
     keys = publish(repo, folders, url)
     # model files before configs, and the ensemble's config last of all

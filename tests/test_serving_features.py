@@ -57,7 +57,7 @@ def server(tmp_path_factory, tiny_factory):
 
 def test_server_loads_every_configured_feature(server):
     client = grpcclient.InferenceServerClient(server.grpc_url)
-    for name in ("feat", "feat_tokenizer", "batched"):  # the classifier's postprocess is folded into feat_model
+    for name in ("feat", "feat_tokenizer", "feat_postprocess", "batched"):
         assert client.is_model_ready(name)
     assert client.is_model_ready("feat_model", "1") and client.is_model_ready("feat_model", "2")
     model = client.get_model_config("feat_model", as_json=True)["config"]

@@ -583,8 +583,9 @@ def _openvino_container_check(
         if not report.passed and not spec.accept_accuracy_loss:
             raise AccuracyError(f"{report.summary()}; nothing was published (or build with --no-container-check)")
         reports.append(accuracy)
-    worst = worst_of(reports)
-    return ContainerReport(reports[0].variant.split(" in ")[-1], "gate", worst.passed, accuracy=worst)
+    runtime, precisions = reports[0].variant.split(" in ")[-1], "/".join(p.upper() for p in cpu_precisions())
+    worst = dataclasses.replace(worst_of(reports), variant=f"{precisions} in {runtime}")
+    return ContainerReport(runtime, "gate", worst.passed, accuracy=worst)
 
 
 def _int8_schemes(spec: BuildSpec) -> tuple[str, ...]:
@@ -604,7 +605,7 @@ def fold(plan: BuildPlan, onnx: Export, console: Console) -> FoldReport:
     served = served_steps(spec.repository, spec.name)  # a name keeps one ensemble shape across its versions
     tail = plan.task.graph_tail(plan.checkpoint) if spec.fold and spec.runtime == "onnx" else None
     why = (
-        "turned off in the spec" if not spec.fold
+        "not asked for (`--fold`, spec `fold: true`)" if not spec.fold
         else "a TensorRT plan is built on the GPU node from the model alone" if spec.runtime == "tensorrt"
         else f"the {spec.runtime} runtime serves the model alone, without ai.onnx.ml operators"
         if spec.runtime != "onnx"

@@ -340,7 +340,7 @@ def _parser() -> argparse.ArgumentParser:
         "--fold",
         action=argparse.BooleanOptionalAction,
         help="fold the postprocess step into the ONNX graph where it is tensor math and proves equal to the "
-        "Python step (default on; the model card says which path a build got)",
+        "Python step (default off: slower at concurrency 16 here, see README; the card says which path)",
     )
     build.add_argument("--calibration", type=Path, help="calibration texts, one per line (default: built-in)")
     build.add_argument("--validation", type=Path, help="accuracy-gate texts, one per line (default: built-in)")
