@@ -182,6 +182,7 @@ def _engine(args: argparse.Namespace) -> None:
 
 def _bench(args: argparse.Namespace) -> None:
     from tritongen.bench import BenchOptions, Sweep, run_bench
+    from tritongen.bench.tune import TuneGrid
 
     sweep = Sweep(
         concurrency=_ints(args.concurrency) or Sweep().concurrency,
@@ -196,6 +197,11 @@ def _bench(args: argparse.Namespace) -> None:
         sweep=sweep,
         texts=args.texts,
         compare=tuple(n for n in (args.compare or "").split(",") if n),
+        tune=TuneGrid(
+            tokenizer=tuple(_ints(args.tokenizer_instances) or ()),
+            model=tuple(_ints(args.model_instances) or ()),
+            threads=tuple(_ints(args.threads) or ()),
+        ),
         **({"baselines": baselines} if baselines is not None else {}),
     )
     run_bench(options)
@@ -447,6 +453,14 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--compare", help="comma-separated other ensembles to measure in the same run")
     bench.add_argument(
         "--baselines", help="comma-separated subset of pipeline,nobatch,ceiling,infinity (default: all available)"
+    )
+    tuning = bench.add_argument_group(
+        "tuning sweep", "measure these settings too, applied to the running server; the report names the best"
+    )
+    tuning.add_argument("--tokenizer-instances", help="comma-separated tokenizer step instance counts, e.g. 1,2")
+    tuning.add_argument("--model-instances", help="comma-separated model step instance counts, e.g. 1,2")
+    tuning.add_argument(
+        "--threads", help="comma-separated threads per model instance (0: the runtime's default), e.g. 0,1,2"
     )
     bench.set_defaults(func=_bench)
 

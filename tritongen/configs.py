@@ -9,6 +9,7 @@ from :data:`MODEL_STEPS`; the Python steps and the ensemble are the same for eve
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,10 @@ from tritongen.triton_config import (
     Warmup,
 )
 
-__all__ = ["MODEL_STEPS", "ModelStep", "bucket_lengths", "served_steps", "step_configs", "step_names"]
+__all__ = [
+    "MODEL_STEPS", "ModelStep", "bucket_lengths", "config_json", "read_config", "served_steps", "step_configs",
+    "step_names",
+]  # fmt: skip
 
 
 def step_names(name: str) -> dict[str, str]:
@@ -49,23 +53,35 @@ def step_names(name: str) -> dict[str, str]:
     }
 
 
+def read_config(path: Path) -> Any:
+    """A ``config.pbtxt`` parsed with Triton's schema (``ModelConfig``); RepositoryError if it cannot be."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    try:
+        return text_format.Parse(Path(path).read_text(encoding="utf-8"), mc.ModelConfig())
+    except (OSError, UnicodeDecodeError, text_format.ParseError) as exc:
+        raise RepositoryError(f"cannot read {{path}}: {describe(exc)}", path=path) from None
+
+
+def config_json(config: Any) -> str:
+    """``config`` as the JSON Triton's load API takes as a config override (``load_model(..., config=)``)."""
+    from google.protobuf import json_format
+
+    return json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
+
+
 def served_steps(repository: Path, name: str) -> tuple[str, ...] | None:
     """The steps the ensemble ``name`` in ``repository`` wires, in order; None when it is not built there.
 
     ``tokenizer``, ``model``, and ``postprocess`` unless the build folded it: the ensemble's
     ``config.pbtxt`` is the truth.
     """
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2 as mc
-
     names = step_names(name)
     path = Path(repository) / names["ensemble"] / "config.pbtxt"
     if not path.is_file():
         return None
-    try:
-        config = text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
-    except (OSError, UnicodeDecodeError, text_format.ParseError) as exc:
-        raise RepositoryError(f"cannot read {{path}}: {describe(exc)}", path=path) from None
+    config = read_config(path)
     by_model = {model: step for step, model in names.items() if step != "ensemble"}
     wired = [by_model.get(s.model_name) for s in config.ensemble_scheduling.step]
     if not wired or None in wired:

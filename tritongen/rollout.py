@@ -18,7 +18,6 @@ so the old version keeps serving. A rollback is the same switch back to the prev
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from tritongen.canary import CANARY_FILE, Canary, compare
-from tritongen.configs import served_steps
+from tritongen.configs import config_json, read_config, served_steps
 from tritongen.errors import RepositoryError, RolloutError, describe
 from tritongen.repository import existing_versions
 
@@ -48,14 +47,10 @@ def _model(name: str, step: str) -> str:
 
 
 def _disk_config(repository: Path, model: str) -> Any:
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2 as mc
-
-    path = Path(repository) / model / "config.pbtxt"
     try:
-        return text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
-    except (OSError, text_format.ParseError) as exc:
-        raise RolloutError(f"cannot read {{path}}: {describe(exc)}", path=path) from None
+        return read_config(Path(repository) / model / "config.pbtxt")
+    except RepositoryError as exc:
+        raise RolloutError(str(exc)) from None
 
 
 def _steps(repository: Path, name: str) -> tuple[str, ...]:
@@ -67,12 +62,6 @@ def _steps(repository: Path, name: str) -> tuple[str, ...]:
     if steps is None:
         raise RolloutError(f"`{name}` is not built in {{path}}", path=repository)
     return steps
-
-
-def _as_json(config: Any) -> str:
-    from google.protobuf import json_format
-
-    return json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
 
 
 def _error(exc: BaseException) -> str:
@@ -125,7 +114,7 @@ class _Deployment:
         config.CopyFrom(self.configs["ensemble"])
         for step in config.ensemble_scheduling.step:
             step.model_version = version
-        self.client.load_model(self.name, config=_as_json(config))
+        self.client.load_model(self.name, config=config_json(config))
 
     def load_steps(self, versions: list[int]) -> None:
         for step in self.steps:
@@ -133,7 +122,7 @@ class _Deployment:
             config.CopyFrom(self.configs[step])
             config.version_policy.Clear()
             config.version_policy.specific.versions.extend(sorted(set(versions)))
-            self.client.load_model(_model(self.name, step), config=_as_json(config))
+            self.client.load_model(_model(self.name, step), config=config_json(config))
 
     def canary(self, version: int) -> str | None:
         """Send the recorded texts through the steps of ``version``; None when it answers as recorded."""

@@ -10,6 +10,7 @@ from pathlib import Path
 from tritongen.bench.ceiling import CeilingPoint
 from tritongen.bench.infinity import PeerComparison
 from tritongen.bench.perf import PerfPoint
+from tritongen.bench.tune import TunePoint, best, ratios
 from tritongen.stats import StepStats
 
 __all__ = ["BenchReport", "LatencyBudget", "write_report"]
@@ -32,6 +33,8 @@ class BenchReport:
     command: str
     ensembles: Mapping[tuple[str, int], StepStats] = field(default_factory=dict)  # the ensemble's own counters
     peer: PeerComparison | None = None  # (d) infinity-emb, interleaved rounds
+    tuning: list[TunePoint] = field(default_factory=list)  # the instance/thread sweep, the built setting first
+    tuned_backend: str = ""  # the model step's backend (which spec section holds its threads)
 
     def budgets(self, concurrency: int = 1) -> list[LatencyBudget]:
         """The latency budget of each Triton configuration measured at ``concurrency``."""
@@ -143,6 +146,13 @@ def write_report(report: BenchReport, directory: Path) -> dict[str, Path]:
         for (config, concurrency), steps in sorted(report.breakdown.items()):
             for step, stats in sorted(steps.items()):
                 writer.writerow([config, concurrency, step, *_step_figures(stats), stats.success_count])
+    if report.tuning:
+        paths["tuning"] = directory / "tuning.csv"
+        with open(paths["tuning"], "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["tokenizer_instances", "model_instances", "threads", *asdict(report.tuning[0].point)])
+            for t in report.tuning:
+                writer.writerow([t.setting.tokenizer, t.setting.model, t.setting.threads, *asdict(t.point).values()])
     _plot(report, paths["plot"])
     paths["summary"].write_text(summary_markdown(report), encoding="utf-8")
     return paths
@@ -196,6 +206,7 @@ def summary_markdown(report: BenchReport) -> str:
         lines += [
             f"| {what} | {ms:.2f} | {ms / budget.client_ms:.0%} |" for what, ms in budget.rows() if budget.client_ms
         ]
+    lines += _tuning_markdown(report)
     steps = report.breakdown.get(("ensemble", c), {})
     if steps:
         lines += [
@@ -209,6 +220,41 @@ def summary_markdown(report: BenchReport) -> str:
             batch, queue, compute = _step_figures(stats)
             lines.append(f"| {step} | {batch} | {queue} | {compute} |")
     return "\n".join(lines) + "\n"
+
+
+def _tuning_markdown(report: BenchReport) -> list[str]:
+    """The tuning sweep's table, and the best setting at the top concurrency with the spec that keeps it."""
+    if not report.tuning:
+        return []
+    lines = [
+        "",
+        "## Instances and threads (tuning sweep; the first row is the setting the build wrote)",
+        "",
+        "| setting | concurrency | infer/s | p50 ms | p99 ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for t in report.tuning:
+        p = t.point
+        lines.append(
+            f"| {t.setting.label} | {p.concurrency}{'' if p.stable else ' (unstable)'} | {p.throughput:.1f} | "
+            f"{p.p50_ms:.1f} | {p.p99_ms:.1f} |"
+        )
+    c = max(t.point.concurrency for t in report.tuning)
+    winner, built = best(report.tuning, c) or (None, None)
+    if winner is None or built is None:
+        return lines
+    lines += ["", f"Best at concurrency {c}: **{winner.setting.label}**, {winner.point.throughput:.1f} infer/s, "
+              f"{winner.point.throughput / built.point.throughput:.2f}x the built setting "
+              f"(p99 {winner.point.p99_ms:.1f} vs {built.point.p99_ms:.1f} ms)."]  # fmt: skip
+    others = {k: v for k, v in ratios(report.tuning, winner.setting).items() if k != c}
+    if others and winner.setting != built.setting:
+        figures = ", ".join(f"c{k} {v:.2f}x" for k, v in others.items())
+        lines += ["", f"Against the built setting at the other concurrencies: {figures} (what wins under load can lose "
+                  "at low concurrency)."]  # fmt: skip
+    if winner.setting != built.setting:
+        lines += ["", "To build with it, put this in the spec (`SPEC=`):", "", "```yaml",
+                  *winner.setting.spec_lines(report.tuned_backend), "```"]  # fmt: skip
+    return lines
 
 
 def _plot(report: BenchReport, path: Path) -> None:

@@ -32,6 +32,7 @@ from tritongen.bench.infinity import (
 )
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_input_data
 from tritongen.bench.report import BenchReport, write_report
+from tritongen.bench.tune import TuneGrid, TunePlan, TunePoint, tune
 from tritongen.build import build_repository
 from tritongen.configs import step_names
 from tritongen.datasets import bench_texts
@@ -60,6 +61,7 @@ class BenchOptions:
     compare: tuple[str, ...] = ()  # more ensembles of the same repository, measured in the same server run
     peer_rounds: int = 3  # (d): interleaved rounds per concurrency
     peer_seconds: float = 15.0  # (d): measured seconds per side, round and concurrency
+    tune: TuneGrid = field(default_factory=TuneGrid)  # instance and thread counts to sweep (tritongen.bench.tune)
 
 
 def _build_metadata(repository: Path, name: str) -> dict[str, Any]:
@@ -148,6 +150,30 @@ def _measure_peer(
         )  # fmt: skip
 
 
+def _measure_tuning(
+    plan: TunePlan | None,
+    options: BenchOptions,
+    server: TritonServer,
+    input_data: Path,
+    results: Path,
+    console: Console,
+) -> list[TunePoint]:
+    """The tuning sweep, last in the server run (it leaves the server at its last setting)."""
+    if plan is None:
+        return []
+    import tritonclient.http as httpclient
+
+    console.print(f"[bold]Tuning: {len(plan.settings)} instance and thread settings, applied through the load API…")
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=600.0)
+    try:
+        return tune(
+            client, plan, url=server.http_url, sweep=options.sweep, input_data=input_data, workdir=results,
+            progress=console.print,
+        )  # fmt: skip
+    finally:
+        client.close()
+
+
 def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple[BenchReport, dict[str, Path]]:
     """Run the sweep for the ensemble and the chosen baselines; write and return the report."""
     console = console or Console(stderr=True)
@@ -162,6 +188,7 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
             f"`{name}` is a {meta['task']} ensemble; the bench drives single-text ensembles "
             f"({', '.join(bench_tasks)}) only"
         )
+    tune_plan = TunePlan(repository, name, options.tune) if options.tune else None  # refuses a bad grid up front
     out = Path(options.output) / name
     results = out / "results"
     results.mkdir(parents=True, exist_ok=True)
@@ -194,6 +221,7 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
         with server:
             measured, breakdown, ensembles = _measure_triton(server, configs, options.sweep, results, console)
             peer = _measure_peer(options, meta, server.http_url, texts, results, console)
+            tuning = _measure_tuning(tune_plan, options, server, out / "input_data.json", results, console)
         points += measured
     if "pipeline" in options.baselines:
         console.print("[bold]Measuring baseline (a): transformers pipeline behind FastAPI…")
@@ -219,7 +247,7 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
         )
     report = BenchReport(
         name=name, points=points, breakdown=breakdown, ceiling=ceiling, command=command, ensembles=ensembles,
-        peer=peer,
+        peer=peer, tuning=tuning, tuned_backend=tune_plan.backend if tune_plan else "",
     )  # fmt: skip
     paths = write_report(report, results)
     console.print(paths["summary"].read_text())

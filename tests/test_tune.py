@@ -1,0 +1,100 @@
+"""The bench's tuning sweep: settings applied to a real server through the load API, then measured."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.grpc import model_config_pb2 as mc
+
+from tritongen.bench import BenchOptions, Sweep, run_bench
+from tritongen.bench.perf import write_input_data
+from tritongen.bench.tune import Setting, TuneGrid, TunePlan, thread_parameter, tune
+from tritongen.build import build_repository
+from tritongen.configs import read_config
+from tritongen.errors import BenchError
+from tritongen.server import running_server
+from tritongen.spec import BuildSpec
+
+SMOKE = Sweep(concurrency=(2,), fixed_requests=16)  # proves the harness, not the machine: no stability criterion
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory, tiny_factory):
+    path = tmp_path_factory.mktemp("tune") / "repo"
+    build_repository(BuildSpec(model=str(tiny_factory("bert")), name="clf", repository=path, buckets=(16, 32)))
+    return path
+
+
+def test_grid_starts_with_the_built_setting_and_skips_repeats(repo):
+    plan = TunePlan(repo, "clf", TuneGrid(tokenizer=(1, 2), threads=(0, 1)))
+    assert plan.built == Setting(tokenizer=1, model=1, threads=0)
+    assert plan.settings == [Setting(1, 1, 0), Setting(1, 1, 1), Setting(2, 1, 0), Setting(2, 1, 1)]
+    assert plan.changes(Setting(1, 1, 0), plan.built) == {}
+    changes = plan.changes(Setting(2, 1, 0), plan.built)
+    assert set(changes) == {"tokenizer"} and changes["tokenizer"].instance_group[0].count == 2
+
+
+@pytest.mark.parametrize(
+    ("grid", "message"),
+    [
+        (TuneGrid(model=(0,)), "instance counts must be at least 1"),
+        (TuneGrid(threads=(-1,)), "thread counts must be 0"),
+    ],
+)
+def test_bad_grids_are_refused_up_front(repo, grid, message):
+    with pytest.raises(BenchError, match=message):
+        TunePlan(repo, "clf", grid)
+
+
+def test_threads_are_refused_for_backends_without_a_thread_setting():
+    assert thread_parameter(mc.ModelConfig(backend="onnxruntime")) == "intra_op_thread_count"
+    assert thread_parameter(mc.ModelConfig(backend="openvino")) == "INFERENCE_NUM_THREADS"
+    with pytest.raises(BenchError, match="thread tuning applies to onnxruntime and openvino"):
+        thread_parameter(mc.ModelConfig(platform="tensorrt_plan"))
+
+
+@pytest.mark.e2e
+@pytest.mark.bench
+def test_settings_reach_the_server_and_leave_the_disk_alone(repo, tmp_path):
+    plan = TunePlan(repo, "clf", TuneGrid(tokenizer=(2,), model=(1, 2), threads=(1,)))
+    assert plan.settings == [Setting(1, 1, 0), Setting(2, 1, 1), Setting(2, 2, 1)]
+    on_disk = {m: (repo / m / "config.pbtxt").read_text() for m in ("clf_tokenizer", "clf_model")}
+    data = tmp_path / "input.json"
+    write_input_data(data, ["a short text", "another one, a little longer than that"] * 4)
+    with running_server(repo) as server:
+        client = httpclient.InferenceServerClient(server.http_url, network_timeout=300.0)
+        try:
+            points = tune(client, plan, url=server.http_url, sweep=SMOKE, input_data=data, workdir=tmp_path)
+            model = client.get_model_config("clf_model")
+            tokenizer = client.get_model_config("clf_tokenizer")
+        finally:
+            client.close()
+    assert [p.setting for p in points] == plan.settings
+    assert all(p.point.throughput > 0 and p.point.config == p.setting.slug for p in points)
+    # The server runs the last setting; the repository still holds the built one.
+    assert model["instance_group"][0]["count"] == 2 and tokenizer["instance_group"][0]["count"] == 2
+    assert model["parameters"]["intra_op_thread_count"]["string_value"] == "1"
+    assert {m: (repo / m / "config.pbtxt").read_text() for m in on_disk} == on_disk
+    assert read_config(repo / "clf_model" / "config.pbtxt").instance_group[0].count == 1
+
+
+@pytest.mark.e2e
+@pytest.mark.bench
+def test_bench_reports_the_sweep_and_the_spec_for_its_best_setting(repo, tmp_path):
+    options = BenchOptions(
+        name="clf", repository=repo, output=tmp_path / "pa", sweep=SMOKE, texts=16, baselines=(),
+        tune=TuneGrid(model=(1, 2)),
+    )  # fmt: skip
+    report, paths = run_bench(options)
+    assert [t.setting for t in report.tuning] == [Setting(1, 1, 0), Setting(1, 2, 0)]
+    assert report.tuned_backend == "onnxruntime"
+    assert {p.config for p in report.points} == {"ensemble"}  # the sweep stays out of the main table and ratios
+    with open(paths["tuning"]) as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["model_instances"] for row in rows] == ["1", "2"]
+    summary = paths["summary"].read_text()
+    assert "## Instances and threads" in summary and "the built setting" in summary
+    winner = max(report.tuning, key=lambda t: t.point.throughput).setting
+    assert ("model_instances:\n  count: 2" in summary) == (winner.model == 2)

@@ -1,0 +1,202 @@
+"""The bench's tuning sweep: instance and thread counts of the served ensemble, on this machine.
+
+Each setting is applied to the running server through Triton's load API with a config override
+(``load_model(step, config=...)``), the way ``tritongen rollout`` loads versions: nothing on disk
+changes, and every setting meets the same server, texts and perf_analyzer sweep in one run. The
+setting the build wrote is always measured too, so the report gives the best setting as a ratio
+to it and the spec lines that make it permanent.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer
+from tritongen.configs import config_json, read_config, step_names
+from tritongen.errors import BenchError, RepositoryError
+
+__all__ = ["Setting", "TuneGrid", "TunePlan", "TunePoint", "best", "ratios", "thread_parameter", "tune"]
+
+# The model step's threads per instance, by backend: the parameter each backend reads.
+THREAD_PARAMETERS = {"onnxruntime": "intra_op_thread_count", "openvino": "INFERENCE_NUM_THREADS"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: tokenizer and model instances, and the model's threads per instance (0: runtime default)."""
+
+    tokenizer: int
+    model: int
+    threads: int
+
+    @property
+    def label(self) -> str:
+        """The setting in words, for progress and the report."""
+        return f"tokenizer {self.tokenizer} · model {self.model} · threads {self.threads or 'default'}"
+
+    @property
+    def slug(self) -> str:
+        """The setting as a file-name-safe tag (perf_analyzer's CSV and log names)."""
+        return f"tune_t{self.tokenizer}_m{self.model}_th{self.threads}"
+
+    def spec_lines(self, backend: str) -> list[str]:
+        """The build spec's YAML that makes this setting the built one."""
+        threads = {
+            "onnxruntime": ["onnxruntime:", f"  intra_op_threads: {self.threads}"],
+            "openvino": ["openvino:", f"  inference_threads: {self.threads}"],
+        }.get(backend, [])
+        return [
+            "tokenizer_instances:", f"  count: {self.tokenizer}",
+            "model_instances:", f"  count: {self.model}",
+            *threads,
+        ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TuneGrid:
+    """The values to try; an empty axis keeps the built value."""
+
+    tokenizer: tuple[int, ...] = ()
+    model: tuple[int, ...] = ()
+    threads: tuple[int, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.tokenizer or self.model or self.threads)
+
+    def validate(self) -> None:
+        """BenchError for counts no server can take."""
+        if any(n < 1 for n in (*self.tokenizer, *self.model)):
+            raise BenchError("instance counts must be at least 1; fix --tokenizer-instances/--model-instances")
+        if any(n < 0 for n in self.threads):
+            raise BenchError("thread counts must be 0 (the runtime's default) or more; fix --threads")
+
+    def settings(self, built: Setting) -> list[Setting]:
+        """The built setting first, then every combination of the grid (without repeating it)."""
+        combos = itertools.product(
+            self.tokenizer or (built.tokenizer,), self.model or (built.model,), self.threads or (built.threads,)
+        )
+        return [built, *(s for s in (Setting(*c) for c in combos) if s != built)]
+
+
+@dataclass(frozen=True)
+class TunePoint:
+    """One setting measured at one concurrency."""
+
+    setting: Setting
+    point: PerfPoint
+
+
+def thread_parameter(model_config: Any) -> str:
+    """The parameter that sets the model step's threads per instance; BenchError for other backends."""
+    backend = model_config.backend or model_config.platform
+    if backend not in THREAD_PARAMETERS:
+        raise BenchError(
+            f"the model step runs on `{backend}`; thread tuning applies to onnxruntime and openvino model steps "
+            "(leave out --threads)"
+        )
+    return THREAD_PARAMETERS[backend]
+
+
+def _count(config: Any) -> int:
+    return config.instance_group[0].count if config.instance_group else 1
+
+
+def _with_count(config: Any, count: int) -> Any:
+    changed = type(config)()
+    changed.CopyFrom(config)
+    if not changed.instance_group:
+        changed.instance_group.add()
+    for group in changed.instance_group:
+        group.count = count
+    return changed
+
+
+def _with_threads(config: Any, parameter: str, threads: int) -> Any:
+    changed = type(config)()
+    changed.CopyFrom(config)
+    if threads:
+        changed.parameters[parameter].string_value = str(threads)
+    elif parameter in changed.parameters:
+        del changed.parameters[parameter]
+    return changed
+
+
+class TunePlan:
+    """The settings to measure for ``name``, from its served configs; BenchError up front if they cannot be."""
+
+    def __init__(self, repository: Path, name: str, grid: TuneGrid) -> None:
+        grid.validate()
+        self.name = name
+        names = step_names(name)
+        self.models = {step: names[step] for step in ("tokenizer", "model")}
+        try:
+            self.configs = {step: read_config(repository / m / "config.pbtxt") for step, m in self.models.items()}
+        except RepositoryError as exc:
+            raise BenchError(str(exc)) from None
+        model = self.configs["model"]
+        self.backend = model.backend or model.platform
+        self.parameter = thread_parameter(model) if grid.threads else THREAD_PARAMETERS.get(self.backend, "")
+        threads = model.parameters[self.parameter].string_value if self.parameter in model.parameters else "0"
+        self.built = Setting(_count(self.configs["tokenizer"]), _count(model), int(threads or 0))
+        self.settings = grid.settings(self.built)
+
+    def changes(self, setting: Setting, current: Setting) -> dict[str, Any]:
+        """The step configs to load to go from ``current`` to ``setting``."""
+        out = {}
+        if setting.tokenizer != current.tokenizer:
+            out["tokenizer"] = _with_count(self.configs["tokenizer"], setting.tokenizer)
+        if (setting.model, setting.threads) != (current.model, current.threads):
+            config = _with_count(self.configs["model"], setting.model)
+            out["model"] = _with_threads(config, self.parameter, setting.threads) if self.parameter else config
+        return out
+
+
+def tune(
+    client: Any,
+    plan: TunePlan,
+    *,
+    url: str,
+    sweep: Sweep,
+    input_data: Path,
+    workdir: Path,
+    progress: Callable[[str], None] = print,
+) -> list[TunePoint]:
+    """Measure every setting of ``plan`` on the running server, the built one first.
+
+    ``client`` is a tritonclient HTTP client (or :class:`tritongen.admin.AdminClient`) of that server,
+    which must run in explicit model-control mode. The server is left at the last setting.
+    """
+    points: list[TunePoint] = []
+    current = plan.built
+    for index, setting in enumerate(plan.settings, 1):
+        progress(f"  setting {index}/{len(plan.settings)}: {setting.label}…")
+        for step, config in plan.changes(setting, current).items():
+            try:
+                client.load_model(plan.models[step], config=config_json(config))
+            except Exception as exc:  # tritonclient raises InferenceServerException with the server's reason
+                raise BenchError(f"the server refused {setting.label} for the {step} step: {exc}") from None
+        current = setting
+        for concurrency in sweep.concurrency:
+            point = run_perf_analyzer(setting.slug, plan.name, url, input_data, concurrency, sweep, workdir)
+            points.append(TunePoint(setting, replace(point, config=setting.slug)))
+    return points
+
+
+def ratios(points: Sequence[TunePoint], setting: Setting) -> dict[int, float]:
+    """``setting``'s throughput over the built setting's (the first measured), at each concurrency."""
+    built = points[0].setting if points else setting
+    ours = {p.point.concurrency: p.point.throughput for p in points if p.setting == setting}
+    base = {p.point.concurrency: p.point.throughput for p in points if p.setting == built}
+    return {c: ours[c] / base[c] for c in sorted(ours) if base.get(c)}
+
+
+def best(points: Sequence[TunePoint], concurrency: int) -> tuple[TunePoint, TunePoint] | None:
+    """The fastest setting at ``concurrency`` and the built setting's point there (the first measured)."""
+    at = [p for p in points if p.point.concurrency == concurrency]
+    if not at:
+        return None
+    return max(at, key=lambda p: p.point.throughput), at[0]
