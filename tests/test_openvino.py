@@ -12,6 +12,7 @@ from tritongen.backends.openvino.model import TritonPythonModel as OpenVinoModel
 from tritongen.build import build_repository
 from tritongen.client import infer
 from tritongen.compat import CONTAINER_OPENVINO, container_python
+from tritongen.datasets import bench_texts
 from tritongen.errors import AccuracyError, SpecError
 from tritongen.openvino_runtime import backend_properties, cpu_precisions
 from tritongen.server import running_server
@@ -20,11 +21,16 @@ from tritongen.spec import BuildSpec, load_spec
 TEXTS = ["I love it", "Terrible, awful, bad.", "Ünïcödé and emoji 🎉", "", "word " * 200]
 
 
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.dot(a, b) / np.linalg.norm(a) / np.linalg.norm(b))
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"precision": "fp16"}, "drop precision/optimize"),
-        ({"optimize": True}, "drop precision/optimize"),
+        ({"precision": "fp16"}, "drop precision fp16 and optimize"),
+        ({"optimize": True}, "drop precision fp16 and optimize"),
+        ({"precision": "int8", "quantization": "dynamic"}, "quantises statically"),
         ({"model_instances": {"kind": "KIND_GPU"}}, "KIND_CPU"),
         ({"openvino": {"performance_hint": "FAST"}}, "LATENCY or THROUGHPUT"),
         ({"openvino": {"num_streams": -1}}, ">= 0"),
@@ -80,6 +86,45 @@ def test_the_build_serves_ir_with_the_native_backends_config_and_gates_each_prec
         assert container["passed"] and container["accuracy"]["cosine_min"] >= 0.98
 
 
+def test_int8_that_loses_too_much_is_refused_with_the_way_out(tiny_factory, tmp_path):
+    """The tiny random embedder's INT8 IR falls below the gate's cosine floor: refused, nothing written."""
+    spec = BuildSpec(
+        model=str(tiny_factory("bert", "embedding")), name="emb", repository=tmp_path / "repo", runtime="openvino",
+        precision="int8",
+    )  # fmt: skip
+    with pytest.raises(AccuracyError, match=r"OpenVINO INT8\+.* build with --precision fp32, or accept it"):
+        build_repository(spec)
+    assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())
+
+
+@pytest.mark.e2e
+def test_minilm_int8_ir_is_quantised_by_nncf_gated_and_served(minilm_path, tmp_path):
+    repo = tmp_path / "repo"
+    spec = BuildSpec(model=str(minilm_path), name="ov8", repository=repo, runtime="openvino", precision="int8")
+    build_repository(spec)
+    build_repository(spec.replace(name="ort", runtime="onnx", precision="fp32"))
+    xml = (repo / "ov8_model" / "1" / "model.xml").read_text()
+    assert xml.count('type="FakeQuantize"') >= 24  # 6 layers: the attention and feed-forward MatMuls in INT8
+    card = (repo / "ov8" / "1" / "model_card.md").read_text()
+    assert "int8 by NNCF" in card and "the built-in calibration sample" in card
+    for precision in cpu_precisions():
+        assert f"gated at OpenVINO INT8+{precision.upper()}: passed" in card
+    record = json.loads((repo / "ov8" / "1" / "build.json").read_text())
+    assert record["variant"] == "INT8 IR (NNCF), BF16 where the CPU has it"
+    assert record["accuracy"]["cosine_min"] >= 0.98 and record["accuracy"]["cosine_mean"] >= 0.99
+    if container_python(runtime="openvino") is not None:  # the INT8 IR read and gated again in OpenVINO 2024.0
+        assert record["container_runtime"]["passed"]
+    realistic = bench_texts(48)  # tweets and news, the kind of text the gate measures
+    with running_server(repo) as server:
+        int8, fp32 = (infer(TEXTS + realistic, name=name, url=server.grpc_url) for name in ("ov8", "ort"))
+    cosines = [_cosine(a["EMBEDDING"], b["EMBEDDING"]) for a, b in zip(int8, fp32)]
+    assert [a["TRUNCATED"] for a in int8] == [b["TRUNCATED"] for b in fp32]
+    served = cosines[len(TEXTS) :]
+    assert min(served) >= 0.98 and float(np.mean(served)) >= 0.99  # the embedding gate's floors, served
+    # Edge texts ("", one word repeated 200 times) lose more in INT8 than the gate's texts: the README says so.
+    assert min(cosines[: len(TEXTS)]) >= 0.9
+
+
 def test_bf16_that_flips_labels_is_refused_where_the_cpu_computes_it(tiny_factory, tmp_path):
     """The tiny random classifier's near-tied logits flip under BF16: where this CPU has BF16 (and OpenVINO
     uses it), the gate refuses the build by that precision's name; elsewhere FP32 is all it can run and passes."""
@@ -97,7 +142,4 @@ def test_served_openvino_answers_as_onnx_runtime_within_the_gate(repo):
     with running_server(repo) as server:
         ov, ort = (infer(TEXTS, name=name, url=server.grpc_url) for name in ("emb_ov", "emb_ort"))
     for a, b in zip(ov, ort):
-        cosine = (
-            np.dot(a["EMBEDDING"], b["EMBEDDING"]) / np.linalg.norm(a["EMBEDDING"]) / np.linalg.norm(b["EMBEDDING"])
-        )
-        assert cosine >= 0.999 and a["TRUNCATED"] == b["TRUNCATED"]
+        assert _cosine(a["EMBEDDING"], b["EMBEDDING"]) >= 0.999 and a["TRUNCATED"] == b["TRUNCATED"]

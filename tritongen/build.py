@@ -56,7 +56,14 @@ from tritongen.export import export_onnx
 from tritongen.fold import FOLD_TOLERANCE, FoldReport, fold_graph, prove, reference_postprocess
 from tritongen.int8_search import SCHEMES, SearchReport, search_int8
 from tritongen.model_facts import ModelFacts, read_model_facts
-from tritongen.openvino_runtime import IR_FILE, OpenVinoSession, convert_to_ir, cpu_precisions, openvino_version
+from tritongen.openvino_runtime import (
+    IR_FILE,
+    OpenVinoSession,
+    convert_to_ir,
+    cpu_precisions,
+    openvino_version,
+    quantize_ir,
+)
 from tritongen.optimize import OptimizeReport, optimize_model
 from tritongen.parity import PARITY_TEXTS, ParityReport, check_parity, require_parity
 from tritongen.render import render_all
@@ -194,7 +201,8 @@ def _model_card(
 
 def _variant_name(spec: BuildSpec, variant: Variant | None = None) -> str:
     if spec.runtime == "openvino":
-        return "FP32 IR, BF16 where the CPU has it"
+        weights = "INT8 IR (NNCF)" if spec.precision == "int8" else "FP32 IR"
+        return f"{weights}, BF16 where the CPU has it"
     name = spec.precision.upper()
     if variant is not None and variant.search is not None and variant.search.chosen is not None:
         name += f" {variant.search.chosen.candidate.label}"
@@ -399,15 +407,7 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
     if spec.precision == "fp32" and not spec.optimize:
         shutil.copyfile(onnx.fp32_path, target)
         return None
-    validation = read_texts(spec.validation, "validation")
-    calibration, calibration_source = [], ""
-    if spec.precision == "int8" and spec.calibration is None and spec.validation is not None and len(validation) >= 64:
-        # Calibrate on the user's kind of text, but never on a text the gate then measures.
-        calibration, validation = validation[::4], [text for i, text in enumerate(validation) if i % 4]
-        calibration_source = f"every 4th text of `{spec.validation}` (the gate measures the other {len(validation)})"
-    elif spec.precision == "int8":
-        calibration = read_texts(spec.calibration, "calibration")
-        calibration_source = f"`{spec.calibration}`" if spec.calibration else "the built-in calibration sample"
+    validation, calibration, calibration_source = _gate_texts(spec)
     with (
         console.status(f"Optimising ({spec.precision}, fusions {'on' if spec.optimize else 'off'})…"),
         _stage("optimisation"),
@@ -444,6 +444,21 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
     return Variant(optimized, accuracy, search, reference)
 
 
+def _gate_texts(spec: BuildSpec) -> tuple[list[str], list[str], str]:
+    """The gate's validation texts and, for INT8, the calibration texts and where they come from."""
+    validation = read_texts(spec.validation, "validation")
+    if spec.precision != "int8":
+        return validation, [], ""
+    if spec.calibration is None and spec.validation is not None and len(validation) >= 64:
+        # Calibrate on the user's kind of text, but never on a text the gate then measures.
+        calibration, validation = validation[::4], [text for i, text in enumerate(validation) if i % 4]
+        return validation, calibration, (
+            f"every 4th text of `{spec.validation}` (the gate measures the other {len(validation)})"
+        )  # fmt: skip
+    calibration = read_texts(spec.calibration, "calibration")
+    return validation, calibration, f"`{spec.calibration}`" if spec.calibration else "the built-in calibration sample"
+
+
 def _gate_reference(plan: BuildPlan, onnx: Export, console: Console, validation: Sequence[str]) -> GateReference:
     with console.status(f"Accuracy gate: FP32 PyTorch on {len(validation)} validation texts…"), _stage("accuracy gate"):
         return GateReference(
@@ -461,15 +476,26 @@ def _openvino(plan: BuildPlan, onnx: Export, console: Console) -> Variant:
     spec = plan.spec
     xml = onnx.target.with_name(IR_FILE)
     version = openvino_version()
+    validation, calibration, calibration_source = _gate_texts(spec)
+    fp32_xml = onnx.fp32_path.with_suffix(".xml") if spec.precision == "int8" else xml  # outside the staged tree
     with console.status(f"Converting to OpenVINO {version} IR…"), _stage("OpenVINO conversion"):
-        convert_to_ir(onnx.fp32_path, xml)
-    validation = read_texts(spec.validation, "validation")
+        convert_to_ir(onnx.fp32_path, fp32_xml)
+    steps = [f"converted to OpenVINO {version} IR (`{IR_FILE}`, FP32 weights); the precision is OpenVINO's choice"]
+    if spec.precision == "int8":
+        pairs = plan.pairs(calibration)
+        feeds = [onnx.encoder([t], None if pairs is None else [pairs[i]]) for i, t in enumerate(calibration)]
+        with console.status(f"INT8: NNCF calibration on {len(feeds)} texts…"), _stage("OpenVINO INT8"):
+            nncf_version = quantize_ir(fp32_xml, xml, feeds)
+        steps.append(
+            f"int8 by NNCF {nncf_version} post-training quantisation (transformer preset: weights per channel, "
+            f"activations calibrated on {len(feeds)} texts from {calibration_source}; softmax and norms in float)"
+        )
     reference = _gate_reference(plan, onnx, console, validation)
     precisions = cpu_precisions()
-    steps = [f"converted to OpenVINO {version} IR (`{IR_FILE}`, FP32 weights); the precision is OpenVINO's choice"]
     reports = []
+    int8 = spec.precision == "int8"
     for precision in precisions:
-        name = f"OpenVINO {precision.upper()}"
+        name = f"OpenVINO {'INT8+' if int8 else ''}{precision.upper()}"
         with console.status(f"Accuracy gate: {name}…"), _stage("accuracy gate"):
             session = OpenVinoSession(xml, {"INFERENCE_PRECISION_HINT": precision, "NUM_STREAMS": 1})
             report = reference.measure(session, name)
@@ -482,8 +508,9 @@ def _openvino(plan: BuildPlan, onnx: Export, console: Console) -> Variant:
         if not report.passed and not spec.accept_accuracy_loss:
             raise AccuracyError(
                 f"accuracy gate failed: {report.summary()}; nothing was published"
-                + ("; OpenVINO computes in BF16 on CPUs that have it (the native backend cannot turn that off): "
-                   "build with --runtime onnx" if "BF16" in report.variant else "")
+                + ("; INT8 lost too much: build with --precision fp32, or accept it with --accept-accuracy-loss"
+                   if int8 else "; OpenVINO computes in BF16 on CPUs that have it (the native backend cannot turn "
+                   "that off): build with --runtime onnx" if "BF16" in report.variant else "")
             )  # fmt: skip
     accuracy = dataclasses.replace(worst_of(reports), variant=f"OpenVINO {'/'.join(p.upper() for p in precisions)}")
     return Variant(OptimizeReport(steps=steps), accuracy, None, reference)

@@ -241,11 +241,13 @@ def _validate(spec: BuildSpec) -> None:
 
 
 def _check_openvino(spec: BuildSpec) -> None:
-    if spec.precision != "fp32" or spec.optimize:
+    if spec.precision == "fp16" or spec.optimize:
         raise SpecError(
-            "runtime openvino serves the FP32 export and computes in BF16 itself where the CPU has it (both gated); "
-            "drop precision/optimize, which are ONNX Runtime variants"
+            "runtime openvino serves FP32 or INT8 (NNCF) IR and computes in BF16 itself where the CPU has it (all "
+            "gated); drop precision fp16 and optimize, which are ONNX Runtime variants"
         )
+    if spec.precision == "int8" and spec.quantization == "dynamic":
+        raise SpecError("runtime openvino quantises statically (NNCF, calibrated); drop quantization dynamic")
     if spec.model_instances.kind != "KIND_CPU" or spec.tensorrt.enabled:
         raise SpecError("runtime openvino runs the model step on KIND_CPU instances, without the TensorRT accelerator")
     settings = spec.openvino
