@@ -87,3 +87,14 @@ def test_spec_round_trips_task_sections_through_yaml(tmp_path):
 def test_spec_refuses_unknown_field_in_task_section():
     with pytest.raises(SpecError, match=r"unknown setting\(s\) \['window'\] in `question_answering`"):
         load_spec(model="m", question_answering={"window": 64})
+
+
+def test_the_batcher_waits_by_default_only_where_the_model_step_is_a_gpu():
+    """A CPU encoder is compute-bound: waiting for a partner costs latency and buys no throughput."""
+    assert load_spec(model="m").queue_delay_us == 0
+    assert load_spec(model="m", model_instances={"kind": "KIND_GPU"}).queue_delay_us == 2000
+    assert load_spec(model="m", dynamic_batching={"max_queue_delay_microseconds": 500}).queue_delay_us == 500
+    gpu_zero = load_spec(
+        model="m", model_instances={"kind": "KIND_GPU"}, dynamic_batching={"max_queue_delay_microseconds": 0}
+    )
+    assert gpu_zero.queue_delay_us == 0  # an explicit 0 is kept

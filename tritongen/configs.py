@@ -116,7 +116,10 @@ class ModelStep:
             "inputs": self.inputs,
             "outputs": self.outputs,
             "version_policy": _version_policy(spec.version_policy),
-            "dynamic_batching": _batching(spec.dynamic_batching, default_queue=QUEUE_BATCHES * spec.max_batch_size),
+            "dynamic_batching": _batching(
+                dataclasses.replace(spec.dynamic_batching, max_queue_delay_microseconds=spec.queue_delay_us),
+                default_queue=QUEUE_BATCHES * spec.max_batch_size,
+            ),
             "warmup": self.warmup(),
         }
 
@@ -343,7 +346,7 @@ def _batching(batching: specs.DynamicBatching, *, default_queue: int = 0) -> Dyn
     if policy is None and default_queue:
         policy = specs.QueuePolicy(max_queue_size=default_queue)
     return DynamicBatching(
-        max_queue_delay_microseconds=batching.max_queue_delay_microseconds,
+        max_queue_delay_microseconds=batching.max_queue_delay_microseconds or 0,
         preferred_batch_size=tuple(batching.preferred_batch_size),
         preserve_ordering=batching.preserve_ordering,
         queue_policy=None
