@@ -310,7 +310,11 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--response-cache", action=argparse.BooleanOptionalAction, help="ensemble response cache")
     build.add_argument("--warmup", action=argparse.BooleanOptionalAction, help="model_warmup per length bucket")
     build.add_argument("--dynamic-batching", action=argparse.BooleanOptionalAction, help="dynamic batching")
-    build.add_argument("--max-queue-delay-us", type=int, help="dynamic batching max_queue_delay_microseconds")
+    build.add_argument(
+        "--max-queue-delay-us",
+        type=int,
+        help="the model step's dynamic batching delay (default: 0 on KIND_CPU instances, 2000 on KIND_GPU)",
+    )
     build.add_argument("--preferred-batch-size", help="comma-separated preferred batch sizes")
     build.add_argument("--preserve-ordering", action=argparse.BooleanOptionalAction)
     build.add_argument(
@@ -324,7 +328,11 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--tokenizer-instances", type=int, help="instance count of the tokenizer step")
     build.add_argument("--intra-op-threads", type=int, help="ONNX Runtime intra-op threads (0: default)")
     build.add_argument("--inter-op-threads", type=int, help="ONNX Runtime inter-op threads (0: default)")
-    build.add_argument("--precision", choices=("fp32", "fp16", "int8"), help="served precision (default fp32)")
+    build.add_argument(
+        "--precision",
+        choices=("fp32", "fp16", "int8"),
+        help="served precision (default fp32; runtime openvino: fp32 or int8 by NNCF)",
+    )
     build.add_argument("--optimize", action=argparse.BooleanOptionalAction, help="offline transformer fusions")
     build.add_argument(
         "--quantization",
