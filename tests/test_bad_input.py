@@ -55,13 +55,52 @@ def test_build_exits_2_when_config_json_unreadable(minilm_copy, tmp_path, capsys
     assert "config.json` is not valid JSON" in message
 
 
-def test_build_exits_2_when_architecture_unsupported(minilm_copy, tmp_path, capsys):
-    config = json.loads((minilm_copy / "config.json").read_text())
-    config.update(model_type="gpt2", architectures=["GPT2LMHeadModel"])
-    (minilm_copy / "config.json").write_text(json.dumps(config))
+def _edit_config(checkpoint: Path, **changes) -> None:
+    config = json.loads((checkpoint / "config.json").read_text())
+    config.update(changes)
+    (checkpoint / "config.json").write_text(json.dumps(config))
+
+
+def test_build_exits_2_when_model_type_unknown_to_transformers(minilm_copy, tmp_path, capsys):
+    _edit_config(minilm_copy, model_type="not-a-model", architectures=["NotAModel"])
     code, message = _run(capsys, "build", "--model", str(minilm_copy), "--repository", str(tmp_path / "repo"))
     assert code == 2
-    assert message.startswith("error: architecture `gpt2` is not supported; supported: albert, bert")
+    assert message.startswith("error: model type check failed: transformers ")
+    assert message.endswith("has no native config class for model type `not-a-model`")
+    _assert_nothing_written(tmp_path / "repo")
+
+
+def test_build_exits_2_when_task_head_has_no_transformers_auto_class(minilm_copy, tmp_path, capsys):
+    # ViT is a model type transformers knows, but its classifiers are image classifiers.
+    _edit_config(minilm_copy, model_type="vit", architectures=["ViTForSequenceClassification"])
+    code, message = _run(
+        capsys, "build", "--model", str(minilm_copy), "--task", "classification", "--repository", str(tmp_path / "r")
+    )
+    assert code == 2
+    assert message == (
+        "error: task head check failed: transformers has no AutoModelForSequenceClassification for model type `vit`"
+    )
+    _assert_nothing_written(tmp_path / "r")
+
+
+def test_build_exits_2_when_weights_do_not_fill_the_model(minilm_copy, tmp_path, capsys):
+    # GPT-2 is known and has a bare model, but a BERT's weights leave every GPT-2 weight at random.
+    _edit_config(minilm_copy, model_type="gpt2", architectures=["GPT2Model"])
+    code, message = _run(capsys, "build", "--model", str(minilm_copy), "--repository", str(tmp_path / "repo"))
+    assert code == 2
+    assert message.startswith(f"error: weights check failed: `{minilm_copy}` lacks ")
+    assert message.endswith("weights of GPT2Model (e.g. `h.0.attn.c_attn.bias`); they would be random")
+    _assert_nothing_written(tmp_path / "repo")
+
+
+def test_build_exits_2_when_checkpoint_ships_code_and_it_is_not_trusted(minilm_copy, tmp_path, capsys):
+    _edit_config(minilm_copy, auto_map={"AutoModel": "modeling_custom.CustomModel"})
+    code, message = _run(capsys, "build", "--model", str(minilm_copy), "--repository", str(tmp_path / "repo"))
+    assert code == 2
+    assert message == (
+        f"error: remote code check failed: config.json of `{minilm_copy}` names code shipped with the checkpoint "
+        "(auto_map: AutoModel); it is not run unless trust_remote_code is set"
+    )
     _assert_nothing_written(tmp_path / "repo")
 
 

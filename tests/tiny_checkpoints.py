@@ -46,6 +46,8 @@ ARCHITECTURES: tuple[str, ...] = (
     "electra",
     "albert",
     "mpnet",
+    "modernbert",
+    "eurobert",
 )
 TASKS: tuple[str, ...] = ("classification", "embedding")
 
@@ -62,6 +64,8 @@ class _TokenizerKind:
     specials: dict[str, str]
     mask_last: bool = False  # mask token appended after the learned vocabulary, as in RoBERTa/XLM-R/DeBERTa-v3
     processor: str = "bert"  # bert | roberta | xlmr
+    mask_lstrip: bool | None = None  # whether the mask swallows the space before it; None: by processor
+    split: str | None = None  # a regex splitting text before byte-level BPE (Llama 3); None: ByteLevel's own
 
 
 _KINDS: dict[str, _TokenizerKind] = {
@@ -90,6 +94,20 @@ _KINDS: dict[str, _TokenizerKind] = {
     ),
     "unigram-deberta": _TokenizerKind(
         "unigram", {"pad": "[PAD]", "cls": "[CLS]", "sep": "[SEP]", "unk": "[UNK]", "mask": "[MASK]"}, mask_last=True
+    ),
+    # ModernBERT: OLMo-style byte-level BPE, BERT's specials and template ("[CLS] A [SEP] B [SEP]").
+    "bpe-modernbert": _TokenizerKind(
+        "bpe", {"unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "mask": "[MASK]"}, mask_lstrip=True
+    ),
+    # EuroBERT: Llama 3's BPE (its split regex, then bytes), no unknown token, text framed by
+    # <|begin_of_text|> ... <|end_of_text|>, which also pads.
+    "bpe-llama3": _TokenizerKind(
+        "bpe",
+        {"cls": "<|begin_of_text|>", "sep": "<|end_of_text|>", "pad": "<|end_of_text|>", "mask": "<|mask|>"},
+        split=(
+            r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+            r"\s*[\r\n]+|\s+(?!\S)|\s+"
+        ),
     ),
 }
 
@@ -129,6 +147,21 @@ _ARCHS: dict[str, _ArchSpec] = {
     "electra": _ArchSpec("wordpiece", True, 0, {**_LAYERS, "embedding_size": HIDDEN_SIZE, "type_vocab_size": 2}),
     "albert": _ArchSpec("unigram-albert", True, 0, {**_LAYERS, "embedding_size": 16, "type_vocab_size": 2}),
     "mpnet": _ArchSpec("wordpiece-mpnet", False, 2, {**_LAYERS}),
+    # One global layer, then one sliding-window layer whose 16-token window (8 each side) is shorter than
+    # the 64-token rows, so the window changes the outputs; rotary positions in both.
+    "modernbert": _ArchSpec(
+        "bpe-modernbert",
+        False,
+        0,
+        {
+            **_LAYERS,
+            "layer_types": ["full_attention", "sliding_attention"],
+            "local_attention": 16,
+            "classifier_pooling": "mean",
+        },
+    ),
+    # Llama-style: rotary positions, grouped-query attention (2 query heads share 1 key/value head), RMSNorm.
+    "eurobert": _ArchSpec("bpe-llama3", False, 0, {**_LAYERS, "num_key_value_heads": 1, "head_dim": 16}),
 }
 
 _LABEL_SETS: dict[int, tuple[str, ...]] = {
@@ -240,10 +273,17 @@ def _train_tokenizer(kind_name: str) -> Tokenizer:
         return _TOKENIZER_CACHE[kind_name]
     kind = _KINDS[kind_name]
     sp = kind.specials
-    leading = [tok for role, tok in sp.items() if not (kind.mask_last and role == "mask")]
+    leading = list(dict.fromkeys(tok for role, tok in sp.items() if not (kind.mask_last and role == "mask")))
     if kind.algorithm == "bpe":
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        if kind.split is not None:
+            tok.pre_tokenizer = pre_tokenizers.Sequence(
+                [
+                    pre_tokenizers.Split(Regex(kind.split), behavior="isolated"),
+                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+                ]
+            )
         tok.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
             vocab_size=_VOCAB_SIZE,
@@ -279,7 +319,8 @@ def _train_tokenizer(kind_name: str) -> Tokenizer:
         tok.model = build(counts, leading, sp["unk"])
         tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in leading])
     # The mask swallows the space before it, as in the real RoBERTa/XLM-R/MPNet tokenizers.
-    tok.add_special_tokens([AddedToken(sp["mask"], special=True, lstrip=kind.processor != "bert", normalized=False)])
+    lstrip = kind.processor != "bert" if kind.mask_lstrip is None else kind.mask_lstrip
+    tok.add_special_tokens([AddedToken(sp["mask"], special=True, lstrip=lstrip, normalized=False)])
     cls, sep = (sp["cls"], tok.token_to_id(sp["cls"])), (sp["sep"], tok.token_to_id(sp["sep"]))
     if kind.processor == "roberta":
         tok.post_processor = processors.RobertaProcessing(sep, cls, trim_offsets=True, add_prefix_space=False)
@@ -305,16 +346,17 @@ def _make_tokenizer(arch: str, max_length: int) -> PreTrainedTokenizerFast:
         ["input_ids", "token_type_ids", "attention_mask"] if spec.token_type_ids else ["input_ids", "attention_mask"]
     )
     extra = {"bos_token": sp["cls"], "eos_token": sp["sep"]} if sp["cls"] == "<s>" else {}
+    if sp["cls"] == "<|begin_of_text|>":  # Llama 3 names them bos and eos only, and has no unknown token
+        roles = {"bos_token": sp["cls"], "eos_token": sp["sep"]}
+    else:
+        roles = {"unk_token": sp["unk"], "cls_token": sp["cls"], "sep_token": sp["sep"], **extra}
     return PreTrainedTokenizerFast(
         tokenizer_object=_train_tokenizer(spec.tokenizer),  # deep-copied, so the cache stays untouched
-        unk_token=sp["unk"],
         pad_token=sp["pad"],
-        cls_token=sp["cls"],
-        sep_token=sp["sep"],
         mask_token=sp["mask"],
+        **roles,
         model_max_length=max_length,
         model_input_names=inputs,
-        **extra,
     )
 
 
@@ -397,6 +439,10 @@ def write_tokenizer_and_config(
         kwargs.pop("hidden_size")
     else:
         kwargs.update(bos_token_id=ids["cls"], eos_token_id=ids["sep"])
+    if arch == "modernbert":
+        kwargs.update(cls_token_id=ids["cls"], sep_token_id=ids["sep"])
+    if arch == "eurobert":
+        kwargs.update(mask_token_id=ids["mask"])
     return AutoConfig.for_model(arch, **kwargs)
 
 

@@ -137,7 +137,8 @@ def _load_tokenizer(checkpoint: Checkpoint) -> Any:
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
+        trust = {"trust_remote_code": True} if checkpoint.trust_remote_code else {}
+        tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path), **trust)
     except Exception as exc:  # tokenizer loading raises many types for bad files
         raise CheckpointError(
             f"cannot load the tokenizer of {{path}}: {str(exc).splitlines()[0]}", path=checkpoint.path
@@ -182,6 +183,7 @@ def _model_card(
         + f" (TYPE_STRING, {shape((1,))}); outputs "
         + outputs,
         f"- tools: {tools}",
+        _remote_code_line(checkpoint),
     ]
     lines += bound.card_lines
     lines.append(f"- served model: {_variant_name(spec, variant)} ({spec.runtime} runtime)")
@@ -197,6 +199,14 @@ def _model_card(
         if variant.search is not None:
             card += "\n" + variant.search.to_markdown(SEARCH_PLOT)
     return card
+
+
+def _remote_code_line(checkpoint: Checkpoint) -> str:
+    """The card's line on code shipped with the checkpoint: none, or which classes ran because it was trusted."""
+    if not checkpoint.auto_map:
+        return "- remote code: none (transformers' own classes)"
+    classes = ", ".join(f"{name} -> `{target}`" for name, target in sorted(checkpoint.auto_map.items()))
+    return f"- remote code: TRUSTED (trust_remote_code): the checkpoint's own code was run ({classes})"
 
 
 def _variant_name(spec: BuildSpec, variant: Variant | None = None) -> str:
@@ -318,7 +328,7 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
 def inspect(spec: BuildSpec, console: Console) -> BuildPlan:
     """Stage 1: read the checkpoint, choose its task, load its tokenizer and model; refuse bad settings early."""
     with console.status("Inspecting checkpoint…"):
-        checkpoint = inspect_checkpoint(spec.model)
+        checkpoint = inspect_checkpoint(spec.model, trust_remote_code=spec.trust_remote_code)
         task = _choose_task(spec, checkpoint)
         hf_tokenizer = _load_tokenizer(checkpoint)
     with console.status("Loading PyTorch weights…"), _stage("loading the PyTorch model"):

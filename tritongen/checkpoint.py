@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tritongen.errors import CheckpointError, UnsupportedModelError
+from tritongen.errors import CapabilityError, CheckpointError, UnsupportedModelError
 
 __all__ = [
     "BUNDLED_MODEL",
-    "SUPPORTED_MODEL_TYPES",
     "Checkpoint",
     "Pooling",
     "bundled_minilm",
@@ -23,17 +22,6 @@ __all__ = [
     "resolve_checkpoint",
 ]
 
-SUPPORTED_MODEL_TYPES = (
-    "albert",
-    "bert",
-    "camembert",
-    "deberta-v2",
-    "distilbert",
-    "electra",
-    "mpnet",
-    "roberta",
-    "xlm-roberta",
-)
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 _POOLING_MODES = {
     "pooling_mode_mean_tokens": "mean",
@@ -59,6 +47,13 @@ class Checkpoint:
     path: Path
     config: dict[str, Any]
     pooling: Pooling
+    trust_remote_code: bool = False  # whether the code config.json's auto_map names may run
+
+    @property
+    def auto_map(self) -> dict[str, str]:
+        """``config.json``'s ``auto_map``: auto class -> the checkpoint's own module.class (remote code)."""
+        raw = self.config.get("auto_map") or {}
+        return {str(k): str(v if isinstance(v, str) else v[0]) for k, v in raw.items()} if isinstance(raw, dict) else {}
 
     @property
     def model_type(self) -> str:
@@ -201,8 +196,40 @@ def _check_weights(path: Path) -> None:
             ) from None
 
 
-def inspect_checkpoint(model: str | os.PathLike[str]) -> Checkpoint:
-    """Resolve and inspect ``model``; raise a clear error for anything we cannot deploy."""
+def _check_model_type(config: dict[str, Any], path: Path, trust_remote_code: bool) -> None:
+    """The first steps of the capability check: no remote code unless trusted, and a model type transformers knows.
+
+    The other steps come later: the task's head must load from transformers' auto classes
+    (``tasks._base.load_pretrained``), the model must export with dynamic axes, and it must pass parity.
+    """
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    auto_map = config.get("auto_map")
+    if auto_map and not trust_remote_code:
+        named = ", ".join(sorted(auto_map)) if isinstance(auto_map, dict) else str(auto_map)
+        raise CapabilityError(
+            "remote code",
+            f"config.json of {{path}} names code shipped with the checkpoint (auto_map: {named}); "
+            "it is not run unless trust_remote_code is set",
+            path=path,
+        )
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise CapabilityError("model type", "config.json of {path} has no model_type", path=path)
+    remote_config = trust_remote_code and isinstance(auto_map, dict) and "AutoConfig" in auto_map
+    if model_type not in CONFIG_MAPPING and not remote_config:
+        raise CapabilityError(
+            "model type",
+            f"transformers {transformers.__version__} has no native config class for model type `{model_type}`",
+        )
+
+
+def inspect_checkpoint(model: str | os.PathLike[str], *, trust_remote_code: bool = False) -> Checkpoint:
+    """Resolve and inspect ``model``; raise a clear error for anything we cannot deploy.
+
+    ``trust_remote_code`` lets a checkpoint whose ``config.json`` has an ``auto_map`` run its own code.
+    """
     path = resolve_checkpoint(str(model))
     config_file = path / "config.json"
     if not config_file.is_file():
@@ -210,14 +237,10 @@ def inspect_checkpoint(model: str | os.PathLike[str]) -> Checkpoint:
     config = _read_json(config_file)
     if not isinstance(config, dict):
         raise CheckpointError("{path} must hold a JSON object", path=config_file)
-    model_type = config.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise UnsupportedModelError(
-            f"architecture `{model_type}` is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
-        )
+    _check_model_type(config, path, trust_remote_code)
     if not (path / "tokenizer.json").is_file() and not any(
         (path / name).is_file() for name in ("vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
     ):
         raise CheckpointError("checkpoint {path} has no tokenizer (tokenizer.json or vocabulary files)", path=path)
     _check_weights(path)
-    return Checkpoint(path=path, config=config, pooling=_read_pooling(path))
+    return Checkpoint(path=path, config=config, pooling=_read_pooling(path), trust_remote_code=trust_remote_code)

@@ -70,6 +70,7 @@ def _build(args: argparse.Namespace) -> None:
         runtime=args.runtime,
         container_check=args.container_check,
         fold=args.fold,
+        trust_remote_code=args.trust_remote_code,
         max_length=args.max_length,
         **{name: getattr(args, name) for name in legacy_settings()},
     )
@@ -355,6 +356,12 @@ def _parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         help="fold the postprocess step into the ONNX graph where it is tensor math and proves equal to the "
         "Python step (default off: slower at concurrency 16 here, see README; the card says which path)",
+    )
+    build.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        default=None,
+        help="run the code a checkpoint ships (config.json auto_map) to load it; refused without (the card records it)",
     )
     build.add_argument("--calibration", type=Path, help="calibration texts, one per line (default: built-in)")
     build.add_argument("--validation", type=Path, help="accuracy-gate texts, one per line (default: built-in)")

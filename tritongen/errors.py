@@ -7,6 +7,7 @@ them to a one-line message and exit code 2. The tree::
     ├── UsageError               the command line is incomplete or contradictory
     ├── CheckpointError          the checkpoint is missing, unreadable or corrupt
     ├── UnsupportedModelError    architecture or task we cannot deploy
+    │   └── CapabilityError      the checkpoint failed one step of the capability check (names the step)
     ├── SpecError                invalid build settings (or an unreadable texts file they name)
     ├── ExportError              ONNX export or quantisation failed
     ├── ParityError              exported model disagrees with PyTorch
@@ -21,7 +22,9 @@ them to a one-line message and exit code 2. The tree::
     └── DeployError              a deploy folder, manifest set or capacity plan cannot be made
 
 The path and log file an error is about are attributes (``exc.path``, ``exc.log_file``), and so
-are a :class:`StageError`'s ``stage`` and ``cause``; the message is rendered from them. A message
+are a :class:`StageError`'s ``stage`` and ``cause``; the message is rendered from them. The steps of the
+capability check carry ``stage`` too: a :class:`CapabilityError`'s (``model type``, ``remote code``,
+``task head``, ``weights``), ``export`` on an :class:`ExportError`, ``parity`` on a :class:`ParityError`. A message
 places the path with a ``{path}`` marker (``"checkpoint {path} has no config.json"``), else the
 path leads it. ``QAInputError`` in ``triton_models/qa.py`` is deliberately not here: that module
 runs inside Triton's Python backend, which has no tritongen to import.
@@ -35,6 +38,7 @@ from pathlib import Path
 __all__ = [
     "AccuracyError",
     "BenchError",
+    "CapabilityError",
     "CheckpointError",
     "ConfigValidationError",
     "DeployError",
@@ -107,6 +111,21 @@ class UnsupportedModelError(TritongenError):
     """The checkpoint's architecture or the requested task is not supported."""
 
 
+class CapabilityError(UnsupportedModelError):
+    """The checkpoint failed one step of the capability check that replaces a list of supported model types.
+
+    A model is served when transformers knows its type natively (``model type``), runs no code shipped with
+    the checkpoint unless asked to (``remote code``), has the task's head among transformers' auto classes
+    (``task head``) whose weights the checkpoint fills (``weights``), exports with dynamic axes
+    (:class:`ExportError`) and passes parity (:class:`ParityError`). ``stage`` names the step that failed.
+    """
+
+    def __init__(self, stage: str, reason: str, *, path: str | os.PathLike[str] | None = None) -> None:
+        self.stage = stage
+        self.reason = reason
+        super().__init__(f"{stage} check failed: {reason}", path=path)
+
+
 class SpecError(TritongenError):
     """The build settings are invalid or contradict each other, or a file they name cannot be read."""
 
@@ -114,9 +133,13 @@ class SpecError(TritongenError):
 class ExportError(TritongenError):
     """Exporting the PyTorch model to ONNX, or quantising it, failed."""
 
+    stage = "export"
+
 
 class ParityError(TritongenError):
     """The exported model's outputs differ from PyTorch beyond tolerance."""
+
+    stage = "parity"
 
 
 class AccuracyError(TritongenError):

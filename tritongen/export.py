@@ -60,8 +60,45 @@ def export_onnx(
     except Exception as exc:  # torch.export raises many types; all mean "cannot export"
         raise ExportError(f"ONNX export failed: {str(exc).strip().splitlines()[0]}") from None
     onnx.checker.check_model(model)
+    _require_dynamic_axes(model, sample)
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save_model(model, str(path))
+
+
+def _require_dynamic_axes(model: object, sample: Mapping[str, np.ndarray]) -> None:
+    """Refuse an export that only runs at the traced shape (a step of the capability check).
+
+    The exporter names both axes even where the model fixed one in its arithmetic, so the graph is run at a
+    batch one larger and a sequence three longer than the sample; a wrong-sized batch counts as a failure too.
+    """
+    import onnxruntime as ort
+
+    for value in model.graph.input:  # type: ignore[attr-defined]
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) < 2 or not (dims[0].dim_param and dims[1].dim_param):
+            raise ExportError(f"ONNX export fixed the batch or sequence axis of `{value.name}`")
+    feeds = {}
+    for name, array in sample.items():
+        array = np.asarray(array)
+        longer = np.concatenate([array, np.repeat(array[:, -1:], 3, axis=1)], axis=1)
+        feeds[name] = np.concatenate([longer, longer[:1]], axis=0)
+    batch, sequence = next(iter(feeds.values())).shape
+    try:
+        session = ort.InferenceSession(
+            model.SerializeToString(),
+            providers=["CPUExecutionProvider"],  # type: ignore[attr-defined]
+        )
+        output = session.run(None, feeds)[0]
+    except Exception as exc:  # ONNX Runtime raises its own types; all mean "does not run at this shape"
+        raise ExportError(
+            f"the exported model does not run at batch {batch} and sequence {sequence}, only at the traced "
+            f"shape ({' '.join(str(exc).split())[:200]}); it does not export with dynamic batch and sequence axes"
+        ) from None
+    if output.shape[0] != batch:
+        raise ExportError(
+            f"the exported model returns {output.shape[0]} rows for a batch of {batch}; "
+            "it does not export with a dynamic batch axis"
+        )
 
 
 @contextlib.contextmanager

@@ -154,6 +154,9 @@ class BuildSpec:
     # (tritongen.fold): one Python hop fewer per request. Off by default: measured interleaved here, the folded
     # MiniLM ensemble served by the local Python-based backend was slower at concurrency 16 (README).
     fold: bool = False
+    # Run code shipped with the checkpoint (config.json's auto_map) to load its config, tokenizer and model.
+    # Off by default: such a checkpoint is refused; the model card records that it was trusted.
+    trust_remote_code: bool = False
     # The tasks' sections, by section name (``question_answering: {doc_stride: 64}``); a task missing here
     # runs with its defaults. The old flat keys (``qa_doc_stride``) are read into these sections.
     task_settings: dict[str, TaskSettings] = field(default_factory=dict)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen.accuracy import Gate, LabelGate
-from tritongen.errors import UnsupportedModelError
+from tritongen.errors import CapabilityError, CheckpointError, UnsupportedModelError
 
 if TYPE_CHECKING:
     import torch
@@ -291,17 +291,49 @@ def exportable(model: Any, head: Callable[[Any, torch.Tensor], torch.Tensor]) ->
     return Exportable().eval()
 
 
-def load_pretrained(auto_class: Any, checkpoint: Checkpoint) -> Any:
-    """``auto_class.from_pretrained`` on the checkpoint, eager attention, in eval mode."""
-    try:
-        model = auto_class.from_pretrained(str(checkpoint.path), attn_implementation="eager")
-    except (OSError, ValueError, RuntimeError, KeyError) as exc:
-        from tritongen.errors import CheckpointError
+def load_pretrained(auto_class: Any, checkpoint: Checkpoint, *, unused: tuple[str, ...] = ()) -> Any:
+    """``auto_class.from_pretrained`` on the checkpoint, eager attention, in eval mode.
 
+    Steps of the capability check: the task's head must be one of ``auto_class``'s (transformers' own
+    classes, or the checkpoint's ``auto_map`` when its code is trusted), and the checkpoint must fill every
+    weight of it; a weight left at random would still pass parity, so it is refused here. ``unused`` lists
+    prefixes of weights the task never reads (a bare encoder's pooler), which may be missing.
+    """
+    _require_head(auto_class, checkpoint)
+    trust = {"trust_remote_code": True} if checkpoint.trust_remote_code else {}
+    try:
+        model, info = auto_class.from_pretrained(
+            str(checkpoint.path), attn_implementation="eager", output_loading_info=True, **trust
+        )
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise CheckpointError(
             f"cannot load weights of {{path}}: {str(exc).splitlines()[0]}", path=checkpoint.path
         ) from None
+    missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(unused))
+    if missing:
+        total = len(model.state_dict())
+        raise CapabilityError(
+            "weights",
+            f"{{path}} lacks {len(missing)} of the {total} weights of {type(model).__name__} "
+            f"(e.g. `{missing[0]}`); they would be random",
+            path=checkpoint.path,
+        )
     return model.eval()
+
+
+def _require_head(auto_class: Any, checkpoint: Checkpoint) -> None:
+    """Refuse a checkpoint whose model type has no ``auto_class`` head in transformers (or in its trusted code)."""
+    from transformers import CONFIG_MAPPING
+
+    if checkpoint.trust_remote_code and auto_class.__name__ in checkpoint.auto_map:
+        return
+    config_class = CONFIG_MAPPING[checkpoint.model_type] if checkpoint.model_type in CONFIG_MAPPING else None
+    if config_class is not None and config_class in auto_class._model_mapping:
+        return
+    source = "the checkpoint's auto_map" if checkpoint.trust_remote_code else "transformers"
+    raise CapabilityError(
+        "task head", f"{source} has no {auto_class.__name__} for model type `{checkpoint.model_type}`"
+    )
 
 
 def labels_line(checkpoint: Checkpoint) -> str:

@@ -62,7 +62,7 @@ class Embedding(Task):
         import torch
         from transformers import AutoModel
 
-        model = load_pretrained(AutoModel, checkpoint)
+        model = load_pretrained(AutoModel, checkpoint, unused=("pooler.",))  # pooling reads the hidden states
         mode = checkpoint.pooling.mode
 
         def pool(outputs: Any, attention_mask: torch.Tensor) -> torch.Tensor:
