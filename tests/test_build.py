@@ -14,8 +14,8 @@ from tritongen.export import onnx_io
 from tritongen.spec import BuildSpec
 
 # Models that embed no second segment: no token-type table (DistilBERT, MPNet), one type (RoBERTa, XLM-R), or
-# type_vocab_size 0 (DeBERTa-v3 layout).
-WITHOUT_TOKEN_TYPES = {"distilbert", "roberta", "xlm-roberta", "mpnet", "deberta-v2"}
+# type_vocab_size 0 (DeBERTa-v3 layout); ModernBERT and EuroBERT take no type ids at all.
+WITHOUT_TOKEN_TYPES = {"distilbert", "roberta", "xlm-roberta", "mpnet", "deberta-v2", "modernbert", "eurobert"}
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)

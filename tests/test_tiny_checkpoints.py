@@ -120,7 +120,8 @@ def test_tokenizer_json_matches_auto_tokenizer(checkpoint: Builder, arch: str, t
         assert len(enc.ids) <= MAX_LENGTH
         if text == LONG:
             assert len(enc.ids) == MAX_LENGTH, "the long text must be truncated to exactly max_length"
-    assert raw.encode("").ids == [hf.cls_token_id, hf.sep_token_id]
+    framing = [hf.cls_token_id, hf.sep_token_id] if hf.cls_token_id is not None else [hf.bos_token_id, hf.eos_token_id]
+    assert raw.encode("").ids == framing
     assert hf.unk_token_id not in raw.encode(TEXTS[4]).ids, "corpus characters must all be in the vocabulary"
 
 
@@ -195,3 +196,33 @@ def test_options_and_errors(tmp_path: Path) -> None:
         make_checkpoint("gpt2", tmp_path / "bad")
     with pytest.raises(ValueError):
         make_checkpoint("bert", tmp_path / "bad", task="generation")
+
+
+@pytest.mark.parametrize(
+    ("arch", "first", "last", "pad"),
+    [
+        ("modernbert", "[CLS]", "[SEP]", "[PAD]"),
+        ("eurobert", "<|begin_of_text|>", "<|end_of_text|>", "<|end_of_text|>"),  # Llama 3 pads with its eos
+    ],
+)
+def test_tokenizer_frames_text_like_the_real_one(checkpoint: Builder, arch: str, first: str, last: str, pad: str):
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint(arch))
+    tokens = tokenizer.convert_ids_to_tokens(tokenizer("Hello world")["input_ids"])
+    assert (tokens[0], tokens[-1], tokenizer.pad_token) == (first, last, pad)
+    assert "Ġworld" in tokens or "Ġwor" in tokens, "byte-level BPE marks the space with Ġ"
+
+
+def test_modernbert_sliding_window_shapes_long_rows(checkpoint: Builder) -> None:
+    """The tiny ModernBERT's local layer sees 8 tokens each side, fewer than a 64-token row holds."""
+    path = checkpoint("modernbert", "embedding")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    batch = tokenizer([LONG], truncation=True, return_tensors="pt")
+    local = AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+    config = AutoConfig.from_pretrained(path)
+    assert config.layer_types == ["full_attention", "sliding_attention"] and config.local_attention == 16
+    wide = AutoModel.from_pretrained(path, attn_implementation="eager", local_attention=4 * MAX_LENGTH).eval()
+    with torch.no_grad():
+        narrow_out = local(**batch).last_hidden_state
+        wide_out = wide(**batch).last_hidden_state
+    assert batch["input_ids"].shape[1] == MAX_LENGTH
+    assert (narrow_out - wide_out).abs().max() > 1e-3, "the window must change what long rows see"

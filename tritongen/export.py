@@ -85,8 +85,8 @@ def _require_dynamic_axes(model: object, sample: Mapping[str, np.ndarray]) -> No
     batch, sequence = next(iter(feeds.values())).shape
     try:
         session = ort.InferenceSession(
-            model.SerializeToString(),
-            providers=["CPUExecutionProvider"],  # type: ignore[attr-defined]
+            model.SerializeToString(),  # type: ignore[attr-defined]
+            providers=["CPUExecutionProvider"],
         )
         output = session.run(None, feeds)[0]
     except Exception as exc:  # ONNX Runtime raises its own types; all mean "does not run at this shape"
