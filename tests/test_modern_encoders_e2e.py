@@ -1,0 +1,105 @@
+"""ModernBERT and EuroBERT through the real server: classification, embeddings and token classification.
+
+Tiny random checkpoints of each (``tests/tiny_checkpoints.py``): ModernBERT with a global layer, then a
+sliding-window layer whose 16-token window is shorter than the 64-token rows, rotary positions and a
+byte-level BPE framed by ``[CLS]``/``[SEP]``; EuroBERT with rotary positions, grouped-query attention and a
+Llama-3 BPE framed by ``<|begin_of_text|>``/``<|end_of_text|>`` (which also pads). Each request mixes short,
+empty and over-long texts, so rows of one batch are padded differently; the served outputs must equal
+transformers' (its pipelines, and sentence-transformers' mean pooling).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.test_e2e import _pipeline_probabilities, _sentence_embeddings
+from tests.test_ner_qa_e2e import NER_TEXTS, _same_entities, _strided_pipeline
+from tests.tiny_ner import make_token_classifier
+from tritongen.build import build_repository
+from tritongen.client import infer
+from tritongen.server import running_server
+from tritongen.spec import load_spec
+from tritongen.tasks import ner_stride
+
+pytestmark = pytest.mark.e2e
+
+ARCHS = ("modernbert", "eurobert")
+MAX_LENGTH = 64  # four times ModernBERT's tiny local window
+TEXTS = [
+    "I love this movie!",
+    "",
+    "The service was slow and the food arrived cold, but the café in Zürich made up for it 🙂.",
+    "東京は日本の首都です",
+    "ok",
+    "a very long review that keeps going " * 30,  # past 64 tokens: truncated
+]
+# ensemble -> (arch, task, aggregation strategy for token classification)
+BUILDS = {f"{arch}_{task}": (arch, task) for arch in ARCHS for task in ("cls", "emb", "ner")}
+STRATEGY = {"modernbert": "simple", "eurobert": "first"}  # `first` merges subwords: the BPE's word boundaries
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tiny_factory, tmp_path_factory):
+    root = tmp_path_factory.mktemp("modern")
+    paths = {}
+    for name, (arch, task) in BUILDS.items():
+        if task == "ner":
+            paths[name] = make_token_classifier(arch, root / name, seed=4, max_length=MAX_LENGTH)
+        else:
+            kind = "classification" if task == "cls" else "embedding"
+            paths[name] = tiny_factory(arch, kind, seed=2, max_length=MAX_LENGTH)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def served(checkpoints, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("modern_repo") / "repo"
+    for name, (arch, task) in BUILDS.items():
+        settings = {"aggregation_strategy": STRATEGY[arch]} if task == "ner" else {}
+        spec = load_spec(model=str(checkpoints[name]), name=name, repository=repo, container_check=False, **settings)
+        result = build_repository(spec)
+        assert result.parity.passed and result.parity.max_abs_diff <= 1e-4, name
+    with running_server(repo) as server:
+        yield server
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_classification_matches_transformers_pipeline_when_batch_mixes_lengths(served, checkpoints, arch):
+    name = f"{arch}_cls"
+    rows = infer(TEXTS, name=name, url=served.grpc_url)
+    expected = _pipeline_probabilities(checkpoints[name], TEXTS)
+    got = np.array([row["PROBABILITIES"] for row in rows], np.float32)
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+    assert [row["TRUNCATED"] for row in rows] == [False] * (len(TEXTS) - 1) + [True]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_embedding_matches_sentence_transformers_pooling_when_batch_mixes_lengths(served, checkpoints, arch):
+    name = f"{arch}_emb"
+    rows = infer(TEXTS, name=name, url=served.grpc_url)
+    got = np.array([row["EMBEDDING"] for row in rows], np.float32)
+    expected = _sentence_embeddings(checkpoints[name], TEXTS, max_length=MAX_LENGTH)
+    assert got.shape == (len(TEXTS), 32)
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_token_classification_matches_strided_pipeline(served, checkpoints, arch):
+    from transformers import pipeline
+
+    name = f"{arch}_ner"
+    strategy = STRATEGY[arch]
+    stride = ner_stride(load_spec(model="x", aggregation_strategy=strategy), MAX_LENGTH)
+    pipe = pipeline("token-classification", model=str(checkpoints[name]), aggregation_strategy=strategy)
+    rows = [
+        row for i in range(0, len(NER_TEXTS), 4) for row in infer(NER_TEXTS[i : i + 4], name=name, url=served.grpc_url)
+    ]
+    found = 0
+    for text, row in zip(NER_TEXTS, rows):
+        got = json.loads(row["ENTITIES"])
+        _same_entities(got, _strided_pipeline(pipe, text, stride))
+        found += len(got)
+    assert found > 10  # random heads label many tokens: the comparison is not vacuous
