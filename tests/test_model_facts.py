@@ -11,7 +11,7 @@ from tritongen.model_facts import model_inputs, read_model_facts
 from tritongen.tasks import get_task
 
 # Architectures whose tiny checkpoints embed two segments (type_vocab_size 2).
-EXPECTED_TYPES = {"bert": True, "electra": True, "albert": True}
+EXPECTED_TYPES = {"bert": True, "electra": True, "albert": True, "nomic_bert": True}
 
 
 def _module(path):

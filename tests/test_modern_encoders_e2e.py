@@ -5,7 +5,9 @@ sliding-window layer whose 16-token window is shorter than the 64-token rows, ro
 byte-level BPE framed by ``[CLS]``/``[SEP]``; EuroBERT with rotary positions, grouped-query attention and a
 Llama-3 BPE framed by ``<|begin_of_text|>``/``<|end_of_text|>`` (which also pads). Each request mixes short,
 empty and over-long texts, so rows of one batch are padded differently; the served outputs must equal
-transformers' (its pipelines, and sentence-transformers' mean pooling).
+transformers' (its pipelines, and sentence-transformers' mean pooling). NomicBERT (rotary, SwiGLU, two
+segments) and T5's encoder (relative position buckets, ``T5EncoderModel`` as sentence-transformers saves it)
+are served as embedders the same way.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.test_e2e import _pipeline_probabilities, _sentence_embeddings
+from tests.test_e2e import _pipeline_probabilities
 from tests.test_ner_qa_e2e import NER_TEXTS, _same_entities, _strided_pipeline
 from tests.tiny_ner import make_token_classifier
 from tritongen.build import build_repository
@@ -37,7 +39,9 @@ TEXTS = [
     "a very long review that keeps going " * 30,  # past 64 tokens: truncated
 ]
 # ensemble -> (arch, task, aggregation strategy for token classification)
+EMBEDDERS = (*ARCHS, "nomic_bert", "t5")
 BUILDS = {f"{arch}_{task}": (arch, task) for arch in ARCHS for task in ("cls", "emb", "ner")}
+BUILDS.update({f"{arch}_emb": (arch, "emb") for arch in EMBEDDERS})
 STRATEGY = {"modernbert": "simple", "eurobert": "first"}  # `first` merges subwords: the BPE's word boundaries
 
 
@@ -76,12 +80,27 @@ def test_classification_matches_transformers_pipeline_when_batch_mixes_lengths(s
     assert [row["TRUNCATED"] for row in rows] == [False] * (len(TEXTS) - 1) + [True]
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+def _sentence_embeddings(checkpoint, texts: list[str], arch: str) -> np.ndarray:
+    """Mean pooling and L2 normalisation over transformers' encoder, as sentence-transformers computes them."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer, T5EncoderModel
+
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    model = (T5EncoderModel if arch == "t5" else AutoModel).from_pretrained(str(checkpoint)).eval()
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(pooled, p=2, dim=1).numpy()
+
+
+@pytest.mark.parametrize("arch", EMBEDDERS)
 def test_embedding_matches_sentence_transformers_pooling_when_batch_mixes_lengths(served, checkpoints, arch):
     name = f"{arch}_emb"
     rows = infer(TEXTS, name=name, url=served.grpc_url)
     got = np.array([row["EMBEDDING"] for row in rows], np.float32)
-    expected = _sentence_embeddings(checkpoints[name], TEXTS, max_length=MAX_LENGTH)
+    expected = _sentence_embeddings(checkpoints[name], TEXTS, arch)
     assert got.shape == (len(TEXTS), 32)
     np.testing.assert_allclose(got, expected, atol=1e-4)
 

@@ -26,7 +26,7 @@ except ImportError:  # pytest's default "prepend" import mode puts tests/ itself
 
 MAX_LENGTH = 64
 TASKS = ("classification", "embedding")
-TOKEN_TYPE_ARCHS = {"bert", "electra", "albert", "deberta-v2"}
+TOKEN_TYPE_ARCHS = {"bert", "electra", "albert", "deberta-v2", "nomic_bert"}
 
 LONG = " ".join(["The quick brown fox jumps over the lazy dog near the café in 東京 🙂."] * 30)
 TEXTS = [
@@ -226,3 +226,20 @@ def test_modernbert_sliding_window_shapes_long_rows(checkpoint: Builder) -> None
         wide_out = wide(**batch).last_hidden_state
     assert batch["input_ids"].shape[1] == MAX_LENGTH
     assert (narrow_out - wide_out).abs().max() > 1e-3, "the window must change what long rows see"
+
+
+def test_t5_embedder_is_the_encoder_alone_and_closes_texts_with_eos(tmp_path: Path) -> None:
+    from transformers import T5EncoderModel
+
+    path = make_checkpoint("t5", tmp_path / "t5", task="embedding", max_length=MAX_LENGTH)
+    config = AutoConfig.from_pretrained(path)
+    assert config.architectures == ["T5EncoderModel"] and config.n_positions == MAX_LENGTH
+    T5EncoderModel.from_pretrained(path)  # every weight present: no decoder is saved
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    raw = Tokenizer.from_file(str(path / "tokenizer.json"))
+    for text, pair in [(t, None) for t in TEXTS] + list(PAIRS):
+        assert tokenizer(text, pair)["input_ids"] == raw.encode(text, pair).ids
+    assert raw.encode("").ids == [tokenizer.eos_token_id] and tokenizer.pad_token == "<pad>"
+    assert "token_type_ids" not in tokenizer("a", "b")
+    with pytest.raises(ValueError, match="embedders only"):
+        make_checkpoint("t5", tmp_path / "t5-cls", task="classification")

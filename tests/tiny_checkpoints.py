@@ -33,9 +33,15 @@ from typing import Any
 import torch
 import transformers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, PreTrainedTokenizerFast
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSequenceClassification,
+    AutoModelForTextEncoding,
+    PreTrainedTokenizerFast,
+)
 
-__all__ = ["ARCHITECTURES", "TASKS", "corpus", "label_names", "make_checkpoint", "undeclare_limits"]
+__all__ = ["ARCHITECTURES", "EMBEDDING_ONLY", "TASKS", "corpus", "label_names", "make_checkpoint", "undeclare_limits"]
 
 ARCHITECTURES: tuple[str, ...] = (
     "bert",
@@ -48,7 +54,10 @@ ARCHITECTURES: tuple[str, ...] = (
     "mpnet",
     "modernbert",
     "eurobert",
+    "nomic_bert",
 )
+# Architectures built only as sentence embedders (their encoder is a part of an encoder-decoder).
+EMBEDDING_ONLY: tuple[str, ...] = ("t5",)
 TASKS: tuple[str, ...] = ("classification", "embedding")
 
 HIDDEN_SIZE = 32
@@ -63,7 +72,7 @@ class _TokenizerKind:
     algorithm: str  # wordpiece | bpe | unigram
     specials: dict[str, str]
     mask_last: bool = False  # mask token appended after the learned vocabulary, as in RoBERTa/XLM-R/DeBERTa-v3
-    processor: str = "bert"  # bert | roberta | xlmr
+    processor: str = "bert"  # bert | roberta | xlmr | t5 (no leading token, "</s>" after each text)
     mask_lstrip: bool | None = None  # whether the mask swallows the space before it; None: by processor
     split: str | None = None  # a regex splitting text before byte-level BPE (Llama 3); None: ByteLevel's own
 
@@ -109,6 +118,8 @@ _KINDS: dict[str, _TokenizerKind] = {
             r"\s*[\r\n]+|\s+(?!\S)|\s+"
         ),
     ),
+    # T5: SentencePiece Unigram, "</s>" closes each text, no leading token and no mask.
+    "unigram-t5": _TokenizerKind("unigram", {"pad": "<pad>", "sep": "</s>", "unk": "<unk>"}, processor="t5"),
 }
 
 
@@ -162,6 +173,12 @@ _ARCHS: dict[str, _ArchSpec] = {
     ),
     # Llama-style: rotary positions, grouped-query attention (2 query heads share 1 key/value head), RMSNorm.
     "eurobert": _ArchSpec("bpe-llama3", False, 0, {**_LAYERS, "num_key_value_heads": 1, "head_dim": 16}),
+    # NomicBERT: BERT's tokenizer and two segments, rotary positions and a SwiGLU MLP.
+    "nomic_bert": _ArchSpec("wordpiece", True, 0, {**_LAYERS, "type_vocab_size": 2}),
+    # T5's encoder: relative position buckets, no position table (its length is the config's n_positions).
+    "t5": _ArchSpec(
+        "unigram-t5", False, 0, {"d_model": HIDDEN_SIZE, "d_kv": 16, "d_ff": 37, "num_layers": 2, "num_heads": 2}
+    ),
 }
 
 _LABEL_SETS: dict[int, tuple[str, ...]] = {
@@ -320,9 +337,15 @@ def _train_tokenizer(kind_name: str) -> Tokenizer:
         tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in leading])
     # The mask swallows the space before it, as in the real RoBERTa/XLM-R/MPNet tokenizers.
     lstrip = kind.processor != "bert" if kind.mask_lstrip is None else kind.mask_lstrip
-    tok.add_special_tokens([AddedToken(sp["mask"], special=True, lstrip=lstrip, normalized=False)])
-    cls, sep = (sp["cls"], tok.token_to_id(sp["cls"])), (sp["sep"], tok.token_to_id(sp["sep"]))
-    if kind.processor == "roberta":
+    if "mask" in sp:
+        tok.add_special_tokens([AddedToken(sp["mask"], special=True, lstrip=lstrip, normalized=False)])
+    sep = (sp["sep"], tok.token_to_id(sp["sep"]))
+    cls = (sp["cls"], tok.token_to_id(sp["cls"])) if "cls" in sp else sep
+    if kind.processor == "t5":
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"$A:0 {sep[0]}:0", pair=f"$A:0 {sep[0]}:0 $B:1 {sep[0]}:1", special_tokens=[sep]
+        )
+    elif kind.processor == "roberta":
         tok.post_processor = processors.RobertaProcessing(sep, cls, trim_offsets=True, add_prefix_space=False)
     elif kind.processor == "xlmr":
         tok.post_processor = processors.TemplateProcessing(
@@ -345,15 +368,17 @@ def _make_tokenizer(arch: str, max_length: int) -> PreTrainedTokenizerFast:
     inputs = (
         ["input_ids", "token_type_ids", "attention_mask"] if spec.token_type_ids else ["input_ids", "attention_mask"]
     )
-    extra = {"bos_token": sp["cls"], "eos_token": sp["sep"]} if sp["cls"] == "<s>" else {}
-    if sp["cls"] == "<|begin_of_text|>":  # Llama 3 names them bos and eos only, and has no unknown token
+    extra = {"bos_token": sp["cls"], "eos_token": sp["sep"]} if sp.get("cls") == "<s>" else {}
+    if sp.get("cls") == "<|begin_of_text|>":  # Llama 3 names them bos and eos only, and has no unknown token
         roles = {"bos_token": sp["cls"], "eos_token": sp["sep"]}
+    elif "cls" not in sp:  # T5: an end-of-sequence token only
+        roles = {"unk_token": sp["unk"], "eos_token": sp["sep"]}
     else:
         roles = {"unk_token": sp["unk"], "cls_token": sp["cls"], "sep_token": sp["sep"], **extra}
     return PreTrainedTokenizerFast(
         tokenizer_object=_train_tokenizer(spec.tokenizer),  # deep-copied, so the cache stays untouched
         pad_token=sp["pad"],
-        mask_token=sp["mask"],
+        **({"mask_token": sp["mask"]} if "mask" in sp else {}),
         **roles,
         model_max_length=max_length,
         model_input_names=inputs,
@@ -379,7 +404,9 @@ def make_checkpoint(
     (``undeclare_limits``).
     """
     if arch not in _ARCHS:
-        raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
+        raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHITECTURES + EMBEDDING_ONLY)}")
+    if arch in EMBEDDING_ONLY and task != "embedding":
+        raise ValueError(f"{arch} checkpoints are built as embedders only")
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
     if max_length < 8:
@@ -394,13 +421,18 @@ def make_checkpoint(
         undeclare_limits(out_dir)
 
     torch.manual_seed(seed)
-    auto_cls = AutoModelForSequenceClassification if task == "classification" else AutoModel
+    auto_cls = AutoModelForSequenceClassification if task == "classification" else _encoder_class(config)
     model = auto_cls.from_config(config).eval()
     model.save_pretrained(out_dir)
 
     if task == "embedding":
         _write_sentence_transformers_files(out_dir, max_length)
     return out_dir
+
+
+def _encoder_class(config: Any) -> Any:
+    """The bare text encoder of ``config``'s type: T5's encoder alone (as sentence-transformers saves it)."""
+    return AutoModelForTextEncoding if type(config) in AutoModelForTextEncoding._model_mapping else AutoModel
 
 
 def undeclare_limits(out_dir: Path) -> Path:
@@ -437,6 +469,10 @@ def write_tokenizer_and_config(
     }
     if arch == "distilbert":  # DistilBERT names its width `dim` and has no bos/eos ids
         kwargs.pop("hidden_size")
+    elif arch == "t5":  # T5 names its width `d_model`, has no position table and no bos id
+        kwargs.pop("hidden_size")
+        kwargs.pop("max_position_embeddings")
+        kwargs.update(n_positions=max_length, eos_token_id=ids["sep"], decoder_start_token_id=ids["pad"])
     else:
         kwargs.update(bos_token_id=ids["cls"], eos_token_id=ids["sep"])
     if arch == "modernbert":

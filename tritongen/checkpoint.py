@@ -53,7 +53,10 @@ class Checkpoint:
     def auto_map(self) -> dict[str, str]:
         """``config.json``'s ``auto_map``: auto class -> the checkpoint's own module.class (remote code)."""
         raw = self.config.get("auto_map") or {}
-        return {str(k): str(v if isinstance(v, str) else v[0]) for k, v in raw.items()} if isinstance(raw, dict) else {}
+        if not isinstance(raw, dict):
+            return {}
+        # AutoTokenizer maps to [slow, fast], either of which may be null.
+        return {str(k): v if isinstance(v, str) else " / ".join(str(x) for x in v if x) for k, v in raw.items()}
 
     @property
     def model_type(self) -> str:

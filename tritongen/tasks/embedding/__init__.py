@@ -60,9 +60,9 @@ class Embedding(Task):
 
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
         import torch
-        from transformers import AutoModel
 
-        model = load_pretrained(AutoModel, checkpoint, unused=("pooler.",))  # pooling reads the hidden states
+        # pooling reads the hidden states, never a pooler
+        model = load_pretrained(_encoder_class(checkpoint), checkpoint, unused=("pooler.",))
         mode = checkpoint.pooling.mode
 
         def pool(outputs: Any, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -75,3 +75,16 @@ class Embedding(Task):
             return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
 
         return exportable(model, pool)
+
+
+def _encoder_class(checkpoint: Checkpoint) -> Any:
+    """The text encoder transformers has for the checkpoint's type, else its bare model (``AutoModel``).
+
+    For an encoder-decoder that is the encoder alone (T5's ``T5EncoderModel``, as sentence-transformers saves it).
+    """
+    from transformers import CONFIG_MAPPING, AutoModel, AutoModelForTextEncoding
+
+    known = checkpoint.model_type in CONFIG_MAPPING
+    if known and CONFIG_MAPPING[checkpoint.model_type] in AutoModelForTextEncoding._model_mapping:
+        return AutoModelForTextEncoding
+    return AutoModel
