@@ -44,8 +44,8 @@ def test_build_runs_shipped_code_and_card_records_it_when_remote_code_trusted(re
     assert main([*argv, "--no-container-check", "--trust-remote-code"]) == 0
     card = (repo / "remote" / "1" / "model_card.md").read_text(encoding="utf-8")
     assert (
-        "- remote code: TRUSTED (trust_remote_code): the checkpoint's own code was run "
-        "(AutoModel -> `modeling_tiny_remote.TinyRemoteBert`)" in card
+        "- remote code: TRUSTED (trust_remote_code); config.json's auto_map: "
+        "AutoModel -> `modeling_tiny_remote.TinyRemoteBert`" in card
     )
     assert "Parity against PyTorch: **PASSED**" in card
 
@@ -69,3 +69,19 @@ def test_export_refuses_a_model_whose_sequence_axis_is_fixed(tmp_path):
     assert caught.value.stage == "export"
     assert "does not run at batch 3 and sequence 11" in str(caught.value)
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_load_module_uses_the_shipped_class_only_when_trusted(remote_code_checkpoint):
+    from tritongen.checkpoint import inspect_checkpoint
+    from tritongen.errors import CapabilityError
+    from tritongen.tasks import get_task
+
+    with pytest.raises(CapabilityError) as refused:
+        inspect_checkpoint(remote_code_checkpoint)
+    assert refused.value.stage == "remote code"
+    module = get_task("embedding").load_module(inspect_checkpoint(remote_code_checkpoint, trust_remote_code=True))
+    assert type(module.model).__name__ == "TinyRemoteBert"
+    # Its auto_map has no classifier; transformers' own BERT classifier would leave its head at random.
+    with pytest.raises(CapabilityError) as headless:
+        get_task("classification").load_module(inspect_checkpoint(remote_code_checkpoint, trust_remote_code=True))
+    assert headless.value.stage == "weights"

@@ -206,7 +206,7 @@ def _remote_code_line(checkpoint: Checkpoint) -> str:
     if not checkpoint.auto_map:
         return "- remote code: none (transformers' own classes)"
     classes = ", ".join(f"{name} -> `{target}`" for name, target in sorted(checkpoint.auto_map.items()))
-    return f"- remote code: TRUSTED (trust_remote_code): the checkpoint's own code was run ({classes})"
+    return f"- remote code: TRUSTED (trust_remote_code); config.json's auto_map: {classes}"
 
 
 def _variant_name(spec: BuildSpec, variant: Variant | None = None) -> str:

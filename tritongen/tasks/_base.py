@@ -330,10 +330,8 @@ def _require_head(auto_class: Any, checkpoint: Checkpoint) -> None:
     config_class = CONFIG_MAPPING[checkpoint.model_type] if checkpoint.model_type in CONFIG_MAPPING else None
     if config_class is not None and config_class in auto_class._model_mapping:
         return
-    source = "the checkpoint's auto_map" if checkpoint.trust_remote_code else "transformers"
-    raise CapabilityError(
-        "task head", f"{source} has no {auto_class.__name__} for model type `{checkpoint.model_type}`"
-    )
+    where = "neither transformers nor the checkpoint's auto_map has a" if checkpoint.auto_map else "transformers has no"
+    raise CapabilityError("task head", f"{where} {auto_class.__name__} for model type `{checkpoint.model_type}`")
 
 
 def labels_line(checkpoint: Checkpoint) -> str:

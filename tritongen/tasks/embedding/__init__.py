@@ -84,6 +84,10 @@ def _encoder_class(checkpoint: Checkpoint) -> Any:
     """
     from transformers import CONFIG_MAPPING, AutoModel, AutoModelForTextEncoding
 
+    if checkpoint.trust_remote_code:  # the class the checkpoint's own code declares, when it declares one
+        for auto_class in (AutoModelForTextEncoding, AutoModel):
+            if auto_class.__name__ in checkpoint.auto_map:
+                return auto_class
     known = checkpoint.model_type in CONFIG_MAPPING
     if known and CONFIG_MAPPING[checkpoint.model_type] in AutoModelForTextEncoding._model_mapping:
         return AutoModelForTextEncoding
