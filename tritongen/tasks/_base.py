@@ -29,11 +29,12 @@ _TOKENIZER_STEP = "tritongen.triton_models.tokenizer"  # the plain text tokenize
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One tensor of a model's config: name, Triton data type and dims (without batch)."""
+    """One tensor of a model's config: name, Triton data type and dims (without batch); inputs may be optional."""
 
     name: str
     data_type: str
     dims: tuple[int, ...]
+    optional: bool = False
 
 
 TRUNCATED = TensorSpec("TRUNCATED", "TYPE_BOOL", (1,))  # True where the text was cut at the model's length
