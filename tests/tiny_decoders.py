@@ -175,8 +175,10 @@ def make_decoder_embedder(
     side = padding_side or ("left" if arch == "qwen3" else "right")
     tokenizer = _tokenizer(arch, max_length, side)
     tokenizer.save_pretrained(out_dir)
+    # Qwen3's config names no pad token (its tokenizer pads with <|endoftext|>, which is also every text's last
+    # token): a padding_idx there would zero that token's embedding.
     ids = {
-        "pad_token_id": tokenizer.pad_token_id,
+        "pad_token_id": tokenizer.pad_token_id if arch != "qwen3" else None,
         "eos_token_id": tokenizer.eos_token_id,
         "bos_token_id": tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id,
     }
