@@ -19,7 +19,7 @@ from tritongen.backends.onnxruntime import model as ort_model
 from tritongen.build import exported, fold, inspect, parity, render
 from tritongen.checkpoint import inspect_checkpoint
 from tritongen.errors import CheckpointError, UnsupportedModelError
-from tritongen.parity import PARITY_TEXTS, check_parity
+from tritongen.parity import check_parity
 from tritongen.repository import staging
 from tritongen.spec import BuildSpec
 from tritongen.tasks.embedding import postprocess as embedding_postprocess

@@ -134,9 +134,16 @@ def _st_files(out_dir: Path, arch: str, max_length: int, dense: bool, seed: int)
             from safetensors.torch import save_file
 
             save_file(weights, str(folder / "model.safetensors"))
-            modules.append({"idx": 2 + index, "name": str(2 + index), "path": name, "type": "sentence_transformers.models.Dense"})
+            modules.append(
+                {"idx": 2 + index, "name": str(2 + index), "path": name, "type": "sentence_transformers.models.Dense"}
+            )
     modules.append(
-        {"idx": len(modules), "name": str(len(modules)), "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}
+        {
+            "idx": len(modules),
+            "name": str(len(modules)),
+            "path": "2_Normalize",
+            "type": "sentence_transformers.models.Normalize",
+        }
     )
     pooling = {
         "word_embedding_dimension": HIDDEN_SIZE,

@@ -180,7 +180,9 @@ def _model_card(
         "- contract: inputs "
         + ", ".join(f"`{t.name}`" for t in _required(bound.ensemble_inputs))
         + f" (TYPE_STRING, {shape((1,))})"
-        + "".join(f", optional `{t.name}` ({t.data_type}, {shape(t.dims)})" for t in bound.ensemble_inputs if t.optional)
+        + "".join(
+            f", optional `{t.name}` ({t.data_type}, {shape(t.dims)})" for t in bound.ensemble_inputs if t.optional
+        )
         + "; outputs "
         + outputs,
         f"- tools: {tools}",

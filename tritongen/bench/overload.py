@@ -86,7 +86,9 @@ async def _burst(
     if protocol == "grpc":
         names = [tensor.name for tensor in (await client.get_model_config(name)).config.input if not tensor.optional]
     else:
-        names = [tensor["name"] for tensor in (await client.get_model_config(name))["input"] if not tensor.get("optional")]
+        names = [
+            tensor["name"] for tensor in (await client.get_model_config(name))["input"] if not tensor.get("optional")
+        ]
     array = np.array([_TEXT], dtype=object).reshape(1, 1)
     latencies: list[float] = []
     counts = {"rejected": 0}

@@ -161,7 +161,9 @@ class TritonPythonModel:
 
     def prompted(self, request: Any, texts: list[str]) -> list[str]:
         """``texts`` with the prompt ``PROMPT_NAME`` names (per row; absent or empty: the default) in front."""
-        tensor = pb_utils.get_input_tensor_by_name(request, "PROMPT_NAME") if "PROMPT_NAME" in self.input_names else None
+        tensor = (
+            pb_utils.get_input_tensor_by_name(request, "PROMPT_NAME") if "PROMPT_NAME" in self.input_names else None
+        )
         names = [""] * len(texts) if tensor is None else decode_texts(tensor.as_numpy(), "PROMPT_NAME")
         if len(names) == 1 and len(texts) > 1:
             names = names * len(texts)

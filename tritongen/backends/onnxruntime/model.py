@@ -108,7 +108,7 @@ def trim_padding(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def restore_width(output: np.ndarray, trimmed: int, original: int, lead: int = 0) -> np.ndarray:
-    """Pad an output's sequence axis back to ``original`` when it was computed on ``trimmed`` (``lead`` cut in front)."""
+    """Pad an output's sequence axis back to ``original`` from ``trimmed`` (``lead`` columns were cut in front)."""
     if output.ndim < 2 or trimmed == original or output.shape[1] != trimmed:
         return output
     pad = [(0, 0), (lead, original - trimmed - lead)] + [(0, 0)] * (output.ndim - 2)

@@ -80,7 +80,10 @@ class Embedding(Task):
         pooling = checkpoint.pooling
         tokenizer = {}
         if pooling.prompts:
-            tokenizer = {"prompts": json.dumps(dict(pooling.prompts)), "default_prompt_name": pooling.default_prompt_name or ""}
+            tokenizer = {
+                "prompts": json.dumps(dict(pooling.prompts)),
+                "default_prompt_name": pooling.default_prompt_name or "",
+            }
         return tokenizer, {}
 
     def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
