@@ -239,7 +239,7 @@ def step_configs(
     text_in = _tensors(plan.ensemble_inputs)
     post_in = _tensors(plan.postprocess_inputs)
     # Ensemble inputs only the postprocess step reads (an embedding's DIMENSIONS) bypass the tokenizer.
-    tokenizer_in = tuple(t for t in text_in if t.name not in {p.name for p in post_in})
+    tokenizer_in = _tensors(plan.tokenizer_inputs) if plan.tokenizer_inputs else text_in
     post_out = _tensors(plan.postprocess_outputs)
     python_steps = {
         "max_batch_size": spec.max_batch_size if plan.batched_io else 0,

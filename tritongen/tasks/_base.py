@@ -83,6 +83,8 @@ class TaskPlan:
     step_modules: Mapping[str, str]  # step ("tokenizer", "postprocess") -> module served as its model.py
     helper_modules: Mapping[str, tuple[str, ...]]  # step -> modules of tritongen.triton_models copied beside it
     postprocess_files: tuple[str, ...] = field(default=())  # files of the build the postprocess step reads
+    # The ensemble inputs the tokenizer step reads (empty: all of them); others go straight to the postprocess.
+    tokenizer_inputs: tuple[TensorSpec, ...] = field(default=())
 
 
 class Task:
@@ -173,6 +175,7 @@ class Task:
                 "postprocess": (*helpers, "postprocess"),
             },
             postprocess_files=self.postprocess_files,
+            tokenizer_inputs=tuple(self.tokenizer_inputs(checkpoint)),
         )
 
     def settings(self, spec: BuildSpec) -> TaskSettings:
@@ -200,6 +203,10 @@ class Task:
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         """The ensemble's (and tokenizer step's) inputs: one text by default."""
         return [TensorSpec("TEXT", "TYPE_STRING", (1,))]
+
+    def tokenizer_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """The ensemble inputs the tokenizer step reads: all of them by default."""
+        return self.ensemble_inputs(checkpoint)
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         """The postprocess step's outputs (the ensemble's, but ``TRUNCATED``)."""

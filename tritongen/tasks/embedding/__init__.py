@@ -55,6 +55,9 @@ class Embedding(Task):
             inputs.append(DIMENSIONS)
         return inputs
 
+    def tokenizer_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [t for t in self.ensemble_inputs(checkpoint) if t != DIMENSIONS]  # the postprocess step reads it
+
     def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return super().postprocess_inputs(checkpoint) + ([DIMENSIONS] if self.matryoshka(checkpoint) else [])
 

@@ -53,7 +53,7 @@ class TritonPythonModel(BatchedPostprocess):
     def setup(self, params: dict[str, str], args: dict[str, str]) -> None:
         """Read whether to normalise, and whether requests may carry ``DIMENSIONS``."""
         self.normalize = params.get("normalize", "false") == "true"
-        self.dimensions = "DIMENSIONS" in self.input_names
+        self.dimensions = "DIMENSIONS" in getattr(self, "input_names", ())  # the fold proof calls setup alone
 
     def initialize(self, args: dict[str, str]) -> None:
         """Read the inputs the step takes, then the base's settings."""
