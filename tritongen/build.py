@@ -179,8 +179,12 @@ def _model_card(
         ),
         f"- length buckets: {spec.buckets}",
         "- contract: inputs "
-        + ", ".join(f"`{t.name}`" for t in bound.ensemble_inputs)
-        + f" (TYPE_STRING, {shape((1,))}); outputs "
+        + ", ".join(f"`{t.name}`" for t in _required(bound.ensemble_inputs))
+        + f" (TYPE_STRING, {shape((1,))})"
+        + "".join(
+            f", optional `{t.name}` ({t.data_type}, {shape(t.dims)})" for t in bound.ensemble_inputs if t.optional
+        )
+        + "; outputs "
         + outputs,
         f"- tools: {tools}",
         _remote_code_line(checkpoint),
@@ -240,6 +244,19 @@ def _stage(name: str) -> Iterator[None]:
         raise
     except BaseException as exc:
         raise StageError(name, exc) from exc
+
+
+def _required(tensors: Sequence[Any]) -> list[Any]:
+    """The inputs every request carries (the texts), without the optional ones."""
+    return [t for t in tensors if not t.optional]
+
+
+def _padding_side(hf_tokenizer: Any) -> str:
+    """The side the checkpoint's tokenizer pads on (``tokenizer_config.json``'s ``padding_side``)."""
+    side = getattr(hf_tokenizer, "padding_side", "right")
+    if side not in ("left", "right"):
+        raise CheckpointError(f"the tokenizer declares padding_side `{side}`; expected left or right")
+    return str(side)
 
 
 def _probe_token(hf_tokenizer: Any) -> int:
@@ -339,6 +356,7 @@ def inspect(spec: BuildSpec, console: Console) -> BuildPlan:
         "cls_id": "" if hf_tokenizer.cls_token_id is None else str(hf_tokenizer.cls_token_id),
         "unk_token": hf_tokenizer.unk_token or "",
         "special_tokens": str(hf_tokenizer.backend_tokenizer.num_special_tokens_to_add(False)),
+        "padding_side": _padding_side(hf_tokenizer),
     }
     bound = task.bind(  # refuses bad task settings before exporting
         spec, checkpoint, inputs=list(facts.inputs), position_limit=facts.position_limit,
@@ -378,8 +396,9 @@ def export(plan: BuildPlan, work: Staging, console: Console) -> Export:
     tokenizer_file = work.version_dir(names["tokenizer"]) / "tokenizer.json"
     plan.hf_tokenizer.backend_tokenizer.save(str(tokenizer_file))
     encoder = TextEncoder(
-        str(tokenizer_file), plan.max_length, plan.buckets, pad_id=plan.pad_id, input_names=plan.inputs
-    )
+        str(tokenizer_file), plan.max_length, plan.buckets, pad_id=plan.pad_id, input_names=plan.inputs,
+        padding_side=plan.tokenizer_facts["padding_side"],
+    )  # fmt: skip
     onnx = Export(
         encoder, work.root.parent / f"{work.root.name}.fp32.onnx", work.version_dir(names["model"]) / "model.onnx"
     )
@@ -541,7 +560,7 @@ def canary(plan: BuildPlan, onnx: Export, work: Staging, console: Console) -> No
         record_canary(
             work.version_dir(plan.names["ensemble"]) / CANARY_FILE, onnx.target, onnx.encoder,
             output=bound.onnx_output.name,
-            inputs={t.name: list(texts) for t, texts in zip(bound.ensemble_inputs, segments)},
+            inputs={t.name: list(texts) for t, texts in zip(_required(bound.ensemble_inputs), segments)},
             tolerance=plan.spec.parity_tolerance,
         )  # fmt: skip
 

@@ -16,6 +16,7 @@ from tritongen.errors import CapabilityError, CheckpointError, UnsupportedModelE
 __all__ = [
     "BUNDLED_MODEL",
     "Checkpoint",
+    "Dense",
     "Pooling",
     "bundled_minilm",
     "inspect_checkpoint",
@@ -27,17 +28,37 @@ _POOLING_MODES = {
     "pooling_mode_mean_tokens": "mean",
     "pooling_mode_cls_token": "cls",
     "pooling_mode_max_tokens": "max",
+    "pooling_mode_lasttoken": "lasttoken",
 }
+_IDENTITY = ("torch.nn.modules.linear.Identity", "torch.nn.Identity")
+
+
+@dataclass(frozen=True)
+class Dense:
+    """A sentence-transformers ``Dense`` module after pooling: a linear layer, identity activation."""
+
+    path: Path  # its folder (config.json, model.safetensors)
+    in_features: int
+    out_features: int
+    bias: bool
 
 
 @dataclass(frozen=True)
 class Pooling:
     """Sentence-embedding pooling, as the checkpoint's sentence-transformers files declare it."""
 
-    mode: str = "mean"  # mean | cls | max
+    mode: str = "mean"  # mean | cls | max | lasttoken
     normalize: bool = False
     max_seq_length: int | None = None
     from_sentence_transformers: bool = False
+    dense: tuple[Dense, ...] = ()
+    # config_sentence_transformers.json: prompt name -> text prepended before tokenising, and the default's name
+    prompts: tuple[tuple[str, str], ...] = ()
+    default_prompt_name: str | None = None
+
+    def width(self, hidden_size: int) -> int:
+        """The embedding's width: the last Dense module's, else the encoder's hidden size."""
+        return self.dense[-1].out_features if self.dense else hidden_size
 
 
 @dataclass(frozen=True)
@@ -146,22 +167,14 @@ def _read_pooling(path: Path) -> Pooling:
     if not modules_file.is_file():
         return Pooling()
     modules = _read_json(modules_file)
-    pooling = Pooling(from_sentence_transformers=True)
-    mode, normalize = "mean", False
+    mode, normalize, dense = "mean", False, []
     for module in modules:
         kind = str(module.get("type", ""))
+        folder = path / module.get("path", "")
         if kind.endswith("Pooling"):
-            pool_cfg = _read_json(path / module.get("path", "") / "config.json")
-            active = [name for key, name in _POOLING_MODES.items() if pool_cfg.get(key)]
-            unsupported = [
-                k for k, v in pool_cfg.items() if k.startswith("pooling_mode") and v and k not in _POOLING_MODES
-            ]
-            if unsupported or len(active) != 1:
-                raise UnsupportedModelError(
-                    f"sentence-transformers pooling {unsupported or active} is not supported; "
-                    f"supported: one of {sorted(_POOLING_MODES.values())}"
-                )
-            mode = active[0]
+            mode = _pooling_mode(_read_json(folder / "config.json"))
+        elif kind.endswith("Dense"):
+            dense.append(_read_dense(folder))
         elif kind.endswith("Normalize"):
             normalize = True
         elif not kind.endswith("Transformer"):
@@ -170,12 +183,62 @@ def _read_pooling(path: Path) -> Pooling:
     st_config = path / "sentence_bert_config.json"
     if st_config.is_file():
         max_seq = _read_json(st_config).get("max_seq_length")
+    prompts, default_prompt = _read_prompts(path / "config_sentence_transformers.json")
     return Pooling(
         mode=mode,
         normalize=normalize,
         max_seq_length=int(max_seq) if max_seq else None,
-        from_sentence_transformers=pooling.from_sentence_transformers,
+        from_sentence_transformers=True,
+        dense=tuple(dense),
+        prompts=prompts,
+        default_prompt_name=default_prompt,
     )
+
+
+def _pooling_mode(pool_cfg: dict[str, Any]) -> str:
+    active = [name for key, name in _POOLING_MODES.items() if pool_cfg.get(key)]
+    unsupported = [k for k, v in pool_cfg.items() if k.startswith("pooling_mode") and v and k not in _POOLING_MODES]
+    if unsupported or len(active) != 1:
+        raise UnsupportedModelError(
+            f"sentence-transformers pooling {unsupported or active} is not supported; "
+            f"supported: one of {sorted(_POOLING_MODES.values())}"
+        )
+    if pool_cfg.get("include_prompt") is False:
+        raise UnsupportedModelError(
+            "sentence-transformers pooling with include_prompt false (prompt tokens left out of the pooling) "
+            "is not supported"
+        )
+    return active[0]
+
+
+def _read_dense(folder: Path) -> Dense:
+    """A Dense module: a linear layer with identity activation, weights in model.safetensors."""
+    config = _read_json(folder / "config.json")
+    activation = str(config.get("activation_function", "torch.nn.modules.linear.Identity"))
+    if activation not in _IDENTITY:
+        raise UnsupportedModelError(
+            f"sentence-transformers Dense module {{path}} has activation `{activation}`; only identity is supported",
+            path=folder,
+        )
+    if not (folder / "model.safetensors").is_file():
+        raise CheckpointError("sentence-transformers Dense module {path} has no model.safetensors", path=folder)
+    return Dense(folder, int(config["in_features"]), int(config["out_features"]), bool(config.get("bias", True)))
+
+
+def _read_prompts(path: Path) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    """``prompts`` and ``default_prompt_name`` of config_sentence_transformers.json (none when absent)."""
+    if not path.is_file():
+        return (), None
+    config = _read_json(path)
+    raw = config.get("prompts") or {}
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise CheckpointError("{path}: `prompts` must map prompt names to strings", path=path)
+    default = config.get("default_prompt_name")
+    if default is not None and default not in raw:
+        raise CheckpointError(
+            f"{{path}}: default_prompt_name `{default}` is not one of the prompts {sorted(raw)}", path=path
+        )
+    return tuple((str(k), v) for k, v in raw.items()), default
 
 
 def _check_weights(path: Path) -> None:

@@ -238,6 +238,8 @@ def step_configs(
     onnx_out = _tensors([plan.onnx_output])
     text_in = _tensors(plan.ensemble_inputs)
     post_in = _tensors(plan.postprocess_inputs)
+    # Ensemble inputs only the postprocess step reads (an embedding's DIMENSIONS) bypass the tokenizer.
+    tokenizer_in = _tensors(plan.tokenizer_inputs) if plan.tokenizer_inputs else text_in
     post_out = _tensors(plan.postprocess_outputs)
     python_steps = {
         "max_batch_size": spec.max_batch_size if plan.batched_io else 0,
@@ -260,7 +262,7 @@ def step_configs(
             name=names["tokenizer"],
             comment=_comment(names["tokenizer"], "tokenizer", names["ensemble"]),
             backend="python",
-            inputs=text_in,
+            inputs=tokenizer_in,
             outputs=tokenizer_out,
             instance_group=_instances(spec.tokenizer_instances),
             parameters=_strings(
@@ -270,6 +272,7 @@ def step_configs(
                     "buckets": ",".join(str(b) for b in buckets),
                     "pad_id": pad_id,
                     "pad_type_id": 0,
+                    **_padding(tokenizer_facts),
                     **plan.tokenizer_parameters,
                 }
             ),
@@ -294,12 +297,12 @@ def step_configs(
             outputs=_tensors(plan.ensemble_outputs),
             response_cache=spec.response_cache,
             steps=(
-                _step(names["tokenizer"], text_in, tokenizer_out),
+                _step(names["tokenizer"], tokenizer_in, tokenizer_out),
                 _step(names["model"], token_tensors, post_out),
             )
             if folded
             else (
-                _step(names["tokenizer"], text_in, tokenizer_out),
+                _step(names["tokenizer"], tokenizer_in, tokenizer_out),
                 _step(names["model"], token_tensors, onnx_out),
                 _step(names["postprocess"], post_in, post_out),
             ),
@@ -310,13 +313,19 @@ def step_configs(
     return configs
 
 
+def _padding(tokenizer_facts: Mapping[str, str] | None) -> dict[str, str]:
+    """``padding_side`` for tokenizers that pad on the left (right, the default, is left unsaid)."""
+    side = (tokenizer_facts or {}).get("padding_side", "right")
+    return {"padding_side": side} if side != "right" else {}
+
+
 def _comment(name: str, step: str, ensemble: str) -> str:
     return f"{name}: {step} step of the `{ensemble}` ensemble (generated; edit the build spec instead)."
 
 
 def _tensors(tensors: Iterable) -> tuple[Tensor, ...]:
     """Task tensors (``tasks.TensorSpec``) as config tensors."""
-    return tuple(Tensor(t.name, t.data_type, tuple(t.dims)) for t in tensors)
+    return tuple(Tensor(t.name, t.data_type, tuple(t.dims), getattr(t, "optional", False)) for t in tensors)
 
 
 def _strings(values: Mapping[str, object]) -> dict[str, str]:

@@ -73,7 +73,9 @@ def ensembles_of(repository: Path) -> list[Ensemble]:
         if config.platform != "ensemble":
             continue
         batch = (1,) if config.max_batch_size > 0 else ()
-        inputs = tuple((i.name, batch + tuple(1 if d < 0 else d for d in i.dims)) for i in config.input)
+        inputs = tuple(
+            (i.name, batch + tuple(1 if d < 0 else d for d in i.dims)) for i in config.input if not i.optional
+        )
         found.append(Ensemble(config.name or path.parent.name, inputs))
     return found
 
@@ -108,7 +110,9 @@ def _served_ensembles(client: object, headers: dict[str, str] | None = None) -> 
             continue
         batch = (1,) if int(config.get("max_batch_size", 0)) > 0 else ()
         inputs = tuple(
-            (i["name"], batch + tuple(1 if int(d) < 0 else int(d) for d in i.get("dims", []))) for i in config["input"]
+            (i["name"], batch + tuple(1 if int(d) < 0 else int(d) for d in i.get("dims", [])))
+            for i in config["input"]
+            if not i.get("optional")
         )
         found.append(Ensemble(config["name"], inputs))
     return found

@@ -220,7 +220,7 @@ def _ensemble_inputs(url: str, name: str) -> list[str]:
         raise ServerError(f"cannot read the config of `{name}` at {url}: {exc}") from None
     finally:
         client.close()
-    return [tensor["name"] for tensor in config["input"]]
+    return [tensor["name"] for tensor in config["input"] if not tensor.get("optional")]  # the texts
 
 
 def _leaks(intervals: list[SoakInterval], warmup: int, bound_mib: float, bound_ratio: float) -> dict[str, str]:

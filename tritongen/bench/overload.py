@@ -84,9 +84,11 @@ async def _burst(
         else module.InferenceServerClient(url, conn_limit=concurrency)
     )
     if protocol == "grpc":
-        names = [tensor.name for tensor in (await client.get_model_config(name)).config.input]
+        names = [tensor.name for tensor in (await client.get_model_config(name)).config.input if not tensor.optional]
     else:
-        names = [tensor["name"] for tensor in (await client.get_model_config(name))["input"]]
+        names = [
+            tensor["name"] for tensor in (await client.get_model_config(name))["input"] if not tensor.get("optional")
+        ]
     array = np.array([_TEXT], dtype=object).reshape(1, 1)
     latencies: list[float] = []
     counts = {"rejected": 0}

@@ -29,11 +29,12 @@ _TOKENIZER_STEP = "tritongen.triton_models.tokenizer"  # the plain text tokenize
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One tensor of a model's config: name, Triton data type and dims (without batch)."""
+    """One tensor of a model's config: name, Triton data type and dims (without batch); inputs may be optional."""
 
     name: str
     data_type: str
     dims: tuple[int, ...]
+    optional: bool = False
 
 
 TRUNCATED = TensorSpec("TRUNCATED", "TYPE_BOOL", (1,))  # True where the text was cut at the model's length
@@ -82,6 +83,8 @@ class TaskPlan:
     step_modules: Mapping[str, str]  # step ("tokenizer", "postprocess") -> module served as its model.py
     helper_modules: Mapping[str, tuple[str, ...]]  # step -> modules of tritongen.triton_models copied beside it
     postprocess_files: tuple[str, ...] = field(default=())  # files of the build the postprocess step reads
+    # The ensemble inputs the tokenizer step reads (empty: all of them); others go straight to the postprocess.
+    tokenizer_inputs: tuple[TensorSpec, ...] = field(default=())
 
 
 class Task:
@@ -172,6 +175,7 @@ class Task:
                 "postprocess": (*helpers, "postprocess"),
             },
             postprocess_files=self.postprocess_files,
+            tokenizer_inputs=tuple(self.tokenizer_inputs(checkpoint)),
         )
 
     def settings(self, spec: BuildSpec) -> TaskSettings:
@@ -199,6 +203,10 @@ class Task:
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         """The ensemble's (and tokenizer step's) inputs: one text by default."""
         return [TensorSpec("TEXT", "TYPE_STRING", (1,))]
+
+    def tokenizer_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """The ensemble inputs the tokenizer step reads: all of them by default."""
+        return self.ensemble_inputs(checkpoint)
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         """The postprocess step's outputs (the ensemble's, but ``TRUNCATED``)."""

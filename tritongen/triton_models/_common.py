@@ -91,27 +91,33 @@ def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
     return exp / exp.sum(axis=axis, keepdims=True)
 
 
+def _span(n: int, width: int, side: str) -> slice:
+    """Where a row of ``n`` tokens sits in ``width`` columns padded on ``side``."""
+    return slice(width - n, width) if side == "left" else slice(0, n)
+
+
 def pack_encodings(
-    encodings: Sequence[Any], width: int, pad_id: int = 0, pad_type_id: int = 0
+    encodings: Sequence[Any], width: int, pad_id: int = 0, pad_type_id: int = 0, side: str = "right"
 ) -> dict[str, np.ndarray]:
-    """``input_ids``, ``attention_mask`` and ``token_type_ids`` of ``tokenizers`` encodings, right-padded to ``width``.
+    """``input_ids``, ``attention_mask`` and ``token_type_ids`` of ``tokenizers`` encodings, padded to ``width``.
 
     The one loop that packs encodings into int64 model inputs (the tokenizer steps, NER and QA windows).
+    ``side`` is where the padding goes: ``right``, or ``left`` for checkpoints that declare it (Qwen3-Embedding).
     """
     rows = len(encodings)
     ids = np.full((rows, width), pad_id, dtype=np.int64)
     mask = np.zeros((rows, width), dtype=np.int64)
     types = np.full((rows, width), pad_type_id, dtype=np.int64)
     for row, enc in enumerate(encodings):
-        n = len(enc.ids)
-        ids[row, :n] = enc.ids
-        mask[row, :n] = enc.attention_mask
-        types[row, :n] = enc.type_ids
+        span = _span(len(enc.ids), width, side)
+        ids[row, span] = enc.ids
+        mask[row, span] = enc.attention_mask
+        types[row, span] = enc.type_ids
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
-def token_metadata(encodings: Sequence[Any], width: int) -> dict[str, np.ndarray]:
-    """``special_mask``, ``word_ids`` and ``offsets`` of ``tokenizers`` encodings, right-padded to ``width``.
+def token_metadata(encodings: Sequence[Any], width: int, side: str = "right") -> dict[str, np.ndarray]:
+    """``special_mask``, ``word_ids`` and ``offsets`` of ``tokenizers`` encodings, padded to ``width`` on ``side``.
 
     Padding is marked special, with word id -1 and offsets (0, 0), like special tokens.
     """
@@ -122,7 +128,8 @@ def token_metadata(encodings: Sequence[Any], width: int) -> dict[str, np.ndarray
     for row, enc in enumerate(encodings):
         n = len(enc.ids)
         if n:
-            special[row, :n] = enc.special_tokens_mask
-            words[row, :n] = [-1 if w is None else w for w in enc.word_ids]
-            offsets[row, :n] = np.asarray(enc.offsets, dtype=np.int64).reshape(n, 2)
+            span = _span(n, width, side)
+            special[row, span] = enc.special_tokens_mask
+            words[row, span] = [-1 if w is None else w for w in enc.word_ids]
+            offsets[row, span] = np.asarray(enc.offsets, dtype=np.int64).reshape(n, 2)
     return {"special_mask": special, "word_ids": words, "offsets": offsets}

@@ -11,7 +11,10 @@ answering) subclass :class:`WindowedTokenizer` in their own folder (``tritongen/
 and this module is copied next to their ``model.py``.
 
 Settings come from the config's ``parameters``: ``tokenizer_file``, ``max_length``,
-``buckets`` (comma-separated), ``pad_id`` and ``pad_type_id``; the task's own come after them.
+``buckets`` (comma-separated), ``pad_id``, ``pad_type_id`` and ``padding_side`` (``right``, or ``left`` where the
+checkpoint's tokenizer declares it); the task's own come after them. Where the config has ``prompts`` (JSON,
+name -> text) the optional ``PROMPT_NAME`` input picks the one prepended to each text, as sentence-transformers
+does (absent or empty: ``default_prompt_name``, if any).
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ class TextEncoder:
         pad_id: int = 0,
         pad_type_id: int = 0,
         input_names: Sequence[str] = ("input_ids", "attention_mask"),
+        padding_side: str = "right",
     ) -> None:
         from tokenizers import Tokenizer
 
@@ -77,6 +81,9 @@ class TextEncoder:
         self.pad_id = int(pad_id)
         self.pad_type_id = int(pad_type_id)
         self.input_names = tuple(input_names)
+        if padding_side not in ("left", "right"):
+            raise ValueError(f"padding_side must be left or right, got {padding_side!r}")
+        self.padding_side = padding_side
 
     def bucket(self, length: int) -> int:
         """Smallest bucket that holds ``length`` tokens."""
@@ -95,9 +102,9 @@ class TextEncoder:
     def pack(self, encodings: Sequence[Any]) -> dict[str, np.ndarray]:
         """Pad ``encodings`` to one bucket length and return the model inputs."""
         width = self.bucket(max((len(e.ids) for e in encodings), default=1))
-        arrays = pack_encodings(encodings, width, self.pad_id, self.pad_type_id)
+        arrays = pack_encodings(encodings, width, self.pad_id, self.pad_type_id, self.padding_side)
         if {"special_mask", "word_ids", "offsets"} & set(self.input_names):
-            arrays.update(token_metadata(encodings, width))
+            arrays.update(token_metadata(encodings, width, self.padding_side))
         return {name: arrays[name] for name in self.input_names}
 
     def __call__(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
@@ -139,7 +146,10 @@ class TritonPythonModel:
             pad_id=int(params.get("pad_id", "0")),
             pad_type_id=int(params.get("pad_type_id", "0")),
             input_names=[n for n in self.output_names if n in _ENCODER_OUTPUTS],
+            padding_side=params.get("padding_side", "right"),
         )
+        self.prompts: dict[str, str] = json.loads(params.get("prompts") or "{}")
+        self.default_prompt = params.get("default_prompt_name", "")
         self.setup(params)
 
     def setup(self, params: dict[str, str]) -> None:
@@ -149,8 +159,29 @@ class TritonPythonModel:
         """The strings of input ``name`` of ``request``."""
         return decode_texts(pb_utils.get_input_tensor_by_name(request, name).as_numpy(), name)
 
+    def prompted(self, request: Any, texts: list[str]) -> list[str]:
+        """``texts`` with the prompt ``PROMPT_NAME`` names (per row; absent or empty: the default) in front."""
+        tensor = (
+            pb_utils.get_input_tensor_by_name(request, "PROMPT_NAME") if "PROMPT_NAME" in self.input_names else None
+        )
+        names = [""] * len(texts) if tensor is None else decode_texts(tensor.as_numpy(), "PROMPT_NAME")
+        if len(names) == 1 and len(texts) > 1:
+            names = names * len(texts)
+        if len(names) != len(texts):
+            raise ValueError(f"TEXT has {len(texts)} rows but PROMPT_NAME has {len(names)}")
+        out = []
+        for name, text in zip(names, texts):
+            name = name or self.default_prompt
+            if name and name not in self.prompts:
+                known = ", ".join(sorted(self.prompts)) or "none"
+                raise ValueError(f"PROMPT_NAME `{name}` is not one of this model's prompts ({known})")
+            out.append(self.prompts.get(name, "") + text)
+        return out
+
     def _read(self, request: Any) -> tuple[list[str], list[str] | None]:
         texts = self.texts(request, "TEXT")
+        if self.prompts:
+            texts = self.prompted(request, texts)
         pairs = None
         if "TEXT_PAIR" in self.input_names:
             tensor = pb_utils.get_input_tensor_by_name(request, "TEXT_PAIR")

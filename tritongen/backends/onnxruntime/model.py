@@ -7,9 +7,12 @@ with its native onnxruntime backend.
 
 All requests of one ``execute`` are padded to a common sequence length, concatenated and
 run in a single ``InferenceSession.run``; the outputs are split back per request. Columns
-that are padding in every row (``attention_mask`` all zero) are cut off before the run:
-the tokenizer pads to length buckets so that Triton can batch equal shapes, and on a CPU
-that padding would otherwise be computed. Outputs that keep a sequence axis are padded back.
+that are padding in every row (``attention_mask`` all zero) are cut off before the run, at
+either end: the tokenizer pads to length buckets so that Triton can batch equal shapes, and on
+a CPU that padding would otherwise be computed. Outputs that keep a sequence axis are padded
+back on the side they were cut from. Requests padded on the left (a checkpoint whose tokenizer
+declares ``padding_side: left``; their mask starts with zeros and ends with ones) are widened
+on the left too, so every row keeps its padding on one side.
 Session settings come from the config: ``parameters`` ``intra_op_thread_count`` and
 ``inter_op_thread_count`` and ``optimization.graph.level``, as the native backend reads them,
 and any ``session.*`` parameter as an ONNX Runtime session config entry.
@@ -28,7 +31,15 @@ try:
 except ImportError:  # outside the server: importable for tests
     pb_utils = None
 
-__all__ = ["TritonPythonModel", "pad_and_concatenate", "restore_width", "session_options", "trim_padding"]
+__all__ = [
+    "TritonPythonModel",
+    "pad_and_concatenate",
+    "padding_columns",
+    "padding_side",
+    "restore_width",
+    "session_options",
+    "trim_padding",
+]
 
 # Triton's graph level -> ONNX Runtime's enum name (the native backend's mapping).
 _GRAPH_LEVELS = {-1: "ORT_DISABLE_ALL", 0: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_ALL", 2: "ORT_ENABLE_EXTENDED"}
@@ -50,13 +61,25 @@ def session_options(model_config: dict[str, Any]) -> Any:
     return options
 
 
-def pad_and_concatenate(arrays: list[np.ndarray]) -> np.ndarray:
-    """Concatenate [batch, seq] arrays along batch, right-padding shorter ones with zeros."""
+def pad_and_concatenate(arrays: list[np.ndarray], side: str = "right") -> np.ndarray:
+    """Concatenate [batch, seq] arrays along batch, padding shorter ones with zeros on ``side``."""
     if all(a.ndim < 2 for a in arrays) or len({a.shape[1:] for a in arrays}) == 1:
         return np.concatenate(arrays, axis=0)
     width = max(a.shape[1] for a in arrays)
-    padded = [np.pad(a, [(0, 0), (0, width - a.shape[1])] + [(0, 0)] * (a.ndim - 2)) for a in arrays]
-    return np.concatenate(padded, axis=0)
+
+    def widen(a: np.ndarray) -> list[tuple[int, int]]:
+        extra = width - a.shape[1]
+        return [(0, 0), (extra, 0) if side == "left" else (0, extra)] + [(0, 0)] * (a.ndim - 2)
+
+    return np.concatenate([np.pad(a, widen(a)) for a in arrays], axis=0)
+
+
+def padding_side(masks: list[np.ndarray]) -> str:
+    """``left`` when some request is padded on the left (a row starts with padding and ends with a token)."""
+    for mask in masks:
+        if mask.ndim == 2 and mask.shape[1] and bool(((mask[:, 0] == 0) & (mask[:, -1] != 0)).any()):
+            return "left"
+    return "right"
 
 
 def trimmed_width(inputs: dict[str, np.ndarray]) -> int:
@@ -65,23 +88,30 @@ def trimmed_width(inputs: dict[str, np.ndarray]) -> int:
     return int(first.shape[1]) if first.ndim > 1 else 0
 
 
-def trim_padding(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Drop trailing columns where ``attention_mask`` is zero in every row (keeps at least one)."""
+def padding_columns(inputs: dict[str, np.ndarray]) -> tuple[int, int]:
+    """How many leading and trailing columns are padding in every row (at least one column stays)."""
     mask = inputs.get("attention_mask")
     if mask is None or mask.ndim != 2:
-        return inputs
+        return 0, 0
     used = np.flatnonzero(mask.any(axis=0))
-    width = max(int(used[-1]) + 1 if used.size else 1, 1)
-    if width == mask.shape[1]:
+    if not used.size:
+        return 0, mask.shape[1] - 1
+    return int(used[0]), mask.shape[1] - int(used[-1]) - 1
+
+
+def trim_padding(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Drop the leading and trailing columns where ``attention_mask`` is zero in every row (keeps at least one)."""
+    lead, trail = padding_columns(inputs)
+    if not lead and not trail:
         return inputs
-    return {name: np.ascontiguousarray(array[:, :width]) for name, array in inputs.items()}
+    return {name: np.ascontiguousarray(array[:, lead : array.shape[1] - trail]) for name, array in inputs.items()}
 
 
-def restore_width(output: np.ndarray, trimmed: int, original: int) -> np.ndarray:
-    """Pad an output's sequence axis back to ``original`` when it was computed on ``trimmed``."""
+def restore_width(output: np.ndarray, trimmed: int, original: int, lead: int = 0) -> np.ndarray:
+    """Pad an output's sequence axis back to ``original`` from ``trimmed`` (``lead`` columns were cut in front)."""
     if output.ndim < 2 or trimmed == original or output.shape[1] != trimmed:
         return output
-    pad = [(0, 0), (0, original - trimmed)] + [(0, 0)] * (output.ndim - 2)
+    pad = [(0, 0), (lead, original - trimmed - lead)] + [(0, 0)] * (output.ndim - 2)
     return np.pad(output, pad)
 
 
@@ -126,8 +156,10 @@ class TritonPythonModel:
             for name in self.input_names:
                 feeds[name].append(pb_utils.get_input_tensor_by_name(request, name).as_numpy())
             sizes.append(feeds[self.input_names[0]][-1].shape[0])
-        inputs = {name: pad_and_concatenate(arrays) for name, arrays in feeds.items()}
+        side = padding_side(feeds.get("attention_mask", []))
+        inputs = {name: pad_and_concatenate(arrays, side) for name, arrays in feeds.items()}
         width = inputs[self.input_names[0]].shape[1] if inputs[self.input_names[0]].ndim > 1 else 0
+        lead, _ = padding_columns(inputs)
         inputs = trim_padding(inputs)
         # Only what some request asked for: an ensemble step asks for the outputs it maps, so a graph that
         # also keeps its raw output (a folded postprocess) does not copy it back for nothing.
@@ -140,7 +172,7 @@ class TritonPythonModel:
             error = pb_utils.TritonError(f"{self.runtime} failed: {exc}".splitlines()[0])
             return [pb_utils.InferenceResponse(error=error) for _ in requests]
         results = {
-            name: restore_width(value, trimmed_width(inputs), width) if name in self.sequence_outputs else value
+            name: restore_width(value, trimmed_width(inputs), width, lead) if name in self.sequence_outputs else value
             for name, value in zip(names, values)
         }
         responses = []

@@ -1,8 +1,15 @@
-"""Sentence embeddings: a bare encoder, pooled as its sentence-transformers files say."""
+"""Sentence embeddings: a bare encoder or decoder, pooled as its sentence-transformers files say.
+
+Pooling (mean, CLS, max, last token) and the Dense modules after it run inside the exported graph; the
+normalisation and the Matryoshka truncation (``DIMENSIONS``) in the postprocess step. Prompts declared in
+``config_sentence_transformers.json`` are prepended by the tokenizer step (``PROMPT_NAME``).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen.accuracy import CosineGate
 from tritongen.tasks._base import Task, TensorSpec, exportable, load_pretrained
@@ -11,11 +18,15 @@ from tritongen.tasks._registry import register_task
 if TYPE_CHECKING:
     import torch
 
-    from tritongen.checkpoint import Checkpoint
+    from tritongen.checkpoint import Checkpoint, Dense
     from tritongen.fold import GraphTail
     from tritongen.spec import BuildSpec
 
-__all__ = ["Embedding"]
+__all__ = ["DIMENSIONS", "PROMPT_NAME", "Embedding"]
+
+# Optional per-request inputs (a client that sends neither gets the checkpoint's defaults).
+PROMPT_NAME = TensorSpec("PROMPT_NAME", "TYPE_STRING", (1,), optional=True)
+DIMENSIONS = TensorSpec("DIMENSIONS", "TYPE_INT32", (1,), optional=True)
 
 
 @register_task
@@ -28,6 +39,27 @@ class Embedding(Task):
     gate = CosineGate
     bench_baselines = True
     postprocess_step = "tritongen.tasks.embedding.postprocess"
+    # Families trained with a Matryoshka loss (Qwen3-Embedding, EmbeddingGemma): their embeddings can be cut to
+    # their first N values, so the ensemble takes an optional DIMENSIONS (and EMBEDDING has a variable width).
+    matryoshka_model_types: ClassVar[tuple[str, ...]] = ("gemma3_text", "qwen3")
+
+    def matryoshka(self, checkpoint: Checkpoint) -> bool:
+        """Whether the build offers ``DIMENSIONS``."""
+        return checkpoint.model_type in self.matryoshka_model_types
+
+    def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        inputs = super().ensemble_inputs(checkpoint)
+        if checkpoint.pooling.prompts:
+            inputs.append(PROMPT_NAME)
+        if self.matryoshka(checkpoint):
+            inputs.append(DIMENSIONS)
+        return inputs
+
+    def tokenizer_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [t for t in self.ensemble_inputs(checkpoint) if t != DIMENSIONS]  # the postprocess step reads it
+
+    def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return super().postprocess_inputs(checkpoint) + ([DIMENSIONS] if self.matryoshka(checkpoint) else [])
 
     def matches(self, checkpoint: Checkpoint) -> bool:
         if checkpoint.pooling.from_sentence_transformers:
@@ -36,21 +68,45 @@ class Embedding(Task):
         return not checkpoint.architectures or all(not any(h in a for h in heads) for a in checkpoint.architectures)
 
     def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
-        return (checkpoint.hidden_size,)
+        return (checkpoint.pooling.width(checkpoint.hidden_size),)
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [TensorSpec("EMBEDDING", "TYPE_FP32", (checkpoint.hidden_size,))]
+        width = -1 if self.matryoshka(checkpoint) else checkpoint.pooling.width(checkpoint.hidden_size)
+        return [TensorSpec("EMBEDDING", "TYPE_FP32", (width,))]
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"normalize": "true" if checkpoint.pooling.normalize else "false"}
 
-    def graph_tail(self, checkpoint: Checkpoint) -> GraphTail:
+    def step_parameters(
+        self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int, facts: Mapping[str, str]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        pooling = checkpoint.pooling
+        tokenizer = {}
+        if pooling.prompts:
+            tokenizer = {
+                "prompts": json.dumps(dict(pooling.prompts)),
+                "default_prompt_name": pooling.default_prompt_name or "",
+            }
+        return tokenizer, {}
+
+    def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
+        if self.matryoshka(checkpoint):
+            return None  # DIMENSIONS is per-request logic: the postprocess step stays
         from tritongen.fold import embedding_tail
 
-        return embedding_tail(self.onnx_output, checkpoint.hidden_size, normalize=checkpoint.pooling.normalize)
+        width = checkpoint.pooling.width(checkpoint.hidden_size)
+        return embedding_tail(self.onnx_output, width, normalize=checkpoint.pooling.normalize)
 
     def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
-        return [f"- pooling: {checkpoint.pooling.mode}, normalised: {checkpoint.pooling.normalize}"]
+        pooling = checkpoint.pooling
+        dense = " -> ".join(f"Dense {d.in_features}->{d.out_features}" for d in pooling.dense)
+        lines = [f"- pooling: {pooling.mode}{', ' + dense if dense else ''}, normalised: {pooling.normalize}"]
+        if pooling.prompts:
+            names = ", ".join(f"`{name}`" for name, _ in pooling.prompts)
+            lines.append(f"- prompts (`PROMPT_NAME`): {names}; default: {pooling.default_prompt_name or 'none'}")
+        if self.matryoshka(checkpoint):
+            lines.append("- `DIMENSIONS`: the embedding cut to its first N values and renormalised (Matryoshka)")
+        return lines
 
     def max_length(self, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None) -> int:
         limit = super().max_length(checkpoint, position_limit, tokenizer_max)
@@ -64,17 +120,27 @@ class Embedding(Task):
         # pooling reads the hidden states, never a pooler
         model = load_pretrained(_encoder_class(checkpoint), checkpoint, unused=("pooler.",))
         mode = checkpoint.pooling.mode
+        dense = torch.nn.Sequential(*(_linear(d) for d in checkpoint.pooling.dense)).eval()
 
         def pool(outputs: Any, attention_mask: torch.Tensor) -> torch.Tensor:
             hidden = outputs.last_hidden_state
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             if mode == "cls":
-                return hidden[:, 0]
-            if mode == "max":
-                return torch.where(mask > 0, hidden, torch.full_like(hidden, -1e9)).max(dim=1).values
-            return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+                pooled = hidden[:, 0]
+            elif mode == "max":
+                pooled = torch.where(mask > 0, hidden, torch.full_like(hidden, -1e9)).max(dim=1).values
+            elif mode == "lasttoken":
+                # The last real token, from the mask: right whichever side the rows are padded on.
+                positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+                last = (attention_mask * positions).amax(dim=1)  # ReduceMax: the container's ORT has no int ArgMax
+                pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+            else:
+                pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            return dense(pooled)
 
-        return exportable(model, pool)
+        module = exportable(model, pool)
+        module.dense = dense  # registered, so the Dense weights travel with the exported module
+        return module
 
 
 def _encoder_class(checkpoint: Checkpoint) -> Any:
@@ -92,3 +158,14 @@ def _encoder_class(checkpoint: Checkpoint) -> Any:
     if known and CONFIG_MAPPING[checkpoint.model_type] in AutoModelForTextEncoding._model_mapping:
         return AutoModelForTextEncoding
     return AutoModel
+
+
+def _linear(layer: Dense) -> torch.nn.Module:
+    """A sentence-transformers Dense module (identity activation) as ``torch.nn.Linear``."""
+    import torch
+    from safetensors.torch import load_file
+
+    linear = torch.nn.Linear(layer.in_features, layer.out_features, bias=layer.bias)
+    weights = load_file(str(layer.path / "model.safetensors"))
+    linear.load_state_dict({k.removeprefix("linear."): v for k, v in weights.items()})
+    return linear
