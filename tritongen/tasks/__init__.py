@@ -14,6 +14,7 @@ from tritongen.tasks import (
     question_answering,
     text_pair_classification,
     token_classification,
+    zero_shot_classification,
 )
 from tritongen.tasks._base import TRUNCATED, Task, TaskPlan, TaskSettings, TensorSpec
 from tritongen.tasks._registry import (
@@ -44,4 +45,5 @@ __all__ = [
     "settings_sections",
     "text_pair_classification",
     "token_classification",
+    "zero_shot_classification",
 ]
