@@ -31,6 +31,7 @@ SUPPORTED_MODEL_TYPES = (
     "distilbert",
     "electra",
     "mpnet",
+    "qwen3",
     "roberta",
     "xlm-roberta",
 )
