@@ -171,3 +171,11 @@ def test_zero_shot_scores_follow_pipeline_rule_when_one_label_or_multi_label():
     multi = zero_shot.scores(logits, 0, 2, multi_label=True)
     np.testing.assert_allclose(multi, [1 / (1 + np.exp(-3.0)), 1 / (1 + np.exp(-0.2))], rtol=1e-6)
     np.testing.assert_allclose(zero_shot.scores(logits[:1], 0, 2, multi_label=False), multi[:1], rtol=1e-6)
+
+
+def test_zero_shot_parity_pairs_are_hypotheses_when_the_build_checks_parity():
+    from tritongen.tasks import get_task
+    from tritongen.tasks.zero_shot_classification import ZeroShotSettings
+
+    pairs = get_task("zero-shot-classification").parity_pairs(ZeroShotSettings(hypothesis_template="It is {}."), "abc")
+    assert pairs == ["It is sports.", "It is politics.", "It is cuisine française."]

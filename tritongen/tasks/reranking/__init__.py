@@ -10,7 +10,6 @@ BERT-style cross-encoders (one logit) stay ``text-pair-classification``.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -64,7 +63,6 @@ class _PromptTokens:
     answers: tuple[int, int]  # the no and yes token ids
 
 
-@functools.lru_cache(maxsize=8)
 def _prompt_tokens(path: str) -> _PromptTokens:
     """The prompt's prefix and suffix ids and the answer ids, from the checkpoint's own tokenizer (as the card)."""
     from transformers import AutoTokenizer

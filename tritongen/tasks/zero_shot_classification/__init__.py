@@ -9,7 +9,7 @@ requests. The pairs are NLI inputs, so parity and the accuracy gate compare the 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ZeroShotClassification", "ZeroShotSettings", "entailment_ids"]
 
+_PARITY_LABELS = ("sports", "politics", "cuisine française", "東京の天気", "good news 🎉")
 PAIR_TEXT = TensorSpec("pair_text", "TYPE_INT64", (1,))  # the request row (text) each pair belongs to
 
 
@@ -94,6 +95,10 @@ class ZeroShotClassification(Task):
 
     def matches(self, checkpoint: Checkpoint) -> bool:
         return False  # NLI checkpoints are detected as text-pair classification; zero-shot is asked for by name
+
+    def parity_pairs(self, settings: ZeroShotSettings, texts: Sequence[str]) -> list[str]:
+        """Each text with a hypothesis made from the template, as the served pairs are."""
+        return [settings.hypothesis_template.format(_PARITY_LABELS[i % len(_PARITY_LABELS)]) for i in range(len(texts))]
 
     def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
         return (len(checkpoint.id2label),)
