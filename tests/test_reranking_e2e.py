@@ -144,3 +144,42 @@ def test_detect_task_leaves_causal_lms_to_be_named(checkpoints, tmp_path, capsys
     assert main(argv) == 2
     assert "task `reranking` needs a *ForCausalLM checkpoint" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_last_token_answers_agree_when_rows_are_padded_left_or_right(checkpoints):
+    """The graph finds the last real token from the mask: right and left padding give the unpadded logits."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from tritongen.tasks import get_task
+
+    module = get_task("reranking").load_module(inspect_checkpoint(str(checkpoints["qwen3"])))
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoints["qwen3"]))
+    rows = [tokenizer.encode(format_pair(DEFAULT_INSTRUCTION, q, d)) for q, d in PAIRS[:3]]
+    width = max(len(r) for r in rows) + 3
+    with torch.no_grad():
+        alone = torch.cat([module(torch.tensor([r]), torch.ones(1, len(r), dtype=torch.long)) for r in rows])
+        for side in ("right", "left"):
+            ids = torch.zeros(len(rows), width, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for i, r in enumerate(rows):
+                span = slice(0, len(r)) if side == "right" else slice(width - len(r), width)
+                ids[i, span], mask[i, span] = torch.tensor(r), 1
+            torch.testing.assert_close(module(ids, mask), alone, atol=1e-4, rtol=0)
+
+
+def test_build_exits_2_when_reranker_tokenizer_has_no_yes_token(checkpoints, tmp_path, capsys):
+    import shutil
+
+    from tests.tiny_checkpoints import make_checkpoint
+
+    # A Qwen3 reranker whose tokenizer is swapped for the tiny RoBERTa's (no `yes` token in its vocabulary).
+    model = shutil.copytree(checkpoints["qwen3"], tmp_path / "qwen3")
+    roberta = make_checkpoint("roberta", tmp_path / "roberta")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(roberta / name, model / name)
+    argv = ["build", "--model", str(model), "--task", "reranking", "--repository", str(tmp_path / "r")]
+    assert main(argv) == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message.startswith("error: a reranker's tokenizer needs `yes` and `no` as single tokens")
+    assert not (tmp_path / "r").exists()
