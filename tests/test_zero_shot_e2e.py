@@ -179,3 +179,12 @@ def test_zero_shot_parity_pairs_are_hypotheses_when_the_build_checks_parity():
 
     pairs = get_task("zero-shot-classification").parity_pairs(ZeroShotSettings(hypothesis_template="It is {}."), "abc")
     assert pairs == ["It is sports.", "It is politics.", "It is cuisine française."]
+
+
+@pytest.mark.e2e
+def test_infer_command_prints_ranked_labels_when_candidate_labels_given(served, capsys):
+    argv = ["infer", "--name", "zs_bert", "--url", served.grpc_url, "--text", "A goal!", "--text", "A vote."]
+    assert main([*argv, "--candidate-labels", '["sports", "politics"]']) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["TEXT"] for r in rows] == ["A goal!", "A vote."]
+    assert all(sorted(json.loads(r["LABELS"])) == ["politics", "sports"] for r in rows)
