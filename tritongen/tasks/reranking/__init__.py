@@ -164,8 +164,9 @@ def last_token_answers(model: Any, answers: tuple[int, int]) -> torch.nn.Module:
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
             hidden = self.model.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)[0]
             positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
-            # ArgMax over float: the container's ONNX Runtime 1.19 has no int64 kernel (exact below 2**24 tokens).
-            last = (positions * attention_mask).float().argmax(dim=1)
+            # ArgMax over int32: the container's ONNX Runtime 1.19 has no int64 kernel, and a float cast could
+            # become FP16 (inexact past 2048 tokens) in an FP16 build.
+            last = (positions * attention_mask).to(torch.int32).argmax(dim=1)
             last_hidden = hidden.gather(1, last.view(-1, 1, 1).expand(-1, 1, hidden.shape[-1])).squeeze(1)
             head = self.model.lm_head
             logits = last_hidden @ head.weight.index_select(0, self.answers).T
