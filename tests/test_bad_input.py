@@ -111,7 +111,7 @@ def test_build_exits_2_when_task_unsupported(minilm_copy, tmp_path, capsys):
     assert code == 2
     assert message == (
         "error: task `translation` is not supported; supported: classification, embedding, question-answering, "
-        "text-pair-classification, token-classification"
+        "reranking, text-pair-classification, token-classification, zero-shot-classification"
     )
 
 

@@ -35,7 +35,8 @@ step.initialize(args)
 inputs = json.loads(sys.argv[4])
 if inputs:
     import triton_python_backend_utils as pb
-    request = pb.Request({name: pb.texts("Bob lives in Berlin. Zoë too 🎉") for name in inputs})
+    samples = {"CANDIDATE_LABELS": '["people", "places"]'}
+    request = pb.Request({name: pb.texts(samples.get(name, "Bob lives in Berlin. Zoë too 🎉")) for name in inputs})
     (response,) = step.execute([request])
     assert response.error is None, response.error.message()
     print(sorted(t.name() for t in response.output_tensors))
@@ -47,6 +48,8 @@ print("ok", sorted(k for k in sys.modules if k.split(".")[0] in {"tritongen", "t
 def repository(tmp_path_factory):
     from tests.tiny_checkpoints import make_checkpoint
     from tests.tiny_ner import make_token_classifier
+    from tests.tiny_rerankers import make_qwen3_reranker
+    from tests.tiny_zeroshot import make_nli_checkpoint
 
     root = tmp_path_factory.mktemp("steps")
     sources = {
@@ -54,14 +57,18 @@ def repository(tmp_path_factory):
         "emb": make_checkpoint("roberta", root / "emb", task="embedding"),
         "ner": make_token_classifier("bert", root / "ner", seed=1),
         "qa": QA_ASSETS / "bert",
+        "zeroshot": make_nli_checkpoint("bert", root / "nli"),
+        "rerank": make_qwen3_reranker(root / "rerank"),
     }
+    tasks = {"zeroshot": "zero-shot-classification", "rerank": "reranking"}  # asked for by name, not detected
     repo = root / "repo"
     for name, path in sources.items():
-        build_repository(BuildSpec(model=str(path), name=name, repository=repo, fold=False))  # every Python step
+        spec = BuildSpec(model=str(path), name=name, repository=repo, fold=False, task=tasks.get(name))
+        build_repository(spec)  # every Python step
     return repo
 
 
-@pytest.mark.parametrize("name", ["cls", "emb", "ner", "qa"])
+@pytest.mark.parametrize("name", ["cls", "emb", "ner", "qa", "zeroshot", "rerank"])
 @pytest.mark.parametrize("step", ["tokenizer", "postprocess"])
 def test_step_initialises_and_runs_with_only_numpy_and_tokenizers(repository, tmp_path, name, step):
     folder = repository / f"{name}_{step}"

@@ -30,8 +30,10 @@ def test_registry_holds_one_entry_per_task_folder():
         "classification",
         "embedding",
         "question-answering",
+        "reranking",
         "text-pair-classification",
         "token-classification",
+        "zero-shot-classification",
     ]
 
 

@@ -305,10 +305,10 @@ class BuildPlan:
         return bucket_lengths(self.spec.buckets, self.max_length)
 
     def pairs(self, texts: Sequence[str]) -> list[str] | None:
-        """Second segments for pair tasks: each text paired with the next one (varied lengths and scripts)."""
+        """Second segments for pair tasks (:meth:`Task.parity_pairs`): by default each text with the next one."""
         if not self.bound.pair_input:
             return None
-        return [texts[(i + 1) % len(texts)] for i in range(len(texts))]
+        return self.task.parity_pairs(self.bound.settings, texts)
 
 
 @dataclass(frozen=True)

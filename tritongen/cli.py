@@ -161,7 +161,9 @@ def _infer(args: argparse.Namespace) -> None:
             raise UsageError("give one --context per --question")
         key, texts, extra = "QUESTION", args.question, {"CONTEXT": args.context}
     elif args.text:
-        key, texts, extra = "TEXT", args.text, ({"TEXT_PAIR": args.text_pair} if args.text_pair else None)
+        key, texts, extra = "TEXT", args.text, ({"TEXT_PAIR": args.text_pair} if args.text_pair else {})
+        if args.candidate_labels:  # zero-shot: one label list for every text
+            extra["CANDIDATE_LABELS"] = [args.candidate_labels]
     else:
         raise UsageError("nothing to send: give --text (or --question and --context for QA models)")
     rows = infer(texts, name=args.name, url=url, protocol=args.protocol, inputs=extra, text_input=key)
@@ -443,6 +445,7 @@ def _parser() -> argparse.ArgumentParser:
     inf.add_argument("--question", action="append", help="question, for question-answering models")
     inf.add_argument("--context", action="append", help="context of each --question")
     inf.add_argument("--text-pair", action="append", help="second segment, for text-pair models")
+    inf.add_argument("--candidate-labels", help='zero-shot: a JSON list of labels for every --text: \'["a", "b"]\'')
     inf.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     inf.add_argument("--url", help="host:port (default: --host and the protocol's port)")
     add_server_options(inf)

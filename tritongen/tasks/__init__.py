@@ -12,8 +12,10 @@ from tritongen.tasks import (
     classification,
     embedding,
     question_answering,
+    reranking,
     text_pair_classification,
     token_classification,
+    zero_shot_classification,
 )
 from tritongen.tasks._base import TRUNCATED, Task, TaskPlan, TaskSettings, TensorSpec
 from tritongen.tasks._registry import (
@@ -41,7 +43,9 @@ __all__ = [
     "ner_stride",
     "question_answering",
     "register_task",
+    "reranking",
     "settings_sections",
     "text_pair_classification",
     "token_classification",
+    "zero_shot_classification",
 ]

@@ -8,7 +8,7 @@ time :meth:`Task.bind` turns the entry, the checkpoint, the spec and the tokeniz
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -183,6 +183,13 @@ class Task:
         if self.section is None:
             return self.Settings()
         return spec.task_settings.get(self.section) or self.Settings()
+
+    def parity_pairs(self, settings: Any, texts: Sequence[str]) -> list[str]:
+        """The second segments that parity and the accuracy gate pair ``texts`` with (for ``pair_input`` tasks).
+
+        By default each text with the next one: varied lengths and scripts on both sides.
+        """
+        return [texts[(i + 1) % len(texts)] for i in range(len(texts))]
 
     # --- detection -------------------------------------------------------------------------------------------
 

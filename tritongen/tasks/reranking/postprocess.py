@@ -1,0 +1,25 @@
+"""Reranking postprocess step: the [no, yes] logits of the last token -> ``SCORE`` = P(yes).
+
+The model card's score: a softmax over the two logits, the share of ``yes``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:  # in the server: the shared modules are copied next to this model.py
+    from _common import softmax
+    from postprocess import BatchedPostprocess
+except ImportError:
+    from tritongen.triton_models._common import softmax
+    from tritongen.triton_models.postprocess import BatchedPostprocess
+
+__all__ = ["TritonPythonModel"]
+
+
+class TritonPythonModel(BatchedPostprocess):
+    """The reranking postprocess step of the ensemble."""
+
+    def process(self, values: np.ndarray) -> dict[str, np.ndarray]:
+        """P(yes) per row."""
+        return {"SCORE": softmax(values.astype(np.float32))[:, 1:2].astype(np.float32)}

@@ -1,0 +1,154 @@
+"""Zero-shot classification from an NLI checkpoint, as the transformers ``zero-shot-classification`` pipeline.
+
+``TEXT`` and ``CANDIDATE_LABELS`` (a JSON list of strings) -> ``LABELS`` (the candidate labels, best first) and
+``SCORES`` (their scores), both JSON lists. Each (text, hypothesis) pair is one model row, so one request is a
+varying number of rows: the Python steps take whole requests, and the model step batches the pairs across
+requests. The pairs are NLI inputs, so parity and the accuracy gate compare the model's three logits on pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tritongen.errors import SpecError, UnsupportedModelError
+from tritongen.tasks._base import Task, TaskSettings, TensorSpec, exportable, labels_line, load_pretrained, max_windows
+from tritongen.tasks._registry import register_task
+
+if TYPE_CHECKING:
+    import torch
+
+    from tritongen.checkpoint import Checkpoint
+    from tritongen.spec import BuildSpec
+
+__all__ = ["ZeroShotClassification", "ZeroShotSettings", "entailment_ids"]
+
+_PARITY_LABELS = ("sports", "politics", "cuisine française", "東京の天気", "good news 🎉")
+PAIR_TEXT = TensorSpec("pair_text", "TYPE_INT64", (1,))  # the request row (text) each pair belongs to
+
+
+@dataclass(frozen=True)
+class ZeroShotSettings(TaskSettings):
+    """The ``zero_shot_classification`` section: the hypothesis each label becomes, and how scores normalise."""
+
+    hypothesis_template: str = "This example is {}."
+    multi_label: bool = False  # each label on its own (entailment vs contradiction), not a softmax across labels
+
+    legacy_names: ClassVar[dict[str, str]] = {
+        "hypothesis_template": "hypothesis_template",
+        "zero_shot_multi_label": "multi_label",
+    }
+
+    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
+        "hypothesis_template": {"help": 'zero-shot: the hypothesis a label becomes (default "This example is {}.")'},
+        "zero_shot_multi_label": {
+            "action": argparse.BooleanOptionalAction,
+            "help": "zero-shot: score each label on its own (entailment vs contradiction) instead of across labels",
+        },
+    }
+
+    def validate(self) -> None:
+        template = self.hypothesis_template
+        try:
+            formatted = template.format("label")
+        except (IndexError, KeyError, ValueError) as exc:
+            raise SpecError(f"hypothesis_template {template!r} cannot be formatted with a label: {exc!r}") from None
+        if formatted == template:
+            raise SpecError(f"hypothesis_template {template!r} has no {{}} where the label goes")
+
+
+def entailment_ids(checkpoint: Checkpoint) -> tuple[int, int]:
+    """(entailment, contradiction) logit indices, found as the transformers pipeline finds them.
+
+    The entailment label is the first in ``label2id`` whose name starts with "entail"; contradiction is index 0,
+    or the last when entailment is 0. A checkpoint without one is not an NLI model.
+    """
+    label2id = checkpoint.config.get("label2id") or {name: i for i, name in checkpoint.id2label.items()}
+    for label, index in label2id.items():
+        if str(label).lower().startswith("entail"):
+            entailment = int(index)
+            return entailment, (len(checkpoint.id2label) - 1 if entailment == 0 else 0)
+    raise UnsupportedModelError(
+        f"zero-shot classification needs an NLI checkpoint with an `entailment` label; {{path}} has labels "
+        f"{list(checkpoint.id2label.values())}",
+        path=checkpoint.path,
+    )
+
+
+@register_task
+class ZeroShotClassification(Task):
+    """Zero-shot classification: each candidate label scored as the hypothesis of an NLI pair."""
+
+    name = "zero-shot-classification"
+    onnx_output = "logits"
+    head = "ForSequenceClassification"
+    batched_io = False  # one text becomes one row per candidate label
+    truncates = False  # the text of a pair is cut to fit (only_first, as the pipeline); no TRUNCATED output
+    pair_input = True
+    helper_modules = ("zero_shot",)
+    tokenizer_step = "tritongen.tasks.zero_shot_classification.tokenizer"
+    postprocess_step = "tritongen.tasks.zero_shot_classification.postprocess"
+    section = "zero_shot_classification"
+    Settings = ZeroShotSettings
+
+    def matches(self, checkpoint: Checkpoint) -> bool:
+        return False  # NLI checkpoints are detected as text-pair classification; zero-shot is asked for by name
+
+    def parity_pairs(self, settings: ZeroShotSettings, texts: Sequence[str]) -> list[str]:
+        """Each text with a hypothesis made from the template, as the served pairs are."""
+        return [settings.hypothesis_template.format(_PARITY_LABELS[i % len(_PARITY_LABELS)]) for i in range(len(texts))]
+
+    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
+        return (len(checkpoint.id2label),)
+
+    def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [TensorSpec("TEXT", "TYPE_STRING", (1,)), TensorSpec("CANDIDATE_LABELS", "TYPE_STRING", (1,))]
+
+    def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [PAIR_TEXT]
+
+    def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [*super().postprocess_inputs(checkpoint), TensorSpec("CANDIDATE_LABELS", "TYPE_STRING", (1,)), PAIR_TEXT]
+
+    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [TensorSpec("LABELS", "TYPE_STRING", (1,)), TensorSpec("SCORES", "TYPE_STRING", (1,))]
+
+    def step_parameters(
+        self,
+        spec: BuildSpec,
+        settings: ZeroShotSettings,
+        checkpoint: Checkpoint,
+        row_length: int,
+        facts: Mapping[str, str],
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        entailment, contradiction = entailment_ids(checkpoint)
+        tokenizer = {"hypothesis_template": settings.hypothesis_template, **max_windows(spec)}
+        postprocess = {
+            "entailment_id": str(entailment),
+            "contradiction_id": str(contradiction),
+            "multi_label": "true" if settings.multi_label else "false",
+        }
+        return tokenizer, postprocess
+
+    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+        entailment, contradiction = entailment_ids(checkpoint)
+        labels = checkpoint.id2label
+        return [
+            labels_line(checkpoint),
+            f"- zero-shot: hypothesis {settings.hypothesis_template!r}; entailment logit {entailment} "
+            f"(`{labels[entailment]}`), contradiction {contradiction} (`{labels[contradiction]}`); "
+            + (
+                "multi-label: each label's softmax over [contradiction, entailment]"
+                if settings.multi_label
+                else "single-label: softmax of the entailment logits across the labels (one label: as multi-label)"
+            ),
+        ]
+
+    def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
+        from transformers import AutoModelForSequenceClassification
+
+        entailment_ids(checkpoint)  # refuse a checkpoint that is no NLI model before loading it
+        model = load_pretrained(AutoModelForSequenceClassification, checkpoint)
+        return exportable(model, lambda outputs, mask: outputs.logits)
