@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from tests.tiny_checkpoints import make_checkpoint
@@ -19,10 +20,24 @@ def _cross_encoder(out_dir: Path) -> Path:
     return path
 
 
+def _unnormalised(source: Path, out_dir: Path) -> Path:
+    """``source``'s embedder without its sentence-transformers Normalize module (mean pooling only)."""
+    path = Path(shutil.copytree(source, out_dir))
+    modules = json.loads((path / "modules.json").read_text())
+    (path / "modules.json").write_text(json.dumps([m for m in modules if not m["type"].endswith("Normalize")]))
+    return path
+
+
 def make_gateway_checkpoints(root: Path) -> dict[str, Path]:
-    """``{ensemble name: checkpoint}`` built under ``root``: ``embedder``, ``reranker`` and ``classifier``."""
+    """``{ensemble name: checkpoint}`` built under ``root``.
+
+    ``embedder`` (normalised), ``embedder_raw`` (the same weights, not normalised), ``reranker`` (a one-label
+    cross-encoder) and ``classifier`` (three labels).
+    """
+    embedder = make_checkpoint("bert", root / "embedder", task="embedding", seed=1)
     return {
-        "embedder": make_checkpoint("bert", root / "embedder", task="embedding", seed=1),
+        "embedder": embedder,
+        "embedder_raw": _unnormalised(embedder, root / "embedder_raw"),
         "reranker": _cross_encoder(root / "reranker"),
         "classifier": make_checkpoint("roberta", root / "classifier", task="classification", num_labels=3, seed=2),
     }

@@ -271,6 +271,10 @@ class Gateway:
             503, f"the Triton server at {self.client.url} is not ready", type="server_error", code="unavailable"
         )
 
+    async def live(self, request: Request) -> Response:
+        """``GET /livez``: 200 while the gateway runs, whatever Triton's state (a liveness probe)."""
+        return _json({"status": "ok"})
+
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         """Open the gRPC channel and read the catalogue at start; close the channel at exit."""
@@ -314,5 +318,6 @@ def create_app(options: GatewayOptions) -> Starlette:
         Route("/predict", gateway.endpoint(gateway.predict), methods=["POST"]),
         Route("/tokenize", gateway.endpoint(gateway.tokenize), methods=["POST"]),
         Route("/health", gateway.endpoint(gateway.health, auth=False), methods=["GET"]),
+        Route("/livez", gateway.endpoint(gateway.live, auth=False), methods=["GET"]),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: _http_error}, lifespan=gateway.lifespan)
