@@ -22,8 +22,11 @@ import numpy as np
 import openai
 import pytest
 
+from tritongen.bench.perf import Sweep
+from tritongen.bench.run import BenchOptions, run_bench
 from tritongen.build import build_repository
 from tritongen.client import infer
+from tritongen.errors import BenchError
 from tritongen.gateway.errors import from_triton
 from tritongen.gateway.schemas import parse_embeddings, parse_predict, parse_rerank
 from tritongen.server import free_port, running_server, wait_until_ready
@@ -277,6 +280,31 @@ def test_gateway_answers_503_when_triton_is_down(tmp_path):
         status, answer = post((url, None), "/v1/embeddings", {"input": "x", "model": "embedder"}, key=None)
     assert status == 503 and _error(answer)["type"] == "server_error"
     assert "not reachable" in answer["error"]["message"] or "unavailable" in answer["error"]["message"].lower()
+
+
+# -- the bench's baseline (e) -----------------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_bench_measures_the_gateway_beside_triton_in_interleaved_rounds(served, tmp_path):
+    options = BenchOptions(
+        name="embedder", repository=served[1], output=tmp_path, baselines=("gateway",),
+        sweep=Sweep(concurrency=(1, 2), fixed_requests=16), texts=32, peer_rounds=2, peer_seconds=2.0,
+    )  # fmt: skip
+    report, paths = run_bench(options)
+    comparison = report.gateway
+    assert comparison is not None and comparison.concurrencies() == [1, 2] and len(comparison.rounds) == 4
+    assert comparison.max_abs_diff <= 1e-6  # the same floats through Triton's JSON and the gateway's
+    for concurrency in (1, 2):
+        figures = comparison.at(concurrency)
+        assert figures["direct"] > 0 and figures["gateway"] > 0 and figures["errors"] == 0
+    assert "## (e) the OpenAI/TEI gateway in front of `embedder`" in paths["summary"].read_text()
+
+
+def test_bench_refuses_the_gateway_baseline_when_ensemble_is_no_embedder(served, tmp_path):
+    options = BenchOptions(name="classifier", repository=served[1], output=tmp_path, baselines=("gateway",))
+    with pytest.raises(BenchError, match="baseline gateway: `classifier` is a classification ensemble"):
+        run_bench(options)
 
 
 # -- units ------------------------------------------------------------------------------------------------------

@@ -496,7 +496,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--texts", type=int, default=512, help="number of distinct request texts")
     bench.add_argument("--compare", help="comma-separated other ensembles to measure in the same run")
     bench.add_argument(
-        "--baselines", help="comma-separated subset of pipeline,nobatch,ceiling,infinity (default: all available)"
+        "--baselines",
+        help="comma-separated subset of pipeline,nobatch,ceiling,infinity,gateway (default: all available but gateway)",
     )
     tuning = bench.add_argument_group(
         "tuning sweep", "measure these settings too, applied to the running server; the report names the best"
