@@ -329,8 +329,8 @@ def test_from_triton_maps_grpc_status_to_http():
     ],
 )
 def test_schemas_refuse_with_param_when_body_is_invalid(parse, body, param):
-    from tritongen.gateway.errors import ApiError
+    from tritongen.errors import GatewayError
 
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(GatewayError) as caught:
         parse(body)
     assert caught.value.status == 400 and caught.value.param == param

@@ -23,9 +23,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tritongen.errors import describe
+from tritongen.errors import GatewayError, describe
 from tritongen.gateway.auth import check_key
-from tritongen.gateway.errors import ApiError, model_not_found
+from tritongen.gateway.errors import error_response, model_not_found
 from tritongen.gateway.models import Catalogue, ModelInfo
 from tritongen.gateway.schemas import (
     parse_embed,
@@ -91,20 +91,24 @@ class Gateway:
                 if auth and self._key is not None:
                     check_key(self._key, request.headers.get("authorization"))
                 return await handler(request)
-            except ApiError as exc:
-                if exc.code == "model_not_found":  # a model Triton unloaded or renamed: read the configs again
-                    with contextlib.suppress(ApiError):
+            except GatewayError as exc:
+                if exc.code == "model_not_found" or "unknown model" in exc.message:  # unloaded or renamed: re-read
+                    with contextlib.suppress(GatewayError):
                         await self.catalogue.refresh(force=False)
-                return exc.response()
+                return error_response(exc)
             except Exception as exc:  # a bug of ours: one line in the log, no traceback to the client
                 print(f"gateway: internal error on {request.url.path}: {describe(exc)}", file=sys.stderr, flush=True)
-                return ApiError(500, f"internal error: {describe(exc)}", type="server_error").response()
+                return error_response(GatewayError(500, f"internal error: {describe(exc)}", type="server_error"))
 
         return run
 
-    async def _infer(self, model: ModelInfo, inputs: dict, outputs: list[str]) -> dict[str, np.ndarray]:
+    async def _infer(
+        self, model: ModelInfo, inputs: dict, outputs: list[str], *, truncated: bool = False
+    ) -> dict[str, np.ndarray]:
+        """Run ``model``; with ``truncated``, also ask for ``TRUNCATED`` where the ensemble has it."""
         assert self.client is not None
-        outputs = outputs + (["TRUNCATED"] if "TRUNCATED" in model.outputs else [])
+        if truncated and "TRUNCATED" in model.outputs:
+            outputs = [*outputs, "TRUNCATED"]
         return await self.client.infer(model, inputs, outputs)
 
     @staticmethod
@@ -116,7 +120,7 @@ class Gateway:
         index = int(np.flatnonzero(truncated.reshape(-1))[0])
         limit = model.tokenizer.truncation["max_length"] if model.tokenizer is not None else None
         longer = f"longer than the model's {limit} tokens" if limit else "longer than the model takes"
-        raise ApiError(
+        raise GatewayError(
             413,
             f"`{field}` item {index} is {longer}; send `truncate: true` to use its first tokens",
             param=field,
@@ -128,12 +132,18 @@ class Gateway:
         return {"prompt_tokens": tokens, "total_tokens": tokens}
 
     async def _embed(
-        self, model: ModelInfo, texts: list[str], dimensions: int | None, prompt_name: str | None
+        self,
+        model: ModelInfo,
+        texts: list[str],
+        dimensions: int | None,
+        prompt_name: str | None,
+        *,
+        truncated: bool = False,
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The embeddings of ``texts``, shortened to ``dimensions`` by the ensemble or here (renormalised)."""
         width = model.outputs["EMBEDDING"].dims[-1]
         if dimensions is not None and width > 0 and dimensions > width:
-            raise ApiError(
+            raise GatewayError(
                 400,
                 f"`dimensions` is {dimensions}, but `{model.name}` embeds into {width}",
                 param="dimensions",
@@ -144,13 +154,13 @@ class Gateway:
             inputs["DIMENSIONS"] = [dimensions] * len(texts)
         if prompt_name is not None:
             if "PROMPT_NAME" not in model.inputs:
-                raise ApiError(400, f"`{model.name}` declares no prompts", param="prompt_name", code="no_prompts")
+                raise GatewayError(400, f"`{model.name}` declares no prompts", param="prompt_name", code="no_prompts")
             inputs["PROMPT_NAME"] = [prompt_name] * len(texts)
-        result = await self._infer(model, inputs, ["EMBEDDING"])
+        result = await self._infer(model, inputs, ["EMBEDDING"], truncated=truncated)
         vectors = result["EMBEDDING"]
         if dimensions is not None and "DIMENSIONS" not in model.inputs and dimensions != vectors.shape[1]:
             if not _unit(model, vectors):
-                raise ApiError(
+                raise GatewayError(
                     400,
                     f"`{model.name}` does not normalise its embeddings, so they cannot be shortened "
                     "(only normalised, Matryoshka-style embeddings keep their meaning when cut)",
@@ -197,14 +207,16 @@ class Gateway:
         req = parse_embed(await request.body())
         model = await self.catalogue.resolve(req.model, "embeddings", "/embed")
         if not req.normalize and model.normalized:
-            raise ApiError(
+            raise GatewayError(
                 400,
                 f"`{model.name}` normalises its embeddings (the checkpoint says so); "
                 "`normalize: false` cannot be served",
                 param="normalize",
                 code="invalid_normalize",
             )
-        vectors, result = await self._embed(model, req.texts, req.dimensions, req.prompt_name)
+        vectors, result = await self._embed(
+            model, req.texts, req.dimensions, req.prompt_name, truncated=not req.truncate
+        )
         if not req.truncate:
             self._refuse_truncated(model, result, "inputs")
         if req.normalize and not model.normalized:
@@ -215,7 +227,8 @@ class Gateway:
         """``POST /rerank``: ``[{index, score, text?}]``, best first."""
         req = parse_rerank(await request.body())
         model = await self.catalogue.resolve(req.model, "rerank", "/rerank")
-        result = await self._infer(model, {"TEXT": [req.query] * len(req.texts), "TEXT_PAIR": req.texts}, ["SCORE"])
+        inputs = {"TEXT": [req.query] * len(req.texts), "TEXT_PAIR": req.texts}
+        result = await self._infer(model, inputs, ["SCORE"], truncated=not req.truncate)
         if not req.truncate:
             self._refuse_truncated(model, result, "texts")
         scores = result["SCORE"].reshape(-1).tolist()
@@ -231,7 +244,7 @@ class Gateway:
         model = await self.catalogue.resolve(req.model, "predict", "/predict")
         texts, pairs, single = req.rows("TEXT_PAIR" in model.inputs)
         inputs = {"TEXT": texts, **({"TEXT_PAIR": pairs} if pairs is not None else {})}
-        result = await self._infer(model, inputs, ["PROBABILITIES"])
+        result = await self._infer(model, inputs, ["PROBABILITIES"], truncated=not req.truncate)
         if not req.truncate:
             self._refuse_truncated(model, result, "inputs")
         probabilities = result["PROBABILITIES"]
@@ -267,7 +280,7 @@ class Gateway:
         assert self.client is not None
         if await self.client.ready():
             return _json({"status": "ok"})
-        raise ApiError(
+        raise GatewayError(
             503, f"the Triton server at {self.client.url} is not ready", type="server_error", code="unavailable"
         )
 
@@ -283,7 +296,7 @@ class Gateway:
             await self.catalogue.refresh()
             names = ", ".join(sorted(self.catalogue.models)) or "none yet"
             print(f"gateway: Triton at {self.options.triton_url} serves {names}", flush=True)
-        except ApiError as exc:  # Triton may come up later; the first request reads the catalogue again
+        except GatewayError as exc:  # Triton may come up later; the first request reads the catalogue again
             print(f"gateway: {exc.message}; will retry on the first request", flush=True)
         try:
             yield
@@ -298,11 +311,8 @@ def _model_entry(name: str) -> dict[str, object]:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
-    return ApiError(
-        exc.status_code,
-        message.get(exc.status_code, str(exc.detail)),
-        code="not_found" if exc.status_code == 404 else None,
-    ).response()
+    code = "not_found" if exc.status_code == 404 else None
+    return error_response(GatewayError(exc.status_code, message.get(exc.status_code, str(exc.detail)), code=code))
 
 
 def create_app(options: GatewayOptions) -> Starlette:

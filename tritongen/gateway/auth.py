@@ -9,8 +9,7 @@ import hmac
 import os
 from pathlib import Path
 
-from tritongen.errors import UsageError
-from tritongen.gateway.errors import ApiError
+from tritongen.errors import GatewayError, UsageError
 
 __all__ = ["KEY_ENV", "check_key", "read_api_key"]
 
@@ -34,6 +33,6 @@ def check_key(expected: bytes, authorization: str | None) -> None:
     """Raise 401 unless ``authorization`` is ``Bearer <expected>`` (compared in constant time)."""
     scheme, _, given = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not given:
-        raise ApiError(401, "missing API key: send `Authorization: Bearer <key>`", code="invalid_api_key")
+        raise GatewayError(401, "missing API key: send `Authorization: Bearer <key>`", code="invalid_api_key")
     if not hmac.compare_digest(given.strip().encode(), expected):
-        raise ApiError(401, "incorrect API key", code="invalid_api_key")
+        raise GatewayError(401, "incorrect API key", code="invalid_api_key")

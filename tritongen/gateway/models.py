@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritongen.gateway.errors import ApiError, model_not_found, unsupported_route
+from tritongen.errors import GatewayError
+from tritongen.gateway.errors import model_not_found, unsupported_route
 
 __all__ = ["ROUTES", "Catalogue", "ModelInfo", "describe_models"]
 
@@ -200,8 +201,8 @@ class Catalogue:
         if len(able) == 1:
             return self._models[able[0]]
         if not able:
-            raise ApiError(400, f"no served ensemble can serve {label}", param="model", code="unsupported_model")
-        raise ApiError(
+            raise GatewayError(400, f"no served ensemble can serve {label}", param="model", code="unsupported_model")
+        raise GatewayError(
             400,
             f"several ensembles can serve {label} ({', '.join(able)}); name one with `model`",
             param="model",

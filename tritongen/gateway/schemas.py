@@ -1,6 +1,6 @@
 """Request bodies of the OpenAI and Text Embeddings Inference routes, parsed and checked by hand.
 
-Each ``parse_*`` takes the raw body and returns a frozen request, or raises a 400 :class:`ApiError` that names
+Each ``parse_*`` takes the raw body and returns a frozen request, or raises a 400 :class:`GatewayError` that names
 the field (OpenAI's ``param``). Parsing by hand, with the standard ``json`` module, keeps the per-request cost
 to what the route needs.
 """
@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tritongen.gateway.errors import ApiError
+from tritongen.errors import GatewayError
 
 __all__ = [
     "EmbedRequest",
@@ -29,8 +29,8 @@ __all__ = [
 MAX_INPUTS = 2048  # OpenAI's limit on inputs per embeddings request
 
 
-def _bad(message: str, param: str | None = None) -> ApiError:
-    return ApiError(400, message, param=param, code="invalid_request")
+def _bad(message: str, param: str | None = None) -> GatewayError:
+    return GatewayError(400, message, param=param, code="invalid_request")
 
 
 def _object(body: bytes) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 :meth:`TritonClient.infer` sends one request's texts (split into ``max_batch_size`` chunks, sent at once,
 which Triton's dynamic batcher then batches with other requests) and returns the asked outputs as arrays;
-every failure becomes an :class:`~tritongen.gateway.errors.ApiError`.
+every failure becomes an :class:`~tritongen.gateway.errors.GatewayError`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException
 
-from tritongen.gateway.errors import ApiError, from_triton
+from tritongen.errors import GatewayError
+from tritongen.gateway.errors import from_triton
 from tritongen.gateway.models import ModelInfo
 
 __all__ = ["TritonClient"]
@@ -100,7 +101,7 @@ class TritonClient:
         except InferenceServerException as exc:
             raise from_triton(model.name, exc.status(), exc.message()) from None
         if result is None:  # tritonclient returns None when the channel was closed under it
-            raise ApiError(
+            raise GatewayError(
                 503, f"`{model.name}`: the gateway is shutting down", type="server_error", code="unavailable"
             )
         return {name: result.as_numpy(name) for name in outputs}
