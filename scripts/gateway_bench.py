@@ -26,6 +26,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=15.0, help="measured seconds per side, round, concurrency")
     parser.add_argument("--texts", type=int, default=512)
+    parser.add_argument("--paired", type=int, default=1000, help="requests per side of the paired c1 measurement")
     args = parser.parse_args()
     texts = bench_texts(args.texts)
     server = TritonServer(
@@ -35,7 +36,7 @@ def main() -> None:
         with gateway_server(server.grpc_url, args.repository, Path(tmp) / "gateway.log") as url:
             comparison = compare_with_gateway(
                 server.http_url, args.name, url, texts, concurrencies=[int(c) for c in args.concurrency.split(",")],
-                rounds=args.rounds, seconds=args.seconds, progress=print,
+                rounds=args.rounds, seconds=args.seconds, paired_requests=args.paired, progress=print,
             )  # fmt: skip
     print(comparison.to_markdown())
 

@@ -295,6 +295,7 @@ def test_bench_measures_the_gateway_beside_triton_in_interleaved_rounds(served, 
     comparison = report.gateway
     assert comparison is not None and comparison.concurrencies() == [1, 2] and len(comparison.rounds) == 4
     assert comparison.max_abs_diff <= 1e-6  # the same floats through Triton's JSON and the gateway's
+    assert comparison.paired is not None and comparison.paired.gateway_p50 > 0 and comparison.paired.direct_p50 > 0
     for concurrency in (1, 2):
         figures = comparison.at(concurrency)
         assert figures["direct"] > 0 and figures["gateway"] > 0 and figures["errors"] == 0

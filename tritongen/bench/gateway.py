@@ -11,22 +11,24 @@ checks that both sides return the same embeddings.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import signal
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from tritongen.bench.http_load import LoadResult, drive, kserve_target, openai_target
+from tritongen.bench.http_load import HttpTarget, LoadResult, drive, kserve_target, openai_target
 from tritongen.errors import BenchError, ServerError
 from tritongen.server import free_port, wait_until_ready
 
-__all__ = ["GatewayComparison", "compare_with_gateway", "gateway_server"]
+__all__ = ["GatewayComparison", "PairedLatency", "compare_with_gateway", "gateway_server", "paired_latency"]
 
 
 @contextlib.contextmanager
@@ -59,6 +61,44 @@ def gateway_server(grpc_url: str, repository: Path, log: Path, *, model: str | N
 
 
 @dataclass(frozen=True)
+class PairedLatency:
+    """Concurrency 1, request by request: direct, then through the gateway, then direct again, ...
+
+    Alternating single requests puts both sides under the same moment's load, so the median of the per-pair
+    differences is the gateway's added latency even on a busy machine, where rounds of seconds drift.
+    """
+
+    requests: int
+    direct_p50: float
+    gateway_p50: float
+    added_p50: float  # median of (gateway - direct) over the pairs
+
+
+def paired_latency(direct: HttpTarget, gateway: HttpTarget, texts: Sequence[str], requests: int) -> PairedLatency:
+    """Send ``requests`` texts to each side alternately, one at a time, on one keep-alive connection each."""
+    connections = {t.label: http.client.HTTPConnection(t.host, t.port, timeout=120) for t in (direct, gateway)}
+    pairs = []
+    try:
+        for i in range(requests + 20):  # the first 20 pairs warm both paths up
+            text, took = texts[i % len(texts)], {}
+            for target in (direct, gateway) if i % 2 == 0 else (gateway, direct):
+                start = time.perf_counter()
+                target.post(connections[target.label], text)
+                took[target.label] = (time.perf_counter() - start) * 1e3
+            if i >= 20:
+                pairs.append((took[direct.label], took[gateway.label]))
+    finally:
+        for connection in connections.values():
+            connection.close()
+    return PairedLatency(
+        requests,
+        float(np.median([a for a, _ in pairs])),
+        float(np.median([b for _, b in pairs])),
+        float(np.median([b - a for a, b in pairs])),
+    )
+
+
+@dataclass(frozen=True)
 class GatewayComparison:
     """Interleaved rounds of the ensemble direct and through the gateway, and their embeddings' agreement."""
 
@@ -66,6 +106,7 @@ class GatewayComparison:
     rounds: Sequence[tuple[LoadResult, LoadResult]]  # (direct, gateway) per round and concurrency
     max_abs_diff: float
     seconds: float
+    paired: PairedLatency | None = None
 
     def concurrencies(self) -> list[int]:
         """The concurrencies measured, ascending."""
@@ -113,6 +154,14 @@ class GatewayComparison:
                 f"| {m['gateway_p50']:.2f} | **{m['added_p50']:+.2f}** | {m['added_mean']:+.2f} |"
             )
         errors = sum(a.errors + b.errors for a, b in self.rounds)
+        if self.paired is not None:
+            p = self.paired
+            lines += [
+                "",
+                f"Paired at concurrency 1 ({p.requests} requests per side, alternating one by one): direct p50 "
+                f"{p.direct_p50:.2f} ms, gateway p50 {p.gateway_p50:.2f} ms, **added {p.added_p50:+.2f} ms** (median "
+                "of the per-pair differences).",
+            ]
         lines += [
             "",
             f"Same embeddings both ways: max abs difference {self.max_abs_diff:.2e}. Failed requests: {errors}.",
@@ -129,6 +178,7 @@ def compare_with_gateway(
     concurrencies: Sequence[int],
     rounds: int = 3,
     seconds: float = 15.0,
+    paired_requests: int = 1000,
     progress: Callable[[str], None] = lambda _: None,
 ) -> GatewayComparison:
     """Drive ``name`` directly at ``triton_http_url`` and through the gateway at ``gateway_url``, interleaved."""
@@ -136,6 +186,8 @@ def compare_with_gateway(
     gateway = openai_target("gateway", gateway_url, name, path="/v1/embeddings")
     sample = list(texts[:64])
     max_abs_diff = float(np.abs(direct.embed(sample) - gateway.embed(sample)).max())
+    progress(f"  paired: {paired_requests} requests per side at concurrency 1, alternating…")
+    paired = paired_latency(direct, gateway, texts, paired_requests) if paired_requests else None
     results = []
     for round_index in range(rounds):
         for concurrency in concurrencies:
@@ -145,4 +197,4 @@ def compare_with_gateway(
                 progress(f"  round {round_index + 1}/{rounds}: {target.label} at concurrency {concurrency}…")
                 measured[target.label] = drive(target, texts, concurrency, seconds)
             results.append((measured["direct"], measured["gateway"]))
-    return GatewayComparison(name, results, max_abs_diff, seconds)
+    return GatewayComparison(name, results, max_abs_diff, seconds, paired)
