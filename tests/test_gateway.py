@@ -201,6 +201,15 @@ def test_embed_matches_triton_and_normalises_when_asked(gateway, served):
 
 
 @pytest.mark.e2e
+def test_embed_splits_into_max_batch_size_requests_when_given_more_texts(gateway, served):
+    texts = [f"text number {i}" for i in range(70)]  # the ensembles' max_batch_size is 64
+    status, answer = post(gateway, "/embed", {"inputs": texts, "model": "embedder"})
+    expected = [row["EMBEDDING"] for chunk in (texts[:64], texts[64:]) for row in direct(served, "embedder", chunk)]
+    assert status == 200
+    np.testing.assert_allclose(answer, expected, atol=1e-6)
+
+
+@pytest.mark.e2e
 def test_embed_refuses_long_text_with_413_when_truncate_is_false(gateway, served):
     status, answer = post(gateway, "/embed", {"inputs": ["fine", LONG], "model": "embedder"})
     assert status == 413 and "item 1 is longer than the model's 64 tokens" in _error(answer)["message"]
