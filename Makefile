@@ -22,6 +22,7 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 HEALTH_PORT ?= 8003
+GATEWAY_PORT ?= 8080
 GRACE_PERIOD ?= 20
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
@@ -45,7 +46,7 @@ BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(
 PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv compat-venv infinity-venv repo serve health rollout rollback infer engine bench soak publish package manifests test lint \
+.PHONY: help venv compat-venv infinity-venv repo serve gateway health rollout rollback infer engine bench soak publish package manifests test lint \
 	clean
 
 help: ## show this help
@@ -95,6 +96,9 @@ repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISI
 
 serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1), supervised; /healthz on HEALTH_PORT
 	$(PY) -m tritongen serve --repository "$(REPO)" $(PORT_ARGS) --health-port $(HEALTH_PORT) --grace-period $(GRACE_PERIOD)
+
+gateway: venv ## OpenAI/TEI API gateway on GATEWAY_PORT (8080) to the ensembles served on GRPC_PORT (API key: env TRITONGEN_GATEWAY_KEY)
+	$(PY) -m tritongen gateway --repository "$(REPO)" $(PORT_ARGS) --port $(GATEWAY_PORT)
 
 health: venv ## deep readiness of the served REPO: one real inference per ensemble, exit 0 or 1 (ports as for serve)
 	$(PY) -m tritongen health --repository "$(REPO)" $(PORT_ARGS)

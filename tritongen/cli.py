@@ -171,6 +171,21 @@ def _infer(args: argparse.Namespace) -> None:
         print(json.dumps({key: text, **row}, ensure_ascii=False))
 
 
+def _gateway(args: argparse.Namespace) -> None:
+    from tritongen.gateway import GatewayOptions, read_api_key, run_gateway
+    from tritongen.server import REMOTE_SCHEMES
+
+    local = not str(args.repository).startswith(REMOTE_SCHEMES)
+    options = GatewayOptions(
+        triton_url=args.triton_url or f"{args.host}:{args.grpc_port}",
+        repository=Path(args.repository) if local else None,
+        model=args.model,
+        api_key=read_api_key(args.api_key_file),
+        timeout_s=args.timeout,
+    )
+    run_gateway(options, host=args.listen, port=args.port)
+
+
 def _engine(args: argparse.Namespace) -> None:
     from tritongen.configs import step_names
     from tritongen.repository import existing_versions
@@ -450,6 +465,27 @@ def _parser() -> argparse.ArgumentParser:
     inf.add_argument("--url", help="host:port (default: --host and the protocol's port)")
     add_server_options(inf)
     inf.set_defaults(func=_infer)
+    gateway = sub.add_parser(
+        "gateway", help="OpenAI /v1/embeddings and TEI /embed, /rerank, /predict, /tokenize in front of Triton (gRPC)"
+    )
+    gateway.add_argument(
+        "--repository",
+        default="model_repository",
+        help="the served folder, read for tokenizers and labels (an s3:// URL: token counts 0, no /tokenize)",
+    )
+    gateway.add_argument("--port", type=int, default=8080, help="the gateway's HTTP port")
+    gateway.add_argument("--listen", default="127.0.0.1", help="the address the gateway listens on")
+    gateway.add_argument("--model", help="default ensemble of the routes it can serve (default: the only one able)")
+    gateway.add_argument("--triton-url", help="Triton's gRPC host:port (default: --host and --grpc-port)")
+    gateway.add_argument("--timeout", type=float, default=60.0, help="seconds per Triton request")
+    gateway.add_argument(
+        "--api-key-file",
+        type=Path,
+        help="file holding the API key clients must send (default: $TRITONGEN_GATEWAY_KEY; none: open)",
+    )
+    add_server_options(gateway)
+    gateway.set_defaults(func=_gateway)
+
     engine = sub.add_parser("engine", help="build the TensorRT plan of a tensorrt-runtime build (GPU node)")
     engine.add_argument("--name", default="model")
     engine.add_argument("--repository", type=Path, default=Path("model_repository"))
@@ -470,7 +506,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--texts", type=int, default=512, help="number of distinct request texts")
     bench.add_argument("--compare", help="comma-separated other ensembles to measure in the same run")
     bench.add_argument(
-        "--baselines", help="comma-separated subset of pipeline,nobatch,ceiling,infinity (default: all available)"
+        "--baselines",
+        help="comma-separated subset of pipeline,nobatch,ceiling,infinity,gateway (default: all available but gateway)",
     )
     tuning = bench.add_argument_group(
         "tuning sweep", "measure these settings too, applied to the running server; the report names the best"

@@ -19,7 +19,8 @@ them to a one-line message and exit code 2. The tree::
     ├── ServerError              tritonserver could not start or answer
     ├── RolloutError             a roll-out or rollback stopped; the version that served still does
     ├── BenchError               perf_analyzer or a baseline failed
-    └── DeployError              a deploy folder, manifest set or capacity plan cannot be made
+    ├── DeployError              a deploy folder, manifest set or capacity plan cannot be made
+    └── GatewayError             one gateway request failed (its HTTP status and OpenAI error fields)
 
 The path and log file an error is about are attributes (``exc.path``, ``exc.log_file``), and so
 are a :class:`StageError`'s ``stage`` and ``cause``; the message is rendered from them. The steps of the
@@ -44,6 +45,7 @@ __all__ = [
     "DeployError",
     "EngineError",
     "ExportError",
+    "GatewayError",
     "ParityError",
     "RepositoryError",
     "RolloutError",
@@ -192,3 +194,22 @@ class BenchError(TritongenError):
 
 class DeployError(TritongenError):
     """A deploy folder, a manifest set or a capacity plan cannot be made from what is on disk."""
+
+
+class GatewayError(TritongenError):
+    """One request to the OpenAI/TEI gateway failed; the client gets it in the OpenAI error format.
+
+    ``status`` is the HTTP status; ``type``, ``param`` and ``code`` are the OpenAI error body's fields.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        self.status, self.type, self.param, self.code = status, type, param, code
+        super().__init__(message)

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tritongen.bench.ceiling import CeilingPoint
+from tritongen.bench.gateway import GatewayComparison
 from tritongen.bench.infinity import PeerComparison
 from tritongen.bench.perf import PerfPoint
 from tritongen.bench.tune import TunePoint, best, ratios
@@ -33,6 +34,7 @@ class BenchReport:
     command: str
     ensembles: Mapping[tuple[str, int], StepStats] = field(default_factory=dict)  # the ensemble's own counters
     peer: PeerComparison | None = None  # (d) infinity-emb, interleaved rounds
+    gateway: GatewayComparison | None = None  # (e) the OpenAI/TEI gateway against Triton's HTTP API
     tuning: list[TunePoint] = field(default_factory=list)  # the instance/thread sweep, the built setting first
     tuned_backend: str = ""  # the model step's backend (which spec section holds its threads)
 
@@ -192,6 +194,8 @@ def summary_markdown(report: BenchReport) -> str:
     lines += [f"- {key}: **{value:.2f}x**" for key, value in report.ratios().items()]
     if report.peer is not None:
         lines += ["", report.peer.to_markdown().rstrip("\n")]
+    if report.gateway is not None:
+        lines += ["", report.gateway.to_markdown().rstrip("\n")]
     for budget in report.budgets(1):
         lines += [
             "",

@@ -5,7 +5,9 @@ the ensemble as built; (a) a transformers pipeline behind FastAPI; (b) the same 
 rebuilt without dynamic batching (max_batch_size 0). (c) is in-process ONNX Runtime on
 the same model file. (d), for embedding models, is infinity-emb on the same checkpoint, up at
 the same time as Triton and driven with the ensemble by one HTTP/JSON load generator in
-interleaved rounds (:mod:`tritongen.bench.infinity`). Results go to ``perf_analyzer_configs/<NAME>/results/``.
+interleaved rounds (:mod:`tritongen.bench.infinity`). (e), for embedding models, is the OpenAI/TEI gateway in
+front of the same server, driven the same way against Triton's own HTTP API (:mod:`tritongen.bench.gateway`).
+Results go to ``perf_analyzer_configs/<NAME>/results/``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from rich.console import Console
 
 from tritongen.bench.ceiling import measure_ceiling
+from tritongen.bench.gateway import GatewayComparison, compare_with_gateway, gateway_server
 from tritongen.bench.infinity import (
     INFINITY_VENV,
     PeerComparison,
@@ -45,7 +48,8 @@ from tritongen.tasks import TASKS
 
 __all__ = ["BenchOptions", "run_bench"]
 
-BASELINES = ("pipeline", "nobatch", "ceiling", "infinity")
+BASELINES = ("pipeline", "nobatch", "ceiling", "infinity", "gateway")
+DEFAULT_BASELINES = BASELINES[:4]  # (e), the gateway, only when asked: it measures the gateway, not the ensemble
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class BenchOptions:
     output: Path = Path("perf_analyzer_configs")
     sweep: Sweep = field(default_factory=Sweep)
     texts: int = 512
-    baselines: tuple[str, ...] = BASELINES
+    baselines: tuple[str, ...] = DEFAULT_BASELINES
     compare: tuple[str, ...] = ()  # more ensembles of the same repository, measured in the same server run
     peer_rounds: int = 3  # (d): interleaved rounds per concurrency
     peer_seconds: float = 15.0  # (d): measured seconds per side, round and concurrency
@@ -131,7 +135,7 @@ def _measure_peer(
     """
     if "infinity" not in options.baselines:
         return None
-    explicit = options.baselines != BASELINES
+    explicit = options.baselines != DEFAULT_BASELINES
     why = (
         f"`{options.name}` is a {meta['task']} ensemble; infinity-emb serves embeddings" if meta["task"] != "embedding"
         else f"no {INFINITY_VENV} (`make infinity-venv` creates it)" if infinity_executable() is None
@@ -146,6 +150,26 @@ def _measure_peer(
     with infinity_server(meta["checkpoint"], options.name, results / "infinity_server.log") as url:
         return compare_with_infinity(
             triton_url, options.name, url, texts, concurrencies=options.sweep.concurrency,
+            rounds=options.peer_rounds, seconds=options.peer_seconds, progress=console.print,
+        )  # fmt: skip
+
+
+def _measure_gateway(
+    options: BenchOptions,
+    meta: Mapping[str, Any],
+    server: TritonServer,
+    texts: list[str],
+    results: Path,
+    console: Console,
+) -> GatewayComparison | None:
+    """(e) for embedding ensembles: the gateway's ``/v1/embeddings`` against Triton's HTTP API, interleaved."""
+    if "gateway" not in options.baselines:
+        return None
+    console.print("[bold]Measuring baseline (e): the OpenAI/TEI gateway in front of the ensemble, interleaved…")
+    repository = Path(options.repository).resolve()
+    with gateway_server(server.grpc_url, repository, results / "gateway.log", model=options.name) as url:
+        return compare_with_gateway(
+            server.http_url, options.name, url, texts, concurrencies=options.sweep.concurrency,
             rounds=options.peer_rounds, seconds=options.peer_seconds, progress=console.print,
         )  # fmt: skip
 
@@ -188,6 +212,8 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
             f"`{name}` is a {meta['task']} ensemble; the bench drives single-text ensembles "
             f"({', '.join(bench_tasks)}) only"
         )
+    if "gateway" in options.baselines and meta["task"] != "embedding":
+        raise BenchError(f"baseline gateway: `{name}` is a {meta['task']} ensemble; it drives /v1/embeddings")
     tune_plan = TunePlan(repository, name, options.tune) if options.tune else None  # refuses a bad grid up front
     out = Path(options.output) / name
     results = out / "results"
@@ -221,6 +247,7 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
         with server:
             measured, breakdown, ensembles = _measure_triton(server, configs, options.sweep, results, console)
             peer = _measure_peer(options, meta, server.http_url, texts, results, console)
+            gateway = _measure_gateway(options, meta, server, texts, results, console)
             tuning = _measure_tuning(tune_plan, options, server, out / "input_data.json", results, console)
         points += measured
     if "pipeline" in options.baselines:
@@ -247,7 +274,7 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
         )
     report = BenchReport(
         name=name, points=points, breakdown=breakdown, ceiling=ceiling, command=command, ensembles=ensembles,
-        peer=peer, tuning=tuning, tuned_backend=tune_plan.backend if tune_plan else "",
+        peer=peer, gateway=gateway, tuning=tuning, tuned_backend=tune_plan.backend if tune_plan else "",
     )  # fmt: skip
     paths = write_report(report, results)
     console.print(paths["summary"].read_text())

@@ -1,0 +1,346 @@
+"""The OpenAI/TEI gateway, end to end: a real tritonserver, the gateway as a subprocess, real clients.
+
+``/v1/embeddings`` is called with the official ``openai`` client; the TEI routes with ``urllib``. Every answer
+is compared with what Triton returns for the same texts directly.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+
+from tritongen.bench.perf import Sweep
+from tritongen.bench.run import BenchOptions, run_bench
+from tritongen.build import build_repository
+from tritongen.client import infer
+from tritongen.errors import BenchError
+from tritongen.gateway.errors import from_triton
+from tritongen.gateway.schemas import parse_embeddings, parse_predict, parse_rerank
+from tritongen.server import free_port, running_server, wait_until_ready
+from tritongen.spec import load_spec
+
+KEY = "test-key-0123456789"
+TEXTS = ["I love this movie", "Terrible, awful, bad.", "Ünïcödé and emoji 🎉", "short"]
+LONG = "word " * 200  # longer than the tiny models' 64 tokens
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from tests.tiny_gateway import make_gateway_checkpoints
+
+    return make_gateway_checkpoints(tmp_path_factory.mktemp("gateway-checkpoints"))
+
+
+@pytest.fixture(scope="module")
+def served(checkpoints, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("gateway") / "repo"
+    for name, path in checkpoints.items():
+        build_repository(load_spec(model=str(path), name=name, repository=repo, container_check=False))
+    with running_server(repo) as server:
+        yield server, repo
+
+
+@contextlib.contextmanager
+def _gateway(log: Path, *args: str, key: str | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "TRITONGEN_GATEWAY_KEY"}
+    if key is not None:
+        env["TRITONGEN_GATEWAY_KEY"] = key
+    command = [sys.executable, "-m", "tritongen", "gateway", "--port", str(port), *args]
+    with open(log, "wb") as handle:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        wait_until_ready(f"127.0.0.1:{port}", timeout=60, process=process, what="the gateway", path="/livez",
+                         reason=lambda: log.read_text()[-500:])  # fmt: skip
+        yield f"127.0.0.1:{port}", process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # nothing of its group may outlive it
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def gateway(served, tmp_path_factory):
+    server, repo = served
+    log = tmp_path_factory.mktemp("gateway-log") / "gateway.log"
+    with _gateway(log, "--repository", str(repo), "--triton-url", server.grpc_url, key=KEY) as (url, process):
+        yield url, process
+    # uvicorn drains, then re-raises SIGTERM so that the exit status tells how it stopped
+    assert process.returncode == -signal.SIGTERM and "Traceback" not in log.read_text(), log.read_text()
+
+
+@pytest.fixture(scope="module")
+def client(gateway) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"http://{gateway[0]}/v1", api_key=KEY, max_retries=0)
+
+
+def post(gateway, path: str, body: object, key: str | None = KEY) -> tuple[int, object]:
+    """POST JSON with urllib; the status and the parsed answer (errors included)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(f"http://{gateway[0]}{path}", data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def direct(served, name: str, texts: list[str], **pairs) -> list[dict]:
+    return infer(texts, name=name, url=served[0].grpc_url, inputs=pairs or None)
+
+
+def _error(answer: object) -> dict:
+    assert isinstance(answer, dict) and set(answer) == {"error"}, answer
+    assert set(answer["error"]) == {"message", "type", "param", "code"}, answer
+    return answer["error"]
+
+
+# -- OpenAI /v1/embeddings with the official client ------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_embeddings_match_triton_when_called_with_openai_client(client, served, checkpoints):
+    from transformers import AutoTokenizer
+
+    answer = client.embeddings.create(model="embedder", input=TEXTS, encoding_format="float")
+    expected = np.array([row["EMBEDDING"] for row in direct(served, "embedder", TEXTS)])
+    assert [d.index for d in answer.data] == list(range(len(TEXTS)))
+    np.testing.assert_allclose(np.array([d.embedding for d in answer.data]), expected, atol=1e-7)
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoints["embedder"]))
+    tokens = sum(len(ids) for ids in tokenizer(TEXTS, truncation=True, max_length=64)["input_ids"])
+    assert answer.usage.prompt_tokens == answer.usage.total_tokens == tokens
+    assert answer.model == "embedder"
+
+
+@pytest.mark.e2e
+def test_embeddings_base64_decodes_to_triton_floats_when_asked(client, served):
+    raw = client.embeddings.create(model="embedder", input=TEXTS[:2], encoding_format="base64")
+    decoded = np.array([np.frombuffer(base64.b64decode(d.embedding), "<f4") for d in raw.data])
+    expected = np.array([row["EMBEDDING"] for row in direct(served, "embedder", TEXTS[:2])], np.float32)
+    np.testing.assert_array_equal(decoded, expected)
+    # the client's default asks for base64 and decodes it itself
+    default = client.embeddings.create(model="embedder", input=TEXTS[0])
+    np.testing.assert_allclose(default.data[0].embedding, expected[0], atol=1e-6)  # alone: another batch shape
+
+
+@pytest.mark.e2e
+def test_embeddings_dimensions_are_cut_and_renormalised_when_ensemble_normalises(client, served):
+    answer = client.embeddings.create(model="embedder", input=TEXTS, dimensions=8, encoding_format="float")
+    full = np.array([row["EMBEDDING"] for row in direct(served, "embedder", TEXTS)])
+    expected = full[:, :8] / np.linalg.norm(full[:, :8], axis=1, keepdims=True)
+    np.testing.assert_allclose(np.array([d.embedding for d in answer.data]), expected, atol=1e-6)
+
+
+@pytest.mark.e2e
+def test_embeddings_dimensions_refused_when_ensemble_does_not_normalise(client):
+    with pytest.raises(openai.BadRequestError, match="does not normalise its embeddings"):
+        client.embeddings.create(model="embedder_raw", input=TEXTS, dimensions=8)
+    with pytest.raises(openai.BadRequestError, match="embeds into 32"):
+        client.embeddings.create(model="embedder", input=TEXTS, dimensions=33)
+
+
+@pytest.mark.e2e
+def test_embeddings_errors_surface_as_openai_exceptions_with_the_message(client):
+    with pytest.raises(openai.NotFoundError, match="`nope` does not exist"):
+        client.embeddings.create(model="nope", input="x")
+    with pytest.raises(openai.BadRequestError, match="cannot serve /v1/embeddings: it outputs no EMBEDDING"):
+        client.embeddings.create(model="classifier", input="x")
+    with pytest.raises(openai.BadRequestError, match="token ids"):
+        client.embeddings.create(model="embedder", input=[[1, 2, 3]])
+
+
+@pytest.mark.e2e
+def test_gateway_refuses_with_401_when_key_is_wrong_or_missing(gateway):
+    wrong = openai.OpenAI(base_url=f"http://{gateway[0]}/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError, match="incorrect API key"):
+        wrong.embeddings.create(model="embedder", input="x")
+    status, answer = post(gateway, "/embed", {"inputs": "x"}, key=None)
+    assert status == 401 and _error(answer)["code"] == "invalid_api_key"
+    with urllib.request.urlopen(f"http://{gateway[0]}/health", timeout=10) as response:  # probes need no key
+        assert response.status == 200
+
+
+@pytest.mark.e2e
+def test_models_lists_the_ensembles_when_asked(client):
+    assert sorted(m.id for m in client.models.list()) == ["classifier", "embedder", "embedder_raw", "reranker"]
+    assert client.models.retrieve("reranker").id == "reranker"
+
+
+# -- TEI routes with a plain HTTP client -----------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_embed_matches_triton_and_normalises_when_asked(gateway, served):
+    status, answer = post(gateway, "/embed", {"inputs": TEXTS, "model": "embedder"})
+    assert status == 200
+    np.testing.assert_allclose(answer, [row["EMBEDDING"] for row in direct(served, "embedder", TEXTS)], atol=1e-7)
+    raw = np.array([row["EMBEDDING"] for row in direct(served, "embedder_raw", TEXTS)])
+    status, answer = post(gateway, "/embed", {"inputs": TEXTS, "model": "embedder_raw", "normalize": False})
+    np.testing.assert_allclose(answer, raw, atol=1e-6)
+    status, answer = post(gateway, "/embed", {"inputs": TEXTS[0], "model": "embedder_raw"})
+    np.testing.assert_allclose(answer, raw[:1] / np.linalg.norm(raw[:1]), atol=1e-6)
+    status, answer = post(gateway, "/embed", {"inputs": "x", "model": "embedder", "normalize": False})
+    assert status == 400 and "normalize: false" in _error(answer)["message"]
+
+
+@pytest.mark.e2e
+def test_embed_splits_into_max_batch_size_requests_when_given_more_texts(gateway, served):
+    texts = [f"text number {i}" for i in range(70)]  # the ensembles' max_batch_size is 64
+    status, answer = post(gateway, "/embed", {"inputs": texts, "model": "embedder"})
+    expected = [row["EMBEDDING"] for chunk in (texts[:64], texts[64:]) for row in direct(served, "embedder", chunk)]
+    assert status == 200
+    np.testing.assert_allclose(answer, expected, atol=1e-6)
+
+
+@pytest.mark.e2e
+def test_embed_refuses_long_text_with_413_when_truncate_is_false(gateway, served):
+    status, answer = post(gateway, "/embed", {"inputs": ["fine", LONG], "model": "embedder"})
+    assert status == 413 and "item 1 is longer than the model's 64 tokens" in _error(answer)["message"]
+    status, answer = post(gateway, "/embed", {"inputs": [LONG], "model": "embedder", "truncate": True})
+    assert status == 200
+    np.testing.assert_allclose(answer, [direct(served, "embedder", [LONG])[0]["EMBEDDING"]], atol=1e-7)
+
+
+@pytest.mark.e2e
+def test_rerank_sorts_triton_scores_when_given_texts(gateway, served):
+    query = "a film I loved"
+    status, answer = post(gateway, "/rerank", {"query": query, "texts": TEXTS, "return_text": True})
+    assert status == 200  # the one text-pair scorer is the default
+    scores = [row["SCORE"] for row in direct(served, "reranker", [query] * len(TEXTS), TEXT_PAIR=TEXTS)]
+    assert [r["index"] for r in answer] == sorted(range(len(TEXTS)), key=lambda i: -scores[i])
+    np.testing.assert_allclose([r["score"] for r in answer], sorted(scores, reverse=True), atol=1e-7)
+    assert [r["text"] for r in answer] == [TEXTS[r["index"]] for r in answer]
+    status, answer = post(gateway, "/rerank", {"query": query, "texts": TEXTS, "raw_scores": True})
+    assert status == 400 and _error(answer)["param"] == "raw_scores"
+
+
+@pytest.mark.e2e
+def test_predict_returns_all_labels_sorted_when_given_texts_or_pairs(gateway, served, checkpoints):
+    labels = list(json.loads((checkpoints["classifier"] / "config.json").read_text())["id2label"].values())
+    rows = direct(served, "classifier", TEXTS)
+    status, answer = post(gateway, "/predict", {"inputs": TEXTS, "model": "classifier"})
+    assert status == 200 and len(answer) == len(TEXTS)
+    for got, row in zip(answer, rows):
+        order = np.argsort(-np.array(row["PROBABILITIES"]), kind="stable")
+        assert [g["label"] for g in got] == [labels[i] for i in order]
+        np.testing.assert_allclose([g["score"] for g in got], np.array(row["PROBABILITIES"])[order], atol=1e-7)
+    status, single = post(gateway, "/predict", {"inputs": TEXTS[0], "model": "classifier"})
+    assert single == answer[0]
+    status, pair = post(gateway, "/predict", {"inputs": ["a query", "a text"], "model": "reranker"})
+    score = direct(served, "reranker", ["a query"], TEXT_PAIR=["a text"])[0]["SCORE"]
+    assert status == 200 and len(pair) == 1 and pair[0]["score"] == pytest.approx(score, abs=1e-7)
+    status, answer = post(gateway, "/predict", {"inputs": TEXTS})
+    assert status == 400 and "several ensembles can serve /predict" in _error(answer)["message"]
+
+
+@pytest.mark.e2e
+def test_tokenize_matches_transformers_when_given_texts(gateway, checkpoints):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoints["classifier"]))
+    status, answer = post(gateway, "/tokenize", {"inputs": TEXTS, "model": "classifier"})
+    assert status == 200
+    for text, tokens in zip(TEXTS, answer):
+        encoded = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+        assert [t["id"] for t in tokens] == encoded["input_ids"]
+        assert [t["special"] for t in tokens] == [bool(m) for m in encoded["special_tokens_mask"]]
+        for token, (start, stop) in zip(tokens, encoded["offset_mapping"]):
+            if not token["special"]:
+                assert (token["start"], token["stop"], token["text"]) == (start, stop, text[start:stop])
+    status, plain = post(gateway, "/tokenize", {"inputs": TEXTS[0], "model": "classifier", "add_special_tokens": False})
+    assert [t["id"] for t in plain[0]] == tokenizer(TEXTS[0], add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.e2e
+def test_gateway_answers_openai_errors_when_request_is_bad(gateway):
+    for path, body, status, fragment in [
+        ("/v1/embeddings", b"{not json", 400, "not valid JSON"),
+        ("/v1/embeddings", {"input": "x", "model": "embedder", "encoding_format": "int8"}, 400, "encoding_format"),
+        ("/rerank", {"query": "q", "texts": [], "model": "reranker"}, 400, "non-empty list"),
+        ("/rerank", {"query": "q", "texts": ["a"], "model": "classifier"}, 400, "needs a text-pair scorer"),
+        ("/predict", {"inputs": "x", "model": "reranker"}, 400, "[text, text_pair]"),
+        ("/nowhere", {}, 404, "no route /nowhere"),
+    ]:
+        got, answer = post(gateway, path, body)
+        assert got == status and fragment in _error(answer)["message"], (path, answer)
+
+
+@pytest.mark.e2e
+def test_gateway_answers_503_when_triton_is_down(tmp_path):
+    closed = f"127.0.0.1:{free_port()}"  # nothing listens there
+    with _gateway(tmp_path / "gateway.log", "--triton-url", closed, "--repository", str(tmp_path)) as (url, _):
+        status, answer = post((url, None), "/v1/embeddings", {"input": "x", "model": "embedder"}, key=None)
+    assert status == 503 and _error(answer)["type"] == "server_error"
+    assert "not reachable" in answer["error"]["message"] or "unavailable" in answer["error"]["message"].lower()
+
+
+# -- the bench's baseline (e) -----------------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_bench_measures_the_gateway_beside_triton_in_interleaved_rounds(served, tmp_path):
+    options = BenchOptions(
+        name="embedder", repository=served[1], output=tmp_path, baselines=("gateway",),
+        sweep=Sweep(concurrency=(1, 2), fixed_requests=16), texts=32, peer_rounds=2, peer_seconds=2.0,
+    )  # fmt: skip
+    report, paths = run_bench(options)
+    comparison = report.gateway
+    assert comparison is not None and comparison.concurrencies() == [1, 2] and len(comparison.rounds) == 4
+    assert comparison.max_abs_diff <= 1e-6  # the same floats through Triton's JSON and the gateway's
+    assert comparison.paired is not None and comparison.paired.gateway_p50 > 0 and comparison.paired.direct_p50 > 0
+    for concurrency in (1, 2):
+        figures = comparison.at(concurrency)
+        assert figures["direct"] > 0 and figures["gateway"] > 0 and figures["errors"] == 0
+    assert "## (e) the OpenAI/TEI gateway in front of `embedder`" in paths["summary"].read_text()
+
+
+def test_bench_refuses_the_gateway_baseline_when_ensemble_is_no_embedder(served, tmp_path):
+    options = BenchOptions(name="classifier", repository=served[1], output=tmp_path, baselines=("gateway",))
+    with pytest.raises(BenchError, match="baseline gateway: `classifier` is a classification ensemble"):
+        run_bench(options)
+
+
+# -- units ------------------------------------------------------------------------------------------------------
+
+
+def test_from_triton_maps_grpc_status_to_http():
+    assert from_triton("m", "StatusCode.INVALID_ARGUMENT", "bad text").status == 400
+    assert from_triton("m", "StatusCode.UNAVAILABLE", "Exceeds maximum queue size").status == 503
+    assert from_triton("m", "StatusCode.INTERNAL", "boom").status == 502
+    assert from_triton("m", "StatusCode.NOT_FOUND", "unknown model").code == "model_not_found"
+
+
+@pytest.mark.parametrize(
+    ("parse", "body", "param"),
+    [
+        (parse_embeddings, b"[1]", None),
+        (parse_embeddings, b'{"input": ["a", 2]}', "input"),
+        (parse_embeddings, b'{"input": "a", "dimensions": 0}', "dimensions"),
+        (parse_embeddings, b'{"input": "a", "dimensions": true}', "dimensions"),
+        (parse_rerank, b'{"texts": ["a"]}', "query"),
+        (parse_predict, b'{"inputs": "a", "truncation_direction": "left"}', "truncation_direction"),
+    ],
+)
+def test_schemas_refuse_with_param_when_body_is_invalid(parse, body, param):
+    from tritongen.errors import GatewayError
+
+    with pytest.raises(GatewayError) as caught:
+        parse(body)
+    assert caught.value.status == 400 and caught.value.param == param

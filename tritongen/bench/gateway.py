@@ -1,0 +1,200 @@
+"""Baseline (e): what the OpenAI/TEI gateway adds in front of an embedding ensemble.
+
+The gateway (``tritongen gateway``, a subprocess) forwards to the running Triton server over gRPC; the direct
+side is the same ensemble over Triton's own HTTP/JSON API. One HTTP/JSON load generator
+(:mod:`tritongen.bench.http_load`: keep-alive clients, one text per request) drives both, up at once, with the
+same texts, in interleaved rounds. The report gives the added latency at each concurrency (the median over
+rounds of the gateway's p50 minus the direct p50, and the same for the mean) and the throughput ratio, and
+checks that both sides return the same embeddings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tritongen.bench.http_load import HttpTarget, LoadResult, drive, kserve_target, openai_target
+from tritongen.errors import BenchError, ServerError
+from tritongen.server import free_port, wait_until_ready
+
+__all__ = ["GatewayComparison", "PairedLatency", "compare_with_gateway", "gateway_server", "paired_latency"]
+
+
+@contextlib.contextmanager
+def gateway_server(grpc_url: str, repository: Path, log: Path, *, model: str | None = None) -> Iterator[str]:
+    """Start ``python -m tritongen gateway`` in front of ``grpc_url`` on a free port; SIGTERM it at exit."""
+    port = free_port()
+    command = [
+        sys.executable, "-m", "tritongen", "gateway", "--triton-url", grpc_url, "--repository", str(repository),
+        "--port", str(port), *(["--model", model] if model else []),
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "TRITONGEN_GATEWAY_KEY"}  # the bench sends no key
+    with open(log, "wb") as handle:
+        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"127.0.0.1:{port}"
+    try:
+        try:
+            wait_until_ready(url, timeout=60, process=process, what="the gateway", log_file=log, path="/health")
+        except ServerError as exc:
+            raise BenchError(exc.message, log_file=log) from None
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@dataclass(frozen=True)
+class PairedLatency:
+    """Concurrency 1, request by request: direct, then through the gateway, then direct again, ...
+
+    Alternating single requests puts both sides under the same moment's load, so the median of the per-pair
+    differences is the gateway's added latency even on a busy machine, where rounds of seconds drift.
+    """
+
+    requests: int
+    direct_p50: float
+    gateway_p50: float
+    added_p50: float  # median of (gateway - direct) over the pairs
+
+
+def paired_latency(direct: HttpTarget, gateway: HttpTarget, texts: Sequence[str], requests: int) -> PairedLatency:
+    """Send ``requests`` texts to each side alternately, one at a time, on one keep-alive connection each."""
+    connections = {t.label: http.client.HTTPConnection(t.host, t.port, timeout=120) for t in (direct, gateway)}
+    pairs = []
+    try:
+        for i in range(requests + 20):  # the first 20 pairs warm both paths up
+            text, took = texts[i % len(texts)], {}
+            for target in (direct, gateway) if i % 2 == 0 else (gateway, direct):
+                start = time.perf_counter()
+                target.post(connections[target.label], text)
+                took[target.label] = (time.perf_counter() - start) * 1e3
+            if i >= 20:
+                pairs.append((took[direct.label], took[gateway.label]))
+    finally:
+        for connection in connections.values():
+            connection.close()
+    return PairedLatency(
+        requests,
+        float(np.median([a for a, _ in pairs])),
+        float(np.median([b for _, b in pairs])),
+        float(np.median([b - a for a, b in pairs])),
+    )
+
+
+@dataclass(frozen=True)
+class GatewayComparison:
+    """Interleaved rounds of the ensemble direct and through the gateway, and their embeddings' agreement."""
+
+    name: str
+    rounds: Sequence[tuple[LoadResult, LoadResult]]  # (direct, gateway) per round and concurrency
+    max_abs_diff: float
+    seconds: float
+    paired: PairedLatency | None = None
+
+    def concurrencies(self) -> list[int]:
+        """The concurrencies measured, ascending."""
+        return sorted({direct.concurrency for direct, _ in self.rounds})
+
+    def at(self, concurrency: int) -> dict[str, float]:
+        """Medians over the rounds at ``concurrency``: throughputs and their ratio, latencies and what is added."""
+        pairs = [(a, b) for a, b in self.rounds if a.concurrency == concurrency]
+
+        def median(values: Sequence[float]) -> float:
+            return float(statistics.median(values))
+
+        def mean(result: LoadResult) -> float:
+            return float(np.mean(result.latencies_ms)) if result.latencies_ms else float("nan")
+
+        return {
+            "direct": median([a.throughput for a, _ in pairs]),
+            "gateway": median([b.throughput for _, b in pairs]),
+            "ratio": median([b.throughput / a.throughput if a.throughput else float("nan") for a, b in pairs]),
+            "direct_p50": median([a.percentile(50) for a, _ in pairs]),
+            "gateway_p50": median([b.percentile(50) for _, b in pairs]),
+            "added_p50": median([b.percentile(50) - a.percentile(50) for a, b in pairs]),
+            "added_mean": median([mean(b) - mean(a) for a, b in pairs]),
+            "errors": float(sum(a.errors + b.errors for a, b in pairs)),
+        }
+
+    def to_markdown(self) -> str:
+        """The summary's section on the gateway."""
+        rounds = len(self.rounds) // max(1, len(self.concurrencies()))
+        lines = [
+            f"## (e) the OpenAI/TEI gateway in front of `{self.name}`",
+            "",
+            f"Triton's HTTP/JSON API against the gateway's `/v1/embeddings` (gRPC to the same server), both up at "
+            f"once, one HTTP/JSON load generator (one text per request, keep-alive clients), {rounds} interleaved "
+            f"rounds of {self.seconds:.0f} s per side and concurrency; medians of the rounds.",
+            "",
+            "| concurrency | direct req/s | gateway req/s | gateway/direct | direct p50 ms | gateway p50 ms "
+            "| added p50 ms | added mean ms |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for c in self.concurrencies():
+            m = self.at(c)
+            lines.append(
+                f"| {c} | {m['direct']:.1f} | {m['gateway']:.1f} | **{m['ratio']:.2f}x** | {m['direct_p50']:.2f} "
+                f"| {m['gateway_p50']:.2f} | **{m['added_p50']:+.2f}** | {m['added_mean']:+.2f} |"
+            )
+        errors = sum(a.errors + b.errors for a, b in self.rounds)
+        if self.paired is not None:
+            p = self.paired
+            lines += [
+                "",
+                f"Paired at concurrency 1 ({p.requests} requests per side, alternating one by one): direct p50 "
+                f"{p.direct_p50:.2f} ms, gateway p50 {p.gateway_p50:.2f} ms, **added {p.added_p50:+.2f} ms** (median "
+                "of the per-pair differences).",
+            ]
+        lines += [
+            "",
+            f"Same embeddings both ways: max abs difference {self.max_abs_diff:.2e}. Failed requests: {errors}.",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def compare_with_gateway(
+    triton_http_url: str,
+    name: str,
+    gateway_url: str,
+    texts: Sequence[str],
+    *,
+    concurrencies: Sequence[int],
+    rounds: int = 3,
+    seconds: float = 15.0,
+    paired_requests: int = 1000,
+    progress: Callable[[str], None] = lambda _: None,
+) -> GatewayComparison:
+    """Drive ``name`` directly at ``triton_http_url`` and through the gateway at ``gateway_url``, interleaved."""
+    direct = kserve_target("direct", triton_http_url, name)
+    gateway = openai_target("gateway", gateway_url, name, path="/v1/embeddings")
+    sample = list(texts[:64])
+    max_abs_diff = float(np.abs(direct.embed(sample) - gateway.embed(sample)).max())
+    progress(f"  paired: {paired_requests} requests per side at concurrency 1, alternating…")
+    paired = paired_latency(direct, gateway, texts, paired_requests) if paired_requests else None
+    results = []
+    for round_index in range(rounds):
+        for concurrency in concurrencies:
+            order = (direct, gateway) if round_index % 2 == 0 else (gateway, direct)  # neither always goes first
+            measured = {}
+            for target in order:
+                progress(f"  round {round_index + 1}/{rounds}: {target.label} at concurrency {concurrency}…")
+                measured[target.label] = drive(target, texts, concurrency, seconds)
+            results.append((measured["direct"], measured["gateway"]))
+    return GatewayComparison(name, results, max_abs_diff, seconds, paired)

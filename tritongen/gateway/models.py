@@ -1,0 +1,210 @@
+"""The catalogue: which served ensemble can answer which route, read from Triton's own model configs.
+
+An ensemble is described by its config (inputs, outputs, ``max_batch_size``, its steps) and by its steps'
+configs (``normalize``, ``max_length``, ``tokenizer_file``, ``labels_file`` parameters). Where the gateway can
+read the repository folder, it also loads the tokenizer step's ``tokenizer.json`` (for ``/tokenize`` and honest
+token counts) and the labels (for ``/predict``). :class:`Catalogue` resolves all of it once at start and again
+when a request names a model it does not know.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tritongen.errors import GatewayError
+from tritongen.gateway.errors import model_not_found, unsupported_route
+
+__all__ = ["ROUTES", "Catalogue", "ModelInfo", "describe_models"]
+
+# Route -> what it needs of an ensemble, for the 400 that says why an ensemble cannot serve it.
+ROUTES = ("embeddings", "rerank", "predict", "tokenize")
+_REFRESH_INTERVAL_S = 1.0  # a stream of unknown names must not turn into a stream of config reads
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One input or output: its KServe datatype (``BYTES``, ``FP32``, ...) and dims without the batch."""
+
+    datatype: str
+    dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What one ensemble takes and gives, and the files of its steps the gateway could read."""
+
+    name: str
+    max_batch_size: int
+    inputs: Mapping[str, Tensor]
+    outputs: Mapping[str, Tensor]
+    normalized: bool | None = None  # None: no step says (the gateway then looks at the vectors)
+    labels: tuple[str, ...] | None = None
+    tokenizer: Any = None  # tokenizers.Tokenizer, truncating as the tokenizer step does
+    steps: tuple[str, ...] = field(default=())
+
+    @property
+    def num_labels(self) -> int | None:
+        """The width of ``PROBABILITIES``, if the ensemble outputs it."""
+        probabilities = self.outputs.get("PROBABILITIES")
+        return probabilities.dims[-1] if probabilities else None
+
+    def why_not(self, route: str) -> str | None:
+        """None if this ensemble can serve ``route``, else the reason it cannot."""
+        if "TEXT" not in self.inputs:
+            return "it takes no TEXT input"
+        if route == "embeddings":
+            return None if "EMBEDDING" in self.outputs else "it outputs no EMBEDDING (it is not an embedding model)"
+        if route == "rerank":
+            if "TEXT_PAIR" not in self.inputs or "SCORE" not in self.outputs:
+                return "re-ranking needs a text-pair scorer (inputs TEXT and TEXT_PAIR, output SCORE)"
+            if (self.num_labels or 1) != 1:
+                return f"it classifies pairs into {self.num_labels} labels; re-ranking needs one score per pair"
+            return None
+        if route == "predict":
+            return None if "PROBABILITIES" in self.outputs else "it outputs no PROBABILITIES (it is no classifier)"
+        if route == "tokenize":
+            return None if self.tokenizer is not None else "the gateway cannot read its tokenizer step's tokenizer.json"
+        raise ValueError(f"unknown route {route!r}")
+
+
+def _datatype(enum_name: str) -> str:
+    """``TYPE_STRING`` -> ``BYTES``, ``TYPE_FP32`` -> ``FP32`` (the KServe names infer requests use)."""
+    name = enum_name.removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+def _tensors(items: Any) -> dict[str, Tensor]:
+    from tritonclient.grpc import model_config_pb2
+
+    return {
+        t.name: Tensor(_datatype(model_config_pb2.DataType.Name(t.data_type)), tuple(int(d) for d in t.dims))
+        for t in items
+    }
+
+
+def _parameters(config: Any) -> dict[str, str]:
+    return {key: value.string_value for key, value in config.parameters.items()}
+
+
+def _step_file(repository: Path | None, step: str, version: int | None, filename: str) -> Path | None:
+    if repository is None or version is None:
+        return None
+    path = repository / step / str(version) / filename
+    return path if path.is_file() else None
+
+
+def _load_tokenizer(path: Path | None, max_length: str | None) -> Any:
+    if path is None:
+        return None
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_padding()
+    if max_length:
+        tokenizer.enable_truncation(int(max_length))
+    return tokenizer
+
+
+def describe_models(
+    configs: Mapping[str, Any], versions: Mapping[str, int], repository: Path | None
+) -> dict[str, ModelInfo]:
+    """``ModelInfo`` of every ensemble among ``configs`` (model name -> ``ModelConfig``), steps read from disk."""
+    models = {}
+    for name, config in configs.items():
+        if config.platform != "ensemble":
+            continue
+        steps = tuple(step.model_name for step in config.ensemble_scheduling.step)
+        normalized, labels, tokenizer = None, None, None
+        for step in steps:
+            if step not in configs:
+                continue
+            params = _parameters(configs[step])
+            if "normalize" in params:
+                normalized = params["normalize"] == "true"
+            labels_path = _step_file(repository, step, versions.get(step), params.get("labels_file", ""))
+            if labels_path is not None:
+                labels = tuple(json.loads(labels_path.read_text(encoding="utf-8")))
+            if "tokenizer_file" in params and "max_length" in params and tokenizer is None:
+                tokenizer = _load_tokenizer(
+                    _step_file(repository, step, versions.get(step), params["tokenizer_file"]), params["max_length"]
+                )
+        models[name] = ModelInfo(
+            name,
+            int(config.max_batch_size),
+            _tensors(config.input),
+            _tensors(config.output),
+            normalized,
+            labels,
+            tokenizer,
+            steps,
+        )
+    return models
+
+
+class Catalogue:
+    """The served ensembles, resolved once and refreshed when a request names one it does not know."""
+
+    def __init__(
+        self,
+        fetch: Callable[[], Awaitable[tuple[dict[str, Any], dict[str, int]]]],
+        repository: Path | None,
+        default: str | None = None,
+    ) -> None:
+        self._fetch, self._repository, self._default = fetch, repository, default
+        self._models: dict[str, ModelInfo] = {}
+        self._lock = asyncio.Lock()
+        self._refreshed_at = float("-inf")
+
+    @property
+    def models(self) -> dict[str, ModelInfo]:
+        """The ensembles known now, by name."""
+        return self._models
+
+    async def refresh(self, *, force: bool = True) -> None:
+        """Read the model configs from Triton again (at most once a second unless ``force``)."""
+        async with self._lock:
+            if not force and time.monotonic() - self._refreshed_at < _REFRESH_INTERVAL_S:
+                return
+            configs, versions = await self._fetch()
+            self._models = describe_models(configs, versions, self._repository)
+            self._refreshed_at = time.monotonic()
+
+    async def resolve(self, name: str | None, route: str, label: str) -> ModelInfo:
+        """The ensemble ``name`` (or the default for ``route``), checked to serve it; ``label`` names the route."""
+        if name is None:
+            return await self._default_for(route, label)
+        model = self._models.get(name)
+        if model is None:
+            await self.refresh(force=False)
+            model = self._models.get(name)
+        if model is None:
+            raise model_not_found(name, list(self._models))
+        why = model.why_not(route)
+        if why:
+            raise unsupported_route(name, label, why)
+        return model
+
+    async def _default_for(self, route: str, label: str) -> ModelInfo:
+        if self._default is not None and self._default in self._models:
+            model = self._models[self._default]
+            if model.why_not(route) is None:
+                return model
+        if not self._models:
+            await self.refresh(force=False)
+        able = sorted(name for name, model in self._models.items() if model.why_not(route) is None)
+        if len(able) == 1:
+            return self._models[able[0]]
+        if not able:
+            raise GatewayError(400, f"no served ensemble can serve {label}", param="model", code="unsupported_model")
+        raise GatewayError(
+            400,
+            f"several ensembles can serve {label} ({', '.join(able)}); name one with `model`",
+            param="model",
+            code="model_required",
+        )
