@@ -27,11 +27,14 @@ SUPPORTED_MODEL_TYPES = (
     "albert",
     "bert",
     "camembert",
+    "clip",
     "deberta-v2",
     "distilbert",
     "electra",
     "mpnet",
     "roberta",
+    "siglip",
+    "vit",
     "xlm-roberta",
 )
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -215,9 +218,12 @@ def inspect_checkpoint(model: str | os.PathLike[str]) -> Checkpoint:
         raise UnsupportedModelError(
             f"architecture `{model_type}` is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    if not (path / "tokenizer.json").is_file() and not any(
-        (path / name).is_file() for name in ("vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
-    ):
-        raise CheckpointError("checkpoint {path} has no tokenizer (tokenizer.json or vocabulary files)", path=path)
+    preprocessors = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+    if not any((path / name).is_file() for name in (*preprocessors, "preprocessor_config.json")):
+        raise CheckpointError(
+            "checkpoint {path} has no tokenizer (tokenizer.json or vocabulary files) "
+            "and no image processor (preprocessor_config.json)",
+            path=path,
+        )
     _check_weights(path)
     return Checkpoint(path=path, config=config, pooling=_read_pooling(path))

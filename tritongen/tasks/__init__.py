@@ -11,6 +11,8 @@ from __future__ import annotations
 from tritongen.tasks import (
     classification,
     embedding,
+    image_classification,
+    image_embedding,
     question_answering,
     text_pair_classification,
     token_classification,
@@ -37,6 +39,8 @@ __all__ = [
     "detect_task",
     "embedding",
     "get_task",
+    "image_classification",
+    "image_embedding",
     "legacy_settings",
     "ner_stride",
     "question_answering",

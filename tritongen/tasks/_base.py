@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen.accuracy import Gate, LabelGate
 from tritongen.errors import UnsupportedModelError
+from tritongen.tasks._inputs import Modality, TextInputs
 
 if TYPE_CHECKING:
     import torch
@@ -82,6 +83,7 @@ class TaskPlan:
     step_modules: Mapping[str, str]  # step ("tokenizer", "postprocess") -> module served as its model.py
     helper_modules: Mapping[str, tuple[str, ...]]  # step -> modules of tritongen.triton_models copied beside it
     postprocess_files: tuple[str, ...] = field(default=())  # files of the build the postprocess step reads
+    modality: Modality = field(default=TextInputs(), compare=False)  # what the first step reads (text, images)
 
 
 class Task:
@@ -112,6 +114,8 @@ class Task:
     helper_modules: ClassVar[tuple[str, ...]] = ()
     # Files the postprocess step reads besides ``labels.json`` (which every build writes).
     postprocess_files: ClassVar[tuple[str, ...]] = ()
+    # What the model reads and the first step serves (``tritongen.tasks._inputs``): text by default.
+    modality: ClassVar[Modality] = TextInputs()
     # The spec section the task reads (``question_answering``) and its settings class; None: no settings.
     section: ClassVar[str | None] = None
     Settings: ClassVar[type[TaskSettings]] = TaskSettings
@@ -144,7 +148,7 @@ class Task:
             row_length = self.row_length(spec, settings, checkpoint, position_limit, tokenizer_max)
         names = tuple(inputs)
         tokenizer_settings, post_settings = self.step_parameters(spec, settings, checkpoint, row_length, facts)
-        token_tensors = [TensorSpec(n, "TYPE_INT64", (-1,)) for n in names]
+        token_tensors = self.modality.tensors(checkpoint, names)
         extra = [t for t in self.tokenizer_outputs(checkpoint) if t.name not in names]
         post_out = self.postprocess_outputs(checkpoint)
         helpers = ("_common", *self.helper_modules)
@@ -172,6 +176,7 @@ class Task:
                 "postprocess": (*helpers, "postprocess"),
             },
             postprocess_files=self.postprocess_files,
+            modality=self.modality,
         )
 
     def settings(self, spec: BuildSpec) -> TaskSettings:
