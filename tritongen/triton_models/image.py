@@ -134,20 +134,21 @@ class ImageEncoder:
                 image = Image.open(io.BytesIO(data))
                 width, height = image.size  # from the header: nothing is decoded yet
                 if width * height > self.settings.max_pixels:
-                    raise ValueError(
-                        f"IMAGE[{row}] is {width}x{height} pixels, more than the {self.settings.max_pixels} this model "
-                        "takes (max_pixels)"
-                    )
+                    raise ValueError(f"IMAGE[{row}] is {width}x{height} pixels, {self._too_many}")
                 image.load()
                 image = ImageOps.exif_transpose(image)
         except ValueError:
             raise
-        except Image.DecompressionBombError as exc:
-            raise ValueError(f"IMAGE[{row}] is too large to decode: {exc}") from None
+        except Image.DecompressionBombError:  # Pillow's own limit, above twice its MAX_IMAGE_PIXELS, hit first
+            raise ValueError(f"IMAGE[{row}] is {self._too_many}") from None
         except Exception as exc:  # Pillow raises OSError, SyntaxError, struct errors... for bad files
             kind = "not an image Pillow can read" if isinstance(exc, Image.UnidentifiedImageError) else str(exc)
             raise ValueError(f"IMAGE[{row}] cannot be decoded: {kind}") from None
         return self.to_rgb(image)
+
+    @property
+    def _too_many(self) -> str:
+        return f"more than the {self.settings.max_pixels} pixels this model takes (max_pixels)"
 
     def to_rgb(self, image: Any) -> Any:
         """RGB as the processor converts it (alpha onto white), or as the pipeline's ``load_image`` does."""
