@@ -98,12 +98,13 @@ class ImageSettings:
     def to_parameters(self) -> dict[str, str]:
         """The settings as config parameters (the inverse of :meth:`from_parameters`)."""
         size = f"shortest_edge={self.shortest_edge}" if self.size is None else f"{self.size[0]}x{self.size[1]}"
-        return {
+        crop = {} if self.crop_size is None else {"crop_size": f"{self.crop_size[0]}x{self.crop_size[1]}"}
+        return {  # no empty values: protobuf's JSON drops them
             "do_resize": str(self.do_resize).lower(),
             "size": size,
             "resample": str(self.resample),
             "do_center_crop": str(self.do_center_crop).lower(),
-            "crop_size": "" if self.crop_size is None else f"{self.crop_size[0]}x{self.crop_size[1]}",
+            **crop,
             "do_rescale": str(self.do_rescale).lower(),
             "rescale_factor": repr(self.rescale_factor),
             "do_normalize": str(self.do_normalize).lower(),
