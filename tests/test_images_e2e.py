@@ -1,5 +1,8 @@
 """Images end to end: tiny ViT, CLIP and SigLIP checkpoints built, gated and served by the real tritonserver.
 
+CLIP and SigLIP are built twice from one checkpoint: ``clip`` (IMAGE -> EMBEDDING) and ``clip_text`` (TEXT ->
+EMBEDDING).
+
 Served outputs are compared with transformers (the slow PIL image processor, then PyTorch; the
 image-classification pipeline for ViT). Corrupt, truncated, huge and empty images get INVALID_ARGUMENT and the
 server keeps serving.
@@ -40,6 +43,11 @@ def served(checkpoints, tmp_path_factory):
     for arch, path in checkpoints.items():  # the task is detected from the architecture
         tasks[arch] = build_repository(load_spec(model=str(path), name=arch, repository=repo)).task
     assert tasks == {"vit": "image-classification", "clip": "image-embedding", "siglip": "image-embedding"}
+    for arch in ("clip", "siglip"):  # the text side: a second ensemble from the same checkpoint
+        spec = load_spec(
+            model=str(checkpoints[arch]), name=f"{arch}_text", task="image-embedding-text", repository=repo
+        )
+        assert build_repository(spec).task == "image-embedding-text"
     with running_server(repo) as server:
         yield server
 
@@ -90,6 +98,31 @@ def test_image_embedding_matches_get_image_features_when_served(served, checkpoi
     np.testing.assert_allclose(got, expected, atol=1e-4)
     one = _infer(served, arch, [IMAGES["rgba.png"]], ["EMBEDDING"])["EMBEDDING"]  # batch of one: same row
     np.testing.assert_allclose(one[0], expected[NAMES.index("rgba.png")], atol=1e-4)
+
+
+TEXTS = ["a photo of a cat", "", "Ünïcödé 🎉 and a much longer caption that runs past the tiny model's sixteen tokens"]
+
+
+@pytest.mark.parametrize("arch", ["clip", "siglip"])
+def test_text_embedding_matches_get_text_features_when_served(served, checkpoints, arch):
+    import torch
+    import tritonclient.grpc as grpcclient
+    from transformers import AutoModel, AutoTokenizer
+
+    client = grpcclient.InferenceServerClient(served.grpc_url)
+    tensor = grpcclient.InferInput("TEXT", [len(TEXTS), 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[t.encode()] for t in TEXTS], dtype=np.object_))
+    result = client.infer(f"{arch}_text", [tensor])
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoints[arch]))
+    model = AutoModel.from_pretrained(str(checkpoints[arch])).eval()
+    # What each processor feeds: CLIP pads to the longest with a mask; SigLIP pads to the maximum, no mask.
+    padding = "max_length" if arch == "siglip" else True
+    batch = tokenizer(TEXTS, padding=padding, truncation=True, max_length=16, return_tensors="pt")
+    inputs = {"input_ids": batch["input_ids"]} if arch == "siglip" else dict(batch)
+    with torch.no_grad():
+        expected = model.get_text_features(**inputs).pooler_output.numpy()
+    np.testing.assert_allclose(result.as_numpy("EMBEDDING"), expected, atol=1e-4)
+    assert result.as_numpy("TRUNCATED").reshape(-1).tolist() == [False, False, True]
 
 
 def _png_claiming(width: int, height: int) -> bytes:

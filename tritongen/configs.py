@@ -271,9 +271,7 @@ def step_configs(
             inputs=text_in,
             outputs=tokenizer_out,
             instance_group=_instances(spec.tokenizer_instances),
-            parameters=_strings(
-                {**plan.modality.step_parameters(max_length, buckets, pad_id), **plan.tokenizer_parameters}
-            ),
+            parameters=_strings({**plan.modality.step_parameters(plan, buckets, pad_id), **plan.tokenizer_parameters}),
         ),
         "model": MODEL_STEPS[spec.runtime](model_step),
         "postprocess": ModelConfig(

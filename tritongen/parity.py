@@ -113,12 +113,14 @@ def check_parity(
     texts: Sequence[str] = PARITY_TEXTS,
     pairs: Sequence[str] | None = None,
     argmax_axis: int = -1,
+    pad_to_max: bool = False,
 ) -> ParityReport:
     """Compare the served path with PyTorch on ``texts``; return the report (never raises).
 
     Per-token outputs ([seq, ...] per text) are compared on the real tokens only; the argmax is
     taken along ``argmax_axis`` of one text's output (-1: per token for token labels; 0: the most
-    likely token of each column, e.g. the answer's start and end).
+    likely token of each column, e.g. the answer's start and end). ``pad_to_max``: the model reads no attention
+    mask, so both paths pad every text to ``max_length`` (the reference as ``padding="max_length"``).
     """
     import onnxruntime as ort
     import torch
@@ -131,8 +133,10 @@ def check_parity(
     second = list(pairs) if pairs is not None else [None] * len(texts)
     for text, pair, encoding, exported_row in zip(texts, second, encodings, exported):
         segments = (text,) if pair is None else (text, pair)
-        reference_inputs = reference_encode(hf_tokenizer, encoder, segments, max_length=max_length)
-        if reference_inputs["input_ids"][0].tolist() != list(encoding.ids):
+        padding = {"padding": "max_length"} if pad_to_max else {}
+        reference_inputs = reference_encode(hf_tokenizer, encoder, segments, max_length=max_length, **padding)
+        served_ids = encoder.pack([encoding])["input_ids"][0].tolist() if pad_to_max else list(encoding.ids)
+        if reference_inputs["input_ids"][0].tolist() != served_ids:
             mismatches.append(text)
         feeds = {name: reference_inputs[name] for name in encoder.input_names}
         with torch.no_grad():

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from tritongen.model_facts import ModelFacts
     from tritongen.parity import ParityReport
     from tritongen.spec import BuildSpec
-    from tritongen.tasks._base import TensorSpec
+    from tritongen.tasks._base import TaskPlan, TensorSpec
 
 __all__ = ["Modality", "TextInputs"]
 
@@ -54,7 +54,7 @@ class Modality:
         """The model inputs as tensors (dims without batch)."""
         raise NotImplementedError
 
-    def step_parameters(self, max_length: int, buckets: Sequence[int], pad_id: int) -> dict[str, str]:
+    def step_parameters(self, plan: TaskPlan, buckets: Sequence[int], pad_id: int) -> dict[str, str]:
         """The first step's base parameters; the task's own come after them."""
         return {}
 
@@ -124,11 +124,11 @@ class TextInputs(Modality):
 
         return [TensorSpec(n, "TYPE_INT64", (-1,)) for n in names]
 
-    def step_parameters(self, max_length: int, buckets: Sequence[int], pad_id: int) -> dict[str, str]:
+    def step_parameters(self, plan: TaskPlan, buckets: Sequence[int], pad_id: int) -> dict[str, str]:
         return {
             "tokenizer_file": "tokenizer.json",
-            "max_length": str(max_length),
-            "buckets": ",".join(str(b) for b in buckets),
+            "max_length": str(plan.row_length),
+            "buckets": ",".join(str(b) for b in _buckets(plan.inputs, buckets, plan.row_length)),
             "pad_id": str(pad_id),
             "pad_type_id": "0",
         }
@@ -138,9 +138,8 @@ class TextInputs(Modality):
 
         tokenizer_file = step_dir / "tokenizer.json"
         plan.hf_tokenizer.backend_tokenizer.save(str(tokenizer_file))
-        return TextEncoder(
-            str(tokenizer_file), plan.max_length, plan.buckets, pad_id=plan.pad_id, input_names=plan.inputs
-        )
+        buckets = _buckets(plan.inputs, plan.buckets, plan.max_length)
+        return TextEncoder(str(tokenizer_file), plan.max_length, buckets, pad_id=plan.pad_id, input_names=plan.inputs)
 
     def samples(self) -> Sequence[Any]:
         from tritongen.parity import PARITY_TEXTS
@@ -159,7 +158,7 @@ class TextInputs(Modality):
         return check_parity(
             plan.module, plan.hf_tokenizer, encoder, onnx_path, max_length=plan.max_length,
             tolerance=plan.spec.parity_tolerance, pairs=plan.pairs(PARITY_TEXTS),
-            argmax_axis=plan.bound.gate.parity_argmax_axis,
+            argmax_axis=plan.bound.gate.parity_argmax_axis, pad_to_max="attention_mask" not in plan.inputs,
         )  # fmt: skip
 
     def feeds(self, plan: Any, encoder: Any) -> list[dict[str, Any]]:
@@ -179,6 +178,15 @@ class TextInputs(Modality):
             ),
             f"- length buckets: {plan.spec.buckets}",
         ]
+
+
+def _buckets(inputs: Sequence[str], buckets: Sequence[int], max_length: int) -> list[int]:
+    """The padded lengths; one, the maximum, for a model that reads no attention mask.
+
+    Without a mask padding is part of the input: SigLIP's text tower pads every text to its maximum length, as
+    its processor does.
+    """
+    return list(buckets) if "attention_mask" in inputs else [max_length]
 
 
 def _probe_token(hf_tokenizer: Any) -> int:

@@ -1,6 +1,6 @@
 """Image embeddings of image-text models (CLIP, SigLIP): the vision tower and projection, ``get_image_features``.
 
-The text side (``get_text_features``) is not built: see the README's images section.
+The text side (``get_text_features``) is the ``image-embedding-text`` task, built from the same checkpoint.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     from tritongen.checkpoint import Checkpoint
     from tritongen.spec import BuildSpec
 
-__all__ = ["ImageEmbedding"]
+__all__ = ["IMAGE_TEXT_MODELS", "ImageEmbedding"]
 
-_IMAGE_TEXT_MODELS = ("CLIPModel", "SiglipModel")
+IMAGE_TEXT_MODELS = ("CLIPModel", "SiglipModel")
 
 
 @register_task
@@ -42,7 +42,7 @@ class ImageEmbedding(Task):
         return self.has_head(checkpoint)
 
     def has_head(self, checkpoint: Checkpoint) -> bool:
-        return any(a in _IMAGE_TEXT_MODELS for a in checkpoint.architectures)
+        return any(a in IMAGE_TEXT_MODELS for a in checkpoint.architectures)
 
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [IMAGE]
@@ -64,7 +64,9 @@ class ImageEmbedding(Task):
     def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
         return [
             f"- embedding: `get_image_features` of {', '.join(checkpoint.architectures)}, "
-            f"{_embedding_size(checkpoint)} dims, not normalised (normalise before cosine similarity)"
+            f"{_embedding_size(checkpoint)} dims, not normalised (normalise before cosine similarity)",
+            f"- text side: `{spec.name}_text` when built from the same checkpoint with "
+            f"`--task image-embedding-text --name {spec.name}_text` (TEXT -> EMBEDDING, `get_text_features`)",
         ]
 
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
