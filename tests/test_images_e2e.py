@@ -165,3 +165,13 @@ def test_build_refuses_fp16_when_model_reads_images(checkpoints, tmp_path):
     with pytest.raises(SpecError, match="image models are built as FP32 for ONNX Runtime only"):
         build_repository(spec)
     assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())
+
+
+def test_health_probes_answer_when_ensembles_read_images(served):
+    from tritongen.deploy.probe import probe
+    from tritongen.health import check, ensembles_of, healthy
+
+    probes = check(served.http_url, ensembles_of(served.repository))
+    assert healthy(probes), [p.line for p in probes]
+    assert {p.name for p in probes} == {"vit", "clip", "siglip", "clip_text", "siglip_text"}
+    assert probe(f"http://{served.http_url}", "vit") is None  # the packaged image's readiness probe (KServe JSON)

@@ -36,6 +36,7 @@ class ImagesSettings(TaskSettings):
 
     max_pixels: int = DEFAULT_MAX_PIXELS
 
+    legacy_names: ClassVar[dict[str, str]] = {"max_pixels": "max_pixels"}  # the flat key the CLI flag sets
     cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
         "max_pixels": {"type": int, "help": f"images: refuse larger images undecoded (default {DEFAULT_MAX_PIXELS})"},
     }
