@@ -71,8 +71,8 @@ def test_build_exits_2_when_task_unsupported(minilm_copy, tmp_path, capsys):
     )
     assert code == 2
     assert message == (
-        "error: task `translation` is not supported; supported: classification, embedding, question-answering, "
-        "text-pair-classification, token-classification"
+        "error: task `translation` is not supported; supported: classification, embedding, image-classification, "
+        "image-embedding, image-embedding-text, question-answering, text-pair-classification, token-classification"
     )
 
 
