@@ -12,7 +12,7 @@ import pytest
 from tests import pb_stub
 from tests.tiny_images import make_image_checkpoint
 from tritongen.image_parity import parity_images, reference_image
-from tritongen.tasks._images import _settings
+from tritongen.tasks._images import image_settings
 from tritongen.triton_models.image import ImageEncoder, ImageSettings
 
 
@@ -30,7 +30,7 @@ def processors(tmp_path_factory):
 @pytest.mark.parametrize("arch", ["vit", "clip", "siglip"])
 def test_image_encoder_equals_slow_processor_when_images_vary(processors, arch):
     processor = processors[arch]
-    encoder = ImageEncoder(_settings(processor))
+    encoder = ImageEncoder(image_settings(processor))
     images = parity_images()
     served = encoder(list(images.values()))["pixel_values"]
     for name, pixels in zip(images, served):
@@ -40,7 +40,7 @@ def test_image_encoder_equals_slow_processor_when_images_vary(processors, arch):
 
 def test_image_settings_survive_config_parameters_when_round_tripped(processors):
     for processor in processors.values():
-        settings = _settings(processor)
+        settings = image_settings(processor)
         assert ImageSettings.from_parameters(settings.to_parameters()) == settings
         assert all(settings.to_parameters().values())  # protobuf's JSON would drop an empty value
 

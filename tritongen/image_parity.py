@@ -101,15 +101,15 @@ def check_image_parity(
         with torch.no_grad():
             reference = module(pixel_values=reference_pixels).numpy()[0]
         with Image.open(io.BytesIO(data)) as opened:
-            label = f"{name} ({opened.width}x{opened.height} {opened.mode})"
+            label, size = f"{name} ({opened.width}x{opened.height} {opened.mode})", opened.width * opened.height
         rows.append(
             ParityRow(
                 text=label,
-                tokens=0,
+                tokens=size,
                 truncated=False,
                 max_abs_diff=float(np.abs(reference - exported_row).max()),
                 argmax_reference=(int(reference.argmax()),),
                 argmax_exported=(int(exported_row.argmax()),),
             )
         )
-    return ParityReport(rows=rows, tolerance=tolerance, tokenizer_mismatches=mismatches)
+    return ParityReport(rows=rows, tolerance=tolerance, tokenizer_mismatches=mismatches, inputs="image")

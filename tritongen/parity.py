@@ -54,6 +54,7 @@ class ParityReport:
     rows: list[ParityRow]
     tolerance: float
     tokenizer_mismatches: list[str] = field(default_factory=list)
+    inputs: str = "text"  # what the rows are: "text", or "image" (then the preprocessing is the image step's)
 
     @property
     def max_abs_diff(self) -> float:
@@ -76,9 +77,10 @@ class ParityReport:
             f"Parity against PyTorch: **{'PASSED' if self.passed else 'FAILED'}** — "
             f"max abs diff {self.max_abs_diff:.2e} (tolerance {self.tolerance:.0e}), "
             f"argmax {'identical' if self.argmax_agrees else 'DIFFERS'}, "
-            f"tokenizer {'identical' if not self.tokenizer_mismatches else 'DIFFERS'}.",
+            f"{self._preprocessing} {'identical' if not self.tokenizer_mismatches else 'DIFFERS'}.",
             "",
-            "| text | tokens | truncated | max abs diff | argmax (torch / onnx) |",
+            f"| {self.inputs} | {'tokens' if self.inputs == 'text' else 'pixels'} | truncated | max abs diff | "
+            "argmax (torch / onnx) |",
             "|---|---:|:---:|---:|:---:|",
         ]
         for row in self.rows:
@@ -88,6 +90,10 @@ class ParityReport:
                 f"{_argmax_cell(row)} |"
             )
         return "\n".join(lines) + "\n"
+
+    @property
+    def _preprocessing(self) -> str:
+        return "tokenizer" if self.inputs == "text" else "pixel values"
 
 
 def _argmax_cell(row: ParityRow) -> str:
@@ -178,8 +184,11 @@ def require_parity(report: ParityReport) -> None:
         return
     problems = []
     if report.tokenizer_mismatches:
+        count = len(report.tokenizer_mismatches)
         problems.append(
-            f"tokenizer.json disagrees with the transformers tokenizer on {len(report.tokenizer_mismatches)} text(s)"
+            f"tokenizer.json disagrees with the transformers tokenizer on {count} text(s)"
+            if report.inputs == "text"
+            else f"the image step's pixel values disagree with the transformers image processor on {count} image(s)"
         )
     if report.max_abs_diff > report.tolerance:
         problems.append(f"max abs diff {report.max_abs_diff:.2e} > tolerance {report.tolerance:.0e}")

@@ -259,7 +259,11 @@ class Task:
         return None
 
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
-        """The module to export: ``forward(input_ids, attention_mask, token_type_ids=None)`` -> one tensor."""
+        """The module to export: ``forward(<the model inputs>)`` -> one tensor; ``module.model`` is the model.
+
+        Text tasks take ``(input_ids, attention_mask, token_type_ids=None)`` (:func:`exportable`), image tasks
+        ``(pixel_values)`` (``tritongen.tasks._images.pixel_module``); the build feeds what ``forward`` takes.
+        """
         raise NotImplementedError
 
     def max_length(self, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None) -> int:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from tritongen.parity import ParityReport
     from tritongen.spec import BuildSpec
 
-__all__ = ["IMAGE", "ImageInputs", "ImagesSettings", "image_size", "pixel_module"]
+__all__ = ["IMAGE", "ImageInputs", "ImagesSettings", "image_settings", "image_size", "pixel_module"]
 
 IMAGE = TensorSpec("IMAGE", "TYPE_STRING", (1,))  # encoded JPEG/PNG bytes, one image per row
 
@@ -94,7 +94,7 @@ class ImageInputs(Modality):
             raise CheckpointError(
                 f"cannot load the image processor of {{path}}: {str(exc).splitlines()[0]}", path=path
             ) from None
-        _settings(processor)  # refuses what the image step cannot reproduce
+        image_settings(processor)  # refuses what the image step cannot reproduce
         return processor
 
     def facts(self, module: Any, preprocessor: Any) -> ModelFacts:
@@ -106,7 +106,7 @@ class ImageInputs(Modality):
         return ModelFacts(("pixel_values",), size, f"{size}x{size} pixel images in {patch}x{patch} patches")
 
     def step_facts(self, preprocessor: Any) -> tuple[dict[str, str], int]:
-        return _settings(preprocessor).to_parameters(), 0
+        return image_settings(preprocessor).to_parameters(), 0
 
     def tensors(self, checkpoint: Checkpoint, names: Sequence[str]) -> list[TensorSpec]:
         return [TensorSpec("pixel_values", "TYPE_FP32", (3, *image_size(checkpoint)))]
@@ -145,7 +145,7 @@ class ImageInputs(Modality):
         ]
 
 
-def _settings(processor: Any) -> ImageSettings:
+def image_settings(processor: Any) -> ImageSettings:
     """The image step's settings from a loaded slow image processor; refuse what the step cannot reproduce."""
 
     def get(name: str, default: Any = None) -> Any:
