@@ -9,6 +9,7 @@ INFINITY_VENV ?= .venv-infinity
 STEPS_VENV ?= .venv-steps
 NUMPY_PIN := $(shell sed -n 's/^numpy==//p' requirements.lock)
 TOKENIZERS_PIN := $(shell sed -n 's/^tokenizers==//p' requirements.lock)
+PILLOW_PIN := $(shell sed -n 's/^pillow==//p' requirements.lock)
 MODEL ?= sentence-transformers/all-MiniLM-L6-v2
 NAME ?= minilm
 TASK ?=
@@ -61,7 +62,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	touch $@
 
 # The 24.10 container's ONNX Runtime (build checks run the served model in it), and a venv with only what
-# the Python steps may import there (numpy and tokenizers, as the Dockerfile installs them).
+# the Python steps may import there (numpy, tokenizers and pillow, as the Dockerfile installs them).
 $(COMPAT_VENV)/.installed:
 	$(PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/pip install --quiet onnxruntime==1.19.2 numpy==$(NUMPY_PIN)
@@ -84,7 +85,7 @@ infinity-venv: $(INFINITY_VENV)/.installed ## the bench's baseline (d): infinity
 
 $(STEPS_VENV)/.installed: requirements.lock
 	$(PYTHON) -m venv $(STEPS_VENV)
-	$(STEPS_VENV)/bin/pip install --quiet numpy==$(NUMPY_PIN) tokenizers==$(TOKENIZERS_PIN)
+	$(STEPS_VENV)/bin/pip install --quiet numpy==$(NUMPY_PIN) tokenizers==$(TOKENIZERS_PIN) pillow==$(PILLOW_PIN)
 	touch $@
 
 compat-venv: $(COMPAT_VENV)/.installed $(OV_COMPAT_VENV)/.installed $(STEPS_VENV)/.installed ## create the container-runtime venvs (ONNX Runtime 1.19.2, OpenVINO 2024.0; step imports)

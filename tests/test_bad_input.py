@@ -110,8 +110,9 @@ def test_build_exits_2_when_task_unsupported(minilm_copy, tmp_path, capsys):
     )
     assert code == 2
     assert message == (
-        "error: task `translation` is not supported; supported: classification, embedding, question-answering, "
-        "reranking, text-pair-classification, token-classification, zero-shot-classification"
+        "error: task `translation` is not supported; supported: classification, embedding, image-classification, "
+        "image-embedding, image-embedding-text, question-answering, reranking, text-pair-classification, "
+        "token-classification, zero-shot-classification"
     )
 
 

@@ -59,7 +59,8 @@ def test_package_writes_dockerfile_with_locked_pins_when_built(repo, tmp_path):
     assert dockerfile.splitlines()[1] == f"FROM {BASE_IMAGE}"
     assert BASE_IMAGE == "nvcr.io/nvidia/tritonserver:24.10-py3"
     run = [line for line in dockerfile.splitlines() if line.startswith("RUN pip install")]
-    assert run == [f"RUN pip install --no-cache-dir numpy=={_lock_pin('numpy')} tokenizers=={_lock_pin('tokenizers')}"]
+    pins = f"numpy=={_lock_pin('numpy')} pillow=={_lock_pin('pillow')} tokenizers=={_lock_pin('tokenizers')}"
+    assert run == [f"RUN pip install --no-cache-dir {pins}"]
     # Nothing is installed when the container starts: the entry point is tritonserver itself.
     assert 'ENTRYPOINT ["tritonserver"]' in dockerfile
     cmd = json.loads(next(line for line in dockerfile.splitlines() if line.startswith("CMD "))[4:])

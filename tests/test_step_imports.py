@@ -1,7 +1,7 @@
-"""The Python steps run with only what the container has: numpy and tokenizers at our pins, nothing of ours.
+"""The Python steps run with only what the container has: numpy, tokenizers and pillow at our pins, nothing of ours.
 
 Each generated step folder (every task's tokenizer and postprocess) is loaded in ``.venv-steps`` (``make
-compat-venv``: numpy and tokenizers only) with a stand-in ``triton_python_backend_utils``, initialised from its
+compat-venv``: numpy, tokenizers and pillow only) with a stand-in ``triton_python_backend_utils``, initialised from its
 own config as Triton passes it, and the tokenizer steps encode a request. An import of anything else (tritongen,
 transformers, torch) fails here before it fails on a GPU node.
 """
@@ -34,9 +34,13 @@ step = model.TritonPythonModel()
 step.initialize(args)
 inputs = json.loads(sys.argv[4])
 if inputs:
+    import io
     import triton_python_backend_utils as pb
-    samples = {"CANDIDATE_LABELS": '["people", "places"]'}
-    request = pb.Request({name: pb.texts(samples.get(name, "Bob lives in Berlin. Zoë too 🎉")) for name in inputs})
+    from PIL import Image
+    png = io.BytesIO()
+    Image.new("RGBA", (40, 30), (255, 0, 0, 128)).save(png, format="PNG")
+    samples = {"IMAGE": pb.texts(png.getvalue()), "CANDIDATE_LABELS": pb.texts('["people", "places"]')}
+    request = pb.Request({name: samples.get(name, pb.texts("Bob lives in Berlin. Zoë too 🎉")) for name in inputs})
     (response,) = step.execute([request])
     assert response.error is None, response.error.message()
     print(sorted(t.name() for t in response.output_tensors))
@@ -47,6 +51,7 @@ print("ok", sorted(k for k in sys.modules if k.split(".")[0] in {"tritongen", "t
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
     from tests.tiny_checkpoints import make_checkpoint
+    from tests.tiny_images import make_image_checkpoint
     from tests.tiny_ner import make_token_classifier
     from tests.tiny_rerankers import make_qwen3_reranker
     from tests.tiny_zeroshot import make_nli_checkpoint
@@ -59,6 +64,8 @@ def repository(tmp_path_factory):
         "qa": QA_ASSETS / "bert",
         "zeroshot": make_nli_checkpoint("bert", root / "nli"),
         "rerank": make_qwen3_reranker(root / "rerank"),
+        "vit": make_image_checkpoint("vit", root / "vit"),
+        "clip": make_image_checkpoint("clip", root / "clip"),
     }
     tasks = {"zeroshot": "zero-shot-classification", "rerank": "reranking"}  # asked for by name, not detected
     repo = root / "repo"
@@ -68,9 +75,9 @@ def repository(tmp_path_factory):
     return repo
 
 
-@pytest.mark.parametrize("name", ["cls", "emb", "ner", "qa", "zeroshot", "rerank"])
+@pytest.mark.parametrize("name", ["cls", "emb", "ner", "qa", "zeroshot", "rerank", "vit", "clip"])
 @pytest.mark.parametrize("step", ["tokenizer", "postprocess"])
-def test_step_initialises_and_runs_with_only_numpy_and_tokenizers(repository, tmp_path, name, step):
+def test_step_initialises_and_runs_with_only_numpy_tokenizers_and_pillow(repository, tmp_path, name, step):
     folder = repository / f"{name}_{step}"
     config = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
     args = {

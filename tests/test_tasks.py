@@ -29,6 +29,9 @@ def test_registry_holds_one_entry_per_task_folder():
     assert sorted(TASKS) == [
         "classification",
         "embedding",
+        "image-classification",
+        "image-embedding",
+        "image-embedding-text",
         "question-answering",
         "reranking",
         "text-pair-classification",

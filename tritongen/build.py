@@ -44,7 +44,6 @@ from tritongen.compat import (
 from tritongen.configs import bucket_lengths, served_steps, step_configs, step_names
 from tritongen.errors import (
     AccuracyError,
-    CheckpointError,
     ParityError,
     RepositoryError,
     SpecError,
@@ -55,7 +54,7 @@ from tritongen.errors import (
 from tritongen.export import export_onnx
 from tritongen.fold import FOLD_TOLERANCE, FoldReport, fold_graph, prove, reference_postprocess
 from tritongen.int8_search import SCHEMES, SearchReport, search_int8
-from tritongen.model_facts import ModelFacts, read_model_facts
+from tritongen.model_facts import ModelFacts
 from tritongen.openvino_runtime import (
     IR_FILE,
     OpenVinoSession,
@@ -65,13 +64,12 @@ from tritongen.openvino_runtime import (
     quantize_ir,
 )
 from tritongen.optimize import OptimizeReport, optimize_model
-from tritongen.parity import PARITY_TEXTS, ParityReport, check_parity, require_parity
+from tritongen.parity import PARITY_TEXTS, ParityReport, require_parity
 from tritongen.render import render_all
 from tritongen.repository import Staging, staging
 from tritongen.spec import BuildSpec
 from tritongen.tasks import Task, TaskPlan, detect_task, get_task
 from tritongen.tensorrt import EnginePlan, builder_flags, cc_model_filenames, plan_profiles
-from tritongen.triton_models.tokenizer import TextEncoder
 
 __all__ = [
     "BuildPlan",
@@ -133,21 +131,6 @@ def _choose_task(spec: BuildSpec, checkpoint: Checkpoint) -> Task:
     return task
 
 
-def _load_tokenizer(checkpoint: Checkpoint) -> Any:
-    from transformers import AutoTokenizer
-
-    try:
-        trust = {"trust_remote_code": True} if checkpoint.trust_remote_code else {}
-        tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path), **trust)
-    except Exception as exc:  # tokenizer loading raises many types for bad files
-        raise CheckpointError(
-            f"cannot load the tokenizer of {{path}}: {str(exc).splitlines()[0]}", path=checkpoint.path
-        ) from None
-    if getattr(tokenizer, "backend_tokenizer", None) is None:
-        raise UnsupportedModelError("checkpoint {path} has no fast (Rust) tokenizer", path=checkpoint.path)
-    return tokenizer
-
-
 def _model_card(
     plan: BuildPlan, version: int, report: ParityReport, variant: Variant | None, folding: FoldReport | None = None
 ) -> str:
@@ -155,7 +138,7 @@ def _model_card(
     import torch
     import transformers
 
-    spec, checkpoint, bound, facts, max_length = plan.spec, plan.checkpoint, plan.bound, plan.facts, plan.max_length
+    spec, checkpoint, bound, facts = plan.spec, plan.checkpoint, plan.bound, plan.facts
 
     def shape(dims: tuple[int, ...]) -> list[int]:
         return list(dims) if bound.batched_io else [-1, *dims]  # whole requests: the batch axis is in dims
@@ -170,14 +153,7 @@ def _model_card(
         f"- task: {bound.task}",
         f"- built: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
         f"- model inputs: {', '.join(facts.inputs)} (from the model's forward signature and config)",
-        f"- model limit: {facts.position_limit} tokens ({facts.limit_source})",
-        (
-            f"- truncation: texts longer than {max_length} tokens are cut there, as the transformers pipeline and "
-            "sentence-transformers do; the `TRUNCATED` output says which"
-            if bound.truncates
-            else f"- windows of {max_length} tokens: nothing is truncated"
-        ),
-        f"- length buckets: {spec.buckets}",
+        *plan.task.modality.card_lines(plan),
         "- contract: inputs "
         + ", ".join(f"`{t.name}`" for t in _required(bound.ensemble_inputs))
         + f" (TYPE_STRING, {shape((1,))})"
@@ -251,20 +227,6 @@ def _required(tensors: Sequence[Any]) -> list[Any]:
     return [t for t in tensors if not t.optional]
 
 
-def _padding_side(hf_tokenizer: Any) -> str:
-    """The side the checkpoint's tokenizer pads on (``tokenizer_config.json``'s ``padding_side``)."""
-    side = getattr(hf_tokenizer, "padding_side", "right")
-    if side not in ("left", "right"):
-        raise CheckpointError(f"the tokenizer declares padding_side `{side}`; expected left or right")
-    return str(side)
-
-
-def _probe_token(hf_tokenizer: Any) -> int:
-    """An ordinary (non-special, non-padding) token id to probe the model's length with."""
-    ids = hf_tokenizer("a", add_special_tokens=False)["input_ids"]
-    return int(ids[0]) if ids else int(hf_tokenizer.unk_token_id or 0)
-
-
 @dataclass(frozen=True)
 class BuildPlan:
     """What a build will make, decided once by :func:`inspect` and read by every later stage.
@@ -315,7 +277,7 @@ class BuildPlan:
 class Export:
     """What :func:`export` produced: the served encoder and the FP32 ONNX file (outside the staged tree)."""
 
-    encoder: TextEncoder
+    encoder: Any  # the first step's own code: TextEncoder, ImageEncoder
     fp32_path: Path
     target: Path  # where the served model goes: <model>/<version>/model.onnx in the staging area
 
@@ -347,20 +309,16 @@ def inspect(spec: BuildSpec, console: Console) -> BuildPlan:
     with console.status("Inspecting checkpoint…"):
         checkpoint = inspect_checkpoint(spec.model, trust_remote_code=spec.trust_remote_code)
         task = _choose_task(spec, checkpoint)
-        hf_tokenizer = _load_tokenizer(checkpoint)
+        task.modality.check_spec(spec)
+        hf_tokenizer = task.modality.load(checkpoint)  # the tokenizer, or the image processor
     with console.status("Loading PyTorch weights…"), _stage("loading the PyTorch model"):
         module = task.load_module(checkpoint)
     with console.status("Reading the model's inputs and length limit…"), _stage("reading the model's inputs"):
-        facts = read_model_facts(module, _probe_token(hf_tokenizer))
-    tokenizer_facts = {
-        "cls_id": "" if hf_tokenizer.cls_token_id is None else str(hf_tokenizer.cls_token_id),
-        "unk_token": hf_tokenizer.unk_token or "",
-        "special_tokens": str(hf_tokenizer.backend_tokenizer.num_special_tokens_to_add(False)),
-        "padding_side": _padding_side(hf_tokenizer),
-    }
+        facts = task.modality.facts(module, hf_tokenizer)
+    tokenizer_facts, pad_id = task.modality.step_facts(hf_tokenizer)
     bound = task.bind(  # refuses bad task settings before exporting
         spec, checkpoint, inputs=list(facts.inputs), position_limit=facts.position_limit,
-        tokenizer_max=getattr(hf_tokenizer, "model_max_length", 0), tokenizer_facts=tokenizer_facts,
+        tokenizer_max=task.modality.max_length(hf_tokenizer), tokenizer_facts=tokenizer_facts,
     )  # fmt: skip
     plan = BuildPlan(
         spec=spec,
@@ -368,7 +326,7 @@ def inspect(spec: BuildSpec, console: Console) -> BuildPlan:
         task=task,
         bound=bound,
         facts=facts,
-        pad_id=hf_tokenizer.pad_token_id if hf_tokenizer.pad_token_id is not None else 0,
+        pad_id=pad_id,
         tokenizer_facts=tokenizer_facts,
         hf_tokenizer=hf_tokenizer,
         module=module,
@@ -391,21 +349,18 @@ def exported(plan: BuildPlan, work: Staging, console: Console) -> Iterator[Expor
 
 
 def export(plan: BuildPlan, work: Staging, console: Console) -> Export:
-    """Stage 2: stage the tokenizer and export the FP32 ONNX model (dynamic batch and sequence axes)."""
-    names = plan.names
-    tokenizer_file = work.version_dir(names["tokenizer"]) / "tokenizer.json"
-    plan.hf_tokenizer.backend_tokenizer.save(str(tokenizer_file))
-    encoder = TextEncoder(
-        str(tokenizer_file), plan.max_length, plan.buckets, pad_id=plan.pad_id, input_names=plan.inputs,
-        padding_side=plan.tokenizer_facts["padding_side"],
-    )  # fmt: skip
+    """Stage 2: stage the first step's files (``tokenizer.json``) and export the FP32 ONNX model (dynamic axes)."""
+    names, modality = plan.names, plan.task.modality
+    encoder = modality.encoder(plan, work.version_dir(names["tokenizer"]))
     onnx = Export(
         encoder, work.root.parent / f"{work.root.name}.fp32.onnx", work.version_dir(names["model"]) / "model.onnx"
     )
     try:
         with console.status("Exporting to ONNX (dynamic batch and sequence axes)…"), _stage("ONNX export"):
-            sample = encoder(["a short sample", "a longer sample text, used to trace the model"])
-            export_onnx(plan.module, sample, plan.bound.onnx_output.name, onnx.fp32_path)
+            sample = modality.export_sample(encoder)
+            export_onnx(
+                plan.module, sample, plan.bound.onnx_output.name, onnx.fp32_path, axes=modality.dynamic_axes(plan)
+            )
     except BaseException:
         onnx.fp32_path.unlink(missing_ok=True)
         raise
@@ -415,11 +370,7 @@ def export(plan: BuildPlan, work: Staging, console: Console) -> Export:
 def parity(plan: BuildPlan, onnx: Export, console: Console) -> ParityReport:
     """Stage 3: the FP32 export, served path and all, must match PyTorch; raise :class:`ParityError` if not."""
     with console.status("Checking parity against PyTorch…"), _stage("parity check"):
-        report = check_parity(
-            plan.module, plan.hf_tokenizer, onnx.encoder, onnx.fp32_path, max_length=plan.max_length,
-            tolerance=plan.spec.parity_tolerance, pairs=plan.pairs(PARITY_TEXTS),
-            argmax_axis=plan.bound.gate.parity_argmax_axis,
-        )  # fmt: skip
+        report = plan.task.modality.parity(plan, onnx.encoder, onnx.fp32_path)
     console.print(Markdown(report.to_markdown()))
     require_parity(report)
     return report
@@ -553,7 +504,7 @@ def canary(plan: BuildPlan, onnx: Export, work: Staging, console: Console) -> No
     (built on the GPU node) record none; their roll-out canaries only need an answer.
     """
     bound = plan.bound
-    if not bound.batched_io or plan.spec.runtime != "onnx":
+    if not bound.batched_io or plan.spec.runtime != "onnx" or not plan.task.modality.records_canary:
         return
     with console.status("Recording the canary outputs…"), _stage("canary record"):
         segments = (PARITY_TEXTS, plan.pairs(PARITY_TEXTS))
@@ -596,9 +547,7 @@ def container_check(
         console.print(f"[yellow]Container runtime check skipped[/]: {why}")
         return {"skipped": why}
     assert python is not None
-    texts = list(PARITY_TEXTS)
-    pairs = plan.pairs(texts)
-    feeds = [onnx.encoder([t], None if pairs is None else [pairs[i]]) for i, t in enumerate(texts)]
+    feeds = plan.task.modality.feeds(plan, onnx.encoder)
     lossy = variant is not None and spec.precision != "fp32"
     with console.status(f"Checking the served model in ONNX Runtime {CONTAINER_ORT}…"), _stage("container check"):
         report = check_in_container(

@@ -304,9 +304,12 @@ def inspect_checkpoint(model: str | os.PathLike[str], *, trust_remote_code: bool
     if not isinstance(config, dict):
         raise CheckpointError("{path} must hold a JSON object", path=config_file)
     _check_model_type(config, path, trust_remote_code)
-    if not (path / "tokenizer.json").is_file() and not any(
-        (path / name).is_file() for name in ("vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
-    ):
-        raise CheckpointError("checkpoint {path} has no tokenizer (tokenizer.json or vocabulary files)", path=path)
+    preprocessors = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model")
+    if not any((path / name).is_file() for name in (*preprocessors, "preprocessor_config.json")):
+        raise CheckpointError(
+            "checkpoint {path} has no tokenizer (tokenizer.json or vocabulary files) "
+            "and no image processor (preprocessor_config.json)",
+            path=path,
+        )
     _check_weights(path)
     return Checkpoint(path=path, config=config, pooling=_read_pooling(path), trust_remote_code=trust_remote_code)

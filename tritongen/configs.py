@@ -124,13 +124,21 @@ class ModelStep:
         }
 
     def warmup(self) -> tuple[Warmup, ...]:
-        """One zero sample per bucket, so the first real request of each length finds a warm model."""
+        """One zero sample per bucket, so the first real request of each length finds a warm model.
+
+        Inputs of fixed shape (images) get one sample.
+        """
         if not self.spec.warmup:
             return ()
-        return tuple(
-            Warmup(f"bucket_{length}", tuple(Tensor(t.name, t.data_type, (length,)) for t in self.inputs))
-            for length in self.buckets
-        )
+        if not any(-1 in t.dims for t in self.inputs):
+            return (Warmup("fixed_shape", self.inputs),)
+
+        def at(length: int) -> tuple[Tensor, ...]:
+            return tuple(
+                Tensor(t.name, t.data_type, tuple(length if d == -1 else d for d in t.dims)) for t in self.inputs
+            )
+
+        return tuple(Warmup(f"bucket_{length}", at(length)) for length in self.buckets)
 
 
 def _onnxruntime_step(step: ModelStep) -> ModelConfig:
@@ -267,11 +275,7 @@ def step_configs(
             instance_group=_instances(spec.tokenizer_instances),
             parameters=_strings(
                 {
-                    "tokenizer_file": "tokenizer.json",
-                    "max_length": max_length,
-                    "buckets": ",".join(str(b) for b in buckets),
-                    "pad_id": pad_id,
-                    "pad_type_id": 0,
+                    **plan.modality.step_parameters(plan, buckets, pad_id),
                     **_padding(tokenizer_facts),
                     **plan.tokenizer_parameters,
                 }

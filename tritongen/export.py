@@ -27,20 +27,26 @@ def export_onnx(
     sample: Mapping[str, np.ndarray],
     output_name: str,
     path: Path,
+    *,
+    axes: Mapping[str, Mapping[int, str]] | None = None,
 ) -> None:
     """Export ``module`` to ``path`` (a single self-contained file).
 
     ``sample`` holds example inputs in the module's argument order; it should have a batch
     of at least 2 and a sequence of at least 2 tokens so that neither axis is specialised.
+    ``axes`` names each input's dynamic axes beyond the batch (default: axis 1, the sequence, of every
+    input; ``{}`` for an input of fixed shape, such as ``pixel_values``).
     """
     import onnx
     import torch
 
     names = list(sample)
     args = tuple(torch.from_numpy(np.asarray(sample[name])) for name in names)
-    batch = torch.export.Dim("batch")
-    sequence = torch.export.Dim("sequence")
-    dynamic = tuple({0: batch, 1: sequence} for _ in names)
+    axes = {name: {1: "sequence"} for name in names} if axes is None else axes
+    dims = {"batch": torch.export.Dim("batch")}
+    for axis_names in axes.values():
+        dims.update({n: torch.export.Dim(n) for n in axis_names.values() if n not in dims})
+    dynamic = tuple({0: dims["batch"], **{a: dims[n] for a, n in axes.get(name, {}).items()}} for name in names)
     sink = io.StringIO()
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(sink), _quiet_loggers():

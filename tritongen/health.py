@@ -2,8 +2,9 @@
 
 Triton's ``/v2/health/ready`` checks that models are loaded, not that they answer: with a dead
 Python stub it still says 200. :func:`check` sends each ensemble of the repository one small
-request through every step. The text differs on every call, so that the response cache cannot
-answer for a broken pipeline. :class:`HealthEndpoint` serves the same check at ``/healthz``
+request through every step. The text (for ``IMAGE`` inputs, a one-pixel image) differs on every
+call, so that the response cache cannot answer for a broken pipeline. :class:`HealthEndpoint` serves
+the same check at ``/healthz``
 (200 or 503, one line per ensemble) for a Kubernetes readiness probe, and ``/livez`` for the
 liveness probe (200 while tritonserver runs).
 """
@@ -29,6 +30,7 @@ __all__ = [
     "ensembles_of",
     "find_ensembles",
     "healthy",
+    "probe_payload",
 ]
 
 _counter = itertools.count()
@@ -80,14 +82,26 @@ def ensembles_of(repository: Path) -> list[Ensemble]:
     return found
 
 
+def probe_payload(name: str, text: str) -> str:
+    """What a probe sends in input ``name``: ``text``, or for ``IMAGE`` a one-pixel image coloured by it.
+
+    The image is a plain-text PPM: Pillow reads it, and it travels as text through the JSON API too.
+    """
+    if name != "IMAGE":
+        return text
+    seed = sum(text.encode()) * 2654435761
+    return f"P3\n1 1\n255\n{seed % 256} {(seed >> 8) % 256} {(seed >> 16) % 256}\n"
+
+
 def _probe(client: object, ensemble: Ensemble, timeout: float) -> EnsembleProbe:
     import tritonclient.http as httpclient
 
-    text = f"health check {next(_counter)} {time.time_ns()}".encode()
+    call, now = next(_counter), time.time_ns()
     tensors = []
     for name, shape in ensemble.inputs:
+        payload = probe_payload(name, f"health check {call} {now}")
         tensor = httpclient.InferInput(name, list(shape), "BYTES")
-        tensor.set_data_from_numpy(np.full(shape, text, dtype=np.object_))
+        tensor.set_data_from_numpy(np.full(shape, payload.encode(), dtype=np.object_))
         tensors.append(tensor)
     start = time.monotonic()
     try:

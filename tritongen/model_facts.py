@@ -129,9 +129,14 @@ def position_limit(module: Any, model: Any, inputs: tuple[str, ...], token_id: i
     return low, f"{source}, lowered to the longest input the model runs"
 
 
-def read_model_facts(module: Any, token_id: int) -> ModelFacts:
-    """Facts of ``module``, the task's exportable wrapper around a transformers model (``module.model``)."""
-    model = module.model
-    inputs = model_inputs(model)
+def read_model_facts(module: Any, token_id: int, *, model: Any = None) -> ModelFacts:
+    """Facts of ``module``, the task's exportable wrapper around a transformers model (``module.model``).
+
+    ``model`` is the part that reads the tokens when it is not ``module.model`` itself (the text tower of an
+    image-text model). The inputs are those the model reads that the wrapper's ``forward`` also takes.
+    """
+    model = module.model if model is None else model
+    fed = _forward_parameters(module)
+    inputs = tuple(name for name in model_inputs(model) if name in fed)
     limit, source = position_limit(module, model, inputs, token_id)
     return ModelFacts(inputs=inputs, position_limit=limit, limit_source=source)

@@ -54,6 +54,7 @@ class ParityReport:
     rows: list[ParityRow]
     tolerance: float
     tokenizer_mismatches: list[str] = field(default_factory=list)
+    inputs: str = "text"  # what the rows are: "text", or "image" (then the preprocessing is the image step's)
 
     @property
     def max_abs_diff(self) -> float:
@@ -76,9 +77,10 @@ class ParityReport:
             f"Parity against PyTorch: **{'PASSED' if self.passed else 'FAILED'}** — "
             f"max abs diff {self.max_abs_diff:.2e} (tolerance {self.tolerance:.0e}), "
             f"argmax {'identical' if self.argmax_agrees else 'DIFFERS'}, "
-            f"tokenizer {'identical' if not self.tokenizer_mismatches else 'DIFFERS'}.",
+            f"{self._preprocessing} {'identical' if not self.tokenizer_mismatches else 'DIFFERS'}.",
             "",
-            "| text | tokens | truncated | max abs diff | argmax (torch / onnx) |",
+            f"| {self.inputs} | {'tokens' if self.inputs == 'text' else 'pixels'} | truncated | max abs diff | "
+            "argmax (torch / onnx) |",
             "|---|---:|:---:|---:|:---:|",
         ]
         for row in self.rows:
@@ -88,6 +90,10 @@ class ParityReport:
                 f"{_argmax_cell(row)} |"
             )
         return "\n".join(lines) + "\n"
+
+    @property
+    def _preprocessing(self) -> str:
+        return "tokenizer" if self.inputs == "text" else "pixel values"
 
 
 def _argmax_cell(row: ParityRow) -> str:
@@ -113,12 +119,14 @@ def check_parity(
     texts: Sequence[str] = PARITY_TEXTS,
     pairs: Sequence[str] | None = None,
     argmax_axis: int = -1,
+    pad_to_max: bool = False,
 ) -> ParityReport:
     """Compare the served path with PyTorch on ``texts``; return the report (never raises).
 
     Per-token outputs ([seq, ...] per text) are compared on the real tokens only; the argmax is
     taken along ``argmax_axis`` of one text's output (-1: per token for token labels; 0: the most
-    likely token of each column, e.g. the answer's start and end).
+    likely token of each column, e.g. the answer's start and end). ``pad_to_max``: the model reads no attention
+    mask, so both paths pad every text to ``max_length`` (the reference as ``padding="max_length"``).
     """
     import onnxruntime as ort
     import torch
@@ -131,8 +139,10 @@ def check_parity(
     second = list(pairs) if pairs is not None else [None] * len(texts)
     for text, pair, encoding, exported_row in zip(texts, second, encodings, exported):
         segments = (text,) if pair is None else (text, pair)
-        reference_inputs = reference_encode(hf_tokenizer, encoder, segments, max_length=max_length)
-        if reference_inputs["input_ids"][0].tolist() != list(encoding.ids):
+        padding = {"padding": "max_length"} if pad_to_max else {}
+        reference_inputs = reference_encode(hf_tokenizer, encoder, segments, max_length=max_length, **padding)
+        served_ids = encoder.pack([encoding])["input_ids"][0].tolist() if pad_to_max else list(encoding.ids)
+        if reference_inputs["input_ids"][0].tolist() != served_ids:
             mismatches.append(text)
         feeds = {name: reference_inputs[name] for name in encoder.input_names}
         with torch.no_grad():
@@ -174,8 +184,11 @@ def require_parity(report: ParityReport) -> None:
         return
     problems = []
     if report.tokenizer_mismatches:
+        count = len(report.tokenizer_mismatches)
         problems.append(
-            f"tokenizer.json disagrees with the transformers tokenizer on {len(report.tokenizer_mismatches)} text(s)"
+            f"tokenizer.json disagrees with the transformers tokenizer on {count} text(s)"
+            if report.inputs == "text"
+            else f"the image step's pixel values disagree with the transformers image processor on {count} image(s)"
         )
     if report.max_abs_diff > report.tolerance:
         problems.append(f"max abs diff {report.max_abs_diff:.2e} > tolerance {report.tolerance:.0e}")

@@ -37,7 +37,7 @@ __all__ = [
 BASE_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
 PROMETHEUS_IMAGE = "prom/prometheus:v2.53.2"
 GRAFANA_IMAGE = "grafana/grafana:11.2.2"
-PYTHON_STEP_PACKAGES = ("tokenizers", "numpy")  # what the tokenizer and postprocess steps import
+PYTHON_STEP_PACKAGES = ("tokenizers", "numpy", "pillow")  # what the Python steps import (pillow: the image step)
 STOP_MARGIN_S = 10  # beyond Triton's own drain time, for the process to exit
 _LOCK = Path(__file__).resolve().parents[2] / "requirements.lock"
 

@@ -7,8 +7,9 @@ Kubernetes readiness probe runs it::
     python3 /opt/tritongen/probe.py --url http://127.0.0.1:8000 minilm
 
 For each named ensemble it reads the inputs from ``/v2/models/<name>/config``, sends one short text in each
-(a different text every call, so that the response cache cannot answer for a broken pipeline) through the
-KServe v2 JSON API, and needs a 200 with outputs. One line per ensemble; exit 0 when all answer, else 1.
+(in ``IMAGE``, a one-pixel plain-text PPM image; a different one every call, so that the response cache cannot
+answer for a broken pipeline) through the KServe v2 JSON API, and needs a 200 with outputs. One line per
+ensemble; exit 0 when all answer, else 1.
 ``tritongen.health`` is the same check for ``tritongen serve``; this copy must run without tritongen.
 """
 
@@ -29,13 +30,21 @@ def _call(url: str, body: dict | None, timeout: float) -> dict:
         return json.loads(response.read())
 
 
+def _payload(name: str, text: str) -> str:
+    """``text``, or for ``IMAGE`` a 1x1 plain-text PPM image coloured by it (as ``tritongen.health`` sends)."""
+    if name != "IMAGE":
+        return text
+    seed = sum(text.encode()) * 2654435761
+    return f"P3\n1 1\n255\n{seed % 256} {(seed >> 8) % 256} {(seed >> 16) % 256}\n"
+
+
 def probe(base: str, name: str, timeout: float = 10.0) -> str | None:
     """None when ``name`` answers an inference, else why not (one line)."""
     try:
         config = _call(f"{base}/v2/models/{name}/config", None, timeout)
         text = f"readiness probe {time.time_ns()}"
         inputs = [
-            {"name": tensor["name"], "shape": [1, 1], "datatype": "BYTES", "data": [text]}
+            {"name": tensor["name"], "shape": [1, 1], "datatype": "BYTES", "data": [_payload(tensor["name"], text)]}
             for tensor in config.get("input", [])
         ]
         answer = _call(f"{base}/v2/models/{name}/infer", {"inputs": inputs}, timeout)

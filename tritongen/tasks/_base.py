@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen.accuracy import Gate, LabelGate
 from tritongen.errors import CapabilityError, CheckpointError, UnsupportedModelError
+from tritongen.tasks._inputs import Modality, TextInputs
 
 if TYPE_CHECKING:
     import torch
@@ -85,6 +86,7 @@ class TaskPlan:
     postprocess_files: tuple[str, ...] = field(default=())  # files of the build the postprocess step reads
     # The ensemble inputs the tokenizer step reads (empty: all of them); others go straight to the postprocess.
     tokenizer_inputs: tuple[TensorSpec, ...] = field(default=())
+    modality: Modality = field(default=TextInputs(), compare=False)  # what the first step reads (text, images)
 
 
 class Task:
@@ -115,6 +117,8 @@ class Task:
     helper_modules: ClassVar[tuple[str, ...]] = ()
     # Files the postprocess step reads besides ``labels.json`` (which every build writes).
     postprocess_files: ClassVar[tuple[str, ...]] = ()
+    # What the model reads and the first step serves (``tritongen.tasks._inputs``): text by default.
+    modality: ClassVar[Modality] = TextInputs()
     # The spec section the task reads (``question_answering``) and its settings class; None: no settings.
     section: ClassVar[str | None] = None
     Settings: ClassVar[type[TaskSettings]] = TaskSettings
@@ -147,7 +151,7 @@ class Task:
             row_length = self.row_length(spec, settings, checkpoint, position_limit, tokenizer_max)
         names = tuple(inputs)
         tokenizer_settings, post_settings = self.step_parameters(spec, settings, checkpoint, row_length, facts)
-        token_tensors = [TensorSpec(n, "TYPE_INT64", (-1,)) for n in names]
+        token_tensors = self.modality.tensors(checkpoint, names)
         extra = [t for t in self.tokenizer_outputs(checkpoint) if t.name not in names]
         post_out = self.postprocess_outputs(checkpoint)
         helpers = ("_common", *self.helper_modules)
@@ -176,6 +180,7 @@ class Task:
             },
             postprocess_files=self.postprocess_files,
             tokenizer_inputs=tuple(self.tokenizer_inputs(checkpoint)),
+            modality=self.modality,
         )
 
     def settings(self, spec: BuildSpec) -> TaskSettings:
@@ -269,7 +274,11 @@ class Task:
         return None
 
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
-        """The module to export: ``forward(input_ids, attention_mask, token_type_ids=None)`` -> one tensor."""
+        """The module to export: ``forward(<the model inputs>)`` -> one tensor; ``module.model`` is the model.
+
+        Text tasks take ``(input_ids, attention_mask, token_type_ids=None)`` (:func:`exportable`), image tasks
+        ``(pixel_values)`` (``tritongen.tasks._images.pixel_module``); the build feeds what ``forward`` takes.
+        """
         raise NotImplementedError
 
     def max_length(self, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None) -> int:

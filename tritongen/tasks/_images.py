@@ -1,0 +1,178 @@
+"""Image inputs: encoded JPEG/PNG bytes (``IMAGE``) -> the image step -> ``pixel_values`` [3, H, W] FP32.
+
+The image step (``tritongen/triton_models/image.py``) replaces the tokenizer step and reproduces the
+checkpoint's slow transformers image processor, whose settings (from ``preprocessor_config.json``) the build
+copies into the step's config parameters. Parity runs on Pillow-drawn images (``tritongen.image_parity``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tritongen.errors import CheckpointError, SpecError, UnsupportedModelError
+from tritongen.tasks._base import TaskSettings, TensorSpec
+from tritongen.tasks._inputs import Modality
+from tritongen.triton_models.image import DEFAULT_MAX_PIXELS, ImageEncoder, ImageSettings
+
+if TYPE_CHECKING:
+    import torch
+
+    from tritongen.checkpoint import Checkpoint
+    from tritongen.model_facts import ModelFacts
+    from tritongen.parity import ParityReport
+    from tritongen.spec import BuildSpec
+
+__all__ = ["IMAGE", "ImageInputs", "ImagesSettings", "image_settings", "image_size", "pixel_module"]
+
+IMAGE = TensorSpec("IMAGE", "TYPE_STRING", (1,))  # encoded JPEG/PNG bytes, one image per row
+
+
+@dataclass(frozen=True)
+class ImagesSettings(TaskSettings):
+    """The ``images`` section: the largest image (in pixels) the image step decodes."""
+
+    max_pixels: int = DEFAULT_MAX_PIXELS
+
+    legacy_names: ClassVar[dict[str, str]] = {"max_pixels": "max_pixels"}  # the flat key the CLI flag sets
+    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
+        "max_pixels": {"type": int, "help": f"images: refuse larger images undecoded (default {DEFAULT_MAX_PIXELS})"},
+    }
+
+    def validate(self) -> None:
+        if self.max_pixels < 1:
+            raise SpecError(f"images.max_pixels must be at least 1, got {self.max_pixels}")
+
+
+def image_size(checkpoint: Checkpoint) -> tuple[int, int]:
+    """(height, width) the vision model takes, from its config (``vision_config`` for image-text models)."""
+    config = checkpoint.config.get("vision_config") or checkpoint.config
+    size = config.get("image_size", 224)
+    height, width = (size, size) if isinstance(size, int) else size
+    return int(height), int(width)
+
+
+def pixel_module(model: Any, forward: Callable[[Any, torch.Tensor], torch.Tensor]) -> torch.nn.Module:
+    """Wrap ``model`` as ``forward(pixel_values)`` -> ``forward(model, pixel_values)`` (one tensor)."""
+    import torch
+
+    class PixelModule(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+            return forward(self.model, pixel_values)
+
+    return PixelModule().eval()
+
+
+class ImageInputs(Modality):
+    """Images: the slow transformers image processor as reference, the image step as served code."""
+
+    name = "image"
+    records_canary = False  # a roll-out canary sends text; image versions are switched with `serve` reloads
+
+    def check_spec(self, spec: BuildSpec) -> None:
+        if spec.precision != "fp32" or spec.optimize or spec.runtime != "onnx":
+            raise SpecError(
+                "image models are built as FP32 for ONNX Runtime only: the accuracy gate of FP16, INT8, fusions and "
+                "the openvino and tensorrt runtimes measures texts (build with --precision fp32 --runtime onnx)"
+            )
+
+    def load(self, checkpoint: Checkpoint) -> Any:
+        from transformers import AutoImageProcessor
+
+        path = checkpoint.path
+        if not (path / "preprocessor_config.json").is_file():
+            raise CheckpointError("checkpoint {path} has no preprocessor_config.json (its image processor)", path=path)
+        try:  # the slow PIL processor: the fast one needs torchvision, which cannot sit beside our torch
+            processor = AutoImageProcessor.from_pretrained(str(path), use_fast=False)
+        except Exception as exc:  # processor loading raises many types for bad files
+            raise CheckpointError(
+                f"cannot load the image processor of {{path}}: {str(exc).splitlines()[0]}", path=path
+            ) from None
+        image_settings(processor)  # refuses what the image step cannot reproduce
+        return processor
+
+    def facts(self, module: Any, preprocessor: Any) -> ModelFacts:
+        from tritongen.model_facts import ModelFacts
+
+        config = getattr(module.model.config, "vision_config", None) or module.model.config
+        size = int(getattr(config, "image_size", 224))
+        patch = int(getattr(config, "patch_size", 1))
+        return ModelFacts(("pixel_values",), size, f"{size}x{size} pixel images in {patch}x{patch} patches")
+
+    def step_facts(self, preprocessor: Any) -> tuple[dict[str, str], int]:
+        return image_settings(preprocessor).to_parameters(), 0
+
+    def tensors(self, checkpoint: Checkpoint, names: Sequence[str]) -> list[TensorSpec]:
+        return [TensorSpec("pixel_values", "TYPE_FP32", (3, *image_size(checkpoint)))]
+
+    def encoder(self, plan: Any, step_dir: Path) -> ImageEncoder:
+        return ImageEncoder(ImageSettings.from_parameters(plan.bound.tokenizer_parameters))
+
+    def samples(self) -> Sequence[bytes]:
+        from tritongen.image_parity import parity_images
+
+        return list(parity_images().values())
+
+    def export_sample(self, encoder: Any) -> dict[str, Any]:
+        return encoder(list(self.samples())[:2])
+
+    def dynamic_axes(self, plan: Any) -> Mapping[str, Mapping[int, str]]:
+        return {"pixel_values": {}}
+
+    def parity(self, plan: Any, encoder: Any, onnx_path: Path) -> ParityReport:
+        from tritongen.image_parity import check_image_parity
+
+        return check_image_parity(
+            plan.module, plan.hf_tokenizer, encoder, onnx_path, tolerance=plan.spec.parity_tolerance
+        )
+
+    def card_lines(self, plan: Any) -> list[str]:
+        s = ImageSettings.from_parameters(plan.bound.tokenizer_parameters)
+        resize = f"{s.size[0]}x{s.size[1]}" if s.size else f"shortest edge {s.shortest_edge}"
+        crop = f", centre crop {s.crop_size[0]}x{s.crop_size[1]}" if s.do_center_crop and s.crop_size else ""
+        return [
+            f"- model input: {plan.facts.limit_source}",
+            f"- image step: Pillow decode, EXIF orientation, RGB, resize {resize} (PIL filter {s.resample}){crop}, "
+            f"rescale {s.rescale_factor:.6g}, normalise mean {list(s.image_mean)} std {list(s.image_std)} "
+            "(the checkpoint's image processor, slow PIL path)",
+            f"- images above {s.max_pixels} pixels are refused undecoded (`images.max_pixels`)",
+        ]
+
+
+def image_settings(processor: Any) -> ImageSettings:
+    """The image step's settings from a loaded slow image processor; refuse what the step cannot reproduce."""
+
+    def get(name: str, default: Any = None) -> Any:
+        return getattr(processor, name, default)
+
+    size, crop = get("size"), get("crop_size")
+    if get("do_pad") or get("do_reduce_labels") or size is None:
+        raise UnsupportedModelError(f"image processor `{type(processor).__name__}` pads or has no size; not supported")
+    if get("size").height and get("size").width:
+        hw, edge = (int(size.height), int(size.width)), None
+    elif size.shortest_edge and not size.longest_edge:
+        hw, edge = None, int(size.shortest_edge)
+    else:
+        raise UnsupportedModelError(
+            f"image processor size {dict(size)} is not supported (height/width or shortest_edge)"
+        )
+    return ImageSettings(
+        do_resize=bool(get("do_resize", True)),
+        size=hw,
+        shortest_edge=edge,
+        resample=int(get("resample", 2)),
+        do_center_crop=bool(get("do_center_crop")),
+        crop_size=(int(crop.height), int(crop.width)) if crop is not None and crop.height else None,
+        do_rescale=bool(get("do_rescale", True)),
+        rescale_factor=float(get("rescale_factor", 1 / 255)),
+        do_normalize=bool(get("do_normalize", True)),
+        image_mean=tuple(float(v) for v in get("image_mean", (0.5, 0.5, 0.5))),
+        image_std=tuple(float(v) for v in get("image_std", (0.5, 0.5, 0.5))),
+        do_convert_rgb=bool(get("do_convert_rgb")),
+    )

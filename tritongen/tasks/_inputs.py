@@ -1,0 +1,208 @@
+"""What a task's model reads, and how the build serves, checks and describes it: text or images.
+
+A task entry names its modality (``Task.modality``); the build asks it, never the task's name, for the
+reference preprocessor (the checkpoint's transformers tokenizer or image processor), the model's input facts,
+the served preprocessing code (the first step's encoder), the export sample, the parity check and the
+model card's input lines. :class:`TextInputs` is every text task's; ``tritongen.tasks._images`` has the
+image one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tritongen.errors import CheckpointError, UnsupportedModelError
+
+if TYPE_CHECKING:
+    from tritongen.checkpoint import Checkpoint
+    from tritongen.model_facts import ModelFacts
+    from tritongen.parity import ParityReport
+    from tritongen.spec import BuildSpec
+    from tritongen.tasks._base import TaskPlan, TensorSpec
+
+__all__ = ["Modality", "TextInputs"]
+
+
+class Modality:
+    """The input side of a task: hooks the build calls with its plan (``tritongen.build.BuildPlan``)."""
+
+    name = "text"
+    records_canary = True  # whether the build records ``canary.json`` for roll-outs
+
+    def check_spec(self, spec: BuildSpec) -> None:
+        """Refuse settings this input kind cannot serve (SpecError)."""
+
+    def load(self, checkpoint: Checkpoint) -> Any:
+        """The checkpoint's own preprocessor: the parity reference."""
+        raise NotImplementedError
+
+    def facts(self, module: Any, preprocessor: Any) -> ModelFacts:
+        """What the model says about its inputs."""
+        raise NotImplementedError
+
+    def step_facts(self, preprocessor: Any) -> tuple[dict[str, str], int]:
+        """Facts the task binds (``tokenizer_facts``) and the padding id."""
+        return {}, 0
+
+    def max_length(self, preprocessor: Any) -> int | None:
+        """The preprocessor's own length limit (None: none)."""
+        return None
+
+    def tensors(self, checkpoint: Checkpoint, names: Sequence[str]) -> list[TensorSpec]:
+        """The model inputs as tensors (dims without batch)."""
+        raise NotImplementedError
+
+    def step_parameters(self, plan: TaskPlan, buckets: Sequence[int], pad_id: int) -> dict[str, str]:
+        """The first step's base parameters; the task's own come after them."""
+        return {}
+
+    def encoder(self, plan: Any, step_dir: Path) -> Any:
+        """The served preprocessing code, set up as the first step will be; files it reads go into ``step_dir``."""
+        raise NotImplementedError
+
+    def samples(self) -> Sequence[Any]:
+        """The parity inputs (also the container check's)."""
+        raise NotImplementedError
+
+    def export_sample(self, encoder: Any) -> dict[str, Any]:
+        """Model inputs to trace the export with (a batch of 2)."""
+        raise NotImplementedError
+
+    def dynamic_axes(self, plan: Any) -> Mapping[str, Mapping[int, str]]:
+        """Each model input's dynamic axes beyond the batch (``{name: {axis: name}}``)."""
+        return {}
+
+    def parity(self, plan: Any, encoder: Any, onnx_path: Path) -> ParityReport:
+        """The served path against the checkpoint's preprocessor and PyTorch."""
+        raise NotImplementedError
+
+    def feeds(self, plan: Any, encoder: Any) -> list[dict[str, Any]]:
+        """One model feed per parity sample (the container check)."""
+        return [encoder([sample]) for sample in self.samples()]
+
+    def card_lines(self, plan: Any) -> list[str]:
+        """The model card's lines about the inputs."""
+        return []
+
+
+class TextInputs(Modality):
+    """Text: the transformers tokenizer, ``tokenizer.json`` served by the tokenizer step, bucket padding."""
+
+    def load(self, checkpoint: Checkpoint) -> Any:
+        from transformers import AutoTokenizer
+
+        try:
+            trust = {"trust_remote_code": True} if checkpoint.trust_remote_code else {}
+            tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path), **trust)
+        except Exception as exc:  # tokenizer loading raises many types for bad files
+            raise CheckpointError(
+                f"cannot load the tokenizer of {{path}}: {str(exc).splitlines()[0]}", path=checkpoint.path
+            ) from None
+        if getattr(tokenizer, "backend_tokenizer", None) is None:
+            raise UnsupportedModelError("checkpoint {path} has no fast (Rust) tokenizer", path=checkpoint.path)
+        return tokenizer
+
+    def facts(self, module: Any, preprocessor: Any) -> ModelFacts:
+        from tritongen.model_facts import read_model_facts
+
+        return read_model_facts(module, _probe_token(preprocessor))
+
+    def step_facts(self, preprocessor: Any) -> tuple[dict[str, str], int]:
+        facts = {
+            "cls_id": "" if preprocessor.cls_token_id is None else str(preprocessor.cls_token_id),
+            "unk_token": preprocessor.unk_token or "",
+            "special_tokens": str(preprocessor.backend_tokenizer.num_special_tokens_to_add(False)),
+            "padding_side": _padding_side(preprocessor),
+        }
+        return facts, preprocessor.pad_token_id if preprocessor.pad_token_id is not None else 0
+
+    def max_length(self, preprocessor: Any) -> int | None:
+        return getattr(preprocessor, "model_max_length", 0)
+
+    def tensors(self, checkpoint: Checkpoint, names: Sequence[str]) -> list[TensorSpec]:
+        from tritongen.tasks._base import TensorSpec
+
+        return [TensorSpec(n, "TYPE_INT64", (-1,)) for n in names]
+
+    def step_parameters(self, plan: TaskPlan, buckets: Sequence[int], pad_id: int) -> dict[str, str]:
+        return {
+            "tokenizer_file": "tokenizer.json",
+            "max_length": str(plan.row_length),
+            "buckets": ",".join(str(b) for b in _buckets(plan.inputs, buckets, plan.row_length)),
+            "pad_id": str(pad_id),
+            "pad_type_id": "0",
+        }
+
+    def encoder(self, plan: Any, step_dir: Path) -> Any:
+        from tritongen.triton_models.tokenizer import TextEncoder
+
+        tokenizer_file = step_dir / "tokenizer.json"
+        plan.hf_tokenizer.backend_tokenizer.save(str(tokenizer_file))
+        buckets = _buckets(plan.inputs, plan.buckets, plan.max_length)
+        return TextEncoder(
+            str(tokenizer_file), plan.max_length, buckets, pad_id=plan.pad_id, input_names=plan.inputs,
+            padding_side=plan.tokenizer_facts["padding_side"],
+        )  # fmt: skip
+
+    def samples(self) -> Sequence[Any]:
+        from tritongen.parity import PARITY_TEXTS
+
+        return PARITY_TEXTS
+
+    def export_sample(self, encoder: Any) -> dict[str, Any]:
+        return encoder(["a short sample", "a longer sample text, used to trace the model"])
+
+    def dynamic_axes(self, plan: Any) -> Mapping[str, Mapping[int, str]]:
+        return {name: {1: "sequence"} for name in plan.inputs}
+
+    def parity(self, plan: Any, encoder: Any, onnx_path: Path) -> ParityReport:
+        from tritongen.parity import PARITY_TEXTS, check_parity
+
+        return check_parity(
+            plan.module, plan.hf_tokenizer, encoder, onnx_path, max_length=plan.max_length,
+            tolerance=plan.spec.parity_tolerance, pairs=plan.pairs(PARITY_TEXTS),
+            argmax_axis=plan.bound.gate.parity_argmax_axis, pad_to_max="attention_mask" not in plan.inputs,
+        )  # fmt: skip
+
+    def feeds(self, plan: Any, encoder: Any) -> list[dict[str, Any]]:
+        texts = list(self.samples())
+        pairs = plan.pairs(texts)
+        return [encoder([t], None if pairs is None else [pairs[i]]) for i, t in enumerate(texts)]
+
+    def card_lines(self, plan: Any) -> list[str]:
+        facts, bound = plan.facts, plan.bound
+        return [
+            f"- model limit: {facts.position_limit} tokens ({facts.limit_source})",
+            (
+                f"- truncation: texts longer than {plan.max_length} tokens are cut there, as the transformers "
+                "pipeline and sentence-transformers do; the `TRUNCATED` output says which"
+                if bound.truncates
+                else f"- windows of {plan.max_length} tokens: nothing is truncated"
+            ),
+            f"- length buckets: {plan.spec.buckets}",
+        ]
+
+
+def _buckets(inputs: Sequence[str], buckets: Sequence[int], max_length: int) -> list[int]:
+    """The padded lengths; one, the maximum, for a model that reads no attention mask.
+
+    Without a mask padding is part of the input: SigLIP's text tower pads every text to its maximum length, as
+    its processor does.
+    """
+    return list(buckets) if "attention_mask" in inputs else [max_length]
+
+
+def _padding_side(hf_tokenizer: Any) -> str:
+    """The side the checkpoint's tokenizer pads on (``tokenizer_config.json``'s ``padding_side``)."""
+    side = getattr(hf_tokenizer, "padding_side", "right")
+    if side not in ("left", "right"):
+        raise CheckpointError(f"the tokenizer declares padding_side `{side}`; expected left or right")
+    return str(side)
+
+
+def _probe_token(hf_tokenizer: Any) -> int:
+    """An ordinary (non-special, non-padding) token id to probe the model's length with."""
+    ids = hf_tokenizer("a", add_special_tokens=False)["input_ids"]
+    return int(ids[0]) if ids else int(hf_tokenizer.unk_token_id or 0)

@@ -1,0 +1,55 @@
+"""Image classification: one label per image (``*ForImageClassification``, e.g. ViT)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tritongen.tasks._base import load_pretrained
+from tritongen.tasks._images import IMAGE, ImageInputs, ImagesSettings, pixel_module
+from tritongen.tasks._registry import register_task
+from tritongen.tasks.classification import Classification
+
+if TYPE_CHECKING:
+    import torch
+
+    from tritongen.checkpoint import Checkpoint
+    from tritongen.fold import GraphTail
+    from tritongen.spec import BuildSpec
+    from tritongen.tasks._base import TensorSpec
+
+__all__ = ["ImageClassification"]
+
+
+@register_task
+class ImageClassification(Classification):
+    """``IMAGE`` -> ``LABEL``, ``SCORE``, ``PROBABILITIES``: the classification postprocess step, on images.
+
+    Multi-label checkpoints get ``LABELS`` at the default threshold (0.5, all labels).
+    """
+
+    name = "image-classification"
+    head = "ForImageClassification"
+    detect_order = 20
+    bench_baselines = False
+    truncates = False
+    modality = ImageInputs()
+    tokenizer_step = "tritongen.triton_models.image"
+    section, Settings = "images", ImagesSettings
+
+    def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [IMAGE]
+
+    def step_parameters(
+        self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int, facts: Mapping[str, str]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        return {**facts, "max_pixels": str(settings.max_pixels)}, {}
+
+    def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
+        return None  # the fold's proof feeds texts
+
+    def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
+        from transformers import AutoModelForImageClassification
+
+        model = load_pretrained(AutoModelForImageClassification, checkpoint)
+        return pixel_module(model, lambda m, pixel_values: m(pixel_values=pixel_values).logits)

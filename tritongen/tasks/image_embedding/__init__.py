@@ -1,0 +1,86 @@
+"""Image embeddings of image-text models (CLIP, SigLIP): the vision tower and projection, ``get_image_features``.
+
+The text side (``get_text_features``) is the ``image-embedding-text`` task, built from the same checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tritongen.accuracy import CosineGate
+from tritongen.tasks._base import Task, TensorSpec, load_pretrained
+from tritongen.tasks._images import IMAGE, ImageInputs, ImagesSettings, pixel_module
+from tritongen.tasks._registry import register_task
+
+if TYPE_CHECKING:
+    import torch
+
+    from tritongen.checkpoint import Checkpoint
+    from tritongen.spec import BuildSpec
+
+__all__ = ["IMAGE_TEXT_MODELS", "ImageEmbedding"]
+
+IMAGE_TEXT_MODELS = ("CLIPModel", "SiglipModel")
+
+
+@register_task
+class ImageEmbedding(Task):
+    """``IMAGE`` -> ``EMBEDDING``: ``get_image_features`` (not normalised, as transformers returns it)."""
+
+    name = "image-embedding"
+    onnx_output = "image_embeds"
+    detect_order = 20
+    gate = CosineGate
+    truncates = False
+    modality = ImageInputs()
+    tokenizer_step = "tritongen.triton_models.image"
+    postprocess_step = "tritongen.tasks.embedding.postprocess"
+    section, Settings = "images", ImagesSettings
+
+    def matches(self, checkpoint: Checkpoint) -> bool:
+        return self.has_head(checkpoint)
+
+    def has_head(self, checkpoint: Checkpoint) -> bool:
+        return any(a in IMAGE_TEXT_MODELS for a in checkpoint.architectures)
+
+    def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [IMAGE]
+
+    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
+        return (_embedding_size(checkpoint),)
+
+    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [TensorSpec("EMBEDDING", "TYPE_FP32", (_embedding_size(checkpoint),))]
+
+    def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        return {"normalize": "false"}
+
+    def step_parameters(
+        self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int, facts: Mapping[str, str]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        return {**facts, "max_pixels": str(settings.max_pixels)}, {}
+
+    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+        return [
+            f"- embedding: `get_image_features` of {', '.join(checkpoint.architectures)}, "
+            f"{_embedding_size(checkpoint)} dims, not normalised (normalise before cosine similarity)",
+            f"- text side: `{spec.name}_text` when built from the same checkpoint with "
+            f"`--task image-embedding-text --name {spec.name}_text` (TEXT -> EMBEDDING, `get_text_features`)",
+        ]
+
+    def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
+        from transformers import AutoModel
+
+        model = load_pretrained(AutoModel, checkpoint)
+        return pixel_module(
+            model, lambda m, pixel_values: m.get_image_features(pixel_values=pixel_values).pooler_output
+        )
+
+
+def _embedding_size(checkpoint: Checkpoint) -> int:
+    """CLIP projects to ``projection_dim``; SigLIP's image embedding is its vision tower's pooled width."""
+    config = checkpoint.config
+    if "projection_dim" in config:
+        return int(config["projection_dim"])
+    return int((config.get("vision_config") or {}).get("hidden_size", 768))
