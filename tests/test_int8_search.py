@@ -173,7 +173,8 @@ def test_switch_model_computes_what_the_int8_model_computes(tiny, scheme):
     share = 0.05 if scheme == "static" else 0.25
     assert np.abs(all_on - real).max() < share * np.abs(real - float32).max() + 1e-4
     one = _logits(session, encoder, switch.feeds(nodes[:1]))
-    assert 0 < np.abs(one - float32).max() < np.abs(all_on - float32).max()
+    # One flag switches one layer: the output moves off float32, and not to where all flags take it.
+    assert np.abs(one - float32).max() > 0 and np.abs(one - all_on).max() > 0
 
 
 def test_static_int8_keeps_products_and_the_residual_stream_float(tiny):
@@ -257,3 +258,22 @@ def test_a_candidate_the_serving_runtime_fails_is_not_chosen(tiny, tmp_path):
     assert not report.trials[0].passed and report.trials[0].accuracy.label_agreement == 0.9  # the worse figure
     assert report.chosen is report.trials[1] and report.chosen.passed
     assert any("1 passed here and failed there" in note for note in report.notes)
+
+
+@pytest.mark.parametrize(
+    ("machine", "flags", "saturates"),
+    [
+        ("x86_64", "fpu sse2 avx2 fma", True),  # VPMADDUBSW's int16 sums: 7-bit weights
+        ("x86_64", "fpu avx2 avx512f avx512bw", True),
+        ("x86_64", "fpu avx2 avx512f avx512_vnni", False),
+        ("x86_64", "fpu avx2 avx_vnni", False),
+        ("aarch64", "fp asimd asimddp", False),
+    ],
+)
+def test_int8_weights_saturate_only_when_x86_has_no_vnni(monkeypatch, machine, flags, saturates):
+    import platform
+
+    from tritongen.optimize import int8_weights_saturate
+
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    assert int8_weights_saturate(f"processor\t: 0\nflags\t\t: {flags}\n") is saturates

@@ -63,7 +63,7 @@ from tritongen.openvino_runtime import (
     openvino_version,
     quantize_ir,
 )
-from tritongen.optimize import OptimizeReport, optimize_model
+from tritongen.optimize import OptimizeReport, int8_weights_saturate, optimize_model
 from tritongen.parity import PARITY_TEXTS, ParityReport, require_parity
 from tritongen.render import render_all
 from tritongen.repository import Staging, staging
@@ -411,9 +411,11 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
             raise search.failure()
         accuracy = search.chosen.accuracy
         kept = search.layer_names(search.chosen.candidate.float_nodes)
+        bits = "7-bit (no VNNI here: 8-bit ones saturate the int8 kernels)" if int8_weights_saturate() else "8-bit"
         optimized.steps.append(
             f"int8 {search.chosen.candidate.label}: {search.chosen.candidate.why} "
-            f"({len(search.layers) - len(kept)} of {len(search.layers)} weight MatMuls in int8, per-channel weights; "
+            f"({len(search.layers) - len(kept)} of {len(search.layers)} weight MatMuls in int8, per-channel {bits} "
+            "weights; "
             f"chosen by the INT8 search below, {len(search.trials)} candidates measured)"
         )
     else:

@@ -11,7 +11,7 @@ from typing import Any
 from tritongen.accuracy import LABEL_AGREEMENT_MIN, AccuracyReport
 from tritongen.errors import AccuracyError
 from tritongen.int8_sensitivity import LayerSensitivity
-from tritongen.optimize import WeightMatMul
+from tritongen.optimize import WeightMatMul, int8_weights_saturate
 
 __all__ = ["SPEED_BATCHES", "Candidate", "SearchReport", "Trial"]
 
@@ -98,6 +98,7 @@ class SearchReport:
             "chosen": None if self.chosen is None else self.chosen.candidate.label,
             "float_layers": [] if self.chosen is None else self.layer_names(self.chosen.candidate.float_nodes),
             "fp32_texts_per_s": self.fp32_texts_per_s,
+            "weight_bits": 7 if int8_weights_saturate() else 8,  # 7 where this CPU's int8 kernels saturate on 8
             "notes": self.notes,
             "trials": [
                 {

@@ -6,7 +6,8 @@
   symmetric int8 activations TensorRT takes it as explicit INT8), or dynamic (weights quantised ahead
   of time, activations at run time), over any chosen set of weight MatMuls, per-channel weights. Static
   QDQ rounds only what the int8 MatMuls read: their products, and the residual stream that shares an
-  input with them, stay float.
+  input with them, stay float. Where this CPU's int8 kernels would saturate (x86 without VNNI), the
+  weights are quantised to 7 bits (``int8_weights_saturate``).
 
 Every result still has to pass the accuracy gate (``tritongen.accuracy``).
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import platform
 import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ __all__ = [
     "HISTOGRAM_TEXTS",
     "OptimizeReport",
     "WeightMatMul",
+    "int8_weights_saturate",
     "optimize_model",
     "prepare_for_quantization",
     "quantize_int8",
@@ -196,6 +199,29 @@ def prepare_for_quantization(source: Path, work: Path) -> Path:
 _UNTYPED_IS_FLOAT = {"DefaultTensorType": 1}  # onnx.TensorProto.FLOAT
 
 
+_VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def int8_weights_saturate(cpuinfo: str | None = None) -> bool:
+    """Whether ONNX Runtime's CPU int8 kernels here saturate on full-range int8 weights.
+
+    On x86 without VNNI, ONNX Runtime multiplies uint8 activations by int8 weights with VPMADDUBSW, whose
+    pairwise int16 sums saturate (255 * 127 * 2 > 32767): measured on an AVX2 CPU, a dynamic INT8 MatMul was
+    off by 2.2 from the exact integer product. Weights of 7 bits (ONNX Runtime's ``reduce_range``) keep the sums
+    in range (255 * 64 * 2 = 32640) and the result exact. With VNNI (int32 sums), on ARM and on GPUs there is
+    no such limit. ``cpuinfo`` is the text of ``/proc/cpuinfo`` (read when None; unreadable counts as no VNNI).
+    """
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return False
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            cpuinfo = ""
+    flags = set(cpuinfo.split())
+    return not any(flag in flags for flag in _VNNI_FLAGS)
+
+
 def quantize_int8(
     prepared: Path,
     target: Path,
@@ -213,7 +239,8 @@ def quantize_int8(
     at run time (no calibration). ``static``: QDQ with per-channel int8 weights and activations calibrated
     on ``texts`` with ``calibration`` (``minmax`` streams every text; ``entropy`` and ``percentile``
     histograms hold their activations, so they see a bounded sample), uint8 activations or, with
-    ``symmetric``, int8 ones as TensorRT takes explicit INT8.
+    ``symmetric``, int8 ones as TensorRT takes explicit INT8. Weights are 7-bit where
+    :func:`int8_weights_saturate` says this CPU's kernels would saturate on 8-bit ones.
     """
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
@@ -231,6 +258,7 @@ def quantize_int8(
                 op_types_to_quantize=["MatMul"],
                 nodes_to_quantize=list(nodes),
                 per_channel=True,
+                reduce_range=int8_weights_saturate(),
                 extra_options=_UNTYPED_IS_FLOAT,
             )
             return
@@ -247,6 +275,7 @@ def quantize_int8(
             op_types_to_quantize=["MatMul"],
             nodes_to_quantize=list(nodes),
             per_channel=True,
+            reduce_range=int8_weights_saturate(),
             calibrate_method={
                 "minmax": CalibrationMethod.MinMax,
                 "entropy": CalibrationMethod.Entropy,
