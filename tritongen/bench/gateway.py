@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from tritongen.bench.http_load import HttpTarget, LoadResult, drive, kserve_target, openai_target
-from tritongen.errors import BenchError, ServerError
-from tritongen.server import free_port, wait_until_ready
+from tritongen.bench.process import http_process
+from tritongen.server import free_port
 
 __all__ = ["GatewayComparison", "PairedLatency", "compare_with_gateway", "gateway_server", "paired_latency"]
 
@@ -40,24 +38,8 @@ def gateway_server(grpc_url: str, repository: Path, log: Path, *, model: str | N
         "--port", str(port), *(["--model", model] if model else []),
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "TRITONGEN_GATEWAY_KEY"}  # the bench sends no key
-    with open(log, "wb") as handle:
-        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"127.0.0.1:{port}"
-    try:
-        try:
-            wait_until_ready(url, timeout=60, process=process, what="the gateway", log_file=log, path="/health")
-        except ServerError as exc:
-            raise BenchError(exc.message, log_file=log) from None
+    with http_process(command, port, log, what="the gateway", env=env, timeout=60) as url:
         yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 @dataclass(frozen=True)

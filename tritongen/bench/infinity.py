@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import statistics
-import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from tritongen.bench.http_load import LoadResult, drive, kserve_target, openai_target
-from tritongen.errors import BenchError, ServerError
-from tritongen.server import free_port, wait_until_ready
+from tritongen.bench.process import http_process
+from tritongen.errors import BenchError
+from tritongen.server import free_port
 
 __all__ = ["INFINITY_VENV", "PeerComparison", "compare_with_infinity", "infinity_executable", "infinity_server"]
 
@@ -54,27 +53,8 @@ def infinity_server(checkpoint: str, name: str, log: Path, *, batch_size: int = 
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1",
            "INFINITY_ANONYMOUS_USAGE_STATS": "0"}  # fmt: skip
-    with open(log, "wb") as handle:
-        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"127.0.0.1:{port}"
-    try:
-        try:
-            wait_until_ready(
-                url, timeout=300, process=process, what="infinity-emb", log_file=log, path="/health",
-                reason=lambda: _cause(log),
-            )  # fmt: skip
-        except ServerError as exc:
-            raise BenchError(exc.message, log_file=log) from None
+    with http_process(command, port, log, what="infinity-emb", env=env, timeout=300, reason=lambda: _cause(log)) as url:
         yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def _cause(log: Path) -> str:
