@@ -48,3 +48,20 @@ def test_model_inputs_refuses_a_model_without_input_ids():
 
     with pytest.raises(UnsupportedModelError, match="takes no input_ids"):
         model_inputs(Vision())
+
+
+def test_position_limit_is_proven_only_up_to_the_longest_row_when_a_cap_is_declared(tiny_factory):
+    # A decoder's trained context (Qwen3: 40,960 tokens) would cost a quadratic forward pass at that length;
+    # no row is longer than the declared maximum, so the proof runs there and the limit is still reported.
+    facts = read_model_facts(_module(tiny_factory("deberta-v2")), token_id=5, cap=16)
+    assert facts.position_limit == 64
+    assert "run at 16, the most a row holds" in facts.limit_source
+
+
+def test_position_limit_is_the_declared_cap_when_the_model_declares_none(tiny_factory):
+    module = _module(tiny_factory("deberta-v2"))
+    module.model.config.max_position_embeddings = 0  # "none declared"
+    with pytest.raises(UnsupportedModelError, match="declares no maximum length"):
+        read_model_facts(module, token_id=5)
+    facts = read_model_facts(module, token_id=5, cap=24)
+    assert facts.position_limit == 24 and "the declared maximum length" in facts.limit_source

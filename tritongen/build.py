@@ -69,6 +69,7 @@ from tritongen.render import render_all
 from tritongen.repository import Staging, staging
 from tritongen.spec import BuildSpec
 from tritongen.tasks import Task, TaskPlan, detect_task, get_task
+from tritongen.tasks._base import NO_TOKENIZER_LIMIT
 from tritongen.tensorrt import EnginePlan, builder_flags, cc_model_filenames, plan_profiles
 
 __all__ = [
@@ -304,6 +305,17 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
     )
 
 
+def _row_cap(spec: BuildSpec, checkpoint: Checkpoint, preprocessor: Any, task: Task) -> int | None:
+    """The shortest length declared before the model is probed (spec, sentence-transformers, tokenizer), or None.
+
+    No row is longer, so the model's length needs no proof beyond it (``model_facts.position_limit``).
+    """
+    tokenizer_max = task.modality.max_length(preprocessor)
+    declared = [spec.max_length, checkpoint.pooling.max_seq_length]
+    declared.append(tokenizer_max if tokenizer_max and tokenizer_max < NO_TOKENIZER_LIMIT else None)
+    return min((int(n) for n in declared if n), default=None)
+
+
 def inspect(spec: BuildSpec, console: Console) -> BuildPlan:
     """Stage 1: read the checkpoint, choose its task, load its tokenizer and model; refuse bad settings early."""
     with console.status("Inspecting checkpoint…"):
@@ -314,7 +326,7 @@ def inspect(spec: BuildSpec, console: Console) -> BuildPlan:
     with console.status("Loading PyTorch weights…"), _stage("loading the PyTorch model"):
         module = task.load_module(checkpoint)
     with console.status("Reading the model's inputs and length limit…"), _stage("reading the model's inputs"):
-        facts = task.modality.facts(module, hf_tokenizer)
+        facts = task.modality.facts(module, hf_tokenizer, _row_cap(spec, checkpoint, hf_tokenizer, task))
     tokenizer_facts, pad_id = task.modality.step_facts(hf_tokenizer)
     bound = task.bind(  # refuses bad task settings before exporting
         spec, checkpoint, inputs=list(facts.inputs), position_limit=facts.position_limit,

@@ -108,16 +108,26 @@ def _runs_at(module: Any, inputs: tuple[str, ...], length: int, token_id: int) -
     return True
 
 
-def position_limit(module: Any, model: Any, inputs: tuple[str, ...], token_id: int) -> tuple[int, str]:
-    """The longest input ``module`` runs, and how it was found (see the module docstring)."""
+def position_limit(
+    module: Any, model: Any, inputs: tuple[str, ...], token_id: int, cap: int | None = None
+) -> tuple[int, str]:
+    """The longest input ``module`` runs, and how it was found (see the module docstring).
+
+    ``cap`` is the most tokens a row will hold (the build spec's ``max_length``, the tokenizer's or
+    sentence-transformers' declared limit): the proof runs at ``min(limit, cap)``, since no row is longer. A
+    decoder's trained context (Qwen3: 40,960 tokens) would otherwise cost one quadratic forward pass at that length.
+    """
     limit, source = _structural_limit(model)
     if limit is None:
-        raise UnsupportedModelError(
-            f"`{type(model).__name__}` declares no maximum length ({source}); set max_length in the build spec"
-        )
-    if _runs_at(module, inputs, limit, token_id):
-        return limit, source
-    low, high = 1, limit - 1  # the scheme was not as read: find the longest length that runs
+        if cap is None:
+            raise UnsupportedModelError(
+                f"`{type(model).__name__}` declares no maximum length ({source}); set max_length in the build spec"
+            )
+        limit, source = cap, f"{source}; the declared maximum length"
+    probe = limit if cap is None else min(limit, cap)
+    if _runs_at(module, inputs, probe, token_id):
+        return limit, source if probe == limit else f"{source}; run at {probe}, the most a row holds"
+    low, high = 1, probe - 1  # the scheme was not as read: find the longest length that runs
     if not _runs_at(module, inputs, low, token_id):
         raise UnsupportedModelError(f"`{type(model).__name__}` does not run even on one token")
     while low < high:
@@ -129,14 +139,15 @@ def position_limit(module: Any, model: Any, inputs: tuple[str, ...], token_id: i
     return low, f"{source}, lowered to the longest input the model runs"
 
 
-def read_model_facts(module: Any, token_id: int, *, model: Any = None) -> ModelFacts:
+def read_model_facts(module: Any, token_id: int, *, model: Any = None, cap: int | None = None) -> ModelFacts:
     """Facts of ``module``, the task's exportable wrapper around a transformers model (``module.model``).
 
     ``model`` is the part that reads the tokens when it is not ``module.model`` itself (the text tower of an
-    image-text model). The inputs are those the model reads that the wrapper's ``forward`` also takes.
+    image-text model). The inputs are those the model reads that the wrapper's ``forward`` also takes. ``cap``:
+    see :func:`position_limit`.
     """
     model = module.model if model is None else model
     fed = _forward_parameters(module)
     inputs = tuple(name for name in model_inputs(model) if name in fed)
-    limit, source = position_limit(module, model, inputs, token_id)
+    limit, source = position_limit(module, model, inputs, token_id, cap)
     return ModelFacts(inputs=inputs, position_limit=limit, limit_source=source)

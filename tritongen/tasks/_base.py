@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from tritongen.fold import GraphTail
     from tritongen.spec import BuildSpec
 
-__all__ = ["TRUNCATED", "Task", "TaskPlan", "TaskSettings", "TensorSpec"]
+__all__ = ["NO_TOKENIZER_LIMIT", "TRUNCATED", "Task", "TaskPlan", "TaskSettings", "TensorSpec"]
 
 _TOKENIZER_STEP = "tritongen.triton_models.tokenizer"  # the plain text tokenizer: TEXT [, TEXT_PAIR] -> rows
 
@@ -289,12 +289,12 @@ class Task:
         (transformers writes 1e30 when none was declared: no limit).
         """
         limits = [int(position_limit)]
-        if tokenizer_max and tokenizer_max < _NO_TOKENIZER_LIMIT:
+        if tokenizer_max and tokenizer_max < NO_TOKENIZER_LIMIT:
             limits.append(int(tokenizer_max))
         return min(limits)
 
 
-_NO_TOKENIZER_LIMIT = 1_000_000  # tokenizers that declare no limit report int(1e30)
+NO_TOKENIZER_LIMIT = 1_000_000  # tokenizers that declare no limit report int(1e30)
 
 
 def exportable(model: Any, head: Callable[[Any, torch.Tensor], torch.Tensor]) -> torch.nn.Module:

@@ -97,7 +97,7 @@ class ImageInputs(Modality):
         image_settings(processor)  # refuses what the image step cannot reproduce
         return processor
 
-    def facts(self, module: Any, preprocessor: Any) -> ModelFacts:
+    def facts(self, module: Any, preprocessor: Any, cap: int | None = None) -> ModelFacts:
         from tritongen.model_facts import ModelFacts
 
         config = getattr(module.model.config, "vision_config", None) or module.model.config

@@ -38,8 +38,8 @@ class Modality:
         """The checkpoint's own preprocessor: the parity reference."""
         raise NotImplementedError
 
-    def facts(self, module: Any, preprocessor: Any) -> ModelFacts:
-        """What the model says about its inputs."""
+    def facts(self, module: Any, preprocessor: Any, cap: int | None = None) -> ModelFacts:
+        """What the model says about its inputs; ``cap``: the most tokens a row will hold, if declared."""
         raise NotImplementedError
 
     def step_facts(self, preprocessor: Any) -> tuple[dict[str, str], int]:
@@ -104,10 +104,10 @@ class TextInputs(Modality):
             raise UnsupportedModelError("checkpoint {path} has no fast (Rust) tokenizer", path=checkpoint.path)
         return tokenizer
 
-    def facts(self, module: Any, preprocessor: Any) -> ModelFacts:
+    def facts(self, module: Any, preprocessor: Any, cap: int | None = None) -> ModelFacts:
         from tritongen.model_facts import read_model_facts
 
-        return read_model_facts(module, _probe_token(preprocessor))
+        return read_model_facts(module, _probe_token(preprocessor), cap=cap)
 
     def step_facts(self, preprocessor: Any) -> tuple[dict[str, str], int]:
         facts = {

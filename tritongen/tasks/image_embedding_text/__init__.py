@@ -38,11 +38,11 @@ class TextTowerInputs(TextInputs):
                 "texts to the longest, where SigLIP needs its fixed length (build with --precision fp32 --runtime onnx)"
             )
 
-    def facts(self, module: Any, preprocessor: Any) -> ModelFacts:
+    def facts(self, module: Any, preprocessor: Any, cap: int | None = None) -> ModelFacts:
         from tritongen.model_facts import read_model_facts
         from tritongen.tasks._inputs import _probe_token
 
-        return read_model_facts(module, _probe_token(preprocessor), model=module.model.text_model)
+        return read_model_facts(module, _probe_token(preprocessor), model=module.model.text_model, cap=cap)
 
 
 @register_task
