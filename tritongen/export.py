@@ -66,29 +66,39 @@ def export_onnx(
     except Exception as exc:  # torch.export raises many types; all mean "cannot export"
         raise ExportError(f"ONNX export failed: {str(exc).strip().splitlines()[0]}") from None
     onnx.checker.check_model(model)
-    _require_dynamic_axes(model, sample)
+    _require_dynamic_axes(model, sample, axes)
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save_model(model, str(path))
 
 
-def _require_dynamic_axes(model: object, sample: Mapping[str, np.ndarray]) -> None:
+def _require_dynamic_axes(
+    model: object, sample: Mapping[str, np.ndarray], axes: Mapping[str, Mapping[int, str]]
+) -> None:
     """Refuse an export that only runs at the traced shape (a step of the capability check).
 
-    The exporter names both axes even where the model fixed one in its arithmetic, so the graph is run at a
-    batch one larger and a sequence three longer than the sample; a wrong-sized batch counts as a failure too.
+    The exporter names the axes even where the model fixed one in its arithmetic, so the graph is run at a batch
+    one larger and, for inputs with a sequence axis, a sequence three shorter than the sample (three longer for
+    samples of at most three tokens, which may then reach past a short model's positions only in that case);
+    a wrong-sized batch counts as a failure too. Inputs without a sequence axis (``pixel_values``) keep theirs.
     """
     import onnxruntime as ort
 
     for value in model.graph.input:  # type: ignore[attr-defined]
         dims = value.type.tensor_type.shape.dim
-        if len(dims) < 2 or not (dims[0].dim_param and dims[1].dim_param):
+        fixed = not dims or not dims[0].dim_param or (1 in axes.get(value.name, {}) and not dims[1].dim_param)
+        if fixed:
             raise ExportError(f"ONNX export fixed the batch or sequence axis of `{value.name}`")
     feeds = {}
     for name, array in sample.items():
         array = np.asarray(array)
-        longer = np.concatenate([array, np.repeat(array[:, -1:], 3, axis=1)], axis=1)
-        feeds[name] = np.concatenate([longer, longer[:1]], axis=0)
-    batch, sequence = next(iter(feeds.values())).shape
+        if 1 in axes.get(name, {}):
+            if array.shape[1] > 3:
+                array = array[:, :-3]
+            else:
+                array = np.concatenate([array, np.repeat(array[:, -1:], 3, axis=1)], axis=1)
+        feeds[name] = np.concatenate([array, array[:1]], axis=0)
+    batch = len(next(iter(feeds.values())))
+    sequence = next((feeds[n].shape[1] for n in feeds if 1 in axes.get(n, {})), None)
     try:
         session = ort.InferenceSession(
             model.SerializeToString(),  # type: ignore[attr-defined]
@@ -96,9 +106,10 @@ def _require_dynamic_axes(model: object, sample: Mapping[str, np.ndarray]) -> No
         )
         output = session.run(None, feeds)[0]
     except Exception as exc:  # ONNX Runtime raises its own types; all mean "does not run at this shape"
+        where = f"batch {batch}" + ("" if sequence is None else f" and sequence {sequence}")
         raise ExportError(
-            f"the exported model does not run at batch {batch} and sequence {sequence}, only at the traced "
-            f"shape ({' '.join(str(exc).split())[:200]}); it does not export with dynamic batch and sequence axes"
+            f"the exported model does not run at {where}, only at the traced shape "
+            f"({' '.join(str(exc).split())[:200]}); it does not export with dynamic batch and sequence axes"
         ) from None
     if output.shape[0] != batch:
         raise ExportError(
