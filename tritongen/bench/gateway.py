@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tritongen.bench.http_load import HttpTarget, LoadResult, drive, kserve_target, openai_target
+from tritongen.bench.http_load import HttpTarget, LoadResult, interleaved_rounds, kserve_target, openai_target
 from tritongen.bench.process import http_process
 from tritongen.server import free_port
 
@@ -170,13 +170,7 @@ def compare_with_gateway(
     max_abs_diff = float(np.abs(direct.embed(sample) - gateway.embed(sample)).max())
     progress(f"  paired: {paired_requests} requests per side at concurrency 1, alternating…")
     paired = paired_latency(direct, gateway, texts, paired_requests) if paired_requests else None
-    results = []
-    for round_index in range(rounds):
-        for concurrency in concurrencies:
-            order = (direct, gateway) if round_index % 2 == 0 else (gateway, direct)  # neither always goes first
-            measured = {}
-            for target in order:
-                progress(f"  round {round_index + 1}/{rounds}: {target.label} at concurrency {concurrency}…")
-                measured[target.label] = drive(target, texts, concurrency, seconds)
-            results.append((measured["direct"], measured["gateway"]))
+    results = interleaved_rounds(
+        direct, gateway, texts, concurrencies=concurrencies, rounds=rounds, seconds=seconds, progress=progress
+    )
     return GatewayComparison(name, results, max_abs_diff, seconds, paired)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["HttpTarget", "LoadResult", "drive", "kserve_target", "openai_target"]
+__all__ = ["HttpTarget", "LoadResult", "drive", "interleaved_rounds", "kserve_target", "openai_target"]
 
 
 @dataclass(frozen=True)
@@ -140,3 +140,29 @@ def drive(
     finally:
         halt.set()
     return LoadResult(target.label, concurrency, seconds, tuple(latencies), errors[0])
+
+
+def interleaved_rounds(
+    first: HttpTarget,
+    second: HttpTarget,
+    texts: Sequence[str],
+    *,
+    concurrencies: Sequence[int],
+    rounds: int,
+    seconds: float,
+    progress: Callable[[str], None] = lambda _: None,
+) -> list[tuple[LoadResult, LoadResult]]:
+    """Drive both targets at each concurrency, ``rounds`` times, alternating which goes first; (first, second) pairs.
+
+    Both servers are up at once, so each side meets the same machine; neither always goes first.
+    """
+    results = []
+    for round_index in range(rounds):
+        for concurrency in concurrencies:
+            order = (first, second) if round_index % 2 == 0 else (second, first)
+            measured = {}
+            for target in order:
+                progress(f"  round {round_index + 1}/{rounds}: {target.label} at concurrency {concurrency}…")
+                measured[id(target)] = drive(target, texts, concurrency, seconds)
+            results.append((measured[id(first)], measured[id(second)]))
+    return results

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tritongen.bench.http_load import LoadResult, drive, kserve_target, openai_target
+from tritongen.bench.http_load import LoadResult, interleaved_rounds, kserve_target, openai_target
 from tritongen.bench.process import http_process
 from tritongen.errors import BenchError
 from tritongen.server import free_port
@@ -141,15 +141,9 @@ def compare_with_infinity(
     sample = list(texts[:64])
     a, b = ours.embed(sample), peer.embed(sample)
     cosines = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-    results = []
-    for round_index in range(rounds):
-        for concurrency in concurrencies:
-            order = (ours, peer) if round_index % 2 == 0 else (peer, ours)  # neither always goes first
-            measured = {}
-            for target in order:
-                progress(f"  round {round_index + 1}/{rounds}: {target.label} at concurrency {concurrency}…")
-                measured[target.label] = drive(target, texts, concurrency, seconds)
-            results.append((measured[ours.label], measured[peer.label]))
+    results = interleaved_rounds(
+        ours, peer, texts, concurrencies=concurrencies, rounds=rounds, seconds=seconds, progress=progress
+    )
     return PeerComparison(
         name, "infinity-emb (torch engine)", results, float(cosines.min()), float(np.median(cosines)), seconds
     )
