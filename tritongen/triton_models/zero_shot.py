@@ -11,6 +11,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+try:  # in the server: the shared modules are copied next to the step's model.py
+    from _common import softmax
+except ImportError:
+    from tritongen.triton_models._common import softmax
+
 __all__ = ["candidate_labels", "hypotheses", "ranked", "scores"]
 
 
@@ -43,12 +48,8 @@ def scores(logits: np.ndarray, entailment: int, contradiction: int, multi_label:
     """
     logits = logits.astype(np.float32)
     if multi_label or logits.shape[0] == 1:
-        pair = logits[:, [contradiction, entailment]]
-        exp = np.exp(pair - pair.max(axis=-1, keepdims=True))
-        return (exp / exp.sum(axis=-1, keepdims=True))[:, 1]
-    entail = logits[:, entailment]
-    exp = np.exp(entail - entail.max())
-    return exp / exp.sum()
+        return softmax(logits[:, [contradiction, entailment]])[:, 1]
+    return softmax(logits[:, entailment])
 
 
 def ranked(labels: Sequence[str], label_scores: np.ndarray) -> tuple[list[str], list[float]]:
