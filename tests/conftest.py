@@ -30,19 +30,42 @@ def minilm_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_factory(tmp_path_factory: pytest.TempPathFactory):
-    """Build (once per session) a tiny random checkpoint: ``tiny_factory(arch, task)``."""
+def checkpoint_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Every checkpoint a test makes, made once per session: ``checkpoint_cache(maker, *args, **kwargs)``."""
+    from tests.builds import Checkpoints
+
+    return Checkpoints(tmp_path_factory.mktemp("checkpoints"))
+
+
+@pytest.fixture(scope="session")
+def tiny_factory(checkpoint_cache):
+    """A tiny random checkpoint, made once per session: ``tiny_factory(arch, task, **kwargs)``."""
     from tests.tiny_checkpoints import make_checkpoint
 
-    cache: dict[tuple, Path] = {}
-
     def build(arch: str, task: str = "classification", **kwargs) -> Path:
-        key = (arch, task, *sorted(kwargs.items()))
-        if key not in cache:
-            cache[key] = make_checkpoint(arch, tmp_path_factory.mktemp(f"{arch}-{task}"), task=task, **kwargs)
-        return cache[key]
+        return checkpoint_cache(make_checkpoint, arch, task=task, **kwargs)
 
     return build
+
+
+@pytest.fixture(scope="session")
+def builds(tmp_path_factory: pytest.TempPathFactory):
+    """Every build a test asks for, made once per session: ``builds(model, name, **settings)``."""
+    from tests.builds import Builds
+
+    return Builds(tmp_path_factory.mktemp("builds"))
+
+
+@pytest.fixture(scope="session")
+def shared_server(tmp_path_factory: pytest.TempPathFactory):
+    """One tritonserver for the read-only end-to-end modules: ``shared_server.serve(built, ...)``."""
+    from tests.builds import SharedServer
+
+    server = SharedServer(tmp_path_factory.mktemp("shared-server"))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

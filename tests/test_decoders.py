@@ -28,11 +28,10 @@ from tritongen.triton_models.tokenizer import TextEncoder
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("tiny_decoders")
+def checkpoints(checkpoint_cache) -> dict[str, Path]:
     return {
-        "qwen3": make_decoder_embedder("qwen3", root / "qwen3"),
-        "gemma3_text": make_decoder_embedder("gemma3_text", root / "gemma", dense=True),
+        "qwen3": checkpoint_cache(make_decoder_embedder, "qwen3"),
+        "gemma3_text": checkpoint_cache(make_decoder_embedder, "gemma3_text", dense=True),
     }
 
 

@@ -18,9 +18,6 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.tiny_decoders import QWEN3_PROMPTS, make_decoder_embedder
-from tritongen.build import build_repository
-from tritongen.server import running_server
-from tritongen.spec import BuildSpec
 
 pytestmark = pytest.mark.e2e
 
@@ -63,21 +60,16 @@ def reference(path: Path, texts: list[str], prompt: str = "", dimensions: int | 
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("decoders")
+def checkpoints(checkpoint_cache) -> dict[str, Path]:
     return {
-        "qwen3_emb": make_decoder_embedder("qwen3", root / "qwen3"),
-        "gemma_emb": make_decoder_embedder("gemma3_text", root / "gemma", dense=True),
+        "qwen3_emb": checkpoint_cache(make_decoder_embedder, "qwen3"),
+        "gemma_emb": checkpoint_cache(make_decoder_embedder, "gemma3_text", dense=True),
     }
 
 
 @pytest.fixture(scope="module")
-def server(checkpoints, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("decoders_e2e") / "repo"
-    for name, path in checkpoints.items():
-        build_repository(BuildSpec(model=str(path), name=name, repository=repo, max_batch_size=16))
-    with running_server(repo) as running:
-        yield running
+def server(checkpoints, builds, shared_server):
+    return shared_server.serve(*(builds(path, name, max_batch_size=16) for name, path in checkpoints.items()))
 
 
 def _request(protocol: str, server, name: str, texts: list[str], prompt: str | None = None, dims: int | None = None):

@@ -10,10 +10,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tritongen.build import build_repository
 from tritongen.client import infer
-from tritongen.server import running_server
-from tritongen.spec import BuildSpec
 
 pytestmark = pytest.mark.e2e
 
@@ -29,17 +26,14 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory, tiny_factory, minilm_path):
-    repo = tmp_path_factory.mktemp("e2e") / "model_repository"
+def deployment(builds, shared_server, tiny_factory, minilm_path):
     checkpoints = {
         "cls": tiny_factory("bert", "classification"),
         "cls_bpe": tiny_factory("roberta", "classification"),
         "emb": minilm_path,
     }
-    for name, path in checkpoints.items():
-        build_repository(BuildSpec(model=str(path), name=name, repository=repo, max_batch_size=64))
-    with running_server(repo) as server:
-        yield server, checkpoints
+    server = shared_server.serve(*(builds(path, name) for name, path in checkpoints.items()))
+    return server, checkpoints
 
 
 def _pipeline_probabilities(checkpoint: Path, texts: list[str]) -> np.ndarray:

@@ -8,7 +8,6 @@ problem, and a good request sent right after must still be answered.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -20,39 +19,26 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.tiny_ner import make_token_classifier
-from tritongen.build import build_repository
-from tritongen.server import running_server
-from tritongen.spec import BuildSpec
+from tests.tiny_variants import make_pair_classifier
 
 pytestmark = pytest.mark.e2e
 
 QA_ASSETS = Path(__file__).parent / "assets" / "qa"
 KINDS = ("classification", "pair", "embedding", "ner", "qa")
+NAMES = {kind: f"edge_{kind}" for kind in KINDS}  # the ensembles, on the session's shared server
 PROTOCOLS = ("grpc", "http")
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    from tests.tiny_checkpoints import make_checkpoint
-
-    root = tmp_path_factory.mktemp("edge")
-    pair = make_checkpoint("bert", root / "pair", task="classification", seed=3)
-    config = json.loads((pair / "config.json").read_text())
-    nli = {"0": "entailment", "1": "neutral", "2": "contradiction"}
-    config.update(id2label=nli, label2id={v: int(k) for k, v in nli.items()})
-    (pair / "config.json").write_text(json.dumps(config))
+def served(builds, shared_server, checkpoint_cache, tiny_factory):
     sources = {
-        "classification": make_checkpoint("bert", root / "cls", task="classification", seed=1),
-        "pair": pair,
-        "embedding": make_checkpoint("bert", root / "emb", task="embedding", seed=2),
-        "ner": make_token_classifier("bert", root / "ner", seed=1),
+        "classification": tiny_factory("bert", "classification"),
+        "pair": checkpoint_cache(make_pair_classifier, "bert"),
+        "embedding": tiny_factory("bert", "embedding"),
+        "ner": checkpoint_cache(make_token_classifier, "bert", seed=1),
         "qa": QA_ASSETS / "bert",
     }
-    repo = root / "repo"
-    for kind, path in sources.items():
-        build_repository(BuildSpec(model=str(path), name=kind, repository=repo, max_batch_size=4))
-    with running_server(repo) as server:
-        yield server
+    return shared_server.serve(*(builds(path, NAMES[kind], max_batch_size=4) for kind, path in sources.items()))
 
 
 def _client(server, protocol: str):
@@ -100,14 +86,15 @@ BAD: dict[str, tuple[Callable[[dict], dict], str]] = {
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_malformed_requests_get_client_errors_and_the_server_keeps_serving(served, kind, protocol):
-    config = _config(served, kind)
-    config["limit"] = config["max_batch_size"] or _config(served, f"{kind}_model")["max_batch_size"]
+    name = NAMES[kind]
+    config = _config(served, name)
+    config["limit"] = config["max_batch_size"] or _config(served, f"{name}_model")["max_batch_size"]
     assert config["limit"] == 4
     module, client = _client(served, protocol)
     try:
         for problem, (bend, pattern) in BAD.items():
             with pytest.raises(InferenceServerException) as caught:
-                client.infer(kind, _inputs(module, config, **bend(config)))
+                client.infer(name, _inputs(module, config, **bend(config)))
             error = caught.value
             if protocol == "grpc":
                 assert error.status() == "StatusCode.INVALID_ARGUMENT", (problem, error.status(), error.message())
@@ -115,7 +102,7 @@ def test_malformed_requests_get_client_errors_and_the_server_keeps_serving(serve
                 assert error.status() == "400", (problem, error.status(), error.message())
             assert error.message() and "\n" not in error.message().strip(), (problem, error.message())
             assert re.search(pattern, error.message()), (problem, error.message())
-            good = client.infer(kind, _inputs(module, config))  # still serving, right after
+            good = client.infer(name, _inputs(module, config))  # still serving, right after
             assert good.get_response() is not None, problem
     finally:
         client.close()

@@ -21,7 +21,6 @@ from tests.tiny_images import make_image_checkpoint
 from tritongen.build import build_repository
 from tritongen.errors import SpecError
 from tritongen.image_parity import parity_images, reference_image
-from tritongen.server import running_server
 from tritongen.spec import load_spec
 
 pytestmark = pytest.mark.e2e
@@ -31,25 +30,24 @@ NAMES = ["gradient.jpg", "rgba.png", "grey.png", "wide.png", "tiny.png", "noise.
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("images")
-    return {arch: make_image_checkpoint(arch, root / arch, seed=3) for arch in ("vit", "clip", "siglip")}
+def checkpoints(checkpoint_cache):
+    return {arch: checkpoint_cache(make_image_checkpoint, arch, seed=3) for arch in ("vit", "clip", "siglip")}
 
 
 @pytest.fixture(scope="module")
-def served(checkpoints, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("image-repo") / "repo"
-    tasks = {}
-    for arch, path in checkpoints.items():  # the task is detected from the architecture
-        tasks[arch] = build_repository(load_spec(model=str(path), name=arch, repository=repo)).task
+def built(checkpoints, builds):
+    made = {arch: builds(path, arch) for arch, path in checkpoints.items()}  # the task is detected from the arch
+    tasks = {arch: one.result.task for arch, one in made.items()}
     assert tasks == {"vit": "image-classification", "clip": "image-embedding", "siglip": "image-embedding"}
     for arch in ("clip", "siglip"):  # the text side: a second ensemble from the same checkpoint
-        spec = load_spec(
-            model=str(checkpoints[arch]), name=f"{arch}_text", task="image-embedding-text", repository=repo
-        )
-        assert build_repository(spec).task == "image-embedding-text"
-    with running_server(repo) as server:
-        yield server
+        made[f"{arch}_text"] = builds(checkpoints[arch], f"{arch}_text", task="image-embedding-text")
+        assert made[f"{arch}_text"].result.task == "image-embedding-text"
+    return made
+
+
+@pytest.fixture(scope="module")
+def served(built, shared_server):
+    return shared_server.serve(*built.values())
 
 
 def _infer(server, name: str, images: list[bytes], outputs: list[str]) -> dict[str, np.ndarray]:
@@ -167,11 +165,11 @@ def test_build_refuses_fp16_when_model_reads_images(checkpoints, tmp_path):
     assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())
 
 
-def test_health_probes_answer_when_ensembles_read_images(served):
+def test_health_probes_answer_when_ensembles_read_images(served, built, builds, tmp_path):
     from tritongen.deploy.probe import probe
     from tritongen.health import check, ensembles_of, healthy
 
-    probes = check(served.http_url, ensembles_of(served.repository))
+    probes = check(served.http_url, ensembles_of(builds.repository(*built.values(), into=tmp_path / "repo")))
     assert healthy(probes), [p.line for p in probes]
     assert {p.name for p in probes} == {"vit", "clip", "siglip", "clip_text", "siglip_text"}
     assert probe(f"http://{served.http_url}", "vit") is None  # the packaged image's readiness probe (KServe JSON)

@@ -20,9 +20,7 @@ import pytest
 from tests.test_e2e import _pipeline_probabilities
 from tests.test_ner_qa_e2e import NER_TEXTS, _same_entities, _strided_pipeline
 from tests.tiny_ner import make_token_classifier
-from tritongen.build import build_repository
 from tritongen.client import infer
-from tritongen.server import running_server
 from tritongen.spec import load_spec
 from tritongen.tasks import ner_stride
 
@@ -46,28 +44,25 @@ STRATEGY = {"modernbert": "simple", "eurobert": "first"}  # `first` merges subwo
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tiny_factory, tmp_path_factory):
-    root = tmp_path_factory.mktemp("modern")
+def checkpoints(tiny_factory, checkpoint_cache):
     paths = {}
     for name, (arch, task) in BUILDS.items():
         if task == "ner":
-            paths[name] = make_token_classifier(arch, root / name, seed=4, max_length=MAX_LENGTH)
+            paths[name] = checkpoint_cache(make_token_classifier, arch, seed=4, max_length=MAX_LENGTH)
         else:
-            kind = "classification" if task == "cls" else "embedding"
-            paths[name] = tiny_factory(arch, kind, seed=2, max_length=MAX_LENGTH)
+            paths[name] = tiny_factory(arch, "classification" if task == "cls" else "embedding", max_length=MAX_LENGTH)
     return paths
 
 
 @pytest.fixture(scope="module")
-def served(checkpoints, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("modern_repo") / "repo"
+def served(checkpoints, builds, shared_server):
+    built = []
     for name, (arch, task) in BUILDS.items():
         settings = {"aggregation_strategy": STRATEGY[arch]} if task == "ner" else {}
-        spec = load_spec(model=str(checkpoints[name]), name=name, repository=repo, container_check=False, **settings)
-        result = build_repository(spec)
-        assert result.parity.passed and result.parity.max_abs_diff <= 1e-4, name
-    with running_server(repo) as server:
-        yield server
+        built.append(builds(checkpoints[name], name, **settings))
+        parity = built[-1].result.parity
+        assert parity.passed and parity.max_abs_diff <= 1e-4, name
+    return shared_server.serve(*built)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -16,11 +16,9 @@ import numpy as np
 import pytest
 
 from tests.tiny_ner import make_token_classifier
-from tritongen.build import build_repository
 from tritongen.checkpoint import inspect_checkpoint
 from tritongen.client import infer
 from tritongen.errors import ServerError
-from tritongen.server import running_server
 from tritongen.spec import load_spec
 from tritongen.tasks import detect_task
 
@@ -65,27 +63,19 @@ QA_BUILDS = {
 
 
 @pytest.fixture(scope="module")
-def ner_checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ner")
-    return {arch: make_token_classifier(arch, root / arch, seed=1) for arch in {a for a, _, _ in NER_BUILDS.values()}}
+def ner_checkpoints(checkpoint_cache):
+    archs = {arch for arch, _, _ in NER_BUILDS.values()}
+    return {arch: checkpoint_cache(make_token_classifier, arch, seed=1) for arch in archs}
 
 
 @pytest.fixture(scope="module")
-def served(ner_checkpoints, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("ner_qa") / "repo"
-    for name, (arch, strategy, stride) in NER_BUILDS.items():
-        spec = load_spec(
-            model=str(ner_checkpoints[arch]),
-            name=name,
-            repository=repo,
-            aggregation_strategy=strategy,
-            ner_stride=stride,
-        )
-        build_repository(spec)
-    for name, (arch, _, settings) in QA_BUILDS.items():
-        build_repository(load_spec(model=str(QA_ASSETS / arch), name=name, repository=repo, **settings))
-    with running_server(repo) as server:
-        yield server
+def served(ner_checkpoints, builds, shared_server):
+    built = [
+        builds(ner_checkpoints[arch], name, aggregation_strategy=strategy, ner_stride=stride)
+        for name, (arch, strategy, stride) in NER_BUILDS.items()
+    ]
+    built += [builds(QA_ASSETS / arch, name, **settings) for name, (arch, _, settings) in QA_BUILDS.items()]
+    return shared_server.serve(*built)
 
 
 def test_detect_task_finds_token_classification_and_question_answering(ner_checkpoints):

@@ -7,19 +7,15 @@ the reference runs the model card's code, which pads on the left, so a padding-s
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from tests.tiny_rerankers import make_qwen3_reranker
-from tritongen.build import build_repository
+from tests.tiny_variants import make_cross_encoder
 from tritongen.checkpoint import inspect_checkpoint
 from tritongen.cli import main
 from tritongen.client import infer
 from tritongen.errors import ServerError
-from tritongen.server import running_server
-from tritongen.spec import load_spec
 from tritongen.tasks import detect_task
 from tritongen.tasks.reranking import DEFAULT_INSTRUCTION, PROMPT_PREFIX, PROMPT_SUFFIX, format_pair
 
@@ -36,28 +32,17 @@ PAIRS = [  # (query, document): short, non-ASCII, empty document, and one cut at
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    from tests.tiny_checkpoints import make_checkpoint
-
-    cross = make_checkpoint("bert", tmp_path_factory.mktemp("cross") / "ckpt", task="classification", num_labels=1)
-    config = json.loads((cross / "config.json").read_text())
-    config["sbert_ce_default_activation_function"] = "torch.nn.modules.activation.Sigmoid"
-    (cross / "config.json").write_text(json.dumps(config))
-    return {"qwen3": make_qwen3_reranker(tmp_path_factory.mktemp("qwen3") / "ckpt"), "cross": cross}
+def checkpoints(checkpoint_cache):
+    return {"qwen3": checkpoint_cache(make_qwen3_reranker), "cross": checkpoint_cache(make_cross_encoder)}
 
 
 @pytest.fixture(scope="module")
-def served(checkpoints, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("rerank") / "repo"
-    builds = {
-        "rr_qwen3": dict(model=str(checkpoints["qwen3"]), task="reranking"),
-        "rr_qwen3_instruct": dict(model=str(checkpoints["qwen3"]), task="reranking", rerank_instruction=INSTRUCTION),
-        "rr_cross": dict(model=str(checkpoints["cross"])),  # detected: text-pair-classification, one label
-    }
-    for name, settings in builds.items():
-        build_repository(load_spec(name=name, repository=repo, **settings))
-    with running_server(repo) as server:
-        yield server
+def served(checkpoints, builds, shared_server):
+    return shared_server.serve(
+        builds(checkpoints["qwen3"], "rr_qwen3", task="reranking"),
+        builds(checkpoints["qwen3"], "rr_qwen3_instruct", task="reranking", rerank_instruction=INSTRUCTION),
+        builds(checkpoints["cross"], "rr_cross"),  # detected: text-pair-classification, one label
+    )
 
 
 def _model_card_scores(path, pairs, instruction: str) -> tuple[list[float], list[bool]]:
@@ -168,14 +153,12 @@ def test_last_token_answers_agree_when_rows_are_padded_left_or_right(checkpoints
             torch.testing.assert_close(module(ids, mask), alone, atol=1e-4, rtol=0)
 
 
-def test_build_exits_2_when_reranker_tokenizer_has_no_yes_token(checkpoints, tmp_path, capsys):
+def test_build_exits_2_when_reranker_tokenizer_has_no_yes_token(checkpoints, tiny_factory, tmp_path, capsys):
     import shutil
-
-    from tests.tiny_checkpoints import make_checkpoint
 
     # A Qwen3 reranker whose tokenizer is swapped for the tiny RoBERTa's (no `yes` token in its vocabulary).
     model = shutil.copytree(checkpoints["qwen3"], tmp_path / "qwen3")
-    roberta = make_checkpoint("roberta", tmp_path / "roberta")
+    roberta = tiny_factory("roberta")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(roberta / name, model / name)
     argv = ["build", "--model", str(model), "--task", "reranking", "--repository", str(tmp_path / "r")]

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tritongen.build import build_repository
+from tests.tiny_variants import make_multilabel_classifier, make_pair_classifier
 from tritongen.checkpoint import inspect_checkpoint
 from tritongen.client import infer
-from tritongen.server import running_server
-from tritongen.spec import load_spec
 from tritongen.tasks import detect_task
 
 PAIRS = [
@@ -25,32 +22,16 @@ PAIRS = [
 TEXTS = ["I love it", "Terrible, awful, bad.", "Ünïcödé and emoji 🎉", "word " * 200]
 
 
-def _patch_config(path: Path, **changes) -> Path:
-    config = json.loads((path / "config.json").read_text())
-    config.update(changes)
-    (path / "config.json").write_text(json.dumps(config))
-    return path
-
-
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    from tests.tiny_checkpoints import make_checkpoint
-
-    nli = {"0": "entailment", "1": "neutral", "2": "contradiction"}
-    made = {}
-    for arch in ("bert", "roberta"):
-        path = make_checkpoint(arch, tmp_path_factory.mktemp(f"pair-{arch}"), task="classification", seed=3)
-        made[f"pair_{arch}"] = _patch_config(path, id2label=nli, label2id={v: int(k) for k, v in nli.items()})
-    # The same BERT pair model (same seed, same weights) with its tokenizer saved as transformers 5 saves one
-    # nobody configured: no model_input_names. Served, it must still get the second segment's type ids.
-    twin = shutil.copytree(made["pair_bert"], tmp_path_factory.mktemp("pair-bert-undeclared") / "ckpt")
-    tokenizer_config = json.loads((twin / "tokenizer_config.json").read_text())
-    del tokenizer_config["model_input_names"]
-    (twin / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
-    made["pair_bert_undeclared"] = twin
-    path = make_checkpoint("xlm-roberta", tmp_path_factory.mktemp("multi"), task="classification", seed=5)
-    made["multi"] = _patch_config(path, problem_type="multi_label_classification")
-    return made
+def checkpoints(checkpoint_cache):
+    return {
+        "pair_bert": checkpoint_cache(make_pair_classifier, "bert"),
+        "pair_roberta": checkpoint_cache(make_pair_classifier, "roberta"),
+        # The same BERT pair model (same seed, same weights) with its tokenizer saved as transformers 5 saves one
+        # nobody configured: no model_input_names. Served, it must still get the second segment's type ids.
+        "pair_bert_undeclared": checkpoint_cache(make_pair_classifier, "bert", declare_inputs=False),
+        "multi": checkpoint_cache(make_multilabel_classifier, "xlm-roberta"),
+    }
 
 
 def test_detect_task_picks_pair_and_multilabel(checkpoints):
@@ -59,12 +40,10 @@ def test_detect_task_picks_pair_and_multilabel(checkpoints):
 
 
 @pytest.fixture(scope="module")
-def served(checkpoints, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("tasks") / "repo"
-    for name, path in checkpoints.items():
-        build_repository(load_spec(model=str(path), name=name, repository=repo, multi_label_threshold=0.5))
-    with running_server(repo) as server:
-        yield server
+def served(checkpoints, builds, shared_server):
+    return shared_server.serve(
+        *(builds(path, name, multi_label_threshold=0.5) for name, path in checkpoints.items())
+    )
 
 
 def _pipeline_rows(path: Path, inputs: list, **kwargs) -> np.ndarray:

@@ -14,12 +14,10 @@ import numpy as np
 import pytest
 
 from tests.tiny_zeroshot import make_nli_checkpoint
-from tritongen.build import build_repository
 from tritongen.checkpoint import inspect_checkpoint
 from tritongen.cli import main
 from tritongen.client import infer
 from tritongen.errors import ServerError, SpecError
-from tritongen.server import running_server
 from tritongen.spec import load_spec
 from tritongen.tasks import detect_task
 from tritongen.triton_models import zero_shot
@@ -44,24 +42,23 @@ CASES = [  # (text, candidate labels): 1 to 6 labels, non-ASCII, a text longer t
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("nli")
+def checkpoints(checkpoint_cache):
     return {
-        "bert": make_nli_checkpoint("bert", root / "bert", seed=3),
-        "roberta": make_nli_checkpoint("roberta", root / "roberta", labels=("ENTAILMENT", "NEUTRAL", "CONTRADICTION")),
+        "bert": checkpoint_cache(make_nli_checkpoint, "bert", seed=3),
+        "roberta": checkpoint_cache(
+            make_nli_checkpoint, "roberta", labels=("ENTAILMENT", "NEUTRAL", "CONTRADICTION")
+        ),
     }
 
 
 @pytest.fixture(scope="module")
-def served(checkpoints, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("zero_shot") / "repo"
-    for name, (arch, settings) in BUILDS.items():
-        spec = load_spec(
-            model=str(checkpoints[arch]), name=name, repository=repo, task="zero-shot-classification", **settings
+def served(checkpoints, builds, shared_server):
+    return shared_server.serve(
+        *(
+            builds(checkpoints[arch], name, task="zero-shot-classification", **settings)
+            for name, (arch, settings) in BUILDS.items()
         )
-        build_repository(spec)
-    with running_server(repo) as server:
-        yield server
+    )
 
 
 def _classify(served, name: str, cases, protocol: str = "grpc") -> list[dict]:
@@ -147,10 +144,8 @@ def test_detect_task_keeps_nli_checkpoints_as_text_pair_classification(checkpoin
     assert detect_task(inspect_checkpoint(str(checkpoints["bert"]))).name == "text-pair-classification"
 
 
-def test_build_exits_2_when_zero_shot_asked_of_a_checkpoint_without_entailment(tmp_path, capsys):
-    from tests.tiny_checkpoints import make_checkpoint
-
-    model = make_checkpoint("bert", tmp_path / "cls", task="classification")
+def test_build_exits_2_when_zero_shot_asked_of_a_checkpoint_without_entailment(tiny_factory, tmp_path, capsys):
+    model = tiny_factory("bert")
     argv = ["build", "--model", str(model), "--task", "zero-shot-classification", "--repository", str(tmp_path / "r")]
     assert main(argv) == 2
     message = capsys.readouterr().err.strip().splitlines()[-1]

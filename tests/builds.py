@@ -1,0 +1,188 @@
+"""The session's caches: every tiny checkpoint, every build and one shared server, each made once.
+
+A test asks for what it needs and gets what an earlier test already made where it can:
+
+* :class:`Checkpoints` makes a checkpoint once per (maker, arguments): ``checkpoint_cache(make_checkpoint,
+  "bert", task="embedding")``. A *derived* checkpoint (a made one with its config patched) is a maker of
+  its own, so it is cached too.
+* :class:`Builds` builds once per (checkpoint, name, settings): ``builds(path, "cls", buckets=(16, 32))``
+  returns a :class:`Built` whose ``repository`` holds that one ensemble. Two tests that ask for the same
+  build share it; the build's folders must then stay as they are (a test that adds versions or files
+  copies them first with :meth:`Builds.copy`). The container-runtime check is off unless the test asks
+  for it (``container_check=True``): it runs where it is under test (tests/test_compat.py,
+  tests/test_build.py).
+* :class:`SharedServer` is one tritonserver for the read-only end-to-end modules: ``shared_server.serve(
+  built, ...)`` links the builds into its repository and loads them through the repository API. Modules
+  that change server state (stubs killed, configs reloaded, versions rolled out, a soak's memory rule)
+  start their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Builds", "Built", "Checkpoints", "SharedServer"]
+
+
+def _key(*parts: Any) -> str:
+    """A short stable digest of JSON-able parts (paths and tuples as strings and lists)."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+class Checkpoints:
+    """Checkpoints made once per session: ``checkpoint_cache(maker, *args, **kwargs)`` -> its folder.
+
+    ``maker(*args, out_dir, **kwargs)`` writes a checkpoint into ``out_dir`` (a fresh folder) and returns
+    it, as every ``tests/tiny_*.py`` maker does. Same maker and arguments: the same folder, made once.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._made: dict[str, Path] = {}
+
+    def __call__(self, maker: Callable[..., Path], *args: Any, **kwargs: Any) -> Path:
+        name = f"{maker.__module__}.{maker.__qualname__}"
+        key = _key(name, args, kwargs)
+        if key not in self._made:
+            slug = "-".join([maker.__name__.strip("_"), *(str(a) for a in args)])[:60]
+            out = self.root / f"{slug}-{key}"
+            self._made[key] = Path(maker(*args, out_dir=out, **kwargs))
+        return self._made[key]
+
+
+@dataclass(frozen=True)
+class Built:
+    """One ensemble built once: ``repository`` holds its model folders and nothing else."""
+
+    name: str
+    repository: Path
+    result: Any  # tritongen.build.BuildResult
+    key: str
+
+    @property
+    def folders(self) -> list[Path]:
+        """The ensemble's model folders (ensemble, tokenizer, model, postprocess where built)."""
+        return sorted(p for p in self.repository.iterdir() if p.is_dir())
+
+    def card(self, version: int = 1) -> str:
+        """The model card of ``version``."""
+        return (self.repository / self.name / str(version) / "model_card.md").read_text(encoding="utf-8")
+
+    def record(self, version: int = 1) -> dict[str, Any]:
+        """``build.json`` of ``version``."""
+        return json.loads((self.repository / self.name / str(version) / "build.json").read_text(encoding="utf-8"))
+
+
+def spec_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """Build settings as ``load_spec`` takes them: typed sections (``DynamicBatching(...)``) as mappings."""
+    return {
+        key: dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
+        for key, value in settings.items()
+    }
+
+
+class Builds:
+    """Builds made once per session, keyed by (checkpoint, name, every setting of the resulting spec)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._built: dict[str, Built] = {}
+        self.count = 0  # builds actually run, for the session's summary
+
+    def __call__(self, model: Path | str, name: str, *, versions: int = 1, **settings: Any) -> Built:
+        """The ensemble ``name`` of ``model`` built with ``settings`` (``versions`` times: versions 1..N)."""
+        from tritongen.spec import load_spec
+
+        settings = {"container_check": False, **spec_settings(settings)}
+        spec = load_spec(None, model=str(model), name=name, repository=self.root / "unused", **settings)
+        described = {k: v for k, v in spec.to_dict().items() if k != "repository"}
+        key = _key(described, versions)
+        if key not in self._built:
+            from tritongen.build import build_repository
+
+            repository = self.root / f"{name}-{key}"
+            result = None
+            for _ in range(versions):
+                result = build_repository(spec.replace(repository=repository))
+                self.count += 1
+            self._built[key] = Built(name, repository, result, key)
+        return self._built[key]
+
+    def repository(self, *built: Built, into: Path) -> Path:
+        """A repository at ``into`` serving ``built``: links to their folders (which stay read-only)."""
+        into.mkdir(parents=True, exist_ok=True)
+        for one in built:
+            for folder in one.folders:
+                (into / folder.name).symlink_to(folder, target_is_directory=True)
+        return into
+
+    def copy(self, *built: Built, into: Path) -> Path:
+        """A repository at ``into`` holding copies of ``built``'s folders, for a test that changes them."""
+        into.mkdir(parents=True, exist_ok=True)
+        for one in built:
+            for folder in one.folders:
+                shutil.copytree(folder, into / folder.name)
+        return into
+
+
+class SharedServer:
+    """One tritonserver for the session's read-only end-to-end modules (explicit model control).
+
+    It starts at the first :meth:`serve` with no model loaded, and with a response cache, so that
+    ensembles built with ``response_cache`` can be served by it too. Each build is linked into its
+    repository and loaded once; a name can be served for one build only.
+    """
+
+    CACHE_BYTES = 16 * 1024 * 1024
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.repository = root / "repository"
+        self._server: Any = None
+        self._loaded: dict[str, str] = {}  # ensemble name -> build key
+
+    def serve(self, *built: Built) -> Any:
+        """The running server (``tritongen.server.TritonServer``) with ``built`` loaded."""
+        import tritonclient.http as httpclient
+
+        server = self._started()
+        client = httpclient.InferenceServerClient(server.http_url, network_timeout=600.0)
+        try:
+            for one in built:
+                if self._loaded.get(one.name) == one.key:
+                    continue
+                if one.name in self._loaded:
+                    raise RuntimeError(f"the shared server already serves another build named `{one.name}`")
+                for folder in one.folders:
+                    (self.repository / folder.name).symlink_to(folder, target_is_directory=True)
+                client.load_model(one.name)  # the ensemble's steps load with it
+                self._loaded[one.name] = one.key
+        finally:
+            client.close()
+        return server
+
+    def _started(self) -> Any:
+        from tritongen.server import running_server
+
+        if self._server is None:
+            self.repository.mkdir(parents=True, exist_ok=True)
+            self._context = running_server(self.repository, models=[], cache_size=self.CACHE_BYTES)
+            self._server = self._context.__enter__()
+        elif self._server.process is None or self._server.process.poll() is not None:
+            raise RuntimeError(f"the shared tritonserver died; see {self._server.log_file}")
+        return self._server
+
+    def stop(self) -> None:
+        """Stop the server, stubs included."""
+        if self._server is not None:
+            self._context.__exit__(None, None, None)
+            self._server = None
+
