@@ -50,31 +50,21 @@ def test_max_relative_diff_is_absolute_near_zero_and_relative_for_large_values()
     assert max_relative_diff(np.array([]), np.array([])) == 0.0
 
 
-def _record(repo: Path, name: str) -> dict:
-    import json
-
-    return json.loads((repo / name / "1" / "build.json").read_text())["container_runtime"]
-
-
 @needs_venv
 @pytest.mark.e2e
 @pytest.mark.parametrize(
-    ("settings", "criterion"),
+    ("name", "settings", "criterion"),
     [
-        ({}, "parity"),
-        ({"optimize": True}, "parity"),
-        ({"precision": "fp16"}, "gate"),
-        ({"precision": "int8", "quantization": "static", "int8_curve": False}, "gate"),
-        ({"precision": "int8", "quantization": "dynamic", "int8_curve": False}, "gate"),
+        ("emb", {}, "parity"),  # the default build, as tests/test_e2e.py serves it
+        ("fp32_opt", {"optimize": True, "buckets": (32, 128)}, "parity"),  # as tests/test_precision.py builds it
+        ("fp16", {"precision": "fp16", "buckets": (32, 128)}, "gate"),  # likewise
+        ("int8_static", {"precision": "int8", "quantization": "static", "int8_curve": False}, "gate"),
+        ("int8_dynamic", {"precision": "int8", "quantization": "dynamic", "int8_curve": False}, "gate"),
     ],
     ids=["fp32", "optimized", "fp16", "int8-static", "int8-dynamic"],
 )
-def test_every_emitted_variant_passes_in_the_container_runtime(minilm_path, tmp_path, settings, criterion):
-    from tritongen.build import build_repository
-    from tritongen.spec import BuildSpec
-
-    build_repository(BuildSpec(model=str(minilm_path), name="m", repository=tmp_path, **settings))
-    record = _record(tmp_path, "m")
+def test_every_emitted_variant_passes_in_the_container_runtime(minilm_path, builds, name, settings, criterion):
+    record = builds(minilm_path, name, container_check=True, **settings).record()["container_runtime"]
     assert record["runtime"] == CONTAINER_ORT and record["criterion"] == criterion and record["passed"], record
 
 
@@ -95,9 +85,12 @@ def test_a_model_the_container_runtime_disagrees_with_is_refused_and_nothing_is_
 
 
 def test_the_check_is_skipped_and_recorded_when_turned_off(tiny_factory, tmp_path):
+    import json
+
     from tritongen.build import build_repository
     from tritongen.spec import BuildSpec
 
     spec = BuildSpec(model=str(tiny_factory("bert")), name="m", repository=tmp_path, container_check=False)
     build_repository(spec)
-    assert _record(tmp_path, "m") == {"skipped": "turned off in the spec"}
+    record = json.loads((tmp_path / "m" / "1" / "build.json").read_text())["container_runtime"]
+    assert record == {"skipped": "turned off in the spec"}

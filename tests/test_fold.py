@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tests.tiny_variants import make_multilabel_classifier
 from tritongen.build import build_repository
 from tritongen.client import infer
 from tritongen.configs import served_steps
 from tritongen.fold import classification_tail, embedding_tail, fold_graph, prove, reference_postprocess
-from tritongen.server import running_server
 from tritongen.spec import load_spec
 
 LABELS = ["négatif", "neutral", "positive 🎉"]
@@ -117,33 +117,38 @@ def test_fold_graph_refuses_an_unknown_output_and_an_old_opset():
 # --- built and served ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
+def _labelled_classifier(out_dir: Path) -> Path:
+    """A tiny BERT classifier whose labels are not ASCII (the folded graph holds them as strings)."""
     from tests.tiny_checkpoints import make_checkpoint
 
-    made = {
-        "single": make_checkpoint("bert", tmp_path_factory.mktemp("fold-single"), task="classification", seed=11),
-        "multi": make_checkpoint("bert", tmp_path_factory.mktemp("fold-multi"), task="classification", seed=12),
-    }
-    config_path = made["single"] / "config.json"
-    config = json.loads(config_path.read_text())
-    config["id2label"] = dict(enumerate(LABELS))
-    config["label2id"] = {label: i for i, label in enumerate(LABELS)}
-    config_path.write_text(json.dumps(config, ensure_ascii=False))
-    config_path = made["multi"] / "config.json"
-    config_path.write_text(
-        json.dumps({**json.loads(config_path.read_text()), "problem_type": "multi_label_classification"})
-    )
-    return made
+    path = make_checkpoint("bert", out_dir, task="classification", seed=11)
+    config = json.loads((path / "config.json").read_text())
+    config.update(id2label=dict(enumerate(LABELS)), label2id={label: i for i, label in enumerate(LABELS)})
+    (path / "config.json").write_text(json.dumps(config, ensure_ascii=False))
+    return path
 
 
 @pytest.fixture(scope="module")
-def repo(checkpoints, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("fold") / "repo"
-    build_repository(load_spec(model=str(checkpoints["single"]), name="folded", repository=repo, fold=True))
-    build_repository(load_spec(model=str(checkpoints["single"]), name="unfolded", repository=repo))  # the default
-    build_repository(load_spec(model=str(checkpoints["multi"]), name="multi", repository=repo, fold=True))
-    return repo
+def checkpoints(checkpoint_cache):
+    return {
+        "single": checkpoint_cache(_labelled_classifier),
+        "multi": checkpoint_cache(make_multilabel_classifier, "bert"),
+    }
+
+
+@pytest.fixture(scope="module")
+def built(checkpoints, builds):
+    return {
+        # the container check on: the fold proves itself in the container's ONNX Runtime too
+        "folded": builds(checkpoints["single"], "folded", fold=True, container_check=True),
+        "unfolded": builds(checkpoints["single"], "unfolded"),  # the default
+        "multi": builds(checkpoints["multi"], "multi", fold=True),
+    }
+
+
+@pytest.fixture(scope="module")
+def repo(built, builds, tmp_path_factory):
+    return builds.repository(*built.values(), into=tmp_path_factory.mktemp("fold") / "repo")
 
 
 def _build_record(repo: Path, name: str, version: int = 1) -> dict:
@@ -176,11 +181,11 @@ def test_no_fold_and_multi_label_keep_the_postprocess_step(repo):
 
 
 @pytest.mark.e2e
-def test_served_folded_ensemble_answers_as_the_unfolded_one(repo):
-    with running_server(repo) as server:
-        folded = infer(TEXTS, name="folded", url=server.grpc_url)
-        unfolded = infer(TEXTS, name="unfolded", url=server.grpc_url)
-        over_http = infer(TEXTS[:2], name="folded", url=server.http_url, protocol="http")
+def test_served_folded_ensemble_answers_as_the_unfolded_one(built, shared_server):
+    server = shared_server.serve(built["folded"], built["unfolded"])
+    folded = infer(TEXTS, name="folded", url=server.grpc_url)
+    unfolded = infer(TEXTS, name="unfolded", url=server.grpc_url)
+    over_http = infer(TEXTS[:2], name="folded", url=server.http_url, protocol="http")
     assert [r["LABEL"] for r in folded] == [r["LABEL"] for r in unfolded]
     assert all(r["LABEL"] in LABELS for r in folded)
     np.testing.assert_allclose([r["PROBABILITIES"] for r in folded], [r["PROBABILITIES"] for r in unfolded], atol=1e-5)
@@ -189,9 +194,10 @@ def test_served_folded_ensemble_answers_as_the_unfolded_one(repo):
     assert [r["LABEL"] for r in over_http] == [r["LABEL"] for r in folded[:2]]
 
 
-def test_a_name_keeps_one_ensemble_shape_across_versions(repo, checkpoints):
+def test_a_name_keeps_one_ensemble_shape_across_versions(built, builds, checkpoints, tmp_path):
     """A second version follows the first: --fold stays off beside an unfolded name, and no fold is refused
     beside a folded one (the step folders are shared across versions and switched step by step)."""
+    repo = builds.copy(built["folded"], built["unfolded"], into=tmp_path / "repo")
     result = build_repository(load_spec(model=str(checkpoints["single"]), name="unfolded", repository=repo, fold=True))
     assert result.version == 2 and served_steps(repo, "unfolded") == ("tokenizer", "model", "postprocess")
     assert "already built serve a postprocess step" in _build_record(repo, "unfolded", 2)["fold"]["why"]

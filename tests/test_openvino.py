@@ -15,7 +15,6 @@ from tritongen.compat import CONTAINER_OPENVINO, container_python
 from tritongen.datasets import bench_texts
 from tritongen.errors import AccuracyError, SpecError
 from tritongen.openvino_runtime import backend_properties, cpu_precisions
-from tritongen.server import running_server
 from tritongen.spec import BuildSpec, load_spec
 
 TEXTS = ["I love it", "Terrible, awful, bad.", "Ünïcödé and emoji 🎉", "", "word " * 200]
@@ -59,12 +58,15 @@ def test_the_local_backend_batches_as_the_onnxruntime_one():
 
 
 @pytest.fixture(scope="module")
-def repo(tiny_factory, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("openvino") / "repo"
-    model = str(tiny_factory("bert", "embedding"))
-    build_repository(BuildSpec(model=model, name="emb_ov", repository=repo, runtime="openvino"))
-    build_repository(BuildSpec(model=model, name="emb_ort", repository=repo))
-    return repo
+def built(tiny_factory, builds):
+    model = tiny_factory("bert", "embedding")
+    # the container check on: the IR is read, run and gated again in the container's OpenVINO
+    return builds(model, "emb_ov", runtime="openvino", container_check=True), builds(model, "emb_ort")
+
+
+@pytest.fixture(scope="module")
+def repo(built, builds, tmp_path_factory):
+    return builds.repository(*built, into=tmp_path_factory.mktemp("openvino") / "repo")
 
 
 def test_the_build_serves_ir_with_the_native_backends_config_and_gates_each_precision(repo):
@@ -98,11 +100,10 @@ def test_int8_that_loses_too_much_is_refused_with_the_way_out(tiny_factory, tmp_
 
 
 @pytest.mark.e2e
-def test_minilm_int8_ir_is_quantised_by_nncf_gated_and_served(minilm_path, tmp_path):
-    repo = tmp_path / "repo"
-    spec = BuildSpec(model=str(minilm_path), name="ov8", repository=repo, runtime="openvino", precision="int8")
-    build_repository(spec)
-    build_repository(spec.replace(name="ort", runtime="onnx", precision="fp32"))
+def test_minilm_int8_ir_is_quantised_by_nncf_gated_and_served(minilm_path, builds, shared_server):
+    ov8 = builds(minilm_path, "ov8", runtime="openvino", precision="int8", container_check=True)
+    fp32 = builds(minilm_path, "emb")  # the default build, as tests/test_e2e.py serves it
+    repo = ov8.repository
     xml = (repo / "ov8_model" / "1" / "model.xml").read_text()
     assert xml.count('type="FakeQuantize"') >= 24  # 6 layers: the attention and feed-forward MatMuls in INT8
     card = (repo / "ov8" / "1" / "model_card.md").read_text()
@@ -115,10 +116,10 @@ def test_minilm_int8_ir_is_quantised_by_nncf_gated_and_served(minilm_path, tmp_p
     if container_python(runtime="openvino") is not None:  # the INT8 IR read and gated again in OpenVINO 2024.0
         assert record["container_runtime"]["passed"]
     realistic = bench_texts(48)  # tweets and news, the kind of text the gate measures
-    with running_server(repo) as server:
-        int8, fp32 = (infer(TEXTS + realistic, name=name, url=server.grpc_url) for name in ("ov8", "ort"))
-    cosines = [_cosine(a["EMBEDDING"], b["EMBEDDING"]) for a, b in zip(int8, fp32)]
-    assert [a["TRUNCATED"] for a in int8] == [b["TRUNCATED"] for b in fp32]
+    server = shared_server.serve(ov8, fp32)
+    int8, exact = (infer(TEXTS + realistic, name=name, url=server.grpc_url) for name in ("ov8", "emb"))
+    cosines = [_cosine(a["EMBEDDING"], b["EMBEDDING"]) for a, b in zip(int8, exact)]
+    assert [a["TRUNCATED"] for a in int8] == [b["TRUNCATED"] for b in exact]
     served = cosines[len(TEXTS) :]
     assert min(served) >= 0.98 and float(np.mean(served)) >= 0.99  # the embedding gate's floors, served
     # Edge texts ("", one word repeated 200 times) lose more in INT8 than the gate's texts: the README says so.
@@ -138,8 +139,8 @@ def test_bf16_that_flips_labels_is_refused_where_the_cpu_computes_it(tiny_factor
 
 
 @pytest.mark.e2e
-def test_served_openvino_answers_as_onnx_runtime_within_the_gate(repo):
-    with running_server(repo) as server:
-        ov, ort = (infer(TEXTS, name=name, url=server.grpc_url) for name in ("emb_ov", "emb_ort"))
+def test_served_openvino_answers_as_onnx_runtime_within_the_gate(built, shared_server):
+    server = shared_server.serve(*built)
+    ov, ort = (infer(TEXTS, name=name, url=server.grpc_url) for name in ("emb_ov", "emb_ort"))
     for a, b in zip(ov, ort):
         assert _cosine(a["EMBEDDING"], b["EMBEDDING"]) >= 0.999 and a["TRUNCATED"] == b["TRUNCATED"]

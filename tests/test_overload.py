@@ -5,23 +5,19 @@ from __future__ import annotations
 import pytest
 
 from tritongen.bench.overload import HEADER, run_burst
-from tritongen.build import build_repository
-from tritongen.server import running_server
-from tritongen.spec import BuildSpec, DynamicBatching, QueuePolicy
+from tritongen.spec import DynamicBatching, QueuePolicy
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def served(tiny_factory, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("overload") / "repo"
-    checkpoint = str(tiny_factory("bert"))
+def served(tiny_factory, builds, shared_server):
+    checkpoint = tiny_factory("bert")
     unbounded = DynamicBatching(queue_policy=QueuePolicy(max_queue_size=0))
-    build_repository(BuildSpec(model=checkpoint, name="free", repository=repo, dynamic_batching=unbounded))
     limit = DynamicBatching(queue_policy=QueuePolicy(max_queue_size=4, default_timeout_microseconds=2_000_000))
-    build_repository(BuildSpec(model=checkpoint, name="limited", repository=repo, dynamic_batching=limit))
-    with running_server(repo) as server:
-        yield server
+    return shared_server.serve(
+        builds(checkpoint, "free", dynamic_batching=unbounded), builds(checkpoint, "limited", dynamic_batching=limit)
+    )
 
 
 def test_a_queue_limit_sheds_a_burst_with_unavailable_and_503_and_nothing_else(served):

@@ -15,37 +15,37 @@ from tritongen.cli import main
 from tritongen.client import infer
 from tritongen.configs import step_names
 from tritongen.errors import AccuracyError
-from tritongen.server import running_server
 from tritongen.spec import BuildSpec
 from tritongen.tasks import get_task
 from tritongen.triton_models.tokenizer import TextEncoder
 
 # The real all-MiniLM-L6-v2 (the embedding gate: cosine mean >= 0.99, min >= 0.98). INT8 searches the schemes;
 # its trade-off curve (more candidates, for the model card only) is left to the fine-tuned classifier's test.
+# tests/test_compat.py checks the same fp32_opt and fp16 builds in the container's ONNX Runtime (one build each).
 VARIANTS = {
     "int8": {"precision": "int8", "optimize": True},
     "fp32_opt": {"optimize": True},
     "fp16": {"precision": "fp16"},
 }
+BUCKETS = (32, 128)
 
 
 @pytest.fixture(scope="module")
-def variants(tmp_path_factory, minilm_path):
+def variants(builds, minilm_path, tmp_path_factory):
     import tritongen.int8_search
 
-    repo = tmp_path_factory.mktemp("precision") / "repo"
-    results = {}
+    built = {}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tritongen.int8_search, "CURVE_FLOAT_COUNTS", ())
         for name, changes in VARIANTS.items():
-            spec = BuildSpec(model=str(minilm_path), name=name, repository=repo, buckets=(32, 128), **changes)
-            results[name] = build_repository(spec)
-    return repo, results
+            built[name] = builds(minilm_path, name, buckets=BUCKETS, **changes)
+    repo = builds.repository(*built.values(), into=tmp_path_factory.mktemp("precision") / "repo")
+    return repo, {name: one.result for name, one in built.items()}, built
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_variant_passes_accuracy_gate_and_records_it(variants, name):
-    repo, results = variants
+    repo, results, _ = variants
     accuracy = results[name].accuracy
     assert accuracy is not None and accuracy.passed
     assert accuracy.cosine_mean >= 0.99 and accuracy.cosine_min >= 0.98
@@ -75,14 +75,14 @@ def _assert_search_recorded(repo, name: str, result) -> dict:
 
 
 def test_int8_variant_serves_the_first_candidate_that_passes(variants):
-    repo, results = variants
+    repo, results, _ = variants
     record = _assert_search_recorded(repo, "int8", results["int8"])
     # candidates go in expected speed order and the search stops at the first that passes
     assert [trial["passed"] for trial in record["trials"]] == [False] * (len(record["trials"]) - 1) + [True]
 
 
 def test_optimised_model_has_fused_operators(variants):
-    repo, _ = variants
+    repo, _, _ = variants
     ops = {n.op_type for n in onnx.load(str(repo / "fp32_opt_model" / "1" / "model.onnx")).graph.node}
     # The optimiser's LayerNorm and GELU fusions match the dynamo export; its attention patterns do not.
     assert "SkipLayerNormalization" in ops
@@ -90,14 +90,14 @@ def test_optimised_model_has_fused_operators(variants):
 
 
 def test_fp16_model_keeps_fp32_inputs_and_outputs(variants):
-    repo, _ = variants
+    repo, _, _ = variants
     model = onnx.load(str(repo / "fp16_model" / "1" / "model.onnx"))
     assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in model.graph.initializer)
 
 
 @pytest.mark.e2e
-def test_variants_serve_through_real_server_within_gate(variants, minilm_path):
+def test_variants_serve_through_real_server_within_gate(variants, minilm_path, shared_server):
     """The server serves exactly the gated model: same outputs as the gate's in-process path.
 
     The gate's mean-cosine threshold is asserted on the whole validation set above; on this
@@ -110,23 +110,23 @@ def test_variants_serve_through_real_server_within_gate(variants, minilm_path):
     from tritongen.backends.onnxruntime.model import trim_padding
     from tritongen.triton_models.postprocess import l2_normalize
 
-    repo, _ = variants
+    repo, _, built = variants
     texts = default_texts("validation")[:48]
     expected = _sentence_embeddings(minilm_path, texts, max_length=256)
-    with running_server(repo) as server:
-        for name in VARIANTS:
-            got = np.array([r["EMBEDDING"] for r in infer(texts, name=name, url=server.grpc_url)], np.float32)
-            encoder = TextEncoder(
-                str(repo / step_names(name)["tokenizer"] / "1" / "tokenizer.json"), 256, [32, 128],
-                input_names=["input_ids", "attention_mask", "token_type_ids"],
-            )  # fmt: skip
-            session = ort.InferenceSession(str(repo / step_names(name)["model"] / "1" / "model.onnx"))
-            # One request of 48 texts, padded and trimmed exactly as the tokenizer and backend do it
-            # (dynamic int8 scales depend on the whole batch).
-            gated = l2_normalize(session.run(None, trim_padding(encoder(texts)))[0])
-            np.testing.assert_allclose(got, gated, atol=1e-4, err_msg=name)
-            cosine = (got * expected).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
-            assert cosine.min() >= 0.98, f"{name}: min cosine {cosine.min():.4f}"
+    server = shared_server.serve(*built.values())
+    for name in VARIANTS:
+        got = np.array([r["EMBEDDING"] for r in infer(texts, name=name, url=server.grpc_url)], np.float32)
+        encoder = TextEncoder(
+            str(repo / step_names(name)["tokenizer"] / "1" / "tokenizer.json"), 256, [32, 128],
+            input_names=["input_ids", "attention_mask", "token_type_ids"],
+        )  # fmt: skip
+        session = ort.InferenceSession(str(repo / step_names(name)["model"] / "1" / "model.onnx"))
+        # One request of 48 texts, padded and trimmed exactly as the tokenizer and backend do it
+        # (dynamic int8 scales depend on the whole batch).
+        gated = l2_normalize(session.run(None, trim_padding(encoder(texts)))[0])
+        np.testing.assert_allclose(got, gated, atol=1e-4, err_msg=name)
+        cosine = (got * expected).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
+        assert cosine.min() >= 0.98, f"{name}: min cosine {cosine.min():.4f}"
 
 
 def test_int8_search_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkpoint, tmp_path):

@@ -8,23 +8,20 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tritongen.build import build_repository
 from tritongen.client import infer
-from tritongen.server import running_server
-from tritongen.spec import BuildSpec, DynamicBatching, InstanceGroup, OnnxRuntimeSettings, QueuePolicy, VersionPolicy
+from tritongen.spec import DynamicBatching, InstanceGroup, OnnxRuntimeSettings, QueuePolicy, VersionPolicy
 from tritongen.stats import model_stats, stats_delta
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, tiny_factory):
-    repo = tmp_path_factory.mktemp("features") / "repo"
-    checkpoint = str(tiny_factory("bert", "classification"))
-    featured = BuildSpec(
-        model=checkpoint,
-        name="feat",
-        repository=repo,
+def server(builds, shared_server, tiny_factory):
+    checkpoint = tiny_factory("bert", "classification")
+    featured = builds(
+        checkpoint,
+        "feat",
+        versions=2,  # `latest 2` must serve both
         max_batch_size=32,
         buckets=(16, 32),
         dynamic_batching=DynamicBatching(
@@ -37,22 +34,16 @@ def server(tmp_path_factory, tiny_factory):
         tokenizer_instances=InstanceGroup(count=1),
         version_policy=VersionPolicy(policy="latest", latest=2),
         onnxruntime=OnnxRuntimeSettings(intra_op_threads=1, inter_op_threads=1, graph_optimization_level=2),
-        response_cache=True,
+        response_cache=True,  # the shared server runs with a response cache
     )
-    build_repository(featured)
-    build_repository(featured)  # version 2; `latest 2` must serve both
-    build_repository(
-        BuildSpec(
-            model=checkpoint,
-            name="batched",
-            repository=repo,
-            # The batcher waits (up to 2 s) until 8 requests are queued: under 16 concurrent clients batches form
-            # however slow a busy machine makes each request, so the assertion below cannot depend on timing.
-            dynamic_batching=DynamicBatching(max_queue_delay_microseconds=2_000_000, preferred_batch_size=(8,)),
-        )
+    batched = builds(
+        checkpoint,
+        "batched",
+        # The batcher waits (up to 2 s) until 8 requests are queued: under 16 concurrent clients batches form
+        # however slow a busy machine makes each request, so the assertion below cannot depend on timing.
+        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=2_000_000, preferred_batch_size=(8,)),
     )
-    with running_server(repo, cache_size=8 * 1024 * 1024) as srv:
-        yield srv
+    return shared_server.serve(featured, batched)
 
 
 def test_server_loads_every_configured_feature(server):

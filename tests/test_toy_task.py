@@ -9,11 +9,8 @@ import numpy as np
 import pytest
 
 from tests.toy_task.cls_vector import ClsVector
-from tritongen.build import build_repository
 from tritongen.client import infer
 from tritongen.errors import UnsupportedModelError
-from tritongen.server import running_server
-from tritongen.spec import load_spec
 from tritongen.tasks import TASKS, get_task, register_task
 
 TEXTS = ["hello world", "Ünïcödé and emoji 🎉", "word " * 100, ""]
@@ -35,18 +32,17 @@ def test_registry_lists_toy_task_only_while_registered(toy_task):
 
 
 @pytest.mark.e2e
-def test_toy_task_served_matches_pytorch_when_registered(toy_task, tiny_factory, tmp_path):
+def test_toy_task_served_matches_pytorch_when_registered(toy_task, tiny_factory, builds, shared_server):
     import torch
     from transformers import AutoModel, AutoTokenizer
 
     checkpoint = tiny_factory("bert", task="embedding")
-    repo = tmp_path / "repo"
-    result = build_repository(load_spec(model=str(checkpoint), name="toy", task="cls-vector", repository=repo))
+    toy = builds(checkpoint, "toy", task="cls-vector")
+    result = toy.result
     assert result.task == "cls-vector"
-    served = repo / "toy_postprocess" / "1"
+    served = toy.repository / "toy_postprocess" / "1"
     assert (served / "model.py").read_text().startswith('"""``cls-vector`` postprocess step')
-    with running_server(repo) as server:
-        rows = infer(TEXTS, name="toy", url=server.grpc_url)
+    rows = infer(TEXTS, name="toy", url=shared_server.serve(toy).grpc_url)
 
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     model = AutoModel.from_pretrained(str(checkpoint)).eval()
