@@ -8,16 +8,14 @@ import pytest
 
 from tritongen.bench import BenchOptions, Sweep, run_bench
 from tritongen.bench.perf import parse_csv
-from tritongen.build import build_repository
 from tritongen.errors import BenchError
-from tritongen.spec import BuildSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.bench]
 
 
-def test_bench_smoke_runs_perf_analyzer_and_writes_report(tmp_path, tiny_factory):
-    repo = tmp_path / "repo"
-    build_repository(BuildSpec(model=str(tiny_factory("bert")), name="clf", repository=repo, buckets=(16, 32)))
+def test_bench_smoke_runs_perf_analyzer_and_writes_report(tmp_path, tiny_factory, builds):
+    # The same build as tests/test_tune.py's; the bench starts its own server.
+    repo = builds.repository(builds(tiny_factory("bert"), "clf", buckets=(16, 32)), into=tmp_path / "repo")
     options = BenchOptions(
         name="clf",
         repository=repo,

@@ -20,20 +20,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tritongen.build import build_repository
 from tritongen.client import infer
 from tritongen.deploy import ManifestOptions, TritonArgs, dashboard, dashboard_queries, write_package
 from tritongen.deploy.dashboard import GPU_METRICS, panels
 from tritongen.deploy.manifests import adapter_rule
 from tritongen.deploy.package import prometheus_config
 from tritongen.server import free_port, running_server
-from tritongen.spec import BuildSpec
 
 needs_prometheus = pytest.mark.skipif(
     shutil.which("prometheus") is None, reason="prometheus is not installed (apt-get install prometheus)"
 )
 
-NAME = "dash"
+NAME = "cls"  # the default tiny classifier build, shared with the other modules
 # GPU metric names as Triton documents them (docs/user_guide/metrics.md, "GPU Metrics")
 DOCUMENTED_GPU_METRICS = {"nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes",
                           "nv_gpu_power_usage", "nv_gpu_power_limit", "nv_energy_consumption"}  # fmt: skip
@@ -74,12 +72,8 @@ def _finite(result: list[dict]) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory, tiny_factory) -> Path:
-    root = tmp_path_factory.mktemp("dashboard") / "repo"
-    build_repository(
-        BuildSpec(model=str(tiny_factory("bert", "classification")), name=NAME, repository=root, fold=False)
-    )  # three steps: the postprocess stub too
-    return root
+def repo(builds, tiny_factory) -> Path:
+    return builds(tiny_factory("bert", "classification"), NAME).repository  # three steps: the postprocess too
 
 
 def _load(url: str, stop: threading.Event) -> None:

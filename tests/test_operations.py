@@ -24,15 +24,13 @@ import tritonclient.http as httpclient
 
 from tests.deployment import ServeProcess, deployment_pids
 from tritongen.admin import http_headers
-from tritongen.build import build_repository
 from tritongen.client import infer
 from tritongen.health import ensembles_of, find_ensembles
 from tritongen.server import server_environment
-from tritongen.spec import BuildSpec
 
 pytestmark = pytest.mark.e2e
 
-NAME = "ops"
+NAME = "cls"
 TEXT = "I love this movie"
 RECOVERY_BOUND_S = 120  # generous: a busy two-core machine reloads a model in seconds, not minutes
 SLACK_S = 2.0  # around the kill and the recovery, for the scheduling of the client thread
@@ -72,12 +70,10 @@ class TritonPythonModel:
 
 
 @pytest.fixture(scope="module")
-def repository(tmp_path_factory, tiny_factory) -> Path:
+def repository(tmp_path_factory, tiny_factory, builds) -> Path:
     root = tmp_path_factory.mktemp("ops")
-    repo = root / "model_repository"
-    build_repository(
-        BuildSpec(model=str(tiny_factory("bert", "classification")), name=NAME, repository=repo, fold=False)
-    )  # three steps: the postprocess stub too
+    # The default tiny classifier build, shared with other modules (three steps: the postprocess stub too).
+    repo = builds.repository(builds(tiny_factory("bert", "classification"), NAME), into=root / "model_repository")
     slow = repo / "slow_echo"
     (slow / "1").mkdir(parents=True)
     (slow / "config.pbtxt").write_text(_SLOW_ECHO_CONFIG % (root / "slow_echo.started"))

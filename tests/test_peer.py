@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,34 +12,42 @@ from tritongen.bench.http_load import drive, kserve_target
 from tritongen.bench.infinity import infinity_executable
 from tritongen.bench.perf import Sweep
 from tritongen.bench.run import BenchOptions, run_bench
-from tritongen.build import build_repository
 from tritongen.client import infer
 from tritongen.errors import BenchError
-from tritongen.server import running_server
-from tritongen.spec import BuildSpec
 
 TEXTS = ["I love it", "Terrible, awful, bad.", "Ünïcödé and emoji 🎉", "word " * 200]
 
 
-@pytest.fixture(scope="module")
-def repo(tiny_factory, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("peer") / "repo"
-    # infinity-emb runs transformers 4, which does not know the tokenizer class transformers 5 saves.
-    checkpoint = shutil.copytree(tiny_factory("bert", "embedding"), tmp_path_factory.mktemp("peer-ckpt") / "emb")
+def _embedder_for_transformers_4(out_dir: Path) -> Path:
+    """The tiny BERT embedder with a tokenizer class transformers 4 knows (infinity-emb runs transformers 4)."""
+    from tests.tiny_checkpoints import make_checkpoint
+
+    checkpoint = make_checkpoint("bert", out_dir, task="embedding")
     config = json.loads((checkpoint / "tokenizer_config.json").read_text())
     (checkpoint / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "BertTokenizerFast"}))
-    build_repository(BuildSpec(model=str(checkpoint), name="emb", repository=repo))
-    build_repository(BuildSpec(model=str(tiny_factory("bert")), name="clf", repository=repo))
-    return repo
+    return checkpoint
+
+
+@pytest.fixture(scope="module")
+def built(checkpoint_cache, tiny_factory, builds):
+    return {
+        "emb": builds(checkpoint_cache(_embedder_for_transformers_4), "peer_emb"),
+        "clf": builds(tiny_factory("bert"), "clf", buckets=(16, 32)),  # as tests/test_bench.py builds it
+    }
+
+
+@pytest.fixture(scope="module")
+def repo(built, builds, tmp_path_factory):
+    return builds.repository(*built.values(), into=tmp_path_factory.mktemp("peer") / "repo")
 
 
 @pytest.mark.e2e
-def test_the_load_generator_drives_the_ensemble_over_kserve_json(repo):
-    with running_server(repo, models=["emb"]) as server:
-        target = kserve_target("emb", server.http_url, "emb")
-        expected = [row["EMBEDDING"] for row in infer(TEXTS, name="emb", url=server.grpc_url)]
-        np.testing.assert_allclose(target.embed(TEXTS), expected, atol=1e-6)
-        result = drive(target, TEXTS, concurrency=2, seconds=2.0, warmup=0.5)
+def test_the_load_generator_drives_the_ensemble_over_kserve_json(built, shared_server):
+    server = shared_server.serve(built["emb"])
+    target = kserve_target("peer_emb", server.http_url, "peer_emb")
+    expected = [row["EMBEDDING"] for row in infer(TEXTS, name="peer_emb", url=server.grpc_url)]
+    np.testing.assert_allclose(target.embed(TEXTS), expected, atol=1e-6)
+    result = drive(target, TEXTS, concurrency=2, seconds=2.0, warmup=0.5)
     assert result.errors == 0 and len(result.latencies_ms) > 0 and result.throughput > 0
     assert result.percentile(99) >= result.percentile(50) > 0
 
@@ -57,7 +65,7 @@ def test_asking_infinity_for_a_classifier_is_refused(repo, tmp_path):
 @pytest.mark.skipif(infinity_executable() is None, reason="no .venv-infinity (make infinity-venv)")
 def test_bench_measures_infinity_beside_the_ensemble_in_interleaved_rounds(repo, tmp_path):
     options = BenchOptions(
-        name="emb", repository=repo, output=tmp_path, baselines=("infinity",),
+        name="peer_emb", repository=repo, output=tmp_path, baselines=("infinity",),
         sweep=Sweep(concurrency=(1, 2), fixed_requests=16), texts=32, peer_rounds=2, peer_seconds=2.0,
     )  # fmt: skip
     report, paths = run_bench(options)
@@ -69,4 +77,4 @@ def test_bench_measures_infinity_beside_the_ensemble_in_interleaved_rounds(repo,
     for concurrency in (1, 2):
         figures = peer.at(concurrency)
         assert figures["ours"] > 0 and figures["peer"] > 0 and figures["errors"] == 0
-    assert "## (d) the peer: `emb` against infinity-emb (torch engine)" in paths["summary"].read_text()
+    assert "## (d) the peer: `peer_emb` against infinity-emb (torch engine)" in paths["summary"].read_text()

@@ -12,19 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from tritongen.build import build_repository
 from tritongen.deploy import probe
 from tritongen.server import running_server
-from tritongen.spec import BuildSpec
 from tritongen.supervisor import stubs_of
 
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"  # not the venv's: nothing of ours installed
 
 
 @pytest.mark.e2e
-def test_probe_passes_an_answering_ensemble_and_fails_a_missing_one(tiny_factory, tmp_path):
-    repo = tmp_path / "repo"
-    build_repository(BuildSpec(model=str(tiny_factory("bert")), name="cls", repository=repo))
+def test_probe_passes_an_answering_ensemble_and_fails_a_missing_one(tiny_factory, builds, tmp_path):
+    # Its own server: the test kills a stub.
+    repo = builds.repository(builds(tiny_factory("bert"), "cls"), into=tmp_path / "repo")
     script = Path(probe.__file__)
     with running_server(repo) as server:
         url = f"http://{server.http_url}"

@@ -1,6 +1,6 @@
 """Roll-out and rollback under load, the canary, and the admin key, against the real `tritongen serve`.
 
-Version 1 of `ro` is built from one tiny checkpoint and served; version 2, from a checkpoint with
+Version 1 of `cls` is built from one tiny checkpoint and served; version 2, from a checkpoint with
 other weights, is built while it serves. Sixteen client threads (eight gRPC, eight HTTP) keep
 requests in flight through a roll-out and a rollback (`python -m tritongen rollout|rollback`, which
 read the key file serve wrote). perf_analyzer cannot say which version answered each request,
@@ -24,7 +24,6 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.deployment import ROOT, ServeProcess, deployment_pids
-from tests.tiny_checkpoints import make_checkpoint
 from tritongen.admin import default_key_file, grpc_headers, http_headers
 from tritongen.build import build_repository
 from tritongen.canary import CANARY_FILE
@@ -33,27 +32,23 @@ from tritongen.spec import BuildSpec
 
 pytestmark = pytest.mark.e2e
 
-NAME = "ro"
+NAME = "cls"
 CONCURRENCY = 16
 STEADY = 1500  # requests outside the switches: before, between and after them
 TEXTS = [f"request text number {i}, with a few words" for i in range(8)]
 
 
 @pytest.fixture(scope="module")
-def repository(tmp_path_factory):
-    root = tmp_path_factory.mktemp("rollout")
-    repo = root / "model_repository"
-    checkpoint = make_checkpoint("bert", root / "seed0", seed=0)
-    build_repository(BuildSpec(model=str(checkpoint), name=NAME, repository=repo))
-    return repo
+def repository(tmp_path_factory, tiny_factory, builds):
+    # Version 1 is the default tiny classifier build, copied: version 2 is built into this repository.
+    return builds.copy(builds(tiny_factory("bert"), NAME), into=tmp_path_factory.mktemp("rollout") / "model_repository")
 
 
 @pytest.fixture(scope="module")
-def served(repository, tmp_path_factory):
+def served(repository, tiny_factory, tmp_path_factory):
     with ServeProcess(repository, tmp_path_factory.mktemp("serve") / "serve.log") as serve:
-        # Version 2 appears while version 1 serves, as it does in production.
-        checkpoint = make_checkpoint("bert", repository.parent / "seed1", seed=1)
-        build_repository(BuildSpec(model=str(checkpoint), name=NAME, repository=repository))
+        # Version 2 (other weights) appears while version 1 serves, as it does in production.
+        build_repository(BuildSpec(model=str(tiny_factory("bert", seed=1)), name=NAME, repository=repository))
         yield serve
     assert deployment_pids(repository) == []
 
@@ -218,7 +213,7 @@ def test_failed_canary_leaves_the_old_version_serving(served, repository):
         record.write_text(original)
     errors = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, result.stdout + result.stderr
-    assert len(errors) == 1 and "canary of `ro` version 2 failed" in errors[0], result.stderr
+    assert len(errors) == 1 and f"canary of `{NAME}` version 2 failed" in errors[0], result.stderr
     assert "version 1 still serves" in errors[0]
     assert _probabilities(served.grpc_url) == before
     client = httpclient.InferenceServerClient(served.http_url)

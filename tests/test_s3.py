@@ -11,13 +11,12 @@ import urllib.request
 import numpy as np
 import pytest
 
-from tritongen.build import build_repository, step_names
+from tritongen.build import step_names
 from tritongen.client import infer
 from tritongen.configs import served_steps
 from tritongen.errors import RepositoryError
 from tritongen.publish import S3Location, parse_s3_url, publish
 from tritongen.server import free_port, running_server
-from tritongen.spec import BuildSpec
 
 TEXTS = ["I love this movie", "Zoë’s café in São Paulo 🎉", "word " * 300]
 
@@ -66,13 +65,13 @@ def s3_endpoint(tmp_path_factory):
 
 
 @pytest.mark.e2e
-def test_published_repository_serves_from_s3_with_the_local_outputs(tiny_factory, tmp_path, s3_endpoint):
+def test_published_repository_serves_from_s3_with_the_local_outputs(tiny_factory, builds, shared_server, s3_endpoint):
     import boto3
 
     s3 = boto3.client("s3", endpoint_url=s3_endpoint)
     s3.create_bucket(Bucket="models")
-    repo = tmp_path / "repo"
-    build_repository(BuildSpec(model=str(tiny_factory("bert")), name="cls", repository=repo))
+    built = builds(tiny_factory("bert"), "cls")
+    repo = built.repository
     names = step_names("cls")
     folders = [names[step] for step in (*served_steps(repo, "cls"), "ensemble")]
     assert len(folders) == 4
@@ -82,8 +81,7 @@ def test_published_repository_serves_from_s3_with_the_local_outputs(tiny_factory
     assert keys[-1] == "prod/cls/config.pbtxt"
     assert max(i for i, k in enumerate(keys) if k.endswith("model.onnx")) < keys.index("prod/cls_model/config.pbtxt")
     assert not any("__pycache__" in k for k in keys)
-    with running_server(repo) as local:
-        want = infer(TEXTS, name="cls", url=local.grpc_url)
+    want = infer(TEXTS, name="cls", url=shared_server.serve(built).grpc_url)
     with running_server(url) as remote:
         got = infer(TEXTS, name="cls", url=remote.grpc_url)
     for a, b in zip(want, got):

@@ -7,10 +7,8 @@ import sys
 
 import pytest
 
-from tritongen.build import build_repository
 from tritongen.server import running_server
 from tritongen.soak import KINDS, SoakInterval, _classify, _leaks, run_soak
-from tritongen.spec import BuildSpec
 
 
 class _Refused(Exception):
@@ -48,31 +46,31 @@ def test_leaks_flag_growth_over_the_second_half_beyond_both_bounds():
 
 
 @pytest.fixture(scope="module")
-def served(tiny_factory, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("soak") / "repo"
-    build_repository(BuildSpec(model=str(tiny_factory("bert")), name="soaked", repository=repo, fold=False))
+def served(tiny_factory, builds, tmp_path_factory):
+    # Its own server: the leak rule reads the memory of this server's processes alone.
+    repo = builds.repository(builds(tiny_factory("bert"), "cls"), into=tmp_path_factory.mktemp("soak") / "repo")
     with running_server(repo) as server:
         yield server
 
 
 @pytest.mark.e2e
 def test_a_minute_of_mixed_traffic_has_no_errors_and_no_leak(served):
-    report = run_soak("soaked", grpc_port=served.grpc_port, minutes=1.0, concurrency=32, interval_s=15)
+    report = run_soak("cls", grpc_port=served.grpc_port, minutes=1.0, concurrency=32, interval_s=15)
     totals = report.totals
     assert report.errors == {}, report.to_markdown()
     assert totals["ok"] > len(KINDS) and totals["refused"] > 0, report.to_markdown()
     memory = report.intervals[-1].memory_mib
-    assert {"tritonserver", "soaked_tokenizer", "soaked_model", "soaked_postprocess"} <= set(memory), memory
+    assert {"tritonserver", "cls_tokenizer", "cls_model", "cls_postprocess"} <= set(memory), memory
     assert report.leaks == {}, report.to_markdown()
 
 
 @pytest.mark.e2e
 def test_soak_command_writes_its_report(served, tmp_path):
     command = [
-        sys.executable, "-m", "tritongen", "soak", "--name", "soaked", "--minutes", "0.1", "--interval", "3",
+        sys.executable, "-m", "tritongen", "soak", "--name", "cls", "--minutes", "0.1", "--interval", "3",
         "--concurrency", "4", "--grpc-port", str(served.grpc_port), "--output", str(tmp_path),
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert "errors" in result.stdout and (tmp_path / "soaked" / "soak.md").is_file()
-    assert "| interval |" in (tmp_path / "soaked" / "soak.md").read_text()
+    assert "errors" in result.stdout and (tmp_path / "cls" / "soak.md").is_file()
+    assert "| interval |" in (tmp_path / "cls" / "soak.md").read_text()

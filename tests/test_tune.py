@@ -11,20 +11,18 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritongen.bench import BenchOptions, Sweep, run_bench
 from tritongen.bench.perf import write_input_data
 from tritongen.bench.tune import Setting, TuneGrid, TunePlan, thread_parameter, tune
-from tritongen.build import build_repository
 from tritongen.configs import read_config
 from tritongen.errors import BenchError
 from tritongen.server import running_server
-from tritongen.spec import BuildSpec
 
 SMOKE = Sweep(concurrency=(2,), fixed_requests=16)  # proves the harness, not the machine: no stability criterion
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory, tiny_factory):
-    path = tmp_path_factory.mktemp("tune") / "repo"
-    build_repository(BuildSpec(model=str(tiny_factory("bert")), name="clf", repository=path, buckets=(16, 32)))
-    return path
+def repo(tmp_path_factory, tiny_factory, builds):
+    # The same build as tests/test_bench.py's; the sweep reloads configs, so it runs its own server.
+    built = builds(tiny_factory("bert"), "clf", buckets=(16, 32))
+    return builds.repository(built, into=tmp_path_factory.mktemp("tune") / "repo")
 
 
 def test_grid_starts_with_the_built_setting_and_skips_repeats(repo):
