@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import shutil
 from collections.abc import Callable
@@ -50,7 +51,9 @@ class Checkpoints:
 
     def __call__(self, maker: Callable[..., Path], *args: Any, **kwargs: Any) -> Path:
         name = f"{maker.__module__}.{maker.__qualname__}"
-        key = _key(name, args, kwargs)
+        bound = inspect.signature(maker).bind(*args, out_dir=None, **kwargs)
+        bound.apply_defaults()  # `seed=0` given or not: one checkpoint
+        key = _key(name, {k: v for k, v in bound.arguments.items() if k != "out_dir"})
         if key not in self._made:
             slug = "-".join([maker.__name__.strip("_"), *(str(a) for a in args)])[:60]
             out = self.root / f"{slug}-{key}"

@@ -19,17 +19,16 @@ WITHOUT_TOKEN_TYPES = {"distilbert", "roberta", "xlm-roberta", "mpnet", "deberta
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_build_passes_parity_when_tokenizer_declares_no_limit_nor_inputs(arch, tiny_factory, tmp_path):
+def test_build_passes_parity_when_tokenizer_declares_no_limit_nor_inputs(arch, tiny_factory, builds):
     """The tokenizer says nothing (model_max_length 1e30, no model_input_names), as transformers 5 saves it.
 
     The length limit (64 tokens, whatever the position scheme: RoBERTa and MPNet number positions from
     padding_idx + 1) and the inputs (type ids where the model embeds two segments) come from the model, and
-    the parity texts longer than the model run at that limit.
+    the parity texts longer than the model run at that limit. Every architecture's build is checked in the
+    container's ONNX Runtime too.
     """
-    repo = tmp_path / "repo"
-    result = build_repository(
-        BuildSpec(model=str(tiny_factory(arch, declare_limits=False)), name="clf", repository=repo)
-    )
+    built = builds(tiny_factory(arch, declare_limits=False), "clf", container_check=True)
+    repo, result = built.repository, built.result
     assert result.task == "classification"
     assert result.max_length == 64
     assert result.parity.passed
@@ -44,18 +43,17 @@ def test_build_passes_parity_when_tokenizer_declares_no_limit_nor_inputs(arch, t
     assert all(d.dim_param for d in dims), "batch and sequence axes must be dynamic"
     labels = json.loads((repo / "clf_postprocess" / "1" / "labels.json").read_text())
     assert labels == ["negative", "neutral", "positive"]
-    card = (repo / "clf" / "1" / "model_card.md").read_text()
-    assert "Parity against PyTorch: **PASSED**" in card
+    assert "Parity against PyTorch: **PASSED**" in built.card()
+    container = built.record()["container_runtime"]
+    assert container.get("passed") or "no container venv" in container.get("skipped", ""), container
 
 
 @pytest.mark.parametrize("arch", ["bert", "roberta", "xlm-roberta", "mpnet"])
-def test_build_detects_embedding_task_from_sentence_transformers_files(arch, tiny_factory, tmp_path):
-    result = build_repository(
-        BuildSpec(model=str(tiny_factory(arch, "embedding")), name="emb", repository=tmp_path / "repo")
-    )
-    assert result.task == "embedding"
-    assert result.parity.passed
-    config = (tmp_path / "repo" / "emb_postprocess" / "config.pbtxt").read_text()
+def test_build_detects_embedding_task_from_sentence_transformers_files(arch, tiny_factory, builds):
+    built = builds(tiny_factory(arch, "embedding"), f"{arch.replace('-', '_')}_emb")
+    assert built.result.task == "embedding"
+    assert built.result.parity.passed
+    config = (built.repository / f"{built.name}_postprocess" / "config.pbtxt").read_text()
     assert 'key: "normalize"' in config and 'string_value: "true"' in config
 
 
@@ -67,11 +65,10 @@ def test_build_publishes_nothing_when_parity_fails(tiny_factory, tmp_path):
     assert not repo.exists() or not any(repo.iterdir())
 
 
-def test_rebuild_adds_next_version_and_keeps_previous(tiny_factory, tmp_path):
-    repo = tmp_path / "repo"
-    spec = BuildSpec(model=str(tiny_factory("distilbert")), name="clf", repository=repo)
-    assert build_repository(spec).version == 1
-    assert build_repository(spec).version == 2
+def test_rebuild_adds_next_version_and_keeps_previous(tiny_factory, builds, tmp_path):
+    model = tiny_factory("distilbert", declare_limits=False)
+    repo = builds.copy(builds(model, "clf"), into=tmp_path / "repo")  # version 1, as the test above built it
+    assert build_repository(BuildSpec(model=str(model), name="clf", repository=repo)).version == 2
     for model in ("clf", "clf_tokenizer", "clf_model", "clf_postprocess"):
         assert sorted(p.name for p in (repo / model).iterdir()) == ["1", "2", "config.pbtxt"]
     assert (repo / "clf_tokenizer" / "2" / "tokenizer.json").is_file()

@@ -16,7 +16,7 @@ from tritongen.checkpoint import Checkpoint, Pooling
 from tritongen.configs import step_configs
 from tritongen.errors import SpecError
 from tritongen.render import render_all
-from tritongen.spec import BuildSpec, load_spec
+from tritongen.spec import load_spec
 from tritongen.tasks import get_task
 from tritongen.tasks.question_answering import postprocess as qa_postprocess
 from tritongen.tasks.question_answering import tokenizer as qa_tokenizer
@@ -246,16 +246,14 @@ def test_answer_arrays_mark_a_pair_without_any_span():
     assert arrays["SCORE"].dtype == np.float32
 
 
-def test_accuracy_gate_measures_tokens_for_ner_and_spans_for_qa(tmp_path):
+def test_accuracy_gate_measures_tokens_for_ner_and_spans_for_qa(checkpoint_cache, builds):
     from tests.tiny_ner import make_token_classifier
-    from tritongen.build import build_repository
 
-    ner_path = make_token_classifier("bert", tmp_path / "ner", seed=2)
-    ner_result = build_repository(BuildSpec(model=str(ner_path), name="n", repository=tmp_path / "r", precision="fp16"))
+    ner_result = builds(checkpoint_cache(make_token_classifier, "bert", seed=2), "n", precision="fp16").result
     assert ner_result.accuracy.gate == "token_labels"
     assert ner_result.accuracy.label_agreement >= 0.99
-    qa_result = build_repository(BuildSpec(model=str(QA_BERT), name="q", repository=tmp_path / "r", optimize=True))
-    assert qa_result.accuracy.gate == "spans"
-    assert qa_result.accuracy.label_agreement >= 0.99  # fusions keep FP32: the same start and end everywhere
-    card = (tmp_path / "r" / "q" / "1" / "model_card.md").read_text()
+    qa = builds(QA_BERT, "q", optimize=True)
+    assert qa.result.accuracy.gate == "spans"
+    assert qa.result.accuracy.label_agreement >= 0.99  # fusions keep FP32: the same start and end everywhere
+    card = qa.card()
     assert "answer start/end agreement" in card

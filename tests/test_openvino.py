@@ -61,7 +61,7 @@ def test_the_local_backend_batches_as_the_onnxruntime_one():
 def built(tiny_factory, builds):
     model = tiny_factory("bert", "embedding")
     # the container check on: the IR is read, run and gated again in the container's OpenVINO
-    return builds(model, "emb_ov", runtime="openvino", container_check=True), builds(model, "emb_ort")
+    return builds(model, "emb_ov", runtime="openvino", container_check=True), builds(model, "bert_emb")
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +141,6 @@ def test_bf16_that_flips_labels_is_refused_where_the_cpu_computes_it(tiny_factor
 @pytest.mark.e2e
 def test_served_openvino_answers_as_onnx_runtime_within_the_gate(built, shared_server):
     server = shared_server.serve(*built)
-    ov, ort = (infer(TEXTS, name=name, url=server.grpc_url) for name in ("emb_ov", "emb_ort"))
+    ov, ort = (infer(TEXTS, name=name, url=server.grpc_url) for name in ("emb_ov", "bert_emb"))
     for a, b in zip(ov, ort):
         assert _cosine(a["EMBEDDING"], b["EMBEDDING"]) >= 0.999 and a["TRUNCATED"] == b["TRUNCATED"]

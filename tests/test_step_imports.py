@@ -17,9 +17,6 @@ import pytest
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-from tritongen.build import build_repository
-from tritongen.spec import BuildSpec
-
 STEPS_PYTHON = Path(".venv-steps/bin/python").absolute()
 QA_ASSETS = Path(__file__).parent / "assets" / "qa"
 pytestmark = pytest.mark.skipif(not STEPS_PYTHON.is_file(), reason="no steps venv (make compat-venv)")
@@ -49,36 +46,31 @@ print("ok", sorted(k for k in sys.modules if k.split(".")[0] in {"tritongen", "t
 
 
 @pytest.fixture(scope="module")
-def repository(tmp_path_factory):
-    from tests.tiny_checkpoints import make_checkpoint
+def built(tiny_factory, checkpoint_cache, builds):
+    """One build of every task, each as the module that serves it builds it (so none is built for this alone)."""
     from tests.tiny_images import make_image_checkpoint
     from tests.tiny_ner import make_token_classifier
     from tests.tiny_rerankers import make_qwen3_reranker
     from tests.tiny_zeroshot import make_nli_checkpoint
 
-    root = tmp_path_factory.mktemp("steps")
-    sources = {
-        "cls": make_checkpoint("bert", root / "cls", task="classification"),
-        "emb": make_checkpoint("roberta", root / "emb", task="embedding"),
-        "ner": make_token_classifier("bert", root / "ner", seed=1),
-        "qa": QA_ASSETS / "bert",
-        "zeroshot": make_nli_checkpoint("bert", root / "nli"),
-        "rerank": make_qwen3_reranker(root / "rerank"),
-        "vit": make_image_checkpoint("vit", root / "vit"),
-        "clip": make_image_checkpoint("clip", root / "clip"),
+    return {
+        "cls": builds(tiny_factory("bert", "classification"), "cls"),
+        "emb": builds(tiny_factory("roberta", "embedding"), "roberta_emb"),
+        "ner": builds(checkpoint_cache(make_token_classifier, "bert", seed=1), "ner_bert_simple"),
+        "qa": builds(QA_ASSETS / "bert", "qa_bert"),
+        "zeroshot": builds(
+            checkpoint_cache(make_nli_checkpoint, "bert", seed=3), "zs_bert", task="zero-shot-classification"
+        ),
+        "rerank": builds(checkpoint_cache(make_qwen3_reranker), "rr_qwen3", task="reranking"),
+        "vit": builds(checkpoint_cache(make_image_checkpoint, "vit", seed=3), "vit"),
+        "clip": builds(checkpoint_cache(make_image_checkpoint, "clip", seed=3), "clip"),
     }
-    tasks = {"zeroshot": "zero-shot-classification", "rerank": "reranking"}  # asked for by name, not detected
-    repo = root / "repo"
-    for name, path in sources.items():
-        spec = BuildSpec(model=str(path), name=name, repository=repo, fold=False, task=tasks.get(name))
-        build_repository(spec)  # every Python step
-    return repo
 
 
 @pytest.mark.parametrize("name", ["cls", "emb", "ner", "qa", "zeroshot", "rerank", "vit", "clip"])
 @pytest.mark.parametrize("step", ["tokenizer", "postprocess"])
-def test_step_initialises_and_runs_with_only_numpy_tokenizers_and_pillow(repository, tmp_path, name, step):
-    folder = repository / f"{name}_{step}"
+def test_step_initialises_and_runs_with_only_numpy_tokenizers_and_pillow(built, tmp_path, name, step):
+    folder = built[name].repository / f"{built[name].name}_{step}"
     config = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
     args = {
         "model_config": json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True)),
