@@ -298,7 +298,7 @@ def test_gateway_answers_503_when_triton_is_down(tmp_path):
 def test_bench_measures_the_gateway_beside_triton_in_interleaved_rounds(served, tmp_path):
     options = BenchOptions(
         name="embedder", repository=served[1], output=tmp_path, baselines=("gateway",),
-        sweep=Sweep(concurrency=(1, 2), fixed_requests=16), texts=32, peer_rounds=2, peer_seconds=2.0,
+        sweep=Sweep(concurrency=(1, 2), fixed_requests=16), texts=32, peer_rounds=2, peer_seconds=1.0,
     )  # fmt: skip
     report, paths = run_bench(options)
     comparison = report.gateway

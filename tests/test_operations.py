@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import textwrap
 import threading
@@ -267,3 +268,23 @@ def test_find_ensembles_asks_the_server_when_the_repository_is_remote(served, re
     headers = http_headers(SERVED_KEY)
     from_server = find_ensembles("s3://bucket/not-read-here", served.http_url, headers=headers)
     assert from_server == ensembles_of(repository) and [e.name for e in from_server] == [NAME]
+
+
+def test_serve_stops_without_waiting_out_the_grace_period_when_idle_after_a_reload(repository, tmp_path):
+    """SIGTERM with no traffic, after the supervisor reloaded a step: serve stops without draining a connection.
+
+    Triton drains every open HTTP connection before it exits and logs each second of that wait; a keep-alive
+    connection the supervisor's reload left open used to hold an idle server for its whole grace period.
+    """
+    with ServeProcess(repository, tmp_path / "serve.log", grace_period=30) as serve:
+        os.kill(serve.stubs()[f"{NAME}_tokenizer_0_0"].pid, signal.SIGKILL)
+        deadline = time.monotonic() + RECOVERY_BOUND_S
+        while f"reloaded `{NAME}_tokenizer`" not in serve.output():
+            assert time.monotonic() < deadline, serve.output()[-3000:]
+            time.sleep(0.2)
+        serve.process.send_signal(signal.SIGTERM)
+        code = serve.wait(timeout=serve.grace_period + 60)
+    assert code == 0, serve.output()[-3000:]
+    triton_log = Path(re.search(r"\(log: (\S+)\)", serve.output()).group(1))
+    drained = [line for line in triton_log.read_text().splitlines() if "HTTP service connections" in line]
+    assert all("Found 0 HTTP" in line for line in drained), drained

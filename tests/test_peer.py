@@ -66,7 +66,7 @@ def test_asking_infinity_for_a_classifier_is_refused(repo, tmp_path):
 def test_bench_measures_infinity_beside_the_ensemble_in_interleaved_rounds(repo, tmp_path):
     options = BenchOptions(
         name="peer_emb", repository=repo, output=tmp_path, baselines=("infinity",),
-        sweep=Sweep(concurrency=(1, 2), fixed_requests=16), texts=32, peer_rounds=2, peer_seconds=2.0,
+        sweep=Sweep(concurrency=(1, 2), fixed_requests=16), texts=32, peer_rounds=2, peer_seconds=1.0,
     )  # fmt: skip
     report, paths = run_bench(options)
     peer = report.peer

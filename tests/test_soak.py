@@ -54,8 +54,14 @@ def served(tiny_factory, builds, tmp_path_factory):
 
 
 @pytest.mark.e2e
-def test_a_minute_of_mixed_traffic_has_no_errors_and_no_leak(served):
-    report = run_soak("cls", grpc_port=served.grpc_port, minutes=1.0, concurrency=32, interval_s=15)
+def test_twenty_seconds_of_mixed_traffic_have_no_errors_and_no_leak(served):
+    """Every request kind at concurrency 32, sorted and attributed, memory read per process every 5 s.
+
+    Twenty seconds is four intervals: the warm-up one, and a second half of two that the leak rule compares.
+    That proves the harness end to end and that mixed traffic (bad requests included) makes no error; a slow
+    leak needs the operator's `make soak` of minutes, and the leak rule itself is proven on figures above.
+    """
+    report = run_soak("cls", grpc_port=served.grpc_port, minutes=20 / 60, concurrency=32, interval_s=5)
     totals = report.totals
     assert report.errors == {}, report.to_markdown()
     assert totals["ok"] > len(KINDS) and totals["refused"] > 0, report.to_markdown()

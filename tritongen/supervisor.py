@@ -107,12 +107,21 @@ class Supervisor(threading.Thread):
         self._halt.set()
 
     def run(self) -> None:
-        """Poll until stopped; a step that fails is logged and tried again on the next poll."""
-        while not self._halt.wait(self.interval):
-            try:
-                self.check()
-            except Exception as exc:  # never let the watcher die: log and try again
-                self.log(f"supervisor: check failed: {type(exc).__name__}: {exc}")
+        """Poll until stopped; a step that fails is logged and tried again on the next poll.
+
+        The client is closed on the way out: Triton's shutdown waits for every open HTTP connection, so a
+        keep-alive one left by a reload would hold an idle server for its whole grace period.
+        """
+        try:
+            while not self._halt.wait(self.interval):
+                try:
+                    self.check()
+                except Exception as exc:  # never let the watcher die: log and try again
+                    self.log(f"supervisor: check failed: {type(exc).__name__}: {exc}")
+        finally:
+            close = getattr(self.client, "close", None)
+            if callable(close):
+                close()
 
     def check(self) -> list[str]:
         """One poll: reload the models whose stubs died since the last one; return them."""
