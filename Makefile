@@ -47,7 +47,7 @@ BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(
 PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv compat-venv infinity-venv repo serve gateway health rollout rollback infer engine bench soak publish package manifests test lint \
+.PHONY: help venv compat-venv infinity-venv repo serve gateway health rollout rollback infer engine bench soak publish package manifests test check lint \
 	clean
 
 help: ## show this help
@@ -135,6 +135,10 @@ soak: venv ## mixed traffic at a served NAME for MINUTES (default 10) at CONCURR
 
 test: venv compat-venv ## run the test suite (unit and end-to-end against the real server)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+check: venv ## the inner loop: lint, then the tests that build nothing and start no server (under 2 minutes)
+	$(VENV)/bin/ruff check tritongen tests scripts
+	TRITONGEN_FAST_TESTS=1 $(PY) -m pytest -m "not e2e and not build" -q $(PYTEST_ARGS)
 
 lint: venv ## ruff on the sources
 	$(VENV)/bin/ruff check tritongen tests scripts

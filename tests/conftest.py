@@ -19,6 +19,62 @@ def _hermetic_hf_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["HF_HOME"] = str(tmp_path_factory.mktemp("hf_home"))
 
 
+# --- the two loops: `make check` runs the tests marked neither `build` nor `e2e`, and proves they are neither -----
+
+# Asking for one of these makes a checkpoint, a build or a server: such a test is marked `build`.
+BUILD_FIXTURES = frozenset({"builds", "shared_server", "tiny_factory", "checkpoint_cache", "finetuned_checkpoint"})
+FAST_ONLY = os.environ.get("TRITONGEN_FAST_TESTS") == "1"  # set by `make check`
+_heavy_calls: list[str] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if BUILD_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.build)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _refuse_heavy_work_in_the_fast_loop():
+    """Under ``make check``, loading or saving a model, exporting one and starting a server are refused.
+
+    A test that does any of them without its `build` or `e2e` marker fails, so the fast set stays honest.
+    """
+    if not FAST_ONLY:
+        yield
+        return
+    import transformers
+
+    import tests.deployment
+    import tritongen.build
+    import tritongen.export
+    import tritongen.server
+
+    def refuse(what: str):
+        def refused(*args, **kwargs):
+            _heavy_calls.append(what)
+            raise RuntimeError(f"{what} in a test marked neither `build` nor `e2e`")
+
+        return refused
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(refuse("loading a model")))
+        patch.setattr(transformers.PreTrainedModel, "save_pretrained", refuse("saving a model"))
+        for module in (tritongen.export, tritongen.build):
+            patch.setattr(module, "export_onnx", refuse("exporting a model"))
+        patch.setattr(tritongen.server.TritonServer, "command", refuse("starting tritonserver"))
+        patch.setattr(tests.deployment.ServeProcess, "command", refuse("starting `tritongen serve`"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _no_heavy_call():
+    """Fail a fast-loop test that did heavy work, even where it caught the refusal."""
+    _heavy_calls.clear()
+    yield
+    if _heavy_calls:
+        pytest.fail(f"{_heavy_calls[0]}: mark the test `build` (or `e2e`) or make it lighter", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
     from tritongen.checkpoint import bundled_minilm

@@ -83,6 +83,7 @@ def test_build_exits_2_when_task_head_has_no_transformers_auto_class(minilm_copy
     _assert_nothing_written(tmp_path / "r")
 
 
+@pytest.mark.build  # loads the model before refusing
 def test_build_exits_2_when_weights_do_not_fill_the_model(minilm_copy, tmp_path, capsys):
     # GPT-2 is known and has a bare model, but a BERT's weights leave every GPT-2 weight at random.
     _edit_config(minilm_copy, model_type="gpt2", architectures=["GPT2Model"])
@@ -133,6 +134,7 @@ def test_build_exits_2_when_task_asked_of_bare_encoder(minilm_copy, tmp_path, ca
     _assert_nothing_written(tmp_path / "r")
 
 
+@pytest.mark.build  # loads the model before refusing
 def test_build_exits_2_when_qa_window_settings_invalid(tmp_path, capsys):
     qa_bert = Path(__file__).parent / "assets" / "qa" / "bert"
     code, message = _run(
@@ -143,6 +145,7 @@ def test_build_exits_2_when_qa_window_settings_invalid(tmp_path, capsys):
     _assert_nothing_written(tmp_path / "r")
 
 
+@pytest.mark.build  # loads the model before refusing
 @pytest.mark.parametrize(
     ("options", "expected"),
     [

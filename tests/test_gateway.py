@@ -311,6 +311,7 @@ def test_bench_measures_the_gateway_beside_triton_in_interleaved_rounds(served, 
     assert "## (e) the OpenAI/TEI gateway in front of `embedder`" in paths["summary"].read_text()
 
 
+@pytest.mark.e2e
 def test_bench_refuses_the_gateway_baseline_when_ensemble_is_no_embedder(served, tmp_path):
     options = BenchOptions(name="classifier", repository=served[1], output=tmp_path, baselines=("gateway",))
     with pytest.raises(BenchError, match="baseline gateway: `classifier` is a classification ensemble"):

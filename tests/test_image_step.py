@@ -27,6 +27,7 @@ def processors(tmp_path_factory):
     }
 
 
+@pytest.mark.build  # makes the tiny image checkpoints
 @pytest.mark.parametrize("arch", ["vit", "clip", "siglip"])
 def test_image_encoder_equals_slow_processor_when_images_vary(processors, arch):
     processor = processors[arch]
@@ -38,6 +39,7 @@ def test_image_encoder_equals_slow_processor_when_images_vary(processors, arch):
         np.testing.assert_array_equal(pixels, expected["pixel_values"][0], err_msg=name)
 
 
+@pytest.mark.build  # makes the tiny image checkpoints
 def test_image_settings_survive_config_parameters_when_round_tripped(processors):
     for processor in processors.values():
         settings = image_settings(processor)

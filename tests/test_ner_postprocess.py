@@ -25,6 +25,8 @@ from transformers import AutoTokenizer, pipeline
 
 from tritongen.triton_models.ner import STRATEGIES, TokenVocab, aggregate, aggregate_batch, encode_tokens
 
+pytestmark = pytest.mark.build  # the tests make or load tiny models
+
 try:  # `python -m pytest` from the repository root (or importlib import mode)
     from tests.tiny_ner import NER_LABELS, make_token_classifier
 except ImportError:  # pytest's default "prepend" import mode puts tests/ itself on sys.path

@@ -22,6 +22,8 @@ from tokenizers import Tokenizer
 from tritongen.model_facts import model_inputs
 from tritongen.triton_models import qa
 
+pytestmark = pytest.mark.build  # the tests make or load tiny models
+
 ASSETS = Path(__file__).parent / "assets" / "qa"
 GOLDEN = json.loads((ASSETS / "golden.json").read_text(encoding="utf-8"))
 ARCHS = sorted(GOLDEN["checkpoints"])

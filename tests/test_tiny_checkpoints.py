@@ -19,6 +19,8 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
+pytestmark = pytest.mark.build  # the tests make or load tiny models
+
 try:  # `python -m pytest` from the repository root (or importlib import mode)
     from tests.tiny_checkpoints import _KINDS, ARCHITECTURES, _train_tokenizer, label_names, make_checkpoint
 except ImportError:  # pytest's default "prepend" import mode puts tests/ itself on sys.path
