@@ -15,6 +15,9 @@ A test asks for what it needs and gets what an earlier test already made where i
   built, ...)`` links the builds into its repository and loads them through the repository API. Modules
   that change server state (stubs killed, configs reloaded, versions rolled out, a soak's memory rule)
   start their own.
+
+Under pytest-xdist the two caches are shared by the workers: each entry is made by one process under a file
+lock and read by the others (a build's result travels as a pickle beside its folder).
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ import dataclasses
 import hashlib
 import inspect
 import json
+import pickle
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 __all__ = ["Builds", "Built", "Checkpoints", "SharedServer"]
 
@@ -36,6 +42,20 @@ def _key(*parts: Any) -> str:
     """A short stable digest of JSON-able parts (paths and tuples as strings and lists)."""
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def _once(folder: Path, make: Callable[[Path], Any]) -> Any:
+    """``make(folder)`` once across the session's processes; its value is pickled beside the folder for the rest.
+
+    A folder left half-made by a process that died is made again.
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    done = folder.with_name(folder.name + ".done")
+    with FileLock(str(folder.with_name(folder.name + ".lock"))):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            done.write_bytes(pickle.dumps(make(folder)))
+    return pickle.loads(done.read_bytes())
 
 
 class Checkpoints:
@@ -56,8 +76,7 @@ class Checkpoints:
         key = _key(name, {k: v for k, v in bound.arguments.items() if k != "out_dir"})
         if key not in self._made:
             slug = "-".join([maker.__name__.strip("_"), *(str(a) for a in args)])[:60]
-            out = self.root / f"{slug}-{key}"
-            self._made[key] = Path(maker(*args, out_dir=out, **kwargs))
+            self._made[key] = _once(self.root / f"{slug}-{key}", lambda out: Path(maker(*args, out_dir=out, **kwargs)))
         return self._made[key]
 
 
@@ -99,7 +118,6 @@ class Builds:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._built: dict[str, Built] = {}
-        self.count = 0  # builds actually run, for the session's summary
 
     def __call__(self, model: Path | str, name: str, *, versions: int = 1, **settings: Any) -> Built:
         """The ensemble ``name`` of ``model`` built with ``settings`` (``versions`` times: versions 1..N).
@@ -115,14 +133,21 @@ class Builds:
         key = _key(described, versions)
         cached = self._built.get(key)
         if cached is None or (spec.container_check and not cached.checked):
-            from tritongen.build import build_repository
+            checked = self.root / f"{name}-{key}-checked"
+            if not spec.container_check and checked.with_name(checked.name + ".done").exists():
+                repository, spec = checked, spec.replace(container_check=True)  # another process checked it
+            else:
+                repository = self.root / f"{name}-{key}{'-checked' if spec.container_check else ''}"
 
-            repository = self.root / f"{name}-{key}{'-checked' if spec.container_check else ''}"
-            result = None
-            for _ in range(versions):
-                result = build_repository(spec.replace(repository=repository))
-                self.count += 1
-            self._built[key] = Built(name, repository, result, key, spec.container_check)
+            def build(folder: Path) -> Any:
+                from tritongen.build import build_repository
+
+                result = None
+                for _ in range(versions):
+                    result = build_repository(spec.replace(repository=folder))
+                return result
+
+            self._built[key] = Built(name, repository, _once(repository, build), key, spec.container_check)
         return self._built[key]
 
     def repository(self, *built: Built, into: Path) -> Path:

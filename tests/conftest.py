@@ -85,12 +85,20 @@ def minilm_path() -> Path:
     return path
 
 
+def _shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's cache folder, one for all pytest-xdist workers (their base folders share a parent)."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "cache"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 @pytest.fixture(scope="session")
 def checkpoint_cache(tmp_path_factory: pytest.TempPathFactory):
     """Every checkpoint a test makes, made once per session: ``checkpoint_cache(maker, *args, **kwargs)``."""
     from tests.builds import Checkpoints
 
-    return Checkpoints(tmp_path_factory.mktemp("checkpoints"))
+    return Checkpoints(_shared_root(tmp_path_factory) / "checkpoints")
 
 
 @pytest.fixture(scope="session")
@@ -109,7 +117,7 @@ def builds(tmp_path_factory: pytest.TempPathFactory):
     """Every build a test asks for, made once per session: ``builds(model, name, **settings)``."""
     from tests.builds import Builds
 
-    return Builds(tmp_path_factory.mktemp("builds"))
+    return Builds(_shared_root(tmp_path_factory) / "builds")
 
 
 @pytest.fixture(scope="session")

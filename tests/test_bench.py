@@ -40,7 +40,9 @@ def test_bench_smoke_runs_perf_analyzer_and_writes_report(tmp_path, tiny_factory
     assert steps["clf_model"].success_count > 0
     (budget,) = [b for b in report.budgets(1) if b.config == "ensemble"]
     assert [model for model, _, _ in budget.steps] == ["clf_tokenizer", "clf_model", "clf_postprocess"]  # in order
-    assert 0 < budget.server_ms < budget.client_ms and all(compute > 0 for _, _, compute in budget.steps)
+    # server_ms and client_ms count different requests (the statistics API sees perf_analyzer's warm-up too), so
+    # neither bounds the other on a busy machine: each is only known to be positive.
+    assert budget.server_ms > 0 and budget.client_ms > 0 and all(compute > 0 for _, _, compute in budget.steps)
     assert sum(ms for _, ms in budget.rows()) == pytest.approx(budget.client_ms)
     assert "## Latency budget of Triton ensemble (dynamic batching) at concurrency 1" in paths["summary"].read_text()
     with open(paths["csv"]) as handle:
