@@ -22,20 +22,21 @@ lock and read by the others (a build's result travels as a pickle beside its fol
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import inspect
 import json
 import pickle
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 
-__all__ = ["Builds", "Built", "Checkpoints", "SharedServer"]
+__all__ = ["Builds", "Built", "Checkpoints", "SharedServer", "memoized_exports"]
 
 
 def _key(*parts: Any) -> str:
@@ -220,3 +221,53 @@ class SharedServer:
             self._context.__exit__(None, None, None)
             self._server = None
 
+
+
+@contextlib.contextmanager
+def memoized_exports(root: Path) -> Iterator[None]:
+    """Export each distinct model once per session: builds of one checkpoint with other serving settings reuse it.
+
+    An export is keyed by everything it is made from: the checkpoint, the task bound to it, the row length and
+    inputs, the exported module's class, the output name, the dynamic axes and the sample's own bytes. The
+    ONNX export itself (and its capability check at a second shape) is proven by every first build of a
+    checkpoint, tests/test_build.py's for every architecture.
+    """
+    import numpy as np
+
+    import tritongen.build
+
+    real_stage, real_export = tritongen.build.export, tritongen.build.export_onnx
+    building: dict[str, str] = {}
+
+    def stage(plan: Any, work: Any, console: Any) -> Any:
+        building["key"] = _key(
+            str(plan.spec.model), plan.task.name, plan.max_length, list(plan.inputs), plan.spec.trust_remote_code,
+            type(plan.module).__qualname__,
+        )  # fmt: skip
+        try:
+            return real_stage(plan, work, console)
+        finally:
+            building.pop("key", None)
+
+    def export(module: Any, sample: Any, output_name: str, path: Path, *, axes: Any = None) -> None:
+        if "key" not in building:
+            return real_export(module, sample, output_name, path, axes=axes)
+        digest = hashlib.sha1()
+        for name, array in sample.items():
+            array = np.ascontiguousarray(array)
+            digest.update(f"{name}{array.dtype}{array.shape}".encode() + array.tobytes())
+        key = _key(building["key"], output_name, axes, digest.hexdigest())
+
+        def make(folder: Path) -> Path:
+            folder.mkdir(parents=True)
+            real_export(module, sample, output_name, folder / "model.onnx", axes=axes)
+            return folder / "model.onnx"
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_once(root / key, make), path)
+
+    tritongen.build.export, tritongen.build.export_onnx = stage, export
+    try:
+        yield
+    finally:
+        tritongen.build.export, tritongen.build.export_onnx = real_stage, real_export

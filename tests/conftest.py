@@ -22,7 +22,9 @@ def _hermetic_hf_home(tmp_path_factory: pytest.TempPathFactory) -> None:
 # --- the two loops: `make check` runs the tests marked neither `build` nor `e2e`, and proves they are neither -----
 
 # Asking for one of these makes a checkpoint, a build or a server: such a test is marked `build`.
-BUILD_FIXTURES = frozenset({"builds", "shared_server", "tiny_factory", "checkpoint_cache", "finetuned_checkpoint"})
+BUILD_FIXTURES = frozenset(
+    {"builds", "shared_server", "tiny_factory", "checkpoint_cache", "finetuned_checkpoint", "minilm_variant"}
+)
 FAST_ONLY = os.environ.get("TRITONGEN_FAST_TESTS") == "1"  # set by `make check`
 _heavy_calls: list[str] = []
 
@@ -93,6 +95,18 @@ def _shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _exports_once(tmp_path_factory: pytest.TempPathFactory):
+    """Every distinct ONNX export is made once per session (``tests.builds.memoized_exports``)."""
+    from tests.builds import memoized_exports
+
+    if FAST_ONLY:  # `make check` exports nothing
+        yield
+        return
+    with memoized_exports(_shared_root(tmp_path_factory) / "exports"):
+        yield
+
+
 @pytest.fixture(scope="session")
 def checkpoint_cache(tmp_path_factory: pytest.TempPathFactory):
     """Every checkpoint a test makes, made once per session: ``checkpoint_cache(maker, *args, **kwargs)``."""
@@ -130,6 +144,53 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def gate_texts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``validation`` and ``calibration`` build settings: the first 150 built-in validation texts, the built-in sample.
+
+    Half the built-in validation set halves the gate's cost in every gated test build (and on every INT8
+    candidate) and still allows at most one flipped label in 150 (the >= 99% agreement rule) and every cosine
+    floor, so what passes is as good as before. The calibration file is the built-in sample itself, given
+    because a validation file alone would calibrate on every 4th of its texts.
+    """
+    from tritongen.accuracy import default_texts
+
+    root = _shared_root(tmp_path_factory) / "gate-texts"
+    root.mkdir(exist_ok=True)
+    files = {"validation": root / "validation.txt", "calibration": root / "calibration.txt"}
+    for name, texts in (("validation", default_texts("validation")[:GATE_TEXTS]), ("calibration", None)):
+        texts = texts if texts is not None else default_texts("calibration")
+        files[name].write_text("\n".join(texts), encoding="utf-8")
+    return files
+
+
+GATE_TEXTS = 150
+
+# The all-MiniLM-L6-v2 builds the precision, container-runtime, e2e and OpenVINO tests share (gated ones on
+# `gate_texts`): the default FP32 build and every variant a build can emit.
+MINILM_VARIANTS = {
+    "emb": {},
+    "fp32_opt": {"optimize": True, "buckets": (32, 128)},
+    "fp16": {"precision": "fp16", "buckets": (32, 128)},
+    "int8": {
+        "precision": "int8", "quantization": "dynamic", "optimize": True, "int8_curve": False, "buckets": (32, 128)
+    },
+    "int8_static": {"precision": "int8", "quantization": "static", "int8_curve": False, "buckets": (32, 128)},
+}
+
+
+@pytest.fixture(scope="session")
+def minilm_variant(builds, minilm_path, gate_texts):
+    """``minilm_variant(name, container_check=False)``: one of :data:`MINILM_VARIANTS`, built once."""
+
+    def get(name: str, *, container_check: bool = False):
+        settings = MINILM_VARIANTS[name]
+        gated = {k: str(v) for k, v in gate_texts.items()} if settings else {}
+        return builds(minilm_path, name, container_check=container_check, **settings, **gated)
+
+    return get
 
 
 @pytest.fixture(scope="session")

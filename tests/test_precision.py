@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
 
+from tests.conftest import GATE_TEXTS
 from tritongen.accuracy import measure_accuracy, require_accuracy
 from tritongen.build import build_repository
 from tritongen.cli import main
@@ -20,26 +20,15 @@ from tritongen.spec import BuildSpec
 from tritongen.tasks import get_task
 from tritongen.triton_models.tokenizer import TextEncoder
 
-# The real all-MiniLM-L6-v2 (the embedding gate: cosine mean >= 0.99, min >= 0.98). INT8 searches the schemes;
-# its trade-off curve (more candidates, for the model card only) is left to the fine-tuned classifier's test.
-# tests/test_compat.py checks the same fp32_opt and fp16 builds in the container's ONNX Runtime (one build each).
-VARIANTS = {
-    "int8": {"precision": "int8", "optimize": True},
-    "fp32_opt": {"optimize": True},
-    "fp16": {"precision": "fp16"},
-}
-BUCKETS = (32, 128)
+# The real all-MiniLM-L6-v2 (the embedding gate: cosine mean >= 0.99, min >= 0.98), built as conftest's
+# MINILM_VARIANTS (tests/test_compat.py checks the same builds in the container's ONNX Runtime). INT8 searches
+# the dynamic scheme's levers; both schemes and the trade-off curve are the fine-tuned classifier's test below.
+VARIANTS = ("int8", "fp32_opt", "fp16")
 
 
 @pytest.fixture(scope="module")
-def variants(builds, minilm_path, tmp_path_factory):
-    import tritongen.int8_search
-
-    built = {}
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tritongen.int8_search, "CURVE_FLOAT_COUNTS", ())
-        for name, changes in VARIANTS.items():
-            built[name] = builds(minilm_path, name, buckets=BUCKETS, **changes)
+def variants(minilm_variant, builds, tmp_path_factory):
+    built = {name: minilm_variant(name) for name in VARIANTS}
     repo = builds.repository(*built.values(), into=tmp_path_factory.mktemp("precision") / "repo")
     return repo, {name: one.result for name, one in built.items()}, built
 
@@ -130,25 +119,6 @@ def test_variants_serve_through_real_server_within_gate(variants, minilm_path, s
         assert cosine.min() >= 0.98, f"{name}: min cosine {cosine.min():.4f}"
 
 
-@pytest.fixture(scope="module")
-def gate_texts(tmp_path_factory) -> dict[str, Path]:
-    """The first 150 built-in validation texts and the built-in calibration sample, as files.
-
-    Half the built-in validation set halves the gate's cost on every INT8 candidate and still allows no more
-    than one flipped label in 150 (the >= 99% agreement rule), so a candidate that passes is as good as before.
-    """
-    from tritongen.accuracy import default_texts
-
-    root = tmp_path_factory.mktemp("gate-texts")
-    files = {"validation": root / "validation.txt", "calibration": root / "calibration.txt"}
-    files["validation"].write_text("\n".join(default_texts("validation")[:FINETUNED_GATE_TEXTS]), encoding="utf-8")
-    files["calibration"].write_text("\n".join(default_texts("calibration")), encoding="utf-8")
-    return files
-
-
-FINETUNED_GATE_TEXTS = 150
-
-
 def test_int8_search_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkpoint, gate_texts, tmp_path):
     """A MiniLM fine-tuned end to end, where int8 loses labels more easily than FP16.
 
@@ -159,7 +129,7 @@ def test_int8_search_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkp
     repo = tmp_path / "repo"
     spec = BuildSpec(model=str(finetuned_checkpoint), name="s8", repository=repo, precision="int8", **gate_texts)
     result = build_repository(spec)
-    assert result.accuracy.gate == "labels" and result.accuracy.texts == FINETUNED_GATE_TEXTS
+    assert result.accuracy.gate == "labels" and result.accuracy.texts == GATE_TEXTS
     assert result.accuracy.label_agreement >= 0.99
     record = _assert_search_recorded(repo, "s8", result)
     search = result.int8_search
@@ -170,7 +140,7 @@ def test_int8_search_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkp
     card = (repo / "s8" / "1" / "model_card.md").read_text()
     assert "Most sensitive weight MatMuls, each quantised alone" in card
     for trial in record["trials"]:  # the figures each candidate was judged by
-        assert trial["accuracy"]["texts"] == FINETUNED_GATE_TEXTS and trial["speedup"]["8"] > 0
+        assert trial["accuracy"]["texts"] == GATE_TEXTS and trial["speedup"]["8"] > 0
 
 
 def test_fp16_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkpoint, gate_texts, tmp_path, capsys):
