@@ -1,4 +1,4 @@
-"""The soak: outcome sorting, stub attribution and the leak rule alone; then a one-minute soak of a real server."""
+"""The soak: outcome sorting, stub attribution and the leak rule alone; then a 20-second soak of a real server."""
 
 from __future__ import annotations
 
