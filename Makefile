@@ -26,6 +26,7 @@ HEALTH_PORT ?= 8003
 GATEWAY_PORT ?= 8080
 GRACE_PERIOD ?= 20
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 BENCH_ARGS ?=
 PRECISION ?=
 OPTIMIZE ?=
@@ -133,8 +134,8 @@ manifests: venv ## Kubernetes/KServe YAML reading S3: make manifests NAME=... TO
 soak: venv ## mixed traffic at a served NAME for MINUTES (default 10) at CONCURRENCY (32); report in soak_results/NAME
 	$(PY) -m tritongen soak --name "$(NAME)" --minutes $(MINUTES) --concurrency $(CONCURRENCY) $(PORT_ARGS)
 
-test: venv compat-venv ## run the test suite (unit and end-to-end against the real server)
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: venv compat-venv ## run the test suite (unit and end-to-end against the real server); TEST_WORKERS=0 runs it in one process
+	$(PY) -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 check: venv ## the inner loop: lint, then the tests that build nothing and start no server (under 2 minutes)
 	$(VENV)/bin/ruff check tritongen tests scripts

@@ -13,6 +13,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# Under pytest-xdist (`make test` runs two workers), each worker's own thread pools get its share of the cores,
+# so that two workers do not fight over them (set before torch is imported, which reads them once).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _share = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_variable, _share)
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _hermetic_hf_home(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -29,10 +37,26 @@ FAST_ONLY = os.environ.get("TRITONGEN_FAST_TESTS") == "1"  # set by `make check`
 _heavy_calls: list[str] = []
 
 
+# With two workers, the modules that share the MiniLM variants run on one (the other would wait on their lock),
+# and the longest groups start first, so that neither worker is left alone with a long module at the end.
+_MINILM_MODULES = {"test_precision", "test_compat", "test_openvino", "test_e2e"}
+_LONGEST_FIRST = ("minilm", "test_peer", "test_gateway", "test_operations", "test_ner_qa_e2e", "test_build")
+
+
+def _group(item: pytest.Item) -> str:
+    module = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else item.nodeid
+    return "minilm" if module in _MINILM_MODULES else module
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if BUILD_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.build)
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
+        rank = {group: i for i, group in enumerate(_LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: module order kept within
 
 
 @pytest.fixture(autouse=True, scope="session")
