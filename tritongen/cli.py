@@ -175,13 +175,14 @@ def _gateway(args: argparse.Namespace) -> None:
     from tritongen.gateway import GatewayOptions, read_api_key, run_gateway
     from tritongen.server import REMOTE_SCHEMES
 
-    local = not str(args.repository).startswith(REMOTE_SCHEMES)
+    remote = str(args.repository).startswith(REMOTE_SCHEMES)
     options = GatewayOptions(
         triton_url=args.triton_url or f"{args.host}:{args.grpc_port}",
-        repository=Path(args.repository) if local else None,
+        repository=args.repository if remote else Path(args.repository),
         model=args.model,
         api_key=read_api_key(args.api_key_file),
         timeout_s=args.timeout,
+        admin_key_file=args.admin_key_file,
     )
     run_gateway(options, host=args.listen, port=args.port)
 
@@ -471,7 +472,8 @@ def _parser() -> argparse.ArgumentParser:
     gateway.add_argument(
         "--repository",
         default="model_repository",
-        help="the served folder, read for tokenizers and labels (an s3:// URL: token counts 0, no /tokenize)",
+        help="the served folder, read for its ensembles, tokenizers and labels (an s3:// URL or a folder not on "
+        "this machine: the ensembles are listed with the admin key, token counts 0, no /tokenize)",
     )
     gateway.add_argument("--port", type=int, default=8080, help="the gateway's HTTP port")
     gateway.add_argument("--listen", default="127.0.0.1", help="the address the gateway listens on")
@@ -482,6 +484,12 @@ def _parser() -> argparse.ArgumentParser:
         "--api-key-file",
         type=Path,
         help="file holding the API key clients must send (default: $TRITONGEN_GATEWAY_KEY; none: open)",
+    )
+    gateway.add_argument(
+        "--admin-key-file",
+        type=Path,
+        help="serve's admin key, to list the served ensembles where --repository is no folder here "
+        "(default: $TRITONGEN_ADMIN_KEY, else the file serve writes beside the repository)",
     )
     add_server_options(gateway)
     gateway.set_defaults(func=_gateway)
