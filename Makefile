@@ -39,6 +39,7 @@ CONCURRENCY ?= 32
 OUT ?=
 FORCE ?=
 VERSION ?=
+GATEWAY ?=
 
 BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(TASK),--task "$(TASK)") \
 	$(if $(SPEC),--spec "$(SPEC)") $(if $(PRECISION),--precision $(PRECISION)) \
@@ -128,12 +129,13 @@ bench: venv ## benchmark NAME with perf_analyzer against the baselines
 publish: venv ## upload NAME's model folders from REPO to an S3 repository: make publish NAME=... TO=s3://bucket/prefix
 	$(PY) -m tritongen publish --name "$(NAME)" --repository "$(REPO)" --to "$(TO)"
 
-package: venv ## deploy folder (Dockerfile, compose, Prometheus, Grafana): make package NAME=... [OUT=dir] [FORCE=1]
-	$(PY) -m tritongen package "$(NAME)" --repository "$(REPO)" $(if $(OUT),--output "$(OUT)") $(if $(filter 1,$(FORCE)),--force)
+package: venv ## deploy folder (Dockerfile, compose, Prometheus, Grafana): make package NAME=... [OUT=dir] [FORCE=1] [GATEWAY=1]
+	$(PY) -m tritongen package "$(NAME)" --repository "$(REPO)" $(if $(OUT),--output "$(OUT)") $(if $(filter 1,$(FORCE)),--force) \
+		$(if $(filter 1,$(GATEWAY)),--gateway)
 
-manifests: venv ## Kubernetes/KServe YAML reading S3: make manifests NAME=... TO=s3://bucket/prefix [OUT=dir] [FORCE=1]
+manifests: venv ## Kubernetes/KServe YAML reading S3: make manifests NAME=... TO=s3://bucket/prefix [OUT=dir] [FORCE=1] [GATEWAY=1]
 	$(PY) -m tritongen manifests "$(NAME)" --to "$(TO)" --repository "$(REPO)" $(if $(OUT),--output "$(OUT)") \
-		$(if $(filter 1,$(FORCE)),--force)
+		$(if $(filter 1,$(FORCE)),--force) $(if $(filter 1,$(GATEWAY)),--gateway)
 
 soak: venv ## mixed traffic at a served NAME for MINUTES (default 10) at CONCURRENCY (32); report in soak_results/NAME
 	$(PY) -m tritongen soak --name "$(NAME)" --minutes $(MINUTES) --concurrency $(CONCURRENCY) $(PORT_ARGS)
