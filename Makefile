@@ -24,6 +24,7 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 HEALTH_PORT ?= 8003
 GATEWAY_PORT ?= 8080
+ADMIN_KEY_FILE ?=
 GRACE_PERIOD ?= 20
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
@@ -39,6 +40,7 @@ CONCURRENCY ?= 32
 OUT ?=
 FORCE ?=
 VERSION ?=
+GATEWAY ?=
 
 BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(TASK),--task "$(TASK)") \
 	$(if $(SPEC),--spec "$(SPEC)") $(if $(PRECISION),--precision $(PRECISION)) \
@@ -46,6 +48,8 @@ BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(
 	$(if $(CALIBRATION),--calibration "$(CALIBRATION)") $(if $(VALIDATION),--validation "$(VALIDATION)") \
 	$(if $(RUNTIME),--runtime $(RUNTIME)) $(EXTRA_ARGS)
 PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+# Unset: $$TRITONGEN_ADMIN_KEY, else the file serve writes beside REPO (.<repo name>.admin-key).
+ADMIN_KEY_ARGS := $(if $(ADMIN_KEY_FILE),--admin-key-file "$(ADMIN_KEY_FILE)")
 
 .DEFAULT_GOAL := help
 .PHONY: help venv compat-venv infinity-venv repo serve gateway health rollout rollback infer engine bench soak publish package manifests test check lint \
@@ -97,19 +101,21 @@ repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISI
 	$(PY) -m tritongen build $(BUILD_ARGS)
 
 serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1), supervised; /healthz on HEALTH_PORT
-	$(PY) -m tritongen serve --repository "$(REPO)" $(PORT_ARGS) --health-port $(HEALTH_PORT) --grace-period $(GRACE_PERIOD)
+	$(PY) -m tritongen serve --repository "$(REPO)" $(PORT_ARGS) --health-port $(HEALTH_PORT) --grace-period $(GRACE_PERIOD) \
+		$(ADMIN_KEY_ARGS)
 
-gateway: venv ## OpenAI/TEI API gateway on GATEWAY_PORT (8080) to the ensembles served on GRPC_PORT (API key: env TRITONGEN_GATEWAY_KEY)
-	$(PY) -m tritongen gateway --repository "$(REPO)" $(PORT_ARGS) --port $(GATEWAY_PORT)
+gateway: venv ## OpenAI/TEI API gateway on GATEWAY_PORT (8080) in front of `make serve` (API key: env TRITONGEN_GATEWAY_KEY) [ADMIN_KEY_FILE=]
+	$(PY) -m tritongen gateway --repository "$(REPO)" $(PORT_ARGS) --port $(GATEWAY_PORT) $(ADMIN_KEY_ARGS)
 
 health: venv ## deep readiness of the served REPO: one real inference per ensemble, exit 0 or 1 (ports as for serve)
 	$(PY) -m tritongen health --repository "$(REPO)" $(PORT_ARGS)
 
 rollout: venv ## serve NAME's newest build (or VERSION=N) under traffic after a canary; exit 2 if refused (ports as for serve)
-	$(PY) -m tritongen rollout --name "$(NAME)" --repository "$(REPO)" $(if $(VERSION),--version $(VERSION)) $(PORT_ARGS)
+	$(PY) -m tritongen rollout --name "$(NAME)" --repository "$(REPO)" $(if $(VERSION),--version $(VERSION)) $(PORT_ARGS) \
+		$(ADMIN_KEY_ARGS)
 
 rollback: venv ## return NAME to the version built before the serving one, the same way (ports as for serve)
-	$(PY) -m tritongen rollback --name "$(NAME)" --repository "$(REPO)" $(PORT_ARGS)
+	$(PY) -m tritongen rollback --name "$(NAME)" --repository "$(REPO)" $(PORT_ARGS) $(ADMIN_KEY_ARGS)
 
 infer: venv ## query a served ensemble: make infer NAME=name TEXT="..." (QA: QUESTION="..." CONTEXT="...") [PROTOCOL=]
 	$(PY) -m tritongen infer --name "$(NAME)" $(if $(QUESTION),--question "$(QUESTION)" --context "$(CONTEXT)",--text "$(TEXT)") \
@@ -124,12 +130,13 @@ bench: venv ## benchmark NAME with perf_analyzer against the baselines
 publish: venv ## upload NAME's model folders from REPO to an S3 repository: make publish NAME=... TO=s3://bucket/prefix
 	$(PY) -m tritongen publish --name "$(NAME)" --repository "$(REPO)" --to "$(TO)"
 
-package: venv ## deploy folder (Dockerfile, compose, Prometheus, Grafana): make package NAME=... [OUT=dir] [FORCE=1]
-	$(PY) -m tritongen package "$(NAME)" --repository "$(REPO)" $(if $(OUT),--output "$(OUT)") $(if $(filter 1,$(FORCE)),--force)
+package: venv ## deploy folder (Dockerfile, compose, Prometheus, Grafana): make package NAME=... [OUT=dir] [FORCE=1] [GATEWAY=1]
+	$(PY) -m tritongen package "$(NAME)" --repository "$(REPO)" $(if $(OUT),--output "$(OUT)") $(if $(filter 1,$(FORCE)),--force) \
+		$(if $(filter 1,$(GATEWAY)),--gateway)
 
-manifests: venv ## Kubernetes/KServe YAML reading S3: make manifests NAME=... TO=s3://bucket/prefix [OUT=dir] [FORCE=1]
+manifests: venv ## Kubernetes/KServe YAML reading S3: make manifests NAME=... TO=s3://bucket/prefix [OUT=dir] [FORCE=1] [GATEWAY=1]
 	$(PY) -m tritongen manifests "$(NAME)" --to "$(TO)" --repository "$(REPO)" $(if $(OUT),--output "$(OUT)") \
-		$(if $(filter 1,$(FORCE)),--force)
+		$(if $(filter 1,$(FORCE)),--force) $(if $(filter 1,$(GATEWAY)),--gateway)
 
 soak: venv ## mixed traffic at a served NAME for MINUTES (default 10) at CONCURRENCY (32); report in soak_results/NAME
 	$(PY) -m tritongen soak --name "$(NAME)" --minutes $(MINUTES) --concurrency $(CONCURRENCY) $(PORT_ARGS)

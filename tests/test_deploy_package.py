@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,10 +16,12 @@ import yaml
 from tritongen.cli import main
 from tritongen.deploy import TritonArgs, dashboard_queries, probe, write_package
 from tritongen.deploy.dashboard import DATASOURCE_UID, GPU_METRICS
+from tritongen.deploy.gateway import GATEWAY_PACKAGES, GATEWAY_PORT, run_command
 from tritongen.deploy.package import BASE_IMAGE, PROBE_PATH
 from tritongen.errors import DeployError
 
 LOCK = Path(__file__).resolve().parents[1] / "requirements.lock"
+SOURCE = Path(__file__).resolve().parents[1] / "tritongen"
 STEPS = ("demo", "demo_tokenizer", "demo_model", "demo_postprocess")
 
 
@@ -146,3 +152,97 @@ def test_package_cli_exits_2_when_output_exists(repo, tmp_path, capsys):
     assert main(["package", "demo", "--repository", str(repo), "--output", str(out)]) == 2
     assert "already exists" in capsys.readouterr().err
     assert main(["package", "demo", "--repository", str(repo), "--output", str(out), "--force"]) == 0
+
+
+# -- the optional OpenAI/TEI gateway ------------------------------------------------------------------------------
+
+
+def test_package_adds_the_gateway_image_and_service_only_when_asked(repo, tmp_path):
+    plain = write_package("demo", repo, tmp_path / "plain")
+    assert "gateway" not in yaml.safe_load((plain / "compose.yaml").read_text())["services"]
+    assert not (plain / "gateway").exists()
+    args = TritonArgs(grpc_port=9001)
+    out = write_package("demo", repo, tmp_path / "pkg", args=args, image="registry.example/demo:1", gateway=True)
+    service = yaml.safe_load((out / "compose.yaml").read_text())["services"]["gateway"]
+    assert service["build"] == "./gateway" and service["image"] == "registry.example/demo-gateway:1"
+    assert service["command"] == ["--triton-url", "triton:9001"]
+    assert service["depends_on"] == {"triton": {"condition": "service_healthy"}}
+    assert service["ports"] == [f"{GATEWAY_PORT}:{GATEWAY_PORT}"]
+    # compose refuses to start while the key is unset: `${VAR?message}`; an empty value means no key
+    assert service["environment"]["TRITONGEN_GATEWAY_KEY"].startswith("${TRITONGEN_GATEWAY_KEY?")
+    # the image reads the ensemble's folders but the model step's, and runs tritongen's own gateway source
+    models = sorted(p.name for p in (out / "gateway" / "models").iterdir())
+    assert models == ["demo", "demo_postprocess", "demo_tokenizer"]
+    assert (out / "gateway" / "tritongen" / "gateway" / "app.py").read_text() == (
+        SOURCE / "gateway" / "app.py"
+    ).read_text()
+
+
+def test_gateway_dockerfile_pins_what_the_lock_pins_and_runs_the_gateway_on_every_address(repo, tmp_path):
+    out = write_package("demo", repo, tmp_path / "pkg", gateway=True)
+    dockerfile = (out / "gateway" / "Dockerfile").read_text()
+    run = next(line for line in dockerfile.splitlines() if line.startswith("RUN pip install"))
+    for package in ("tritonclient", "starlette", "uvicorn", "tokenizers", "numpy"):
+        assert f'{package}{"[grpc]" if package == "tritonclient" else ""}=={_lock_pin(package)}"' in run
+    entrypoint = json.loads(next(line for line in dockerfile.splitlines() if line.startswith("ENTRYPOINT "))[11:])
+    cmd = json.loads(next(line for line in dockerfile.splitlines() if line.startswith("CMD "))[4:])
+    assert entrypoint + cmd == run_command("triton:8001")
+    assert entrypoint[:4] == ["python", "-m", "tritongen", "gateway"] and "0.0.0.0" in entrypoint
+
+
+# Run in a fresh interpreter where a package the gateway's image does not install cannot be imported (an optional
+# import then fails as it would in the image): the gateway's command line and app must still come up.
+_ONLY_THE_IMAGE = """
+import importlib.abc, importlib.metadata, json, re, sys
+allowed, owners = set(json.loads(sys.argv[1])), importlib.metadata.packages_distributions()
+
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if {re.sub(r"[-_.]+", "-", d).lower() for d in owners.get(top, ["tritongen"])}.isdisjoint(allowed):
+            raise ModuleNotFoundError(f"{top} is not in the gateway's image", name=top)
+
+sys.meta_path.insert(0, Refuse())
+try:
+    import torch
+    sys.exit("the refusal does not work")
+except ModuleNotFoundError:
+    pass
+import uvicorn, uvloop, httptools
+from tritongen.cli import _parser
+from tritongen.gateway import GatewayOptions, create_app
+_parser().parse_args(["gateway"])
+create_app(GatewayOptions())
+"""
+
+
+def test_gateway_image_installs_every_package_the_gateway_imports():
+    allowed = json.dumps(sorted(_installed_with(GATEWAY_PACKAGES) | {"tritongen"}))
+    done = subprocess.run(
+        [sys.executable, "-c", _ONLY_THE_IMAGE, allowed], capture_output=True, text=True, cwd=SOURCE.parent
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed_with(packages) -> set[str]:
+    """``packages`` (``name[extra]``) and everything pip installs with them, from this venv's metadata."""
+    from packaging.requirements import Requirement
+
+    seen: set[str] = set()
+    pending = [Requirement(p) for p in packages]
+    while pending:
+        requirement = pending.pop()
+        name = _canonical(requirement.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        extras = requirement.extras or {""}
+        for text in importlib.metadata.requires(name) or []:
+            child = Requirement(text)
+            if child.marker is None or any(child.marker.evaluate({"extra": e}) for e in extras):
+                pending.append(child)
+    return seen

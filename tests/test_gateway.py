@@ -1,7 +1,8 @@
-"""The OpenAI/TEI gateway, end to end: a real tritonserver, the gateway as a subprocess, real clients.
+"""The OpenAI/TEI gateway, end to end: ``tritongen serve`` as users run it, the gateway as a subprocess, real clients.
 
-``/v1/embeddings`` is called with the official ``openai`` client; the TEI routes with ``urllib``. Every answer
-is compared with what Triton returns for the same texts directly.
+``serve`` restricts Triton's repository API to its admin key; the gateway must serve behind it. ``/v1/embeddings``
+is called with the official ``openai`` client; the TEI routes with ``urllib``. Every answer is compared with what
+Triton returns for the same texts directly.
 """
 
 from __future__ import annotations
@@ -21,47 +22,67 @@ from pathlib import Path
 import numpy as np
 import openai
 import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
+from tests.deployment import ServeProcess
+from tests.tiny_variants import make_cross_encoder, make_unnormalised_embedder
+from tritongen.admin import ENV, default_key_file
 from tritongen.bench.perf import Sweep
 from tritongen.bench.run import BenchOptions, run_bench
-from tritongen.build import build_repository
 from tritongen.client import infer
+from tritongen.deploy import write_package
+from tritongen.deploy.gateway import run_command
 from tritongen.errors import BenchError
 from tritongen.gateway.errors import from_triton
 from tritongen.gateway.schemas import parse_embeddings, parse_predict, parse_rerank
-from tritongen.server import free_port, running_server, wait_until_ready
-from tritongen.spec import load_spec
+from tritongen.server import free_port, server_environment, wait_until_ready
 
 KEY = "test-key-0123456789"
 TEXTS = ["I love this movie", "Terrible, awful, bad.", "Ünïcödé and emoji 🎉", "short"]
 LONG = "word " * 200  # longer than the tiny models' 64 tokens
+# The four ensembles, named as the modules that build the same checkpoints with the same settings name them,
+# so that a session builds each once.
+EMB, RAW, RERANK, CLS = "bert_emb", "emb_raw", "rr_cross", "cls_bpe"
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from tests.tiny_gateway import make_gateway_checkpoints
-
-    return make_gateway_checkpoints(tmp_path_factory.mktemp("gateway-checkpoints"))
+def checkpoints(tiny_factory, checkpoint_cache) -> dict[str, Path]:
+    return {
+        EMB: tiny_factory("bert", "embedding"),  # normalised (tests/test_build.py)
+        RAW: checkpoint_cache(make_unnormalised_embedder, "bert"),  # the same weights, mean pooling only
+        RERANK: checkpoint_cache(make_cross_encoder),  # a one-label cross-encoder (tests/test_reranking_e2e.py)
+        CLS: tiny_factory("roberta", "classification"),  # three labels (tests/test_e2e.py)
+    }
 
 
 @pytest.fixture(scope="module")
-def served(checkpoints, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("gateway") / "repo"
-    for name, path in checkpoints.items():
-        build_repository(load_spec(model=str(path), name=name, repository=repo, container_check=False))
-    with running_server(repo) as server:
-        yield server, repo
+def served(checkpoints, builds, tmp_path_factory) -> Iterator[tuple[ServeProcess, Path]]:
+    """``tritongen serve`` of the four builds, as ``make serve`` runs it: it writes its admin key beside them."""
+    root = tmp_path_factory.mktemp("gateway")
+    repo = builds.repository(
+        *(builds(path, name) for name, path in checkpoints.items()), into=root / "model_repository"
+    )
+    env = {k: v for k, v in server_environment().items() if k != ENV}
+    with ServeProcess(repo, root / "serve.log", env=env, grace_period=5) as serve:
+        yield serve, repo
 
 
 @contextlib.contextmanager
-def _gateway(log: Path, *args: str, key: str | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+def _gateway(
+    log: Path, *args: str, key: str | None = None, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``python -m tritongen gateway`` on a free port (``cwd``'s tritongen where given, as an image runs it)."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "TRITONGEN_GATEWAY_KEY"}
+    clean = {k: v for k, v in os.environ.items() if k not in ("TRITONGEN_GATEWAY_KEY", ENV)}
     if key is not None:
-        env["TRITONGEN_GATEWAY_KEY"] = key
-    command = [sys.executable, "-m", "tritongen", "gateway", "--port", str(port), *args]
+        clean["TRITONGEN_GATEWAY_KEY"] = key
+    command = [sys.executable, "-m", "tritongen", "gateway", *args, "--port", str(port)]
     with open(log, "wb") as handle:
-        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        process = subprocess.Popen(
+            command, stdout=handle, stderr=subprocess.STDOUT, env={**clean, **(env or {})}, cwd=cwd,
+            start_new_session=True,
+        )  # fmt: skip
     try:
         wait_until_ready(f"127.0.0.1:{port}", timeout=60, process=process, what="the gateway", path="/livez",
                          reason=lambda: log.read_text()[-500:])  # fmt: skip
@@ -77,9 +98,9 @@ def _gateway(log: Path, *args: str, key: str | None = None) -> Iterator[tuple[st
 
 @pytest.fixture(scope="module")
 def gateway(served, tmp_path_factory):
-    server, repo = served
+    serve, repo = served
     log = tmp_path_factory.mktemp("gateway-log") / "gateway.log"
-    with _gateway(log, "--repository", str(repo), "--triton-url", server.grpc_url, key=KEY) as (url, process):
+    with _gateway(log, "--repository", str(repo), "--triton-url", serve.grpc_url, key=KEY) as (url, process):
         yield url, process
     # uvicorn drains, then re-raises SIGTERM so that the exit status tells how it stopped
     assert process.returncode == -signal.SIGTERM and "Traceback" not in log.read_text(), log.read_text()
@@ -94,7 +115,16 @@ def post(gateway, path: str, body: object, key: str | None = KEY) -> tuple[int, 
     """POST JSON with urllib; the status and the parsed answer (errors included)."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-    request = urllib.request.Request(f"http://{gateway[0]}{path}", data=data, headers=headers)
+    return _answer(urllib.request.Request(f"http://{gateway[0]}{path}", data=data, headers=headers))
+
+
+def get(gateway, path: str, key: str | None = None) -> tuple[int, object]:
+    """GET with urllib; the status and the parsed answer (errors included)."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return _answer(urllib.request.Request(f"http://{gateway[0]}{path}", headers=headers))
+
+
+def _answer(request: urllib.request.Request) -> tuple[int, object]:
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())
@@ -112,6 +142,74 @@ def _error(answer: object) -> dict:
     return answer["error"]
 
 
+# -- behind `tritongen serve`: its repository index is restricted to the admin key -----------------------------
+
+
+@pytest.mark.e2e
+def test_embeddings_match_triton_behind_serve_when_its_repository_index_is_restricted(client, served):
+    triton = grpcclient.InferenceServerClient(served[0].grpc_url)
+    try:
+        with pytest.raises(InferenceServerException, match="restricted"):
+            triton.get_model_repository_index()  # what the gateway must do without
+    finally:
+        triton.close()
+    answer = client.embeddings.create(model=EMB, input=TEXTS, encoding_format="float")
+    expected = np.array([row["EMBEDDING"] for row in direct(served, EMB, TEXTS)])
+    np.testing.assert_allclose(np.array([d.embedding for d in answer.data]), expected, atol=1e-7)
+
+
+@pytest.mark.e2e
+def test_gateway_lists_ensembles_with_serves_key_when_repository_is_not_on_its_machine(served, tmp_path):
+    serve, repo = served
+    elsewhere = str(tmp_path / "model_repository")  # no such folder here: the index lists the ensembles
+    key_file = str(default_key_file(repo))
+    args = ("--repository", elsewhere, "--triton-url", serve.grpc_url, "--admin-key-file", key_file)
+    with _gateway(tmp_path / "gateway.log", *args) as gateway:
+        assert get(gateway, "/health") == (200, {"status": "ok"})
+        status, models = get(gateway, "/v1/models")
+        assert status == 200 and sorted(m["id"] for m in models["data"]) == sorted([EMB, RAW, RERANK, CLS])
+        client = openai.OpenAI(base_url=f"http://{gateway[0]}/v1", api_key="unused", max_retries=0)
+        answer = client.embeddings.create(model=EMB, input=TEXTS[:2], encoding_format="float")
+    expected = [row["EMBEDDING"] for row in direct(served, EMB, TEXTS[:2])]
+    np.testing.assert_allclose([d.embedding for d in answer.data], expected, atol=1e-7)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [({}, "needs the admin key"), ({ENV: "not-the-key"}, "Triton refused the admin key")],
+    ids=["no-key", "wrong-key"],
+)
+def test_gateway_health_is_503_when_it_cannot_list_the_ensembles_without_the_key(served, tmp_path, env, reason):
+    serve, _ = served
+    args = ("--repository", str(tmp_path / "model_repository"), "--triton-url", serve.grpc_url)
+    with _gateway(tmp_path / "gateway.log", *args, env=env) as gateway:
+        status, answer = get(gateway, "/health")
+        assert status == 503 and reason in _error(answer)["message"]
+        status, answer = get(gateway, "/v1/models")
+        assert status == 503 and reason in _error(answer)["message"]
+        # a model named in the request is still found: its config is open to every client
+        status, answer = post(gateway, "/embed", {"inputs": TEXTS[0], "model": EMB}, key=None)
+    assert status == 200
+    np.testing.assert_allclose(answer, [direct(served, EMB, TEXTS[:1])[0]["EMBEDDING"]], atol=1e-6)
+
+
+@pytest.mark.e2e
+def test_packaged_gateway_serves_from_its_image_folder_when_started_as_the_image_starts_it(served, tmp_path):
+    serve, repo = served
+    image = write_package(EMB, repo, tmp_path / "deploy", gateway=True) / "gateway"
+    command = run_command(serve.grpc_url, models=str(image / "models"))
+    assert command[:4] == ["python", "-m", "tritongen", "gateway"]
+    args = [a if a != "0.0.0.0" else "127.0.0.1" for a in command[4:]]  # the port: a free one, given last
+    with _gateway(tmp_path / "gateway.log", *args, cwd=image) as gateway:
+        assert get(gateway, "/health") == (200, {"status": "ok"})
+        client = openai.OpenAI(base_url=f"http://{gateway[0]}/v1", api_key="unused", max_retries=0)
+        answer = client.embeddings.create(model=EMB, input=TEXTS, encoding_format="float")
+    expected = [row["EMBEDDING"] for row in direct(served, EMB, TEXTS)]
+    np.testing.assert_allclose([d.embedding for d in answer.data], expected, atol=1e-7)
+    assert answer.usage.prompt_tokens > len(TEXTS)  # the tokenizer step's tokenizer.json is in the image
+
+
 # -- OpenAI /v1/embeddings with the official client ------------------------------------------------------------
 
 
@@ -119,31 +217,31 @@ def _error(answer: object) -> dict:
 def test_embeddings_match_triton_when_called_with_openai_client(client, served, checkpoints):
     from transformers import AutoTokenizer
 
-    answer = client.embeddings.create(model="embedder", input=TEXTS, encoding_format="float")
-    expected = np.array([row["EMBEDDING"] for row in direct(served, "embedder", TEXTS)])
+    answer = client.embeddings.create(model=EMB, input=TEXTS, encoding_format="float")
+    expected = np.array([row["EMBEDDING"] for row in direct(served, EMB, TEXTS)])
     assert [d.index for d in answer.data] == list(range(len(TEXTS)))
     np.testing.assert_allclose(np.array([d.embedding for d in answer.data]), expected, atol=1e-7)
-    tokenizer = AutoTokenizer.from_pretrained(str(checkpoints["embedder"]))
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoints[EMB]))
     tokens = sum(len(ids) for ids in tokenizer(TEXTS, truncation=True, max_length=64)["input_ids"])
     assert answer.usage.prompt_tokens == answer.usage.total_tokens == tokens
-    assert answer.model == "embedder"
+    assert answer.model == EMB
 
 
 @pytest.mark.e2e
 def test_embeddings_base64_decodes_to_triton_floats_when_asked(client, served):
-    raw = client.embeddings.create(model="embedder", input=TEXTS[:2], encoding_format="base64")
+    raw = client.embeddings.create(model=EMB, input=TEXTS[:2], encoding_format="base64")
     decoded = np.array([np.frombuffer(base64.b64decode(d.embedding), "<f4") for d in raw.data])
-    expected = np.array([row["EMBEDDING"] for row in direct(served, "embedder", TEXTS[:2])], np.float32)
+    expected = np.array([row["EMBEDDING"] for row in direct(served, EMB, TEXTS[:2])], np.float32)
     np.testing.assert_array_equal(decoded, expected)
     # the client's default asks for base64 and decodes it itself
-    default = client.embeddings.create(model="embedder", input=TEXTS[0])
+    default = client.embeddings.create(model=EMB, input=TEXTS[0])
     np.testing.assert_allclose(default.data[0].embedding, expected[0], atol=1e-6)  # alone: another batch shape
 
 
 @pytest.mark.e2e
 def test_embeddings_dimensions_are_cut_and_renormalised_when_ensemble_normalises(client, served):
-    answer = client.embeddings.create(model="embedder", input=TEXTS, dimensions=8, encoding_format="float")
-    full = np.array([row["EMBEDDING"] for row in direct(served, "embedder", TEXTS)])
+    answer = client.embeddings.create(model=EMB, input=TEXTS, dimensions=8, encoding_format="float")
+    full = np.array([row["EMBEDDING"] for row in direct(served, EMB, TEXTS)])
     expected = full[:, :8] / np.linalg.norm(full[:, :8], axis=1, keepdims=True)
     np.testing.assert_allclose(np.array([d.embedding for d in answer.data]), expected, atol=1e-6)
 
@@ -151,9 +249,9 @@ def test_embeddings_dimensions_are_cut_and_renormalised_when_ensemble_normalises
 @pytest.mark.e2e
 def test_embeddings_dimensions_refused_when_ensemble_does_not_normalise(client):
     with pytest.raises(openai.BadRequestError, match="does not normalise its embeddings"):
-        client.embeddings.create(model="embedder_raw", input=TEXTS, dimensions=8)
+        client.embeddings.create(model=RAW, input=TEXTS, dimensions=8)
     with pytest.raises(openai.BadRequestError, match="embeds into 32"):
-        client.embeddings.create(model="embedder", input=TEXTS, dimensions=33)
+        client.embeddings.create(model=EMB, input=TEXTS, dimensions=33)
 
 
 @pytest.mark.e2e
@@ -161,16 +259,16 @@ def test_embeddings_errors_surface_as_openai_exceptions_with_the_message(client)
     with pytest.raises(openai.NotFoundError, match="`nope` does not exist"):
         client.embeddings.create(model="nope", input="x")
     with pytest.raises(openai.BadRequestError, match="cannot serve /v1/embeddings: it outputs no EMBEDDING"):
-        client.embeddings.create(model="classifier", input="x")
+        client.embeddings.create(model=CLS, input="x")
     with pytest.raises(openai.BadRequestError, match="token ids"):
-        client.embeddings.create(model="embedder", input=[[1, 2, 3]])
+        client.embeddings.create(model=EMB, input=[[1, 2, 3]])
 
 
 @pytest.mark.e2e
 def test_gateway_refuses_with_401_when_key_is_wrong_or_missing(gateway):
     wrong = openai.OpenAI(base_url=f"http://{gateway[0]}/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError, match="incorrect API key"):
-        wrong.embeddings.create(model="embedder", input="x")
+        wrong.embeddings.create(model=EMB, input="x")
     status, answer = post(gateway, "/embed", {"inputs": "x"}, key=None)
     assert status == 401 and _error(answer)["code"] == "invalid_api_key"
     with urllib.request.urlopen(f"http://{gateway[0]}/health", timeout=10) as response:  # probes need no key
@@ -179,8 +277,8 @@ def test_gateway_refuses_with_401_when_key_is_wrong_or_missing(gateway):
 
 @pytest.mark.e2e
 def test_models_lists_the_ensembles_when_asked(client):
-    assert sorted(m.id for m in client.models.list()) == ["classifier", "embedder", "embedder_raw", "reranker"]
-    assert client.models.retrieve("reranker").id == "reranker"
+    assert sorted(m.id for m in client.models.list()) == sorted([EMB, RAW, RERANK, CLS])
+    assert client.models.retrieve(RERANK).id == RERANK
 
 
 # -- TEI routes with a plain HTTP client -----------------------------------------------------------------------
@@ -188,34 +286,34 @@ def test_models_lists_the_ensembles_when_asked(client):
 
 @pytest.mark.e2e
 def test_embed_matches_triton_and_normalises_when_asked(gateway, served):
-    status, answer = post(gateway, "/embed", {"inputs": TEXTS, "model": "embedder"})
+    status, answer = post(gateway, "/embed", {"inputs": TEXTS, "model": EMB})
     assert status == 200
-    np.testing.assert_allclose(answer, [row["EMBEDDING"] for row in direct(served, "embedder", TEXTS)], atol=1e-7)
-    raw = np.array([row["EMBEDDING"] for row in direct(served, "embedder_raw", TEXTS)])
-    status, answer = post(gateway, "/embed", {"inputs": TEXTS, "model": "embedder_raw", "normalize": False})
+    np.testing.assert_allclose(answer, [row["EMBEDDING"] for row in direct(served, EMB, TEXTS)], atol=1e-7)
+    raw = np.array([row["EMBEDDING"] for row in direct(served, RAW, TEXTS)])
+    status, answer = post(gateway, "/embed", {"inputs": TEXTS, "model": RAW, "normalize": False})
     np.testing.assert_allclose(answer, raw, atol=1e-6)
-    status, answer = post(gateway, "/embed", {"inputs": TEXTS[0], "model": "embedder_raw"})
+    status, answer = post(gateway, "/embed", {"inputs": TEXTS[0], "model": RAW})
     np.testing.assert_allclose(answer, raw[:1] / np.linalg.norm(raw[:1]), atol=1e-6)
-    status, answer = post(gateway, "/embed", {"inputs": "x", "model": "embedder", "normalize": False})
+    status, answer = post(gateway, "/embed", {"inputs": "x", "model": EMB, "normalize": False})
     assert status == 400 and "normalize: false" in _error(answer)["message"]
 
 
 @pytest.mark.e2e
 def test_embed_splits_into_max_batch_size_requests_when_given_more_texts(gateway, served):
     texts = [f"text number {i}" for i in range(70)]  # the ensembles' max_batch_size is 64
-    status, answer = post(gateway, "/embed", {"inputs": texts, "model": "embedder"})
-    expected = [row["EMBEDDING"] for chunk in (texts[:64], texts[64:]) for row in direct(served, "embedder", chunk)]
+    status, answer = post(gateway, "/embed", {"inputs": texts, "model": EMB})
+    expected = [row["EMBEDDING"] for chunk in (texts[:64], texts[64:]) for row in direct(served, EMB, chunk)]
     assert status == 200
     np.testing.assert_allclose(answer, expected, atol=1e-6)
 
 
 @pytest.mark.e2e
 def test_embed_refuses_long_text_with_413_when_truncate_is_false(gateway, served):
-    status, answer = post(gateway, "/embed", {"inputs": ["fine", LONG], "model": "embedder"})
+    status, answer = post(gateway, "/embed", {"inputs": ["fine", LONG], "model": EMB})
     assert status == 413 and "item 1 is longer than the model's 64 tokens" in _error(answer)["message"]
-    status, answer = post(gateway, "/embed", {"inputs": [LONG], "model": "embedder", "truncate": True})
+    status, answer = post(gateway, "/embed", {"inputs": [LONG], "model": EMB, "truncate": True})
     assert status == 200
-    np.testing.assert_allclose(answer, [direct(served, "embedder", [LONG])[0]["EMBEDDING"]], atol=1e-7)
+    np.testing.assert_allclose(answer, [direct(served, EMB, [LONG])[0]["EMBEDDING"]], atol=1e-7)
 
 
 @pytest.mark.e2e
@@ -223,7 +321,7 @@ def test_rerank_sorts_triton_scores_when_given_texts(gateway, served):
     query = "a film I loved"
     status, answer = post(gateway, "/rerank", {"query": query, "texts": TEXTS, "return_text": True})
     assert status == 200  # the one text-pair scorer is the default
-    scores = [row["SCORE"] for row in direct(served, "reranker", [query] * len(TEXTS), TEXT_PAIR=TEXTS)]
+    scores = [row["SCORE"] for row in direct(served, RERANK, [query] * len(TEXTS), TEXT_PAIR=TEXTS)]
     assert [r["index"] for r in answer] == sorted(range(len(TEXTS)), key=lambda i: -scores[i])
     np.testing.assert_allclose([r["score"] for r in answer], sorted(scores, reverse=True), atol=1e-7)
     assert [r["text"] for r in answer] == [TEXTS[r["index"]] for r in answer]
@@ -233,18 +331,18 @@ def test_rerank_sorts_triton_scores_when_given_texts(gateway, served):
 
 @pytest.mark.e2e
 def test_predict_returns_all_labels_sorted_when_given_texts_or_pairs(gateway, served, checkpoints):
-    labels = list(json.loads((checkpoints["classifier"] / "config.json").read_text())["id2label"].values())
-    rows = direct(served, "classifier", TEXTS)
-    status, answer = post(gateway, "/predict", {"inputs": TEXTS, "model": "classifier"})
+    labels = list(json.loads((checkpoints[CLS] / "config.json").read_text())["id2label"].values())
+    rows = direct(served, CLS, TEXTS)
+    status, answer = post(gateway, "/predict", {"inputs": TEXTS, "model": CLS})
     assert status == 200 and len(answer) == len(TEXTS)
     for got, row in zip(answer, rows):
         order = np.argsort(-np.array(row["PROBABILITIES"]), kind="stable")
         assert [g["label"] for g in got] == [labels[i] for i in order]
         np.testing.assert_allclose([g["score"] for g in got], np.array(row["PROBABILITIES"])[order], atol=1e-7)
-    status, single = post(gateway, "/predict", {"inputs": TEXTS[0], "model": "classifier"})
+    status, single = post(gateway, "/predict", {"inputs": TEXTS[0], "model": CLS})
     assert single == answer[0]
-    status, pair = post(gateway, "/predict", {"inputs": ["a query", "a text"], "model": "reranker"})
-    score = direct(served, "reranker", ["a query"], TEXT_PAIR=["a text"])[0]["SCORE"]
+    status, pair = post(gateway, "/predict", {"inputs": ["a query", "a text"], "model": RERANK})
+    score = direct(served, RERANK, ["a query"], TEXT_PAIR=["a text"])[0]["SCORE"]
     assert status == 200 and len(pair) == 1 and pair[0]["score"] == pytest.approx(score, abs=1e-7)
     status, answer = post(gateway, "/predict", {"inputs": TEXTS})
     assert status == 400 and "several ensembles can serve /predict" in _error(answer)["message"]
@@ -254,8 +352,8 @@ def test_predict_returns_all_labels_sorted_when_given_texts_or_pairs(gateway, se
 def test_tokenize_matches_transformers_when_given_texts(gateway, checkpoints):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(checkpoints["classifier"]))
-    status, answer = post(gateway, "/tokenize", {"inputs": TEXTS, "model": "classifier"})
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoints[CLS]))
+    status, answer = post(gateway, "/tokenize", {"inputs": TEXTS, "model": CLS})
     assert status == 200
     for text, tokens in zip(TEXTS, answer):
         encoded = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
@@ -264,7 +362,7 @@ def test_tokenize_matches_transformers_when_given_texts(gateway, checkpoints):
         for token, (start, stop) in zip(tokens, encoded["offset_mapping"]):
             if not token["special"]:
                 assert (token["start"], token["stop"], token["text"]) == (start, stop, text[start:stop])
-    status, plain = post(gateway, "/tokenize", {"inputs": TEXTS[0], "model": "classifier", "add_special_tokens": False})
+    status, plain = post(gateway, "/tokenize", {"inputs": TEXTS[0], "model": CLS, "add_special_tokens": False})
     assert [t["id"] for t in plain[0]] == tokenizer(TEXTS[0], add_special_tokens=False)["input_ids"]
 
 
@@ -272,10 +370,10 @@ def test_tokenize_matches_transformers_when_given_texts(gateway, checkpoints):
 def test_gateway_answers_openai_errors_when_request_is_bad(gateway):
     for path, body, status, fragment in [
         ("/v1/embeddings", b"{not json", 400, "not valid JSON"),
-        ("/v1/embeddings", {"input": "x", "model": "embedder", "encoding_format": "int8"}, 400, "encoding_format"),
-        ("/rerank", {"query": "q", "texts": [], "model": "reranker"}, 400, "non-empty list"),
-        ("/rerank", {"query": "q", "texts": ["a"], "model": "classifier"}, 400, "needs a text-pair scorer"),
-        ("/predict", {"inputs": "x", "model": "reranker"}, 400, "[text, text_pair]"),
+        ("/v1/embeddings", {"input": "x", "model": EMB, "encoding_format": "int8"}, 400, "encoding_format"),
+        ("/rerank", {"query": "q", "texts": [], "model": RERANK}, 400, "non-empty list"),
+        ("/rerank", {"query": "q", "texts": ["a"], "model": CLS}, 400, "needs a text-pair scorer"),
+        ("/predict", {"inputs": "x", "model": RERANK}, 400, "[text, text_pair]"),
         ("/nowhere", {}, 404, "no route /nowhere"),
     ]:
         got, answer = post(gateway, path, body)
@@ -285,10 +383,12 @@ def test_gateway_answers_openai_errors_when_request_is_bad(gateway):
 @pytest.mark.e2e
 def test_gateway_answers_503_when_triton_is_down(tmp_path):
     closed = f"127.0.0.1:{free_port()}"  # nothing listens there
-    with _gateway(tmp_path / "gateway.log", "--triton-url", closed, "--repository", str(tmp_path)) as (url, _):
-        status, answer = post((url, None), "/v1/embeddings", {"input": "x", "model": "embedder"}, key=None)
+    with _gateway(tmp_path / "gateway.log", "--triton-url", closed, "--repository", str(tmp_path)) as gateway:
+        status, answer = post(gateway, "/v1/embeddings", {"input": "x", "model": EMB}, key=None)
+        health = get(gateway, "/health")
     assert status == 503 and _error(answer)["type"] == "server_error"
     assert "not reachable" in answer["error"]["message"] or "unavailable" in answer["error"]["message"].lower()
+    assert health[0] == 503 and _error(health[1])["message"] == f"the Triton server at {closed} is not ready"
 
 
 # -- the bench's baseline (e) -----------------------------------------------------------------------------------
@@ -297,7 +397,7 @@ def test_gateway_answers_503_when_triton_is_down(tmp_path):
 @pytest.mark.e2e
 def test_bench_measures_the_gateway_beside_triton_in_interleaved_rounds(served, tmp_path):
     options = BenchOptions(
-        name="embedder", repository=served[1], output=tmp_path, baselines=("gateway",),
+        name=EMB, repository=served[1], output=tmp_path, baselines=("gateway",),
         sweep=Sweep(concurrency=(1, 2), fixed_requests=16), texts=32, peer_rounds=2, peer_seconds=1.0,
     )  # fmt: skip
     report, paths = run_bench(options)
@@ -308,13 +408,13 @@ def test_bench_measures_the_gateway_beside_triton_in_interleaved_rounds(served, 
     for concurrency in (1, 2):
         figures = comparison.at(concurrency)
         assert figures["direct"] > 0 and figures["gateway"] > 0 and figures["errors"] == 0
-    assert "## (e) the OpenAI/TEI gateway in front of `embedder`" in paths["summary"].read_text()
+    assert f"## (e) the OpenAI/TEI gateway in front of `{EMB}`" in paths["summary"].read_text()
 
 
 @pytest.mark.e2e
 def test_bench_refuses_the_gateway_baseline_when_ensemble_is_no_embedder(served, tmp_path):
-    options = BenchOptions(name="classifier", repository=served[1], output=tmp_path, baselines=("gateway",))
-    with pytest.raises(BenchError, match="baseline gateway: `classifier` is a classification ensemble"):
+    options = BenchOptions(name=CLS, repository=served[1], output=tmp_path, baselines=("gateway",))
+    with pytest.raises(BenchError, match=f"baseline gateway: `{CLS}` is a classification ensemble"):
         run_bench(options)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from kubernetes_validate.utils import SchemaNotFoundError, ValidationError, vali
 from tritongen.cli import main
 from tritongen.deploy import ManifestOptions, TritonArgs, manifests, startup_seconds, write_manifests
 from tritongen.deploy.dashboard import MODEL_METRICS
+from tritongen.deploy.gateway import GATEWAY_PORT
 from tritongen.deploy.manifests import HPA_METRIC, grace_seconds
 from tritongen.deploy.package import probe_command
 from tritongen.deploy.triton_args import LIVE_PATH, METRICS_PATH, READY_PATH
@@ -173,3 +175,36 @@ def test_manifests_cli_writes_every_file_and_refuses_overwrite_when_not_forced(t
 def test_write_manifests_defaults_to_deploy_name_k8s_when_no_output(options, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert write_manifests(options) == Path("deploy") / "demo_embed-k8s"
+
+
+def test_manifests_add_the_gateway_sidecar_with_its_secret_only_when_asked(options):
+    assert [c["name"] for c in _container_list(manifests(options))] == ["triton"]
+    with_gateway = dataclasses.replace(options, gateway=True)
+    rendered = manifests(with_gateway)
+    for documents in rendered.values():
+        for doc in documents:
+            if doc["kind"] not in CRDS:
+                validate(doc, K8S_VERSION, strict=True)
+    triton, gateway = _container_list(rendered)
+    assert gateway["image"] == "registry.example/demo-gateway:1"  # beside --image, as package --gateway tags it
+    assert gateway["args"] == ["--triton-url", f"127.0.0.1:{TritonArgs().grpc_port}"]  # Triton in the same pod
+    key = {"name": "TRITONGEN_GATEWAY_KEY", "valueFrom": {"secretKeyRef": {"name": "triton-demo-embed-gateway",
+                                                                           "key": "api-key"}}}  # fmt: skip
+    assert gateway["env"] == [key] and with_gateway.gateway_secret_name == "triton-demo-embed-gateway"
+    assert gateway["readinessProbe"]["httpGet"] == {"path": "/health", "port": "gateway"}
+    assert gateway["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "gateway"}
+    assert gateway["lifecycle"] == triton["lifecycle"]  # endpoints stop routing to both before either stops
+    service = rendered["service.yaml"][0]
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {**TritonArgs().ports, "gateway": GATEWAY_PORT}
+
+
+def _container_list(rendered: dict[str, list[dict]]) -> list[dict]:
+    return rendered["deployment.yaml"][0]["spec"]["template"]["spec"]["containers"]
+
+
+def test_manifests_cli_adds_the_gateway_and_names_its_secret_when_asked(tmp_path, capsys):
+    out = tmp_path / "k8s"
+    assert main(["manifests", "demo", "--to", URL, "--startup-seconds", "300", "--output", str(out), "--gateway"]) == 0
+    assert "the Secret triton-demo-gateway, key api-key" in capsys.readouterr().out
+    deployment = yaml.safe_load((out / "deployment.yaml").read_text())
+    assert [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]] == ["triton", "gateway"]

@@ -62,12 +62,17 @@ def _read(path: Path) -> str:
     return key
 
 
-def read_key(repository: Path | str, key_file: Path | None = None) -> str:
-    """The admin key of a served repository: ``key_file``, else :data:`ENV`, else the default file."""
+def read_key(repository: Path | str | None, key_file: Path | None = None) -> str:
+    """The admin key of a served repository: ``key_file``, else :data:`ENV`, else the default file.
+
+    Without a ``repository`` (a client that does not know which one is served) there is no default file.
+    """
     if key_file is not None:
         return _read(Path(key_file))
     if os.environ.get(ENV, "").strip():
         return os.environ[ENV].strip()
+    if repository is None:
+        raise ServerError(f"no admin key: {ENV} is not set")
     path = default_key_file(repository)
     if not path.exists():
         raise ServerError(f"no admin key: {{path}} does not exist (serve writes it) and {ENV} is not set", path=path)

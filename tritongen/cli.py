@@ -175,13 +175,14 @@ def _gateway(args: argparse.Namespace) -> None:
     from tritongen.gateway import GatewayOptions, read_api_key, run_gateway
     from tritongen.server import REMOTE_SCHEMES
 
-    local = not str(args.repository).startswith(REMOTE_SCHEMES)
+    remote = str(args.repository).startswith(REMOTE_SCHEMES)
     options = GatewayOptions(
         triton_url=args.triton_url or f"{args.host}:{args.grpc_port}",
-        repository=Path(args.repository) if local else None,
+        repository=args.repository if remote else Path(args.repository),
         model=args.model,
         api_key=read_api_key(args.api_key_file),
         timeout_s=args.timeout,
+        admin_key_file=args.admin_key_file,
     )
     run_gateway(options, host=args.listen, port=args.port)
 
@@ -268,12 +269,16 @@ def _publish(args: argparse.Namespace) -> None:
 
 def _package(args: argparse.Namespace) -> None:
     from tritongen.deploy import TritonArgs, write_package
+    from tritongen.deploy.gateway import GATEWAY_PORT
 
     server = TritonArgs(exit_timeout_secs=args.exit_timeout)
     out = write_package(
-        args.name, args.repository, args.output, force=args.force, args=server, image=args.image
+        args.name, args.repository, args.output, force=args.force, args=server, image=args.image, gateway=args.gateway
     )  # fmt: skip
-    print(f"Wrote {out}: docker compose -f {out}/compose.yaml up --build (Grafana on :3000, Prometheus on :9090)")
+    gateway = f", the gateway on :{GATEWAY_PORT} (key: TRITONGEN_GATEWAY_KEY)" if args.gateway else ""
+    print(
+        f"Wrote {out}: docker compose -f {out}/compose.yaml up --build (Grafana on :3000, Prometheus on :9090{gateway})"
+    )
 
 
 def _manifests(args: argparse.Namespace) -> None:
@@ -291,9 +296,12 @@ def _manifests(args: argparse.Namespace) -> None:
         max_replicas=args.max_replicas,
         queue_target_ms=args.queue_target_ms,
         startup_seconds=args.startup_seconds or startup_seconds(args.repository, args.name),
+        gateway=args.gateway,
     )
     out = write_manifests(options, args.output, args=TritonArgs(exit_timeout_secs=args.exit_timeout), force=args.force)
     print(f"Wrote {out}: kubectl apply -f {out} (or kubectl apply -f {out}/kserve for KServe)")
+    if args.gateway:
+        print(f"The gateway's API key: the Secret {options.gateway_secret_name}, key api-key (empty for none)")
 
 
 def _plan(args: argparse.Namespace) -> None:
@@ -471,7 +479,8 @@ def _parser() -> argparse.ArgumentParser:
     gateway.add_argument(
         "--repository",
         default="model_repository",
-        help="the served folder, read for tokenizers and labels (an s3:// URL: token counts 0, no /tokenize)",
+        help="the served folder, read for its ensembles, tokenizers and labels (an s3:// URL or a folder not on "
+        "this machine: the ensembles are listed with the admin key, token counts 0, no /tokenize)",
     )
     gateway.add_argument("--port", type=int, default=8080, help="the gateway's HTTP port")
     gateway.add_argument("--listen", default="127.0.0.1", help="the address the gateway listens on")
@@ -482,6 +491,12 @@ def _parser() -> argparse.ArgumentParser:
         "--api-key-file",
         type=Path,
         help="file holding the API key clients must send (default: $TRITONGEN_GATEWAY_KEY; none: open)",
+    )
+    gateway.add_argument(
+        "--admin-key-file",
+        type=Path,
+        help="serve's admin key, to list the served ensembles where --repository is no folder here "
+        "(default: $TRITONGEN_ADMIN_KEY, else the file serve writes beside the repository)",
     )
     add_server_options(gateway)
     gateway.set_defaults(func=_gateway)
@@ -541,6 +556,7 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument("--image", help="image tag compose builds (default tritongen-NAME:latest)")
     pack.add_argument("--exit-timeout", type=int, default=30, help="Triton's --exit-timeout-secs (drain on stop)")
     pack.add_argument("--force", action="store_true", help="replace an existing deploy folder")
+    pack.add_argument("--gateway", action="store_true", help="also the OpenAI/TEI gateway: its image and service")
     pack.set_defaults(func=_package)
 
     man = sub.add_parser("manifests", help="Kubernetes manifests (and a KServe InferenceService) for NAME")
@@ -557,6 +573,9 @@ def _parser() -> argparse.ArgumentParser:
     man.add_argument("--startup-seconds", type=int, help="startup probe budget (default: from the model's size)")
     man.add_argument("--exit-timeout", type=int, default=30, help="Triton's --exit-timeout-secs (drain on stop)")
     man.add_argument("--force", action="store_true", help="replace an existing folder")
+    man.add_argument(
+        "--gateway", action="store_true", help="also the OpenAI/TEI gateway, a sidecar (its image: package --gateway)"
+    )
     man.set_defaults(func=_manifests)
 
     plan = sub.add_parser("plan", help="replicas and GPUs for a target rate and p99, from a bench result")

@@ -2,7 +2,8 @@
 
 One module per job: ``triton_args`` (the server's command line, shared by everything below),
 ``dashboard`` (Grafana panels from Triton's metrics), ``package`` (Dockerfile, compose,
-Prometheus and Grafana provisioning), ``manifests`` (Kubernetes and KServe YAML) and ``plan``
+Prometheus and Grafana provisioning), ``manifests`` (Kubernetes and KServe YAML), ``gateway``
+(the optional OpenAI/TEI gateway: its image, compose service and sidecar) and ``plan``
 (replicas from a bench result). ``folder`` writes generated folders atomically.
 """
 

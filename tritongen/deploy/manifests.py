@@ -19,6 +19,8 @@ import yaml
 
 from tritongen.deploy.dashboard import queue_us_per_request
 from tritongen.deploy.folder import write_folder
+from tritongen.deploy.gateway import GATEWAY_PORT
+from tritongen.deploy.gateway import sidecar as gateway_sidecar
 from tritongen.deploy.package import default_image, model_folders, probe_command
 from tritongen.deploy.triton_args import LIVE_PATH, METRICS_PATH, READY_PATH, TritonArgs
 from tritongen.errors import DeployError
@@ -46,6 +48,7 @@ class ManifestOptions:
     queue_target_ms: float = 50.0
     startup_seconds: int = 300  # download from S3, load and warm up the models
     secret: str = ""  # default: <name>-s3-credentials
+    gateway: bool = False  # the OpenAI/TEI gateway as a sidecar (tritongen.deploy.gateway)
 
     def __post_init__(self) -> None:
         if not self.repository_url.startswith("s3://"):
@@ -62,6 +65,11 @@ class ManifestOptions:
     def secret_name(self) -> str:
         """The Secret holding AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY."""
         return self.secret or f"{self.app}-s3-credentials"
+
+    @property
+    def gateway_secret_name(self) -> str:
+        """The Secret holding the gateway's API key (key ``api-key``; empty for none)."""
+        return f"{self.app}-gateway"
 
 
 def startup_seconds(repository: Path, name: str, *, base_s: int = 120, per_gib_s: int = 120) -> int:
@@ -248,12 +256,27 @@ def _kserve(options: ManifestOptions, args: TritonArgs) -> list[dict[str, Any]]:
     return [service_account, isvc]
 
 
+def _add_gateway(
+    deployment: dict[str, Any], service: dict[str, Any], options: ManifestOptions, args: TritonArgs
+) -> None:
+    """The gateway beside Triton in each pod (it reaches Triton on localhost), and its port on the Service."""
+    image = options.image or default_image(options.name)
+    container = gateway_sidecar(image, options.gateway_secret_name, args, PRESTOP_SLEEP_S)
+    deployment["spec"]["template"]["spec"]["containers"].append(container)
+    service["spec"]["ports"].append(
+        {"name": "gateway", "port": GATEWAY_PORT, "targetPort": "gateway", "protocol": "TCP"}
+    )
+
+
 def manifests(options: ManifestOptions, args: TritonArgs | None = None) -> dict[str, list[dict[str, Any]]]:
     """File name to the documents in it; the model repository is ``options.repository_url``."""
     args = (args or TritonArgs()).with_repository(options.repository_url)
+    deployment, service = _deployment(options, args), _service(options, args)
+    if options.gateway:
+        _add_gateway(deployment, service, options, args)
     return {
-        "deployment.yaml": [_deployment(options, args)],
-        "service.yaml": [_service(options, args)],
+        "deployment.yaml": [deployment],
+        "service.yaml": [service],
         "servicemonitor.yaml": [_service_monitor(options)],
         "prometheus-adapter-rules.yaml": [_adapter_config(options)],
         "hpa.yaml": [_hpa(options)],

@@ -1,4 +1,4 @@
-"""``tritongen package NAME``: a deploy folder for docker compose (Triton + Prometheus + Grafana).
+"""``tritongen package NAME``: a deploy folder for docker compose (Triton + Prometheus + Grafana [+ the gateway]).
 
 The folder holds a Dockerfile (the official 24.10 image, the Python steps' pinned dependencies
 installed at build time, the model repository copied in), a ``.dockerignore``, the compose file,
@@ -20,6 +20,8 @@ import yaml
 from tritongen.configs import served_steps, step_names
 from tritongen.deploy.dashboard import DATASOURCE_UID, dashboard
 from tritongen.deploy.folder import write_folder
+from tritongen.deploy.gateway import compose_service as gateway_service
+from tritongen.deploy.gateway import gateway_copies, gateway_files
 from tritongen.deploy.triton_args import TritonArgs
 from tritongen.errors import DeployError, RepositoryError
 
@@ -166,8 +168,11 @@ def prometheus_config(targets: list[str], interval_s: int = 5) -> dict[str, Any]
     }
 
 
-def package_files(name: str, *, args: TritonArgs, image: str) -> dict[str, str]:
-    """Every generated file of the deploy folder (relative path to text), the model repository aside."""
+def package_files(name: str, *, args: TritonArgs, image: str, gateway: bool = False) -> dict[str, str]:
+    """Every generated file of the deploy folder (relative path to text), the model repository aside.
+
+    With ``gateway``, also the OpenAI/TEI gateway's image folder and compose service (:mod:`.gateway`).
+    """
     datasource = {
         "apiVersion": 1,
         "datasources": [
@@ -186,11 +191,15 @@ def package_files(name: str, *, args: TritonArgs, image: str) -> dict[str, str]:
         "providers": [{"name": "tritongen", "type": "file", "options": {"path": "/var/lib/grafana/dashboards"}}],
     }
     dump = lambda data: yaml.safe_dump(data, sort_keys=False)  # noqa: E731
+    compose = _compose(name, image, args)
+    if gateway:
+        compose["services"]["gateway"] = gateway_service(image, args)
     return {
+        **(gateway_files(name, args) if gateway else {}),
         "Dockerfile": _dockerfile(name, args, pinned_versions()),
         ".dockerignore": _DOCKERIGNORE,
         "probe.py": (Path(__file__).parent / "probe.py").read_text(encoding="utf-8"),
-        "compose.yaml": dump(_compose(name, image, args)),
+        "compose.yaml": dump(compose),
         "prometheus/prometheus.yml": dump(prometheus_config([f"triton:{args.metrics_port}"])),
         "grafana/provisioning/datasources/prometheus.yaml": dump(datasource),
         "grafana/provisioning/dashboards/tritongen.yaml": dump(provider),
@@ -206,12 +215,15 @@ def write_package(
     force: bool = False,
     args: TritonArgs | None = None,
     image: str | None = None,
+    gateway: bool = False,
 ) -> Path:
-    """Write the deploy folder of ensemble ``name`` (default ``deploy/<name>``); return its path."""
+    """Write the deploy folder of ensemble ``name`` (default ``deploy/<name>``), with the gateway if asked."""
     args = args or TritonArgs()
     folders = model_folders(repository, name)
-    files = package_files(name, args=args, image=image or default_image(name))
+    files = package_files(name, args=args, image=image or default_image(name), gateway=gateway)
     copies = [(folder, f"model_repository/{folder.name}") for folder in folders]
+    if gateway:
+        copies += gateway_copies(name, folders)
     return write_folder(Path(output or Path("deploy") / name), files, copies=copies, force=force)
 
 

@@ -7,6 +7,7 @@ embedding servers through OpenAI's ``/v1/embeddings`` and TEI's ``/embed``, ``/r
 - :mod:`~tritongen.gateway.app`: the routes (Starlette) and :func:`run_gateway`'s ASGI app;
 - :mod:`~tritongen.gateway.schemas`: the request bodies, parsed and checked;
 - :mod:`~tritongen.gateway.models`: which ensemble serves which route, from Triton's model configs;
+- :mod:`~tritongen.gateway.discovery`: which ensembles to ask Triton about, and the admin key where that needs it;
 - :mod:`~tritongen.gateway.triton`: the async gRPC client;
 - :mod:`~tritongen.gateway.errors` and :mod:`~tritongen.gateway.auth`: OpenAI-format errors, the API key.
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +25,8 @@ from starlette.routing import Route
 
 from tritongen.errors import GatewayError, describe
 from tritongen.gateway.auth import check_key
-from tritongen.gateway.errors import error_response, model_not_found
+from tritongen.gateway.discovery import local_folder, served_names
+from tritongen.gateway.errors import error_response, model_not_found, unavailable
 from tritongen.gateway.models import Catalogue, ModelInfo
 from tritongen.gateway.schemas import (
     parse_embed,
@@ -43,13 +44,20 @@ _UNIT_NORM_TOLERANCE = 1e-3
 
 @dataclass(frozen=True)
 class GatewayOptions:
-    """Where Triton is, what the gateway may read, and its defaults."""
+    """Where Triton is, what the gateway may read, and its defaults.
+
+    ``repository`` is the one Triton serves, as ``serve`` was given it. Where it is a folder here, the gateway
+    reads its ensembles' names, tokenizers and labels from it; otherwise (a remote URL, another machine's
+    folder, None) it lists the ensembles with Triton's repository index, which needs the admin key
+    (``admin_key_file``, else ``$TRITONGEN_ADMIN_KEY``, else the file ``serve`` writes beside the repository).
+    """
 
     triton_url: str = "127.0.0.1:8001"
-    repository: Path | None = Path("model_repository")  # None (or a remote URL): no tokenizers, no labels
+    repository: Path | str | None = Path("model_repository")
     model: str | None = None  # the default ensemble of every route it can serve
     api_key: str | None = None
     timeout_s: float = 60.0
+    admin_key_file: Path | None = None
 
 
 def _json(payload: object, status: int = 200) -> Response:
@@ -75,11 +83,15 @@ class Gateway:
         self.options = options
         self._key = options.api_key.encode() if options.api_key else None
         self.client: TritonClient | None = None
-        self.catalogue = Catalogue(self._configs, options.repository, options.model)
+        self.catalogue = Catalogue(self._names, self._configs, local_folder(options.repository), options.model)
 
-    async def _configs(self) -> tuple[dict, dict]:
+    async def _names(self) -> list[str]:
         assert self.client is not None
-        return await self.client.configs()
+        return await served_names(self.client, self.options.repository, self.options.admin_key_file)
+
+    async def _configs(self, names: Collection[str]) -> tuple[dict, dict]:
+        assert self.client is not None
+        return await self.client.configs(names)
 
     # -- plumbing -------------------------------------------------------------------------------------------
 
@@ -194,9 +206,7 @@ class Gateway:
     async def get_model(self, request: Request) -> Response:
         """``GET /v1/models/{model}``."""
         name = request.path_params["model"]
-        if name not in self.catalogue.models:
-            await self.catalogue.refresh(force=False)
-        if name not in self.catalogue.models:
+        if name not in self.catalogue.models and await self.catalogue.lookup(name) is None:
             raise model_not_found(name, list(self.catalogue.models))
         return _json(_model_entry(name))
 
@@ -276,13 +286,24 @@ class Gateway:
         return _json(out)
 
     async def health(self, request: Request) -> Response:
-        """``GET /health``: 200 when Triton is ready (no key needed, for probes)."""
+        """``GET /health``: 200 when Triton is ready and serves an ensemble the gateway can see (no key, for probes).
+
+        Triton's readiness alone is not enough: a gateway that cannot list the served ensembles (the admin
+        key missing or refused) or finds none of them answers every route with an error.
+        """
         assert self.client is not None
-        if await self.client.ready():
-            return _json({"status": "ok"})
-        raise GatewayError(
-            503, f"the Triton server at {self.client.url} is not ready", type="server_error", code="unavailable"
-        )
+        if not await self.client.ready():
+            raise unavailable(f"the Triton server at {self.client.url} is not ready")
+        try:
+            await self.catalogue.refresh(force=False)
+        except GatewayError as exc:
+            raise unavailable(exc.message) from None
+        if not self.catalogue.models:
+            raise unavailable(
+                self.catalogue.problem
+                or f"the Triton server at {self.client.url} serves none of the ensembles of {self.options.repository}"
+            )
+        return _json({"status": "ok"})
 
     async def live(self, request: Request) -> Response:
         """``GET /livez``: 200 while the gateway runs, whatever Triton's state (a liveness probe)."""
@@ -295,7 +316,8 @@ class Gateway:
         try:
             await self.catalogue.refresh()
             names = ", ".join(sorted(self.catalogue.models)) or "none yet"
-            print(f"gateway: Triton at {self.options.triton_url} serves {names}", flush=True)
+            problem = f" ({self.catalogue.problem})" if self.catalogue.problem else ""
+            print(f"gateway: Triton at {self.options.triton_url} serves {names}{problem}", flush=True)
         except GatewayError as exc:  # Triton may come up later; the first request reads the catalogue again
             print(f"gateway: {exc.message}; will retry on the first request", flush=True)
         try:

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from tritongen.errors import GatewayError
 
-__all__ = ["error_response", "from_triton", "model_not_found", "unsupported_route"]
+__all__ = ["error_response", "from_triton", "model_not_found", "unavailable", "unsupported_route"]
 
 # gRPC status -> (HTTP status, OpenAI error type). Triton answers a bad request with INVALID_ARGUMENT, an
 # overloaded or stopping server with UNAVAILABLE; a server that is down never answers (UNAVAILABLE too).
@@ -41,6 +41,11 @@ def from_triton(model: str, status: str | None, message: str | None) -> GatewayE
         text = f"the Triton server is not reachable ({text})"
     code = {400: "invalid_input", 404: "model_not_found", 429: "overloaded", 503: "unavailable", 504: "timeout"}
     return GatewayError(http, f"`{model}`: {text}", type=kind, code=code.get(http, "upstream_error"))
+
+
+def unavailable(message: str) -> GatewayError:
+    """503: the gateway cannot serve now (Triton not ready, the served ensembles unknown)."""
+    return GatewayError(503, message, type="server_error", code="unavailable")
 
 
 def model_not_found(model: str, served: list[str]) -> GatewayError:

@@ -3,16 +3,18 @@
 An ensemble is described by its config (inputs, outputs, ``max_batch_size``, its steps) and by its steps'
 configs (``normalize``, ``max_length``, ``tokenizer_file``, ``labels_file`` parameters). Where the gateway can
 read the repository folder, it also loads the tokenizer step's ``tokenizer.json`` (for ``/tokenize`` and honest
-token counts) and the labels (for ``/predict``). :class:`Catalogue` resolves all of it once at start and again
-when a request names a model it does not know.
+token counts) and the labels (for ``/predict``). :class:`Catalogue` resolves all of it at start, again at most
+once a second when asked (``/health``, ``/v1/models``), and looks up a model a request names that it does not
+know. Which names to ask Triton about is :mod:`tritongen.gateway.discovery`'s business.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,11 +22,11 @@ from typing import Any
 from tritongen.errors import GatewayError
 from tritongen.gateway.errors import model_not_found, unsupported_route
 
-__all__ = ["ROUTES", "Catalogue", "ModelInfo", "describe_models"]
+__all__ = ["ROUTES", "Catalogue", "Fetch", "ModelInfo", "Names", "describe_models"]
 
 # Route -> what it needs of an ensemble, for the 400 that says why an ensemble cannot serve it.
 ROUTES = ("embeddings", "rerank", "predict", "tokenize")
-_REFRESH_INTERVAL_S = 1.0  # a stream of unknown names must not turn into a stream of config reads
+_REFRESH_INTERVAL_S = 1.0  # health probes and /v1/models calls share one read of the configs a second
 
 
 @dataclass(frozen=True)
@@ -102,9 +104,15 @@ def _step_file(repository: Path | None, step: str, version: int | None, filename
 def _load_tokenizer(path: Path | None, max_length: str | None) -> Any:
     if path is None:
         return None
+    return _tokenizer(str(path), path.stat().st_mtime_ns, max_length)
+
+
+@functools.lru_cache(maxsize=32)
+def _tokenizer(path: str, mtime_ns: int, max_length: str | None) -> Any:
+    """Read once per file version: health probes refresh the catalogue every few seconds, the file rarely changes."""
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer = Tokenizer.from_file(path)
     tokenizer.no_padding()
     if max_length:
         tokenizer.enable_truncation(int(max_length))
@@ -147,19 +155,23 @@ def describe_models(
     return models
 
 
-class Catalogue:
-    """The served ensembles, resolved once and refreshed when a request names one it does not know."""
+Names = Callable[[], Awaitable[list[str]]]
+Fetch = Callable[[Collection[str]], Awaitable[tuple[dict[str, Any], dict[str, int]]]]
 
-    def __init__(
-        self,
-        fetch: Callable[[], Awaitable[tuple[dict[str, Any], dict[str, int]]]],
-        repository: Path | None,
-        default: str | None = None,
-    ) -> None:
-        self._fetch, self._repository, self._default = fetch, repository, default
+
+class Catalogue:
+    """The served ensembles: read at start, refreshed on demand, and looked up when a request names another.
+
+    ``names()`` says which ensembles to look for (it may fail: listing them can need the admin key);
+    ``fetch(names)`` reads the configs and versions of those Triton serves.
+    """
+
+    def __init__(self, names: Names, fetch: Fetch, repository: Path | None, default: str | None = None) -> None:
+        self._names, self._fetch, self._repository, self._default = names, fetch, repository, default
         self._models: dict[str, ModelInfo] = {}
         self._lock = asyncio.Lock()
         self._refreshed_at = float("-inf")
+        self.problem: str | None = None  # why the last refresh could not list the served ensembles
 
     @property
     def models(self) -> dict[str, ModelInfo]:
@@ -167,22 +179,40 @@ class Catalogue:
         return self._models
 
     async def refresh(self, *, force: bool = True) -> None:
-        """Read the model configs from Triton again (at most once a second unless ``force``)."""
+        """Read the served ensembles from Triton again (at most once a second unless ``force``).
+
+        When they cannot be listed, the ones already known and the default are still read, so that a
+        gateway without the admin key keeps serving the models it was told about; with none, it raises.
+        """
         async with self._lock:
             if not force and time.monotonic() - self._refreshed_at < _REFRESH_INTERVAL_S:
                 return
-            configs, versions = await self._fetch()
+            known = {*self._models, *([self._default] if self._default else [])}
+            try:
+                names, self.problem = {*await self._names(), *known}, None
+            except GatewayError as exc:
+                self.problem = exc.message
+                if not known:
+                    raise
+                names = known
+            configs, versions = await self._fetch(names)
             self._models = describe_models(configs, versions, self._repository)
             self._refreshed_at = time.monotonic()
+
+    async def lookup(self, name: str) -> ModelInfo | None:
+        """Ask Triton for ``name`` alone (its config is open to every client); remember it if served."""
+        async with self._lock:
+            configs, versions = await self._fetch([name])
+            found = describe_models(configs, versions, self._repository).get(name)
+            if found is not None:
+                self._models = {**self._models, name: found}
+            return found
 
     async def resolve(self, name: str | None, route: str, label: str) -> ModelInfo:
         """The ensemble ``name`` (or the default for ``route``), checked to serve it; ``label`` names the route."""
         if name is None:
             return await self._default_for(route, label)
-        model = self._models.get(name)
-        if model is None:
-            await self.refresh(force=False)
-            model = self._models.get(name)
+        model = self._models.get(name) or await self.lookup(name)
         if model is None:
             raise model_not_found(name, list(self._models))
         why = model.why_not(route)

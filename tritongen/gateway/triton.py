@@ -2,13 +2,15 @@
 
 :meth:`TritonClient.infer` sends one request's texts (split into ``max_batch_size`` chunks, sent at once,
 which Triton's dynamic batcher then batches with other requests) and returns the asked outputs as arrays;
-every failure becomes an :class:`~tritongen.gateway.errors.GatewayError`.
+every failure becomes an :class:`~tritongen.gateway.errors.GatewayError`. :meth:`TritonClient.configs` reads
+the served ensembles' configs through the open model config and metadata APIs; only
+:meth:`TritonClient.model_index` needs the admin key (:mod:`tritongen.gateway.discovery` says when).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,21 +57,46 @@ class TritonClient:
         except InferenceServerException:
             return False
 
-    async def configs(self) -> tuple[dict[str, Any], dict[str, int]]:
-        """Every ready model's config, and its newest ready version (the repository index)."""
+    async def model_index(self, headers: Mapping[str, str]) -> list[str]:
+        """The ready models' names, from the repository index: ``serve`` restricts it to the admin key (``headers``)."""
         try:
-            index = await self._client.get_model_repository_index(client_timeout=self._timeout)
-            ready: dict[str, int] = {}
-            for entry in index.models:
-                if entry.state == "READY":
-                    version = int(entry.version) if entry.version.isdigit() else 0
-                    ready[entry.name] = max(version, ready.get(entry.name, 0))
-            answers = await asyncio.gather(
-                *(self._client.get_model_config(name, client_timeout=self._timeout) for name in ready)
-            )
+            index = await self._client.get_model_repository_index(headers=dict(headers), client_timeout=self._timeout)
         except InferenceServerException as exc:
             raise from_triton("model repository", exc.status(), exc.message()) from None
-        return {name: answer.config for name, answer in zip(ready, answers)}, ready
+        return sorted({entry.name for entry in index.models if entry.state == "READY"})
+
+    async def configs(self, names: Iterable[str]) -> tuple[dict[str, Any], dict[str, int]]:
+        """The config and newest ready version of each of ``names`` that Triton serves, and of its steps.
+
+        Model config and metadata are open APIs, unlike the repository index. A name Triton does not
+        serve (never loaded, unloaded, failed to load) is left out; an ensemble's steps are read with it.
+        """
+        configs: dict[str, Any] = {}
+        versions: dict[str, int] = {}
+        asked: set[str] = set()
+        pending = sorted(set(names))
+        while pending:
+            asked.update(pending)
+            answers = await asyncio.gather(*(self._model(name) for name in pending))
+            found = {name: answer for name, answer in zip(pending, answers) if answer is not None}
+            for name, (config, version) in found.items():
+                configs[name], versions[name] = config, version
+            steps = {step.model_name for config, _ in found.values() for step in config.ensemble_scheduling.step}
+            pending = sorted(steps - asked)
+        return configs, versions
+
+    async def _model(self, name: str) -> tuple[Any, int] | None:
+        """``name``'s config and newest ready version, or None when Triton does not serve it."""
+        try:
+            config, metadata = await asyncio.gather(
+                self._client.get_model_config(name, client_timeout=self._timeout),
+                self._client.get_model_metadata(name, client_timeout=self._timeout),
+            )
+        except InferenceServerException as exc:
+            if exc.status() == "StatusCode.NOT_FOUND" or "unknown model" in (exc.message() or ""):
+                return None
+            raise from_triton(name, exc.status(), exc.message()) from None
+        return config.config, max((int(v) for v in metadata.versions if v.isdigit()), default=0)
 
     async def infer(
         self,
