@@ -63,8 +63,8 @@ def test_package_copies_only_the_pinned_version_when_a_rollback_pinned_the_confi
     _pin_steps(repo, 1)
     out = tmp_path / "pkg"
     assert main(["package", "demo", "--repository", str(repo), "--output", str(out)]) == 0
-    assert "Packaged version 1 of `demo`" in capsys.readouterr().out
     assert _versions(out) == {step: ["1", "config.pbtxt"] for step in STEPS}
+    assert "Packaged version 1 of `demo`" in capsys.readouterr().out
     assert (out / "model_repository" / "demo_model" / "1" / "payload.bin").read_bytes() == b"x"
     assert (out / "model_repository" / "demo" / "config.pbtxt").read_text() == (
         repo / "demo" / "config.pbtxt"
@@ -75,8 +75,8 @@ def test_package_copies_only_the_newest_version_when_no_config_pins_one(repo, tm
     _second_version(repo)
     out = tmp_path / "pkg"
     assert main(["package", "demo", "--repository", str(repo), "--output", str(out)]) == 0
-    assert "Packaged version 2 of `demo`" in capsys.readouterr().out
     assert _versions(out) == {step: ["2", "config.pbtxt"] for step in STEPS}
+    assert "Packaged version 2 of `demo`" in capsys.readouterr().out
 
 
 def test_package_refuses_in_one_line_when_the_models_would_serve_different_versions(repo, tmp_path, capsys):

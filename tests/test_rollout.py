@@ -283,10 +283,10 @@ def _ready(serve: ServeProcess, repository) -> set[tuple[str, str]]:
 def test_package_ships_only_the_version_a_rollback_left_serving(switched, repository, tmp_path, capsys):
     out = tmp_path / "pkg"
     assert main(["package", NAME, "--repository", str(repository), "--output", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert f"Packaged version 1 of `{NAME}`" in printed, printed
     for folder in sorted((out / "model_repository").iterdir()):
         assert sorted(p.name for p in folder.iterdir()) == ["1", "config.pbtxt"], folder
+    printed = capsys.readouterr().out
+    assert f"Packaged version 1 of `{NAME}`" in printed, printed
     # The rollback pinned the configs on disk: a restart, or the image, serves version 1 whatever else is built.
     ensemble = (repository / NAME / "config.pbtxt").read_text()
     assert "model_version: 1" in ensemble and "model_version: -1" not in ensemble
