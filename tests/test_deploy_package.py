@@ -37,12 +37,66 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-def _wire(root: Path, steps: tuple[str, ...]) -> None:
-    """The ensemble's config names its steps: the package takes the folders it wires."""
-    wired = "".join(f'step {{ model_name: "{step}" model_version: -1 }} ' for step in steps)
+def _wire(root: Path, steps: tuple[str, ...], version: int = -1, policy: str = "") -> None:
+    """The ensemble's config names its steps: the package takes the folders it wires (``version``: their pin)."""
+    wired = "".join(f'step {{ model_name: "{step}" model_version: {version} }} ' for step in steps)
     (root / "demo" / "config.pbtxt").write_text(
-        f'name: "demo"\nplatform: "ensemble"\nensemble_scheduling {{ {wired}}}\n'
+        f'name: "demo"\nplatform: "ensemble"\n{policy}ensemble_scheduling {{ {wired}}}\n'
     )
+
+
+def _second_version(root: Path) -> None:
+    """Version 2 of every model folder, as a second build adds it."""
+    for step in STEPS:
+        (root / step / "2").mkdir()
+        (root / step / "2" / "payload.bin").write_bytes(b"y")
+
+
+def _pin_steps(root: Path, version: int) -> None:
+    """The step configs as a roll-out leaves them: one specific version."""
+    for step in STEPS[1:]:
+        policy = f"version_policy {{ specific {{ versions: {version} }} }}"
+        (root / step / "config.pbtxt").write_text(f'name: "{step}"\n{policy}\n')
+
+
+def _versions(out: Path) -> dict[str, list[str]]:
+    return {f.name: sorted(p.name for p in f.iterdir()) for f in (out / "model_repository").iterdir()}
+
+
+def test_package_copies_only_the_pinned_version_when_a_rollback_pinned_the_configs(repo, tmp_path, capsys):
+    _second_version(repo)
+    _wire(repo, STEPS[1:], version=1, policy="version_policy { specific { versions: 1 } }\n")
+    _pin_steps(repo, 1)
+    out = tmp_path / "pkg"
+    assert main(["package", "demo", "--repository", str(repo), "--output", str(out)]) == 0
+    assert _versions(out) == {step: ["1", "config.pbtxt"] for step in STEPS}
+    assert "Packaged version 1 of `demo`" in capsys.readouterr().out
+    assert (out / "model_repository" / "demo_model" / "1" / "payload.bin").read_bytes() == b"x"
+    assert (out / "model_repository" / "demo" / "config.pbtxt").read_text() == (
+        repo / "demo" / "config.pbtxt"
+    ).read_text()
+
+
+def test_package_copies_only_the_newest_version_when_no_config_pins_one(repo, tmp_path, capsys):
+    _second_version(repo)
+    out = tmp_path / "pkg"
+    assert main(["package", "demo", "--repository", str(repo), "--output", str(out)]) == 0
+    assert _versions(out) == {step: ["2", "config.pbtxt"] for step in STEPS}
+    assert "Packaged version 2 of `demo`" in capsys.readouterr().out
+
+
+def test_package_refuses_in_one_line_when_the_models_would_serve_different_versions(repo, tmp_path, capsys):
+    _second_version(repo)
+    _wire(repo, STEPS[1:], version=1)  # the ensemble calls version 1, but the steps load only their newest, 2
+    assert main(["package", "demo", "--repository", str(repo), "--output", str(tmp_path / "pkg")]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(errors) == 1 and "does not load version 1, which `demo` calls" in errors[0], errors
+    assert "roll `demo` out or back to one built version" in errors[0]
+    assert not (tmp_path / "pkg").exists()
+    _wire(repo, STEPS[1:])
+    _pin_steps(repo, 1)  # every step pinned to 1, the ensemble itself at its newest, 2
+    with pytest.raises(DeployError, match=r"serve different versions \(`demo` 2, `demo_model` 1"):
+        write_package("demo", repo, tmp_path / "pkg")
 
 
 def test_package_takes_the_three_folders_of_a_folded_ensemble(repo, tmp_path):

@@ -4,13 +4,16 @@ Version 1 of `cls` is built from one tiny checkpoint and served; version 2, from
 other weights, is built while it serves. Sixteen client threads (eight gRPC, eight HTTP) keep
 requests in flight through a roll-out and a rollback (`python -m tritongen rollout|rollback`, which
 read the key file serve wrote). perf_analyzer cannot say which version answered each request,
-hence the threads; the test prints p99 latency during the switches and outside them.
+hence the threads; the test prints p99 latency during the switches and outside them. The tests of what
+a rollback leaves behind (the repository's configs, the ensemble's metadata, a stub's recovery) run after
+those switches, whatever order they run in: the switches are a module fixture.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -27,8 +30,10 @@ from tests.deployment import ROOT, ServeProcess, deployment_pids
 from tritongen.admin import default_key_file, grpc_headers, http_headers
 from tritongen.build import build_repository
 from tritongen.canary import CANARY_FILE
+from tritongen.cli import main
 from tritongen.server import server_environment
 from tritongen.spec import BuildSpec
+from tritongen.supervisor import STUB_NAME
 
 pytestmark = pytest.mark.e2e
 
@@ -36,6 +41,7 @@ NAME = "cls"
 CONCURRENCY = 16
 STEADY = 1500  # requests outside the switches: before, between and after them
 TEXTS = [f"request text number {i}, with a few words" for i in range(8)]
+RECOVERY_BOUND_S = 120  # a guard against a hang, not a measure: a stub's model reloads in seconds
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +52,9 @@ def repository(tmp_path_factory, tiny_factory, builds):
 
 @pytest.fixture(scope="module")
 def served(repository, tiny_factory, tmp_path_factory):
-    with ServeProcess(repository, tmp_path_factory.mktemp("serve") / "serve.log") as serve:
+    # A short grace: Triton 24.10 never finishes unloading a version whose stub was killed (the last test
+    # here kills one), so its shutdown would wait out the whole grace period.
+    with ServeProcess(repository, tmp_path_factory.mktemp("serve") / "serve.log", grace_period=3) as serve:
         # Version 2 (other weights) appears while version 1 serves, as it does in production.
         build_repository(BuildSpec(model=str(tiny_factory("bert", seed=1)), name=NAME, repository=repository))
         yield serve
@@ -154,7 +162,24 @@ def test_restricted_apis_refuse_an_unload_without_the_key_while_inference_stays_
     assert key not in served.output()
 
 
-def test_rollout_and_rollback_under_load_fail_no_request_and_switch_the_outputs(served):
+@dataclass
+class _Switches:
+    """A roll-out to version 2 and a rollback to 1 under load: each version's answers and every outcome."""
+
+    v1: dict[str, tuple[float, ...]]
+    v2: dict[str, tuple[float, ...]]
+    out: subprocess.CompletedProcess[str]
+    back: subprocess.CompletedProcess[str]
+    outcomes: list[_Outcome]
+    started: float
+    rolled_out: float
+    back_started: float
+    rolled_back: float
+
+
+@pytest.fixture(scope="module")
+def switched(served) -> _Switches:
+    """The module's roll-out and rollback, done once: the tests of what a rollback leaves find version 1 serving."""
     v1 = _probabilities(served.grpc_url)
     with _Load(served) as load:
         load.wait_for(STEADY)
@@ -169,24 +194,30 @@ def test_rollout_and_rollback_under_load_fail_no_request_and_switch_the_outputs(
         rolled_back = time.monotonic()
         assert back.returncode == 0, back.stdout + back.stderr
         load.wait_for(len(load.outcomes) + STEADY)
-    outcomes = list(load.outcomes)
+    return _Switches(v1, v2, out, back, list(load.outcomes), started, rolled_out, back_started, rolled_back)
+
+
+def test_rollout_and_rollback_under_load_fail_no_request_and_switch_the_outputs(switched):
+    s = switched
+    v1, v2, outcomes = s.v1, s.v2, s.outcomes
     failures = [o for o in outcomes if o.error]
     assert failures == [], failures[:5]
     assert all(v1[t] != v2[t] for t in TEXTS), (v1, v2)
-    assert "now serves version 2 (was 1)" in out.stdout and "now serves version 1 (was 2)" in back.stdout
+    assert "now serves version 2 (was 1)" in s.out.stdout and "now serves version 1 (was 2)" in s.back.stdout
     for o in outcomes:
-        if o.done < started:
+        if o.done < s.started:
             assert o.answer == v1[o.text], o
-        elif rolled_out < o.sent and o.done < back_started:
+        elif s.rolled_out < o.sent and o.done < s.back_started:
             assert o.answer == v2[o.text], o
-        elif o.sent > rolled_back:
+        elif o.sent > s.rolled_back:
             assert o.answer == v1[o.text], o
         else:  # in flight during a switch: one version or the other, never a mix
             assert o.answer in (v1[o.text], v2[o.text]), o
 
     def switching(o: _Outcome) -> bool:
         return any(
-            o.done >= begin and o.sent <= end for begin, end in ((started, rolled_out), (back_started, rolled_back))
+            o.done >= begin and o.sent <= end
+            for begin, end in ((s.started, s.rolled_out), (s.back_started, s.rolled_back))
         )
 
     steady = [o for o in outcomes if not switching(o)]
@@ -194,7 +225,7 @@ def test_rollout_and_rollback_under_load_fail_no_request_and_switch_the_outputs(
     saw_new = sum(o.answer == v2[o.text] for o in outcomes)
     print(
         f"\n{len(outcomes)} requests at concurrency {CONCURRENCY}, 0 failed, {saw_new} answered by version 2; "
-        f"rollout {rolled_out - started:.1f}s, rollback {rolled_back - back_started:.1f}s; "
+        f"rollout {s.rolled_out - s.started:.1f}s, rollback {s.rolled_back - s.back_started:.1f}s; "
         f"p99 steady {_p99_ms(steady):.0f} ms ({len(steady)} requests), "
         f"during the switches {_p99_ms(during):.0f} ms ({len(during)} requests)"
     )
@@ -236,3 +267,59 @@ def test_rollout_is_refused_without_the_key(served, tmp_path):
     assert result.returncode == 2, result.stdout + result.stderr
     assert "restricted" in result.stderr
     assert not os.environ.get("TRITONGEN_ADMIN_KEY")  # the tests rely on the key file serve wrote
+
+
+def _ready(serve: ServeProcess, repository) -> set[tuple[str, str]]:
+    """(model, version) of every READY version, from the repository index (the admin key serve wrote)."""
+    client = httpclient.InferenceServerClient(serve.http_url)
+    try:
+        key = default_key_file(repository).read_text().strip()
+        index = client.get_model_repository_index(headers=http_headers(key))
+    finally:
+        client.close()
+    return {(row["name"], row["version"]) for row in index if row.get("state") == "READY"}
+
+
+def test_package_ships_only_the_version_a_rollback_left_serving(switched, repository, tmp_path, capsys):
+    out = tmp_path / "pkg"
+    assert main(["package", NAME, "--repository", str(repository), "--output", str(out)]) == 0
+    for folder in sorted((out / "model_repository").iterdir()):
+        assert sorted(p.name for p in folder.iterdir()) == ["1", "config.pbtxt"], folder
+    printed = capsys.readouterr().out
+    assert f"Packaged version 1 of `{NAME}`" in printed, printed
+    # The rollback pinned the configs on disk: a restart, or the image, serves version 1 whatever else is built.
+    ensemble = (repository / NAME / "config.pbtxt").read_text()
+    assert "model_version: 1" in ensemble and "model_version: -1" not in ensemble
+
+
+def test_ensemble_metadata_names_the_version_a_rollback_left_serving(switched, served, repository):
+    client = httpclient.InferenceServerClient(served.http_url)
+    try:
+        metadata = client.get_model_metadata(NAME)
+    finally:
+        client.close()
+    assert metadata["versions"] == ["1"], metadata
+    assert (NAME, "1") in _ready(served, repository) and (NAME, "2") not in _ready(served, repository)
+
+
+def _stub_pid(repository, model: str, version: int) -> int:
+    """The pid of the stub running ``version`` of ``model`` (its model file is the stub's first argument)."""
+    wanted = f"/{model}/{version}/model.py"
+    for pid in deployment_pids(repository):
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace").split("\0")
+        if argv[0].endswith(STUB_NAME) and argv[1].endswith(wanted) and argv[8] != model:
+            return pid
+    raise AssertionError(f"no stub runs {model} version {version}")
+
+
+# Last in the module: a killed stub's version never finishes unloading in Triton 24.10.
+def test_supervisor_reloads_only_the_serving_version_when_a_stub_dies_after_a_rollback(switched, served, repository):
+    model = f"{NAME}_tokenizer"
+    assert {v for m, v in _ready(served, repository) if m == model} == {"1"}
+    os.kill(_stub_pid(served.repository, model, 1), signal.SIGKILL)
+    deadline = time.monotonic() + RECOVERY_BOUND_S
+    while f"reloaded `{model}`" not in served.output() or served.health() != 200:
+        assert time.monotonic() < deadline, served.output()[-3000:]
+        time.sleep(0.2)
+    assert {v for m, v in _ready(served, repository) if m == model} == {"1"}, served.output()[-3000:]
+    assert _probabilities(served.grpc_url) == switched.v1

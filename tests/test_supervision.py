@@ -25,23 +25,31 @@ ensemble_scheduling { step [{ model_name: "demo_tokenizer", model_version: -1 }]
 
 
 class _FakeRepositoryAPI:
-    """Records unload/load calls; ``failures`` loads fail first."""
+    """Records unload/load calls and the configs loaded; ``failures`` loads fail first.
 
-    def __init__(self, models: list[str], failures: int = 0) -> None:
-        self.models, self.failures, self.calls = models, failures, []
+    ``served`` is the version policy the server reports; ``unloaded`` versions are listed as UNAVAILABLE.
+    """
+
+    def __init__(self, models: list[str], failures: int = 0, served=(1,), unloaded=()) -> None:
+        self.models, self.failures, self.calls, self.loaded = models, failures, [], []
+        self.served, self.unloaded = list(served), list(unloaded)
 
     def get_model_repository_index(self) -> list[dict]:
-        return [{"name": m, "version": "1", "state": "READY"} for m in self.models]
+        ready = [{"name": m, "version": "1", "state": "READY"} for m in self.models]
+        return ready + [
+            {"name": m, "version": str(v), "state": "UNAVAILABLE"} for m in self.models for v in self.unloaded
+        ]
 
     def unload_model(self, name: str) -> None:
         self.calls.append(("unload", name))
 
     def get_model_config(self, name: str) -> dict:
-        return {"name": name, "version_policy": {"specific": {"versions": [1]}}}
+        return {"name": name, "version_policy": {"specific": {"versions": self.served}}}
 
     def load_model(self, name: str, config: str | None = None) -> None:
         assert config is None or json.loads(config)["name"] == name  # reloaded with the config it was served with
         self.calls.append(("load", name))
+        self.loaded.append(json.loads(config) if config else None)
         if self.failures:
             self.failures -= 1
             raise RuntimeError("load failed")
@@ -91,6 +99,16 @@ def test_supervisor_reloads_the_model_when_its_stub_dies(fake_stub):
     assert api.calls == [("unload", "demo_tokenizer"), ("load", "demo_tokenizer")]
     assert len(lines) == 1 and "demo_tokenizer_0_0" in lines[0] and "reloaded `demo_tokenizer`" in lines[0]
     assert supervisor.check() == []  # one recovery per death
+
+
+def test_supervisor_reloads_only_the_loaded_versions_when_the_served_config_names_more(fake_stub):
+    """After a roll-out to 2 and a rollback to 1, Triton still reports the roll-out's `specific [1, 2]` policy."""
+    _wait_for_stub(os.getpid())
+    api = _FakeRepositoryAPI(["demo_tokenizer"], served=(1, 2), unloaded=(2,))
+    supervisor = Supervisor(os.getpid(), api, log=lambda line: None)
+    _kill(fake_stub)
+    assert supervisor.check() == ["demo_tokenizer"]
+    assert api.loaded == [{"name": "demo_tokenizer", "version_policy": {"specific": {"versions": [1]}}}]
 
 
 def test_supervisor_retries_when_a_reload_fails(fake_stub):

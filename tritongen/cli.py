@@ -270,11 +270,14 @@ def _publish(args: argparse.Namespace) -> None:
 def _package(args: argparse.Namespace) -> None:
     from tritongen.deploy import TritonArgs, write_package
     from tritongen.deploy.gateway import GATEWAY_PORT
+    from tritongen.deploy.package import packaged_version
 
     server = TritonArgs(exit_timeout_secs=args.exit_timeout)
     out = write_package(
         args.name, args.repository, args.output, force=args.force, args=server, image=args.image, gateway=args.gateway
     )  # fmt: skip
+    version = packaged_version(args.repository, args.name)
+    print(f"Packaged version {version} of `{args.name}`: the version the configs in {args.repository} serve")
     gateway = f", the gateway on :{GATEWAY_PORT} (key: TRITONGEN_GATEWAY_KEY)" if args.gateway else ""
     print(
         f"Wrote {out}: docker compose -f {out}/compose.yaml up --build (Grafana on :3000, Prometheus on :9090{gateway})"

@@ -1,19 +1,22 @@
 """Bring another version of a deployment into service while the server keeps answering.
 
-The sequence (:func:`switch`), with Triton's repository API and config overrides only (the
-files on disk are never rewritten):
+The sequence (:func:`switch`), with Triton's repository API and config overrides, the files on
+disk untouched until the server serves one version again:
 
-1. pin each step, then the ensemble's steps, to the serving version ``old`` (config overrides;
+1. pin each step, then the ensemble and its steps, to the serving version ``old`` (config overrides;
    a step is always loaded again right before an ensemble load, see ``pin_ensemble``);
 2. load each step with ``version_policy: specific [old, new]``: ``new`` loads and warms up
    beside ``old``, which keeps serving;
 3. canary: the parity texts go through the steps of ``new`` directly (``model_version``), and
    the model step's outputs must match what the build recorded (:mod:`tritongen.canary`);
 4. load the steps with ``[old, new]`` again, then pin the ensemble to ``new`` (traffic moves);
-5. load each step with ``specific [new]``: ``old`` is unloaded, after ``new`` answered.
+5. load each step with ``specific [new]``: ``old`` is unloaded, after ``new`` answered;
+6. write the same pinned configs to disk (:func:`tritongen.pins.pin`), so that a restart, an
+   image (``tritongen package``) or a published copy serves ``new`` too.
 
-Any failure before 4 reloads the steps with ``old`` only and raises :class:`RolloutError`,
-so the old version keeps serving. A rollback is the same switch back to the previous version.
+Any failure before 4 reloads the steps with ``old`` only, pins the configs on disk to it and
+raises :class:`RolloutError`, so the old version keeps serving. A rollback is the same switch
+back to the previous version.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import numpy as np
 from tritongen.canary import CANARY_FILE, Canary, compare
 from tritongen.configs import config_json, read_config, served_steps
 from tritongen.errors import RepositoryError, RolloutError, describe
+from tritongen.pins import pin, pinned
 from tritongen.repository import existing_versions
 
 __all__ = ["Switch", "rollback", "rollout", "serving_version", "switch"]
@@ -109,20 +113,23 @@ class _Deployment:
         after that load was stamped; so each step must have been loaded again (same override)
         after its versions first loaded, or the pins would point at unloaded versions, and a
         failed ensemble load leaves no ensemble at all.
+
+        The ensemble itself loads version ``version`` (``specific``), not its disk policy's newest:
+        Triton 2.51 reports an ensemble's loaded versions as its versions (``/v2/models/NAME``), so
+        after a rollback the metadata would name a version that no longer serves. Its version folders
+        share one wiring (the build refuses another), and Triton unloads the old version only once
+        the new one is loaded, so traffic never finds no ensemble. A fresh ensemble version would
+        need a folder written under traffic and numbers no longer matching the builds'.
         """
-        config = type(self.configs["ensemble"])()
-        config.CopyFrom(self.configs["ensemble"])
-        for step in config.ensemble_scheduling.step:
-            step.model_version = version
-        self.client.load_model(self.name, config=config_json(config))
+        self.client.load_model(self.name, config=config_json(pinned(self.configs["ensemble"], [version])))
 
     def load_steps(self, versions: list[int]) -> None:
         for step in self.steps:
-            config = type(self.configs[step])()
-            config.CopyFrom(self.configs[step])
-            config.version_policy.Clear()
-            config.version_policy.specific.versions.extend(sorted(set(versions)))
-            self.client.load_model(_model(self.name, step), config=config_json(config))
+            self.client.load_model(_model(self.name, step), config=config_json(pinned(self.configs[step], versions)))
+
+    def record(self, version: int) -> None:
+        """Pin the configs on disk to ``version``, the one the server now serves (see :mod:`tritongen.pins`)."""
+        pin(self.repository, {_model(self.name, step): config for step, config in self.configs.items()}, version)
 
     def canary(self, version: int) -> str | None:
         """Send the recorded texts through the steps of ``version``; None when it answers as recorded."""
@@ -195,15 +202,26 @@ def switch(
             f"pinning `{name}` to version {new} failed: {_error(exc)}; version {old} still serves"
         ) from None
     deployment.load_steps([new])
-    log(f"`{name}`: version {new} serves; version {old} unloaded")
+    try:
+        deployment.record(new)
+    except RepositoryError as exc:  # the switch is done: say which version serves, and what a restart would miss
+        raise RepositoryError(
+            f"`{name}` serves version {new}, but {exc.message}; a restart would serve another version", path=exc.path
+        ) from None
+    log(f"`{name}`: version {new} serves; version {old} unloaded; the configs in {repository} name it")
     return Switch(name, old, new)
 
 
 def _restore(deployment: _Deployment, old: int, log: Callable[[str], None]) -> None:
-    """Steps back to ``old`` only, then the ensemble pinned to it (a failed ensemble load leaves none)."""
+    """Steps back to ``old`` only, then the ensemble pinned to it (a failed ensemble load leaves none).
+
+    The configs on disk are pinned to ``old`` too: a build published ``new`` as the newest version, and a
+    restart would otherwise serve the version that just failed.
+    """
     try:
         deployment.load_steps([old])
         deployment.pin_ensemble(old)
+        deployment.record(old)
     except Exception as exc:  # the switch already failed: say so, and keep the first error
         log(f"`{deployment.name}`: restoring version {old} failed too: {_error(exc)}")
 

@@ -6,8 +6,9 @@ backend answers every later request with "Stub process ... is not healthy" and n
 restarts it, while ``/v2/health/ready`` still says 200. :class:`Supervisor` watches the stubs
 in ``/proc`` and, when one dies, reloads its model through the repository API: an unload
 and a load, since a load of an unchanged, loaded model is a no-op in Triton 2.51. The load
-passes the configuration the server was using, so that the versions a roll-out pinned stay
-loaded. Triton then reloads the ensembles that use the model by itself.
+passes the configuration the server was using, with the versions that were loaded (READY)
+as its policy, so that a roll-out's pins stay and nothing it unloaded comes back. Triton then
+reloads the ensembles that use the model by itself.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class Supervisor(threading.Thread):
         self.recoveries: list[tuple[str, float]] = []  # (model, seconds from detection to loaded)
         self._known: dict[str, Stub] = stubs_of(server_pid)
         self._pending: dict[str, tuple[int, float]] = {}  # model -> (failed attempts, monotonic time of the next)
+        self._configs: dict[str, str] = {}  # model -> the config of its first attempt, for retries once unloaded
         self._halt = threading.Event()
 
     def stop(self) -> None:
@@ -153,10 +155,31 @@ class Supervisor(threading.Thread):
         index: Iterable[dict] = self.client.get_model_repository_index()  # type: ignore[attr-defined]
         return any(row.get("name") == model and row.get("state") == "READY" for row in index)
 
+    def _serving_config(self, model: str) -> str:
+        """The config ``model`` serves with, its version policy replaced by the versions loaded now (JSON).
+
+        Triton 2.51 keeps in each loaded version the config it was created with, and a load that changes
+        only the version policy keeps the versions it still wants as they are: after a roll-out and a
+        rollback, the config the server reports still says the roll-out's ``specific [old, new]``, and
+        reloading with it would bring the version the rollback unloaded back.
+        """
+        config = self.client.get_model_config(model)  # type: ignore[attr-defined]
+        index: Iterable[dict] = self.client.get_model_repository_index()  # type: ignore[attr-defined]
+        ready = {
+            int(row["version"])
+            for row in index
+            if row.get("name") == model and row.get("state") == "READY" and row.get("version")
+        }
+        if ready:
+            config["version_policy"] = {"specific": {"versions": sorted(ready)}}
+        return json.dumps(config)
+
     def _reload(self, model: str, cause: str) -> bool:
         start = time.monotonic()
         try:
-            config = json.dumps(self.client.get_model_config(model))  # type: ignore[attr-defined]
+            if model not in self._configs:  # once unloaded, a model has no config to read back
+                self._configs[model] = self._serving_config(model)
+            config = self._configs[model]
             self.client.unload_model(model)  # type: ignore[attr-defined]
             self.client.load_model(model, config=config)  # type: ignore[attr-defined]
         except Exception as exc:  # tritonclient's InferenceServerException and transport errors
@@ -164,6 +187,7 @@ class Supervisor(threading.Thread):
             self.log(f"supervisor: {cause}; reloading `{model}` failed: {message}")
             return False
         took = time.monotonic() - start
+        self._configs.pop(model, None)
         self.recoveries.append((model, took))
         self.log(f"supervisor: {cause}; reloaded `{model}` in {took:.1f}s")
         return True

@@ -3,11 +3,12 @@
 Each step of an ensemble is a :class:`ModelConfig` (a Python step, an ONNX Runtime model, a TensorRT
 plan, the ensemble itself). :func:`to_proto` builds ``model_config_pb2.ModelConfig`` section by section
 (``_set_tensors``, ``_set_batching``, ``_set_instance_group``, ...), as pytriton's generator does, and
-:func:`to_text` writes it with ``text_format`` under a one-line header. There is no template: what a
-config can say is what these classes can hold, and the schema is Triton's.
+:func:`to_text` writes it with ``text_format`` under a one-line header (:func:`message_text`, which also
+writes a config read back from disk). There is no template: what a config can say is what these classes
+can hold, and the schema is Triton's.
 
 ``max_batch_size: 0`` is a real value (whole requests, no batching); protobuf omits zero scalars when
-printing, so :func:`to_text` writes it explicitly.
+printing, so :func:`message_text` writes it explicitly.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "TimeoutAction",
     "VersionPolicy",
     "Warmup",
+    "message_text",
     "to_proto",
     "to_text",
 ]
@@ -262,10 +264,15 @@ def to_proto(config: ModelConfig) -> mc.ModelConfig:
 
 def to_text(config: ModelConfig) -> str:
     """``config.pbtxt`` text: a comment line, then the message (``max_batch_size: 0`` kept explicit)."""
-    body = text_format.MessageToString(to_proto(config), use_short_repeated_primitives=True)
-    if config.max_batch_size == 0:
+    return message_text(to_proto(config), config.comment)
+
+
+def message_text(proto: mc.ModelConfig, comment: str = "") -> str:
+    """``config.pbtxt`` text of a parsed or built message, under a ``# comment`` line when one is given."""
+    body = text_format.MessageToString(proto, use_short_repeated_primitives=True)
+    if proto.max_batch_size == 0:
         # `name` is field 1, so it prints first; put the explicit zero right after it, where a reader looks.
         first, _, rest = body.partition("\n")
         body = f"{first}\nmax_batch_size: 0\n{rest}" if first.startswith("name:") else f"max_batch_size: 0\n{body}"
-    header = f"# {config.comment}\n" if config.comment else ""
+    header = f"# {comment}\n" if comment else ""
     return header + body

@@ -1,8 +1,8 @@
 """The bench's tuning sweep: instance and thread counts of the served ensemble, on this machine.
 
 Each setting is applied to the running server through Triton's load API with a config override
-(``load_model(step, config=...)``), the way ``tritongen rollout`` loads versions: nothing on disk
-changes, and every setting meets the same server, texts and perf_analyzer sweep in one run. The
+(``load_model(step, config=...)``), the way ``tritongen rollout`` loads versions, but never written to
+disk; every setting meets the same server, texts and perf_analyzer sweep in one run. The
 setting the build wrote is always measured too, so the report gives the best setting as a ratio
 to it and the spec lines that make it permanent.
 """

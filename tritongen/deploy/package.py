@@ -1,7 +1,8 @@
 """``tritongen package NAME``: a deploy folder for docker compose (Triton + Prometheus + Grafana [+ the gateway]).
 
 The folder holds a Dockerfile (the official 24.10 image, the Python steps' pinned dependencies
-installed at build time, the model repository copied in), a ``.dockerignore``, the compose file,
+installed at build time, the model repository copied in: the one version its configs serve, see
+:func:`packaged_version`), a ``.dockerignore``, the compose file,
 Prometheus's scrape config and Grafana's provisioning with the dashboard. It is staged in a hidden
 sibling folder and renamed into place, so a failure leaves nothing half-written.
 """
@@ -24,6 +25,7 @@ from tritongen.deploy.gateway import compose_service as gateway_service
 from tritongen.deploy.gateway import gateway_copies, gateway_files
 from tritongen.deploy.triton_args import TritonArgs
 from tritongen.errors import DeployError, RepositoryError
+from tritongen.pins import configured_version
 
 __all__ = [
     "BASE_IMAGE",
@@ -31,6 +33,7 @@ __all__ = [
     "default_image",
     "model_folders",
     "package_files",
+    "packaged_version",
     "pinned_versions",
     "prometheus_config",
     "write_package",
@@ -76,6 +79,18 @@ def model_folders(repository: Path, name: str) -> list[Path]:
             f"{{path}} has no built `{name}` (missing {', '.join(missing)}); build it first", path=repository
         )
     return folders
+
+
+def packaged_version(repository: Path, name: str) -> int:
+    """The version of ``name`` an image of ``repository`` serves: the one its configs serve (:mod:`tritongen.pins`).
+
+    A roll-out or rollback pins the configs to the version it moved to; a build leaves the newest serving.
+    Only that version's folders are copied, so the image cannot serve another whatever its version policies.
+    """
+    try:
+        return configured_version(repository, name)
+    except RepositoryError as exc:
+        raise DeployError(str(exc)) from None
 
 
 def _dockerfile(name: str, args: TritonArgs, pins: Mapping[str, str]) -> str:
@@ -220,8 +235,11 @@ def write_package(
     """Write the deploy folder of ensemble ``name`` (default ``deploy/<name>``), with the gateway if asked."""
     args = args or TritonArgs()
     folders = model_folders(repository, name)
+    version = packaged_version(repository, name)
     files = package_files(name, args=args, image=image or default_image(name), gateway=gateway)
-    copies = [(folder, f"model_repository/{folder.name}") for folder in folders]
+    for folder in folders:  # each model folder: its config.pbtxt and the served version's folder, nothing else
+        files[f"model_repository/{folder.name}/config.pbtxt"] = (folder / "config.pbtxt").read_text(encoding="utf-8")
+    copies = [(folder / str(version), f"model_repository/{folder.name}/{version}") for folder in folders]
     if gateway:
         copies += gateway_copies(name, folders)
     return write_folder(Path(output or Path("deploy") / name), files, copies=copies, force=force)
