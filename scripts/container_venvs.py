@@ -5,9 +5,9 @@ machine has it (``python3.X`` on PATH or under pyenv):
 
 - ``.venv-containers/<release>/runtimes``: its ONNX Runtime and OpenVINO releases from pip wheels;
 - ``.venv-containers/<release>/steps``: exactly what a packaged Dockerfile installs there, resolved first
-  as the image's pip would (``pip download --only-binary=:all: --python-version X.Y --platform ...``) into
-  ``wheels/``, then installed from those wheels alone. Each requirement line that resolved is kept in
-  ``resolved.json``, which the tests compare with the Dockerfiles ``package`` writes.
+  for the image's Python and platform (``pip download --only-binary=:all: --python-version X.Y --platform
+  ...`` into ``wheels/``), then installed, wheels only, into that Python. Each requirement line that
+  resolved is kept in ``resolved.json``, which the tests compare with the Dockerfiles ``package`` writes.
 
 Needs the package index; the tests that use the venvs run offline. A container whose Python is not on this
 machine is skipped with one line (its tests skip too).
@@ -31,16 +31,18 @@ LINES = {"text": ("numpy", "tokenizers"), "image": ("numpy", "pillow", "tokenize
 
 
 def find_python(version: str) -> str | None:
-    """An interpreter of ``version`` (3.X): on PATH, else a pyenv build."""
-    found = shutil.which(f"python{version}")
-    if found:
-        return found
+    """An interpreter of ``version`` (3.X) that runs: a pyenv build, else one on PATH (not a pyenv shim)."""
     builds = sorted(glob.glob(str(Path.home() / f".pyenv/versions/{version}.*/bin/python{version}")))
-    return builds[-1] if builds else None
+    for candidate in [*reversed(builds), shutil.which(f"python{version}")]:
+        if candidate and "/shims/" not in candidate:
+            ran = subprocess.run([candidate, "-c", "import venv"], capture_output=True, check=False)
+            if ran.returncode == 0:
+                return candidate
+    return None
 
 
 def _run(*args: str) -> None:
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)  # errors still reach stderr
 
 
 def _venv(python: str, path: Path, marker: str) -> bool:
@@ -74,7 +76,9 @@ def steps(target: Container, python: str, root: Path) -> None:
     widest = resolved["image"]
     venv = root / "steps"
     if _venv(python, venv, " ".join(widest)):
-        install = ["install", "--quiet", "--no-index", "--find-links", str(root / "wheels"), *widest]
+        # Wheels only, as the image installs them; from the index rather than wheels/, because pip download
+        # evaluates environment markers for this Python, not the target's (tomli for Python 3.10).
+        install = ["install", "--quiet", "--only-binary=:all:", *widest]
         _run(str(venv / "bin" / "python"), "-m", "pip", *install)
         (venv / ".installed").write_text(" ".join(widest))
     record = {"python": target.python, "platforms": list(target.platforms), "lines": resolved}
@@ -98,4 +102,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except subprocess.CalledProcessError as exc:
+        sys.exit(f"error: `{' '.join(map(str, exc.cmd))}` failed (exit {exc.returncode}); see its output above")
