@@ -26,8 +26,13 @@ from tritongen.compat import VENVS
 from tritongen.containers import CONTAINERS, Container
 from tritongen.deploy.step_requirements import DISTRIBUTIONS, lock_pins, requirement_line
 
-# The requirement lines a package can write: a text model's steps, and an image model's.
-LINES = {"text": ("numpy", "tokenizers"), "image": ("numpy", "pillow", "tokenizers")}
+# The requirement lines a package can write: a text model's steps, an image model's, and a model with both
+# towers (CLIP's text side beside its images).
+LINES = {
+    "text": ("numpy", "tokenizers"),
+    "image": ("numpy", "pillow"),
+    "image_text": ("numpy", "pillow", "tokenizers"),
+}
 
 
 def find_python(version: str) -> str | None:
@@ -73,7 +78,7 @@ def steps(target: Container, python: str, root: Path) -> None:
         args = target.pip_download(line, str(root / "wheels"))
         _run(sys.executable, "-m", "pip", "--quiet", *args)
         resolved[kind] = line
-    widest = resolved["image"]
+    widest = resolved["image_text"]
     venv = root / "steps"
     if _venv(python, venv, " ".join(widest)):
         # Wheels only, as the image installs them; from the index rather than wheels/, because pip download
@@ -86,7 +91,7 @@ def steps(target: Container, python: str, root: Path) -> None:
 
 
 def main() -> int:
-    assert set(DISTRIBUTIONS.values()) == set(LINES["image"]), "a step distribution has no requirement line"
+    assert set(DISTRIBUTIONS.values()) == set(LINES["image_text"]), "a step distribution has no requirement line"
     numpy = lock_pins()["numpy"]
     for target in CONTAINERS.values():
         python = find_python(target.python)

@@ -44,6 +44,7 @@ def test_device_gpu_build_serves_on_gpu_instances_and_is_refused_where_there_is_
     assert gpu_models(repo) == ["gpu_cls_model"]
     if has_gpu():
         pytest.skip("this machine has a GPU: the refusal is for machines without one")
+    capsys.readouterr()  # the build's own output
     assert main(["serve", "--repository", str(repo)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "`gpu_cls_model`" in err[0] and "built for a GPU node" in err[0], err
