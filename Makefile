@@ -3,13 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-COMPAT_VENV ?= .venv-ort-container
-OV_COMPAT_VENV ?= .venv-ov-container
+CONTAINER_VENVS := .venv-containers
 INFINITY_VENV ?= .venv-infinity
-STEPS_VENV ?= .venv-steps
-NUMPY_PIN := $(shell sed -n 's/^numpy==//p' requirements.lock)
-TOKENIZERS_PIN := $(shell sed -n 's/^tokenizers==//p' requirements.lock)
-PILLOW_PIN := $(shell sed -n 's/^pillow==//p' requirements.lock)
 MODEL ?= sentence-transformers/all-MiniLM-L6-v2
 NAME ?= minilm
 TASK ?=
@@ -34,6 +29,8 @@ OPTIMIZE ?=
 CALIBRATION ?=
 VALIDATION ?=
 RUNTIME ?=
+DEVICE ?=
+CONTAINER ?=
 MINUTES ?= 10
 TO ?=
 CONCURRENCY ?= 32
@@ -46,7 +43,8 @@ BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(
 	$(if $(SPEC),--spec "$(SPEC)") $(if $(PRECISION),--precision $(PRECISION)) \
 	$(if $(filter 1,$(OPTIMIZE)),--optimize) $(if $(filter 0,$(OPTIMIZE)),--no-optimize) \
 	$(if $(CALIBRATION),--calibration "$(CALIBRATION)") $(if $(VALIDATION),--validation "$(VALIDATION)") \
-	$(if $(RUNTIME),--runtime $(RUNTIME)) $(EXTRA_ARGS)
+	$(if $(RUNTIME),--runtime $(RUNTIME)) $(if $(DEVICE),--device $(DEVICE)) $(if $(CONTAINER),--container $(CONTAINER)) \
+	$(EXTRA_ARGS)
 PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 # Unset: $$TRITONGEN_ADMIN_KEY, else the file serve writes beside REPO (.<repo name>.admin-key).
 ADMIN_KEY_ARGS := $(if $(ADMIN_KEY_FILE),--admin-key-file "$(ADMIN_KEY_FILE)")
@@ -66,17 +64,11 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-# The 24.10 container's ONNX Runtime (build checks run the served model in it), and a venv with only what
-# the Python steps may import there (numpy, tokenizers and pillow, as the Dockerfile installs them).
-$(COMPAT_VENV)/.installed:
-	$(PYTHON) -m venv $(COMPAT_VENV)
-	$(COMPAT_VENV)/bin/pip install --quiet onnxruntime==1.19.2 numpy==$(NUMPY_PIN)
-	touch $@
-
-# OpenVINO 2024.0, the oldest release the 24.10 container's openvino backend may link (runtime openvino's check).
-$(OV_COMPAT_VENV)/.installed:
-	$(PYTHON) -m venv $(OV_COMPAT_VENV)
-	$(OV_COMPAT_VENV)/bin/pip install --quiet openvino==2024.0.0 numpy==$(NUMPY_PIN)
+# Per supported Triton container (tritongen/containers.py), in that container's Python: its ONNX Runtime and
+# OpenVINO (the build's container check runs the served model in them), and exactly what a packaged Dockerfile
+# installs there, resolved for the image's platform first (scripts/container_venvs.py).
+$(CONTAINER_VENVS)/.installed: $(VENV)/.installed scripts/container_venvs.py tritongen/containers.py requirements.lock
+	$(PY) scripts/container_venvs.py
 	touch $@
 
 # The bench's peer (d): infinity-emb in its own venv (it pins transformers 4 and sentence-transformers 3).
@@ -88,16 +80,11 @@ $(INFINITY_VENV)/.installed:
 
 infinity-venv: $(INFINITY_VENV)/.installed ## the bench's baseline (d): infinity-emb 0.0.78 (torch 2.13 CPU) in .venv-infinity
 
-$(STEPS_VENV)/.installed: requirements.lock
-	$(PYTHON) -m venv $(STEPS_VENV)
-	$(STEPS_VENV)/bin/pip install --quiet numpy==$(NUMPY_PIN) tokenizers==$(TOKENIZERS_PIN) pillow==$(PILLOW_PIN)
-	touch $@
-
-compat-venv: $(COMPAT_VENV)/.installed $(OV_COMPAT_VENV)/.installed $(STEPS_VENV)/.installed ## create the container-runtime venvs (ONNX Runtime 1.19.2, OpenVINO 2024.0; step imports)
+compat-venv: $(CONTAINER_VENVS)/.installed ## create the per-container venvs: each supported Triton release's runtimes and step packages
 
 venv: $(VENV)/.installed ## create .venv with the pinned packages (run by every target that needs it)
 
-repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISION=fp32|fp16|int8] [OPTIMIZE=0|1] [RUNTIME=onnx|tensorrt|openvino]
+repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISION=fp32|fp16|int8] [OPTIMIZE=0|1] [RUNTIME=onnx|tensorrt|openvino] [DEVICE=cpu|gpu] [CONTAINER=26.07]
 	$(PY) -m tritongen build $(BUILD_ARGS)
 
 serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1), supervised; /healthz on HEALTH_PORT

@@ -89,7 +89,7 @@ class Built:
     repository: Path
     result: Any  # tritongen.build.BuildResult
     key: str
-    checked: bool = False  # the container-runtime check ran
+    checked: tuple[str, ...] = ()  # the containers whose runtimes the build's container check ran
 
     @property
     def folders(self) -> list[Path]:
@@ -123,22 +123,21 @@ class Builds:
     def __call__(self, model: Path | str, name: str, *, versions: int = 1, **settings: Any) -> Built:
         """The ensemble ``name`` of ``model`` built with ``settings`` (``versions`` times: versions 1..N).
 
-        A build that ran the container-runtime check also serves a test that does not ask for it (its model
-        files are the same; only build.json records more), so the check is not part of the key.
+        A build that ran the container-runtime check also serves a test that does not ask for it, and one
+        checked in more containers serves one asking for fewer (its model files are the same; only build.json
+        records more), so neither the check nor the containers are part of the key.
         """
         from tritongen.spec import load_spec
 
         settings = {"container_check": False, **spec_settings(settings)}
         spec = load_spec(None, model=str(model), name=name, repository=self.root / "unused", **settings)
-        described = {k: v for k, v in spec.to_dict().items() if k not in ("repository", "container_check")}
-        key = _key(described, versions)
+        ignored = ("repository", "container_check", "containers")
+        key = _key({k: v for k, v in spec.to_dict().items() if k not in ignored}, versions)
+        asked = spec.containers if spec.container_check else ()
         cached = self._built.get(key)
-        if cached is None or (spec.container_check and not cached.checked):
-            checked = self.root / f"{name}-{key}-checked"
-            if not spec.container_check and checked.with_name(checked.name + ".done").exists():
-                repository, spec = checked, spec.replace(container_check=True)  # another process checked it
-            else:
-                repository = self.root / f"{name}-{key}{'-checked' if spec.container_check else ''}"
+        if cached is None or not set(asked) <= set(cached.checked):
+            suffix = f"-checked-{'-'.join(asked)}" if asked else ""
+            repository = self.root / f"{name}-{key}{suffix}"
 
             def build(folder: Path) -> Any:
                 from tritongen.build import build_repository
@@ -148,7 +147,7 @@ class Builds:
                     result = build_repository(spec.replace(repository=folder))
                 return result
 
-            self._built[key] = Built(name, repository, _once(repository, build), key, spec.container_check)
+            self._built[key] = Built(name, repository, _once(repository, build), key, asked)
         return self._built[key]
 
     def repository(self, *built: Built, into: Path) -> Path:

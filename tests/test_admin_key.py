@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import stat
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,3 +83,12 @@ def test_canary_compare_names_the_difference_when_outputs_differ():
     assert "differs from the build's by up to 1.00e-01" in compare(canary, np.array([[0.2, 0.9], [0.5, 0.5]]))
     assert "shape" in compare(canary, np.zeros((2, 3), np.float32))
     assert compare(canary, np.array([[np.nan, 0.9], [0.5, 0.5]])) is not None
+
+
+def test_default_key_file_of_the_default_repository_is_ignored_by_git():
+    """`make serve` with the default REPO writes the key inside the checkout: git must never pick it up."""
+    root = Path(__file__).resolve().parents[1]
+    key_file = admin.default_key_file(root / "model_repository")
+    assert key_file.parent == root
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(key_file)], cwd=root, check=False)
+    assert ignored.returncode == 0, f"{key_file.name} is not ignored by .gitignore"

@@ -1,7 +1,9 @@
-"""The container's ONNX Runtime, run from here: the worker session, its errors and the version it reports."""
+"""The containers' ONNX Runtime and OpenVINO, run from here: the worker session, its errors, the versions it reports,
+and every variant a build emits passing in every supported container's runtimes."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -9,11 +11,19 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tritongen.compat import CONTAINER_ORT, ContainerSession, container_python, max_relative_diff
+from tritongen.compat import ContainerSession, container_python, max_relative_diff
+from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER, container
 from tritongen.errors import StageError
 
 PYTHON = container_python()
 needs_venv = pytest.mark.skipif(PYTHON is None, reason="no container-runtime venv (make compat-venv)")
+
+
+def _python(release: str) -> Path:
+    python = container_python(release)
+    if python is None:
+        pytest.skip(f"no runtime venv for the {release} container (make compat-venv; needs its Python)")
+    return python
 
 
 def _double(path: Path, opset: int = 17) -> Path:
@@ -26,12 +36,19 @@ def _double(path: Path, opset: int = 17) -> Path:
     return path
 
 
-@needs_venv
-def test_container_session_runs_a_model_in_the_container_release(tmp_path):
-    with ContainerSession(_double(tmp_path / "m.onnx"), PYTHON) as session:
-        assert session.version == CONTAINER_ORT
+@pytest.mark.parametrize("release", list(CONTAINERS))
+def test_container_session_runs_a_model_in_the_container_release(tmp_path, release):
+    python = _python(release)
+    with ContainerSession(_double(tmp_path / "m.onnx"), python) as session:
+        assert session.version == container(release).onnxruntime
         (y,) = session.run(None, {"x": np.arange(6, dtype=np.float32).reshape(2, 3)})
     np.testing.assert_array_equal(y, 2 * np.arange(6, dtype=np.float32).reshape(2, 3))
+    venv_python = subprocess.run(
+        [str(python), "-c", "import sys, openvino; print(sys.version_info[:2], openvino.get_version().split('-')[0])"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.split(")")  # fmt: skip
+    major, minor = container(release).python.split(".")
+    assert venv_python[0] + ")" == f"({major}, {minor})" and venv_python[1].strip() == container(release).openvino
 
 
 @needs_venv
@@ -57,10 +74,19 @@ def test_max_relative_diff_is_absolute_near_zero_and_relative_for_large_values()
     [("emb", "parity"), ("fp32_opt", "parity"), ("fp16", "gate"), ("int8_static", "gate"), ("int8", "gate")],
     ids=["fp32", "optimized", "fp16", "int8-static", "int8-dynamic"],
 )
-def test_every_emitted_variant_passes_in_the_container_runtime(minilm_variant, name, criterion):
-    """conftest's MINILM_VARIANTS, the builds the precision and e2e tests serve, each checked here."""
-    record = minilm_variant(name, container_check=True).record()["container_runtime"]
-    assert record["runtime"] == CONTAINER_ORT and record["criterion"] == criterion and record["passed"], record
+def test_every_emitted_variant_passes_in_every_container_runtime(minilm_variant, name, criterion):
+    """conftest's MINILM_VARIANTS, the builds the precision and e2e tests serve, each checked in every container."""
+    record = minilm_variant(name, container_check=True).record()
+    assert (
+        record["container"] == DEFAULT_CONTAINER
+        and record["container_runtime"] == record["container_runtimes"][DEFAULT_CONTAINER]
+    )
+    for release, check in record["container_runtimes"].items():
+        if container_python(release) is None:
+            assert "make compat-venv" in check["skipped"]
+            continue
+        assert check["runtime"] == container(release).onnxruntime and check["container"] == release, check
+        assert check["criterion"] == criterion and check["passed"], check
 
 
 @needs_venv
@@ -74,7 +100,9 @@ def test_a_model_the_container_runtime_disagrees_with_is_refused_and_nothing_is_
 
     real_run = compat.ContainerSession.run
     monkeypatch.setattr(compat.ContainerSession, "run", lambda self, n, f: [o + 0.01 for o in real_run(self, n, f)])
-    with pytest.raises(ParityError, match=r"ONNX Runtime 1\.19\.2 .* FAILS"):
+    with pytest.raises(
+        ParityError, match=rf"ONNX Runtime {container().onnxruntime} \(the {DEFAULT_CONTAINER} container's\) FAILS"
+    ):
         build_repository(BuildSpec(model=str(tiny_factory("bert")), name="m", repository=tmp_path / "repo"))
     assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())
 

@@ -14,27 +14,51 @@ import pytest
 import yaml
 
 from tritongen.cli import main
+from tritongen.compat import VENVS
+from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.deploy import TritonArgs, dashboard_queries, probe, write_package
 from tritongen.deploy.dashboard import DATASOURCE_UID, GPU_METRICS
 from tritongen.deploy.gateway import GATEWAY_PACKAGES, GATEWAY_PORT, run_command
-from tritongen.deploy.package import BASE_IMAGE, PROBE_PATH
+from tritongen.deploy.package import PROBE_PATH
 from tritongen.errors import DeployError
 
 LOCK = Path(__file__).resolve().parents[1] / "requirements.lock"
 SOURCE = Path(__file__).resolve().parents[1] / "tritongen"
 STEPS = ("demo", "demo_tokenizer", "demo_model", "demo_postprocess")
+TRITON_MODELS = Path(__file__).resolve().parents[1] / "tritongen" / "triton_models"
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    """A stand-in built repository: the four model folders of `demo`, each with a config and a version."""
+    """A stand-in built repository of a text model: the four model folders of `demo`, each with a config and a
+    version, and the Python steps' real sources (what the image's pip line is read from)."""
     root = tmp_path / "repo"
     for step in STEPS:
         (root / step / "1").mkdir(parents=True)
         (root / step / "config.pbtxt").write_text(f'name: "{step}"\n')
         (root / step / "1" / "payload.bin").write_bytes(b"x")
+    for step, source in (("demo_tokenizer", "tokenizer.py"), ("demo_postprocess", "postprocess.py")):
+        shutil.copy(TRITON_MODELS / source, root / step / "1" / "model.py")
+        shutil.copy(TRITON_MODELS / "_common.py", root / step / "1" / "_common.py")
     _wire(root, STEPS[1:])
     return root
+
+
+def _image_model(repo: Path) -> Path:
+    """The stand-in as an image model: its tokenizer step decodes images (Pillow)."""
+    shutil.copy(TRITON_MODELS / "image.py", repo / "demo_tokenizer" / "1" / "model.py")
+    return repo
+
+
+def _on_gpu(repo: Path) -> Path:
+    """The stand-in as a GPU build: the model step's instances on KIND_GPU."""
+    (repo / "demo_model" / "config.pbtxt").write_text('name: "demo_model"\ninstance_group [{ kind: KIND_GPU }]\n')
+    return repo
+
+
+def _pip_line(dockerfile: str) -> list[str]:
+    (run,) = [line for line in dockerfile.splitlines() if line.startswith("RUN pip install")]
+    return [word for word in run.split()[3:] if not word.startswith("--")]
 
 
 def _wire(root: Path, steps: tuple[str, ...], version: int = -1, policy: str = "") -> None:
@@ -113,14 +137,13 @@ def _lock_pin(package: str) -> str:
     raise AssertionError(f"{package} is not pinned in requirements.lock")
 
 
-def test_package_writes_dockerfile_with_locked_pins_when_built(repo, tmp_path):
+def test_package_writes_dockerfile_with_locked_pins_and_no_pillow_for_a_text_model(repo, tmp_path):
     out = write_package("demo", repo, tmp_path / "deploy" / "demo")
     dockerfile = (out / "Dockerfile").read_text()
-    assert dockerfile.splitlines()[1] == f"FROM {BASE_IMAGE}"
-    assert BASE_IMAGE == "nvcr.io/nvidia/tritonserver:24.10-py3"
-    run = [line for line in dockerfile.splitlines() if line.startswith("RUN pip install")]
-    pins = f"numpy=={_lock_pin('numpy')} pillow=={_lock_pin('pillow')} tokenizers=={_lock_pin('tokenizers')}"
-    assert run == [f"RUN pip install --no-cache-dir {pins}"]
+    assert f"FROM nvcr.io/nvidia/tritonserver:{DEFAULT_CONTAINER}-py3" in dockerfile.splitlines()
+    assert _pip_line(dockerfile) == [f"numpy=={_lock_pin('numpy')}", f"tokenizers=={_lock_pin('tokenizers')}"]
+    # Ubuntu 24.04 marks its Python externally managed: the image installs into it anyway, on purpose.
+    assert "--break-system-packages" in dockerfile
     # Nothing is installed when the container starts: the entry point is tritonserver itself.
     assert 'ENTRYPOINT ["tritonserver"]' in dockerfile
     cmd = json.loads(next(line for line in dockerfile.splitlines() if line.startswith("CMD "))[4:])
@@ -143,7 +166,7 @@ def test_package_compose_runs_triton_args_and_scrapes_its_metrics_port_when_port
     assert triton["healthcheck"]["test"] == ["CMD", "python3", PROBE_PATH, "--url", "http://127.0.0.1:9000", "demo"]
     assert f"COPY probe.py {PROBE_PATH}" in (out / "Dockerfile").read_text()
     assert (out / "probe.py").read_text() == Path(probe.__file__).read_text()
-    assert triton["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    assert "deploy" not in triton  # a CPU build reserves no GPU
     assert {"prometheus", "grafana"} <= set(compose["services"])
     scrape = yaml.safe_load((out / "prometheus" / "prometheus.yml").read_text())["scrape_configs"][0]
     assert scrape["static_configs"][0]["targets"] == ["triton:9002"]
@@ -300,3 +323,63 @@ def _installed_with(packages) -> set[str]:
             if child.marker is None or any(child.marker.evaluate({"extra": e}) for e in extras):
                 pending.append(child)
     return seen
+
+
+@pytest.mark.parametrize("release", list(CONTAINERS))
+def test_package_pins_resolve_for_the_container_python_and_platform(repo, tmp_path, release):
+    """The Dockerfile's exact pip line, for a text and an image model, is one `make compat-venv` resolved with
+    `pip download --only-binary=:all: --python-version X.Y --platform manylinux_...` for that image."""
+    resolved = VENVS / release / "resolved.json"
+    if not resolved.is_file():
+        pytest.skip(f"the {release} container's lines were not resolved (make compat-venv; needs its Python)")
+    lines = json.loads(resolved.read_text())["lines"]
+    text = write_package("demo", repo, tmp_path / "text", target=_target(repo, release))
+    image = write_package("demo", _image_model(repo), tmp_path / "image", target=_target(repo, release))
+    assert _pip_line((text / "Dockerfile").read_text()) == lines["text"]
+    assert _pip_line((image / "Dockerfile").read_text()) == lines["image"]
+    assert f"FROM {CONTAINERS[release].image}" in (image / "Dockerfile").read_text()
+
+
+def _target(repo: Path, release: str):
+    from tritongen.deploy.package import Target, model_folders
+
+    return Target.of(model_folders(repo, "demo"), release)
+
+
+def test_package_pins_a_pillow_with_a_wheel_for_python_3_10_in_the_24_10_image(repo, tmp_path):
+    out = write_package("demo", _image_model(repo), tmp_path / "pkg", target=_target(repo, "24.10"))
+    assert "pillow==12.3.0" in _pip_line((out / "Dockerfile").read_text())  # 13.0.0 has no cp310 wheel
+    assert _lock_pin("pillow") == "13.0.0"
+
+
+def test_package_refuses_a_step_importing_what_no_image_installs(repo, tmp_path):
+    (repo / "demo_postprocess" / "1" / "extra.py").write_text("import scipy\n")
+    with pytest.raises(DeployError, match="import scipy, which no image installs"):
+        write_package("demo", repo, tmp_path / "pkg")
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_package_reserves_one_gpu_only_for_a_build_on_gpu_instances(repo, tmp_path):
+    out = write_package("demo", _on_gpu(repo), tmp_path / "pkg")
+    triton = yaml.safe_load((out / "compose.yaml").read_text())["services"]["triton"]
+    assert triton["deploy"]["resources"]["reservations"]["devices"] == [
+        {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}
+    ]
+
+
+def test_package_targets_the_container_the_build_was_checked_for(repo, tmp_path, capsys):
+    (repo / "demo" / "1" / "build.json").write_text(json.dumps({"container": "24.10"}))
+    out = tmp_path / "pkg"
+    assert main(["package", "--name", "demo", "--repository", str(repo), "--output", str(out)]) == 0
+    assert "FROM nvcr.io/nvidia/tritonserver:24.10-py3" in (out / "Dockerfile").read_text()
+    assert "Triton 24.10" in capsys.readouterr().out
+    assert (
+        main(["package", "demo", "--repository", str(repo), "--output", str(out), "--force", "--container", "25.12"])
+        == 0
+    )
+    assert "FROM nvcr.io/nvidia/tritonserver:25.12-py3" in (out / "Dockerfile").read_text()
+
+
+def test_package_cli_refuses_two_different_names(repo, tmp_path, capsys):
+    assert main(["package", "demo", "--name", "other", "--repository", str(repo)]) == 2
+    assert "two names" in capsys.readouterr().err

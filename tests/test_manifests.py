@@ -10,6 +10,7 @@ import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, ValidationError, validate
 
 from tritongen.cli import main
+from tritongen.containers import DEFAULT_CONTAINER
 from tritongen.deploy import ManifestOptions, TritonArgs, manifests, startup_seconds, write_manifests
 from tritongen.deploy.dashboard import MODEL_METRICS
 from tritongen.deploy.gateway import GATEWAY_PORT
@@ -78,11 +79,11 @@ def test_deployment_reads_s3_repository_with_secret_credentials_when_rendered(op
     assert container["command"] == ["tritonserver"]
     assert container["args"] == TritonArgs(model_repository=URL).argv()
     assert f"--model-repository={URL}" in container["args"]
-    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
     assert env["AWS_ACCESS_KEY_ID"] == {"name": options.secret_name, "key": "AWS_ACCESS_KEY_ID", "optional": False}
     assert env["AWS_SECRET_ACCESS_KEY"]["name"] == options.secret_name
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert container["image"] == "registry.example/demo:1"
+    assert container["imagePullPolicy"] == "IfNotPresent"
 
 
 def test_grace_period_covers_triton_exit_timeout_when_it_changes(options):
@@ -131,10 +132,10 @@ def test_kserve_inferenceservice_uses_triton_runtime_with_storage_uri_when_rende
     predictor = isvc["spec"]["predictor"]
     triton = predictor["triton"]
     assert triton["storageUri"] == URL
-    assert triton["runtimeVersion"] == "24.10-py3"
+    assert triton["runtimeVersion"] == f"{DEFAULT_CONTAINER}-py3"
     assert triton["args"] == TritonArgs().serving_args()
     assert not any(a.startswith(("--model-repository", "--http-port", "--grpc-port")) for a in triton["args"])
-    assert triton["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert "nvidia.com/gpu" not in triton["resources"]["limits"]  # a CPU build's default
     assert predictor["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"]
     assert docs["ServiceAccount"]["secrets"] == [{"name": options.secret_name}]
 
@@ -158,7 +159,7 @@ def test_startup_seconds_grow_with_the_model_size_when_measured(tmp_path):
 
 def test_manifests_cli_writes_every_file_and_refuses_overwrite_when_not_forced(tmp_path, capsys):
     out = tmp_path / "k8s"
-    argv = ["manifests", "demo", "--to", URL, "--startup-seconds", "300", "--output", str(out)]
+    argv = ["manifests", "demo", "--to", URL, "--startup-seconds", "300", "--gpus", "0", "--output", str(out)]
     assert main(argv) == 0
     written = sorted(str(p.relative_to(out)) for p in out.rglob("*.yaml"))
     assert written == ["deployment.yaml", "hpa.yaml", "kserve/inferenceservice.yaml", "pdb.yaml",
@@ -169,12 +170,84 @@ def test_manifests_cli_writes_every_file_and_refuses_overwrite_when_not_forced(t
                 validate(doc, K8S_VERSION, strict=True)
     assert main(argv) == 2 and "already exists" in capsys.readouterr().err
     assert main([*argv, "--force"]) == 0
-    assert main(["manifests", "demo", "--to", "/local", "--startup-seconds", "1", "--output", str(tmp_path / "x")]) == 2
+    assert (
+        main(
+            [
+                "manifests",
+                "demo",
+                "--to",
+                "/local",
+                "--startup-seconds",
+                "1",
+                "--gpus",
+                "0",
+                "--output",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 2
+    )
 
 
 def test_write_manifests_defaults_to_deploy_name_k8s_when_no_output(options, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert write_manifests(options) == Path("deploy") / "demo_embed-k8s"
+
+
+def _validated(options: ManifestOptions) -> dict[str, dict]:
+    docs = {doc["kind"]: doc for documents in manifests(options).values() for doc in documents}
+    for kind, doc in docs.items():
+        if kind not in CRDS:
+            validate(doc, K8S_VERSION, strict=True)
+    return docs
+
+
+def test_a_cpu_build_requests_cpus_and_threads_and_no_gpu(options):
+    docs = _validated(options)
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    resources = pod["containers"][0]["resources"]
+    assert resources["requests"]["cpu"] == "2" and "nvidia.com/gpu" not in {
+        **resources["requests"],
+        **resources["limits"],
+    }
+    assert "tolerations" not in pod and "nodeSelector" not in pod
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["OMP_NUM_THREADS"] == "2"
+
+
+def test_a_gpu_build_requests_a_gpu_on_gpu_nodes(options):
+    docs = _validated(dataclasses.replace(options, gpus=1))
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert "OMP_NUM_THREADS" not in {e["name"] for e in pod["containers"][0]["env"]}
+    assert docs["InferenceService"]["spec"]["predictor"]["triton"]["resources"]["limits"]["nvidia.com/gpu"] == 1
+
+
+def _built(root: Path, kind: str) -> Path:
+    """A stand-in build of `demo` whose model step runs on ``kind`` instances."""
+    for step in ("demo", "demo_tokenizer", "demo_model", "demo_postprocess"):
+        (root / step / "1").mkdir(parents=True)
+        (root / step / "config.pbtxt").write_text(f'name: "{step}"\n')
+    (root / "demo_model" / "config.pbtxt").write_text(f'name: "demo_model"\ninstance_group [{{ kind: {kind} }}]\n')
+    wired = " ".join(
+        f'step {{ model_name: "demo_{s}" model_version: -1 }}' for s in ("tokenizer", "model", "postprocess")
+    )
+    (root / "demo" / "config.pbtxt").write_text(f'name: "demo" platform: "ensemble" ensemble_scheduling {{ {wired} }}')
+    return root
+
+
+@pytest.mark.parametrize(("kind", "gpus"), [("KIND_CPU", None), ("KIND_GPU", 1)])
+def test_manifests_cli_reads_the_device_from_the_build(tmp_path, capsys, kind, gpus):
+    repo, out = _built(tmp_path / "repo", kind), tmp_path / "k8s"
+    argv = ["manifests", "--name", "demo", "--to", URL, "--repository", str(repo), "--output", str(out)]
+    assert main([*argv, "--image", "registry.example.com/tritongen-demo:1", "--image-pull-policy", "Always"]) == 0
+    deployment = yaml.safe_load((out / "deployment.yaml").read_text())
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"].get("nvidia.com/gpu") == gpus
+    assert (container["image"], container["imagePullPolicy"]) == ("registry.example.com/tritongen-demo:1", "Always")
+    assert ("1 GPU(s)" if gpus else "no GPU") in capsys.readouterr().out
 
 
 def test_manifests_add_the_gateway_sidecar_with_its_secret_only_when_asked(options):
@@ -204,7 +277,24 @@ def _container_list(rendered: dict[str, list[dict]]) -> list[dict]:
 
 def test_manifests_cli_adds_the_gateway_and_names_its_secret_when_asked(tmp_path, capsys):
     out = tmp_path / "k8s"
-    assert main(["manifests", "demo", "--to", URL, "--startup-seconds", "300", "--output", str(out), "--gateway"]) == 0
+    assert (
+        main(
+            [
+                "manifests",
+                "demo",
+                "--to",
+                URL,
+                "--startup-seconds",
+                "300",
+                "--gpus",
+                "0",
+                "--output",
+                str(out),
+                "--gateway",
+            ]
+        )
+        == 0
+    )
     assert "the Secret triton-demo-gateway, key api-key" in capsys.readouterr().out
     deployment = yaml.safe_load((out / "deployment.yaml").read_text())
     assert [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]] == ["triton", "gateway"]

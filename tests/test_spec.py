@@ -1,15 +1,16 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tritongen.errors import SpecError
-from tritongen.spec import BuildSpec, DynamicBatching, InstanceGroup, load_spec
+from tritongen.spec import DEFAULT_NAME, BuildSpec, DynamicBatching, InstanceGroup, load_spec
 
 
 def test_load_spec_defaults_when_only_model_given():
     spec = load_spec(model="m")
-    assert spec.name == "model"
+    assert spec.name == "minilm"  # the one default name of every command
     assert spec.max_batch_size == 64
     assert spec.dynamic_batching.enabled
     assert spec.repository == Path("model_repository")
@@ -59,10 +60,15 @@ def test_load_spec_raises_when_file_missing(tmp_path):
         load_spec(tmp_path / "nope.yaml")
 
 
-def test_example_spec_in_repository_is_valid():
-    spec = load_spec(Path(__file__).parent.parent / "examples" / "deploy.yaml")
-    assert spec.name == "minilm"
-    assert spec.dynamic_batching.preferred_batch_size == (8, 16)
+def test_example_spec_lists_every_setting_at_its_default():
+    path = Path(__file__).parent.parent / "examples" / "deploy.yaml"
+    spec = load_spec(path)
+    defaults = BuildSpec(model=spec.model)
+    assert dataclasses.replace(spec, task_settings={}) == defaults  # what it claims: the defaults
+    assert all(settings == type(settings)() for settings in spec.task_settings.values())
+    assert spec.model == "sentence-transformers/all-MiniLM-L6-v2" and spec.name == DEFAULT_NAME == "minilm"
+    written = set(yaml.safe_load(path.read_text())) | {"task_settings"}
+    assert written >= set(BuildSpec(model="m").to_dict()) | {"task_settings"}  # and none is left out
 
 
 def test_load_spec_maps_old_flat_task_keys_into_sections_when_yaml_uses_them(tmp_path):

@@ -1,8 +1,10 @@
-"""The Python steps run with only what the container has: numpy, tokenizers and pillow at our pins, nothing of ours.
+"""The Python steps run with only what each container's image has: the package's pins, in its Python, nothing of ours.
 
-Each generated step folder (every task's tokenizer and postprocess) is loaded in ``.venv-steps`` (``make
-compat-venv``: numpy, tokenizers and pillow only) with a stand-in ``triton_python_backend_utils``, initialised from its
-own config as Triton passes it, and the tokenizer steps encode a request. An import of anything else (tritongen,
+Each generated step folder (every task's tokenizer and postprocess) is loaded, for every supported Triton container,
+in ``.venv-containers/<release>/steps`` (``make compat-venv``: that container's Python, with exactly what the
+packaged Dockerfile installs there, resolved for the image's platform) with a stand-in
+``triton_python_backend_utils``, initialised from its own config as Triton passes it, and the tokenizer steps encode a
+request. So the sources parse and run at the image's Python version, and an import of anything else (tritongen,
 transformers, torch) fails here before it fails on a GPU node.
 """
 
@@ -17,9 +19,20 @@ import pytest
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-STEPS_PYTHON = Path(".venv-steps/bin/python").absolute()
+from tritongen.compat import VENVS
+from tritongen.containers import CONTAINERS
+
 QA_ASSETS = Path(__file__).parent / "assets" / "qa"
-pytestmark = pytest.mark.skipif(not STEPS_PYTHON.is_file(), reason="no steps venv (make compat-venv)")
+
+
+def _steps_python(release: str) -> Path:
+    python = (VENVS / release / "steps" / "bin" / "python").absolute()
+    if not python.is_file():
+        pytest.skip(
+            f"no steps venv for the {release} container (make compat-venv; needs Python {CONTAINERS[release].python})"
+        )
+    return python
+
 
 _RUNNER = r"""
 import json, sys
@@ -67,9 +80,11 @@ def built(tiny_factory, checkpoint_cache, builds):
     }
 
 
+@pytest.mark.parametrize("release", list(CONTAINERS))
 @pytest.mark.parametrize("name", ["cls", "emb", "ner", "qa", "zeroshot", "rerank", "vit", "clip"])
 @pytest.mark.parametrize("step", ["tokenizer", "postprocess"])
-def test_step_initialises_and_runs_with_only_numpy_tokenizers_and_pillow(built, tmp_path, name, step):
+def test_step_initialises_and_runs_with_only_numpy_tokenizers_and_pillow(built, tmp_path, name, step, release):
+    python = _steps_python(release)
     folder = built[name].repository / f"{built[name].name}_{step}"
     config = text_format.Parse((folder / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
     args = {
@@ -82,15 +97,18 @@ def test_step_initialises_and_runs_with_only_numpy_tokenizers_and_pillow(built, 
     stub.mkdir()
     shutil.copy(Path(__file__).parent / "pb_stub.py", stub / "triton_python_backend_utils.py")
     inputs = [t.name for t in config.input] if step == "tokenizer" else []
-    command = [str(STEPS_PYTHON), "-c", _RUNNER, str(stub), str(folder / "1"), str(tmp_path / "args.json")]
+    command = [str(python), "-c", _RUNNER, str(stub), str(folder / "1"), str(tmp_path / "args.json")]
     result = subprocess.run([*command, json.dumps(inputs)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("ok []"), result.stdout
 
 
-def test_steps_venv_holds_nothing_else(tmp_path):
+@pytest.mark.parametrize("release", list(CONTAINERS))
+def test_steps_venv_holds_nothing_else_in_the_container_python(tmp_path, release):
+    python = _steps_python(release)
     result = subprocess.run(
-        [str(STEPS_PYTHON), "-c", "import importlib.util as u; print([m for m in ('tritongen', 'transformers', "
-         "'torch', 'onnxruntime') if u.find_spec(m)])"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        [str(python), "-c", "import importlib.util as u, sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}', "
+         "[m for m in ('tritongen', 'transformers', 'torch', 'onnxruntime') if u.find_spec(m)])"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )  # fmt: skip
-    assert result.stdout.strip() == "[]", result.stdout + result.stderr
+    assert result.stdout.split() == [CONTAINERS[release].python, "[]"], result.stdout + result.stderr

@@ -31,10 +31,6 @@ from tritongen.canary import CANARY_FILE
 from tritongen.canary import record as record_canary
 from tritongen.checkpoint import Checkpoint, inspect_checkpoint
 from tritongen.compat import (
-    CONTAINER_OPENVINO,
-    CONTAINER_ORT,
-    DEFAULT_VENV,
-    OPENVINO_VENV,
     ContainerReport,
     ContainerSession,
     check_in_container,
@@ -42,6 +38,7 @@ from tritongen.compat import (
     container_python,
 )
 from tritongen.configs import bucket_lengths, served_steps, step_configs, step_names
+from tritongen.containers import Container, container
 from tritongen.errors import (
     AccuracyError,
     ParityError,
@@ -292,11 +289,11 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
         with exported(plan, work, console) as onnx:
             report = parity(plan, onnx, console)
             variant = optimise(plan, onnx, console)
-            container = container_check(plan, onnx, variant, console)
+            checks = container_check(plan, onnx, variant, console)
             canary(plan, onnx, work, console)
             folding = fold(plan, onnx, console)
         configs = render(plan, folded=folding.folded)
-        write(plan, work, configs, report, variant, container, folding)
+        write(plan, work, configs, report, variant, checks, folding)
         version = publish(plan, work, console)
     accuracy = None if variant is None else variant.accuracy
     search = None if variant is None else variant.search
@@ -531,43 +528,57 @@ def canary(plan: BuildPlan, onnx: Export, work: Staging, console: Console) -> No
 
 
 def _served_gate(plan: BuildPlan, reference: GateReference) -> Any:
-    """The gate in the container's runtime, for the INT8 search's candidates; None where the check is skipped."""
-    python = container_python()
+    """The gate in the target container's runtime, for the INT8 search's candidates; None where it is skipped."""
+    python = container_python(plan.spec.containers[0])
     if plan.spec.runtime == "tensorrt" or not plan.spec.container_check or python is None:
         return None
     return container_gate(reference, python)
 
 
-def container_check(
-    plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console
-) -> ContainerReport | dict[str, str]:
-    """Stage 5: the served model in ONNX Runtime 1.19.2, the 24.10 container's (``tritongen.compat``).
+ContainerChecks = dict[str, "ContainerReport | dict[str, str]"]  # release -> its report, or why it was skipped
+
+
+def container_check(plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console) -> ContainerChecks:
+    """Stage 5: the served model in the runtimes of every container the spec targets (``tritongen.compat``).
 
     Lossless models (FP32, fusions) must give our runtime's outputs within the parity tolerance there; FP16
-    and INT8 must pass the accuracy gate measured there. A model that fails is refused in one line. Skipped
-    (and recorded as skipped) for TensorRT plans, when the spec turns it off, or without the container venv.
+    and INT8 must pass the accuracy gate measured there; OpenVINO IR is gated at each CPU precision. A model
+    that fails in any of them is refused in one line. Skipped (and recorded as skipped) for TensorRT plans,
+    when the spec turns it off, or for a container whose venv was not created.
     """
+    checks: ContainerChecks = {}
+    for release in plan.spec.containers:
+        python = container_python(release)
+        why = (
+            "the model step is a TensorRT plan" if plan.spec.runtime == "tensorrt"
+            else "turned off in the spec" if not plan.spec.container_check
+            else f"no venv for the {release} container (`make compat-venv` creates it)" if python is None
+            else ""
+        )  # fmt: skip
+        if why or python is None:
+            console.print(f"[yellow]Container runtime check skipped[/]: {why}")
+            checks[release] = {"skipped": why}
+        elif plan.spec.runtime == "openvino" and variant is not None:
+            checks[release] = _openvino_container_check(plan, onnx, variant, console, container(release), python)
+        else:
+            checks[release] = _onnx_container_check(plan, onnx, variant, console, container(release), python)
+    return checks
+
+
+def _onnx_container_check(
+    plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console, target: Container, python: Path
+) -> ContainerReport:
     spec = plan.spec
-    if spec.runtime == "openvino" and variant is not None:
-        return _openvino_container_check(plan, onnx, variant, console)
-    python = container_python()
-    why = (
-        "the model step is a TensorRT plan" if spec.runtime == "tensorrt"
-        else "turned off in the spec" if not spec.container_check
-        else f"no container venv ({DEFAULT_VENV}; `make compat-venv` creates it)" if python is None
-        else ""
-    )  # fmt: skip
-    if why:
-        console.print(f"[yellow]Container runtime check skipped[/]: {why}")
-        return {"skipped": why}
-    assert python is not None
     feeds = plan.task.modality.feeds(plan, onnx.encoder)
     lossy = variant is not None and spec.precision != "fp32"
-    with console.status(f"Checking the served model in ONNX Runtime {CONTAINER_ORT}…"), _stage("container check"):
+    with (
+        console.status(f"Checking the served model in ONNX Runtime {target.onnxruntime} (Triton {target.release})…"),
+        _stage("container check"),
+    ):
         report = check_in_container(
             onnx.target, python, feeds=feeds, tolerance=spec.parity_tolerance,
             reference=variant.reference if lossy and variant is not None else None,
-            variant=_variant_name(spec, variant), batch_dependent=spec.precision == "int8",
+            variant=_variant_name(spec, variant), batch_dependent=spec.precision == "int8", container=target.release,
         )  # fmt: skip
     console.print(report.summary())
     if not report.passed and not (lossy and spec.accept_accuracy_loss):
@@ -577,34 +588,28 @@ def container_check(
 
 
 def _openvino_container_check(
-    plan: BuildPlan, onnx: Export, variant: Variant, console: Console
+    plan: BuildPlan, onnx: Export, variant: Variant, console: Console, target: Container, python: Path
 ) -> ContainerReport | dict[str, str]:
-    """Stage 5 for OpenVINO IR: the gate again in OpenVINO 2024.0 (``tritongen.compat``), at each precision."""
-    spec, python = plan.spec, container_python(runtime="openvino")
-    why = (
-        "turned off in the spec" if not spec.container_check
-        else f"no container venv ({OPENVINO_VENV}; `make compat-venv` creates it)" if python is None
-        else ""
-    )  # fmt: skip
-    if why or python is None or variant.reference is None:
-        console.print(f"[yellow]Container runtime check skipped[/]: {why}")
-        return {"skipped": why}
+    """Stage 5 for OpenVINO IR: the gate again in the container's OpenVINO, at each precision."""
+    spec = plan.spec
+    if variant.reference is None:
+        return {"skipped": "no gate reference"}
     reports = []
     for precision in cpu_precisions():
         with (
-            console.status(f"Gating the IR at {precision.upper()} in OpenVINO {CONTAINER_OPENVINO}…"),
+            console.status(f"Gating the IR at {precision.upper()} in OpenVINO {target.openvino}…"),
             _stage("container check"),
             ContainerSession(onnx.target.with_name(IR_FILE), python, precision) as session,
         ):
             accuracy = variant.reference.measure(session, f"{precision.upper()} in {session.version}")
-        report = ContainerReport(session.version, "gate", accuracy.passed, accuracy=accuracy)
+        report = ContainerReport(session.version, "gate", target.release, accuracy.passed, accuracy=accuracy)
         console.print(report.summary())
         if not report.passed and not spec.accept_accuracy_loss:
             raise AccuracyError(f"{report.summary()}; nothing was published (or build with --no-container-check)")
         reports.append(accuracy)
     runtime, precisions = reports[0].variant.split(" in ")[-1], "/".join(p.upper() for p in cpu_precisions())
     worst = dataclasses.replace(worst_of(reports), variant=f"{precisions} in {runtime}")
-    return ContainerReport(runtime, "gate", worst.passed, accuracy=worst)
+    return ContainerReport(runtime, "gate", target.release, worst.passed, accuracy=worst)
 
 
 def _int8_schemes(spec: BuildSpec) -> tuple[str, ...]:
@@ -654,7 +659,7 @@ def fold(plan: BuildPlan, onnx: Export, console: Console) -> FoldReport:
         try:
             session = ort.InferenceSession(str(folded_path), providers=["CPUExecutionProvider"])
             failure, worst = prove(session.run, source, outputs, step, feeds)
-            python = container_python()
+            python = container_python(spec.containers[0])
             if failure is None and python is not None and spec.container_check:
                 with ContainerSession(folded_path, python) as container:
                     runtimes.append(container.version)
@@ -716,7 +721,7 @@ def write(
     configs: Mapping[str, tuple[str, mc.ModelConfig]],
     report: ParityReport,
     variant: Variant | None,
-    container: ContainerReport | dict[str, str] | None = None,
+    container: ContainerChecks | None = None,
     folding: FoldReport | None = None,
 ) -> None:
     """Stage 9: write everything else into the staging area: configs, Python steps, engine plan, card, reports."""
@@ -746,7 +751,13 @@ def write(
     }
     (card_dir / "parity.json").write_text(json.dumps(parity_json, ensure_ascii=False, indent=1), encoding="utf-8")
     record = _build_record(plan, variant)
-    record["container_runtime"] = container.to_dict() if isinstance(container, ContainerReport) else container
+    checks = {
+        release: check.to_dict() if isinstance(check, ContainerReport) else check
+        for release, check in (container or {}).items()
+    }
+    record["container"] = spec.containers[0]  # what `package` targets unless told otherwise
+    record["container_runtime"] = checks.get(spec.containers[0])
+    record["container_runtimes"] = checks
     record["fold"] = folding.to_dict()
     record["steps"] = [step for step in configs if step != "ensemble"]
     (card_dir / "build.json").write_text(json.dumps(record, indent=1), encoding="utf-8")

@@ -69,6 +69,8 @@ def _build(args: argparse.Namespace) -> None:
         accept_accuracy_loss=args.accept_accuracy_loss,
         runtime=args.runtime,
         container_check=args.container_check,
+        containers=args.containers,
+        device=args.device,
         fold=args.fold,
         trust_remote_code=args.trust_remote_code,
         max_length=args.max_length,
@@ -267,17 +269,34 @@ def _publish(args: argparse.Namespace) -> None:
     print(f"Published `{args.name}` ({len(keys)} objects) to {parse_s3_url(args.to).url}")
 
 
+def add_name(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--name NAME``, with the older positional ``NAME`` still taken (resolved by :func:`_name`)."""
+    parser.add_argument("positional_name", nargs="?", metavar="NAME", help=argparse.SUPPRESS)
+    parser.add_argument("--name", help=f"ensemble name (default: {default})")
+    parser.set_defaults(default_name=default)
+
+
+def _name(args: argparse.Namespace) -> str:
+    if args.name and args.positional_name and args.name != args.positional_name:
+        raise UsageError(f"two names, `{args.positional_name}` and --name `{args.name}`; give one")
+    return args.name or args.positional_name or args.default_name
+
+
 def _package(args: argparse.Namespace) -> None:
     from tritongen.deploy import TritonArgs, write_package
     from tritongen.deploy.gateway import GATEWAY_PORT
-    from tritongen.deploy.package import packaged_version
+    from tritongen.deploy.package import Target, model_folders, packaged_version
 
-    server = TritonArgs(exit_timeout_secs=args.exit_timeout)
+    name, server = _name(args), TritonArgs(exit_timeout_secs=args.exit_timeout)
+    target = Target.of(model_folders(args.repository, name), args.container)
     out = write_package(
-        args.name, args.repository, args.output, force=args.force, args=server, image=args.image, gateway=args.gateway
+        name, args.repository, args.output, force=args.force, args=server, image=args.image, target=target,
+        gateway=args.gateway,
     )  # fmt: skip
-    version = packaged_version(args.repository, args.name)
-    print(f"Packaged version {version} of `{args.name}`: the version the configs in {args.repository} serve")
+    version = packaged_version(args.repository, name)
+    device = "one GPU" if target.gpu else "no GPU (every instance runs on the CPU)"
+    print(f"Packaged version {version} of `{name}` (the version the configs in {args.repository} serve)")
+    print(f"for {target.container.describe()}; compose reserves {device}")
     gateway = f", the gateway on :{GATEWAY_PORT} (key: TRITONGEN_GATEWAY_KEY)" if args.gateway else ""
     print(
         f"Wrote {out}: docker compose -f {out}/compose.yaml up --build (Grafana on :3000, Prometheus on :9090{gateway})"
@@ -285,23 +304,35 @@ def _package(args: argparse.Namespace) -> None:
 
 
 def _manifests(args: argparse.Namespace) -> None:
+    from tritongen.containers import DEFAULT_CONTAINER
     from tritongen.deploy import ManifestOptions, TritonArgs, startup_seconds, write_manifests
+    from tritongen.deploy.package import Target, model_folders
 
-    if args.startup_seconds is None and not (args.repository / args.name).is_dir():
-        raise UsageError(f"`{args.name}` is not built in {args.repository}; give --startup-seconds to size the probe")
+    name = _name(args)
+    built = (args.repository / name).is_dir()
+    if not built and (args.startup_seconds is None or args.gpus is None):
+        raise UsageError(
+            f"`{name}` is not built in {args.repository}; build it, or size the pods with --startup-seconds and --gpus"
+        )
+    target = Target.of(model_folders(args.repository, name), args.container) if built else None
     options = ManifestOptions(
-        name=args.name,
+        name=name,
         repository_url=args.to,
         image=args.image or "",
         namespace=args.namespace,
-        gpus=args.gpus,
+        gpus=args.gpus if args.gpus is not None else int(bool(target and target.gpu)),
+        cpus=args.cpus,
+        container=target.container.release if target else (args.container or DEFAULT_CONTAINER),
+        image_pull_policy=args.image_pull_policy,
         min_replicas=args.min_replicas,
         max_replicas=args.max_replicas,
         queue_target_ms=args.queue_target_ms,
-        startup_seconds=args.startup_seconds or startup_seconds(args.repository, args.name),
+        startup_seconds=args.startup_seconds or startup_seconds(args.repository, name),
         gateway=args.gateway,
     )
     out = write_manifests(options, args.output, args=TritonArgs(exit_timeout_secs=args.exit_timeout), force=args.force)
+    device = f"{options.gpus} GPU(s)" if options.gpus else f"{options.cpus} CPUs and no GPU"
+    print(f"Pods of `{name}` request {device}; image {options.image or 'tritongen-' + name + ':latest'}")
     print(f"Wrote {out}: kubectl apply -f {out} (or kubectl apply -f {out}/kserve for KServe)")
     if args.gateway:
         print(f"The gateway's API key: the Secret {options.gateway_secret_name}, key api-key (empty for none)")
@@ -319,7 +350,8 @@ def _plan(args: argparse.Namespace) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from tritongen.spec import RUNTIMES
+    from tritongen.containers import container_names
+    from tritongen.spec import DEFAULT_NAME, RUNTIMES
     from tritongen.tasks import TASKS, settings_sections
 
     parser = argparse.ArgumentParser(prog="python -m tritongen", description=__doc__.splitlines()[0])
@@ -328,7 +360,7 @@ def _parser() -> argparse.ArgumentParser:
     build = sub.add_parser("build", help="build a Triton ensemble repository from a checkpoint")
     build.add_argument("--spec", type=Path, help="YAML build spec; options given here override it")
     build.add_argument("--model", help="checkpoint directory or hub id")
-    build.add_argument("--name", help="ensemble name (default: model)")
+    build.add_argument("--name", help=f"ensemble name (default: {DEFAULT_NAME})")
     build.add_argument(
         "--task",
         help=f"one of {', '.join(sorted(TASKS))} (default: detected from the checkpoint)",
@@ -376,8 +408,20 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--container-check",
         action=argparse.BooleanOptionalAction,
-        help="also check the served model in ONNX Runtime 1.19.2, the 24.10 container's (default on where "
-        "`make compat-venv` made its venv)",
+        help="also check the served model in the runtimes of each --container (default on where "
+        "`make compat-venv` made their venvs)",
+    )
+    build.add_argument(
+        "--device",
+        choices=["cpu", "gpu"],
+        help="the node it serves on: gpu builds KIND_GPU instances with ONNX Runtime's TensorRT accelerator at FP16 "
+        "(FP16 gated here); default cpu, or as the spec's model_instances say",
+    )
+    build.add_argument(
+        "--container",
+        dest="containers",
+        help=f"Triton releases to build for, comma-separated, the first one packaged ({', '.join(container_names())}; "
+        "default: the newest)",
     )
     build.add_argument(
         "--fold",
@@ -409,11 +453,17 @@ def _parser() -> argparse.ArgumentParser:
             build.add_argument(f"--{dest.replace('_', '-')}", dest=dest, **options)
     build.set_defaults(func=_build)
 
-    def add_server_options(p: argparse.ArgumentParser) -> None:
+    def add_server_options(p: argparse.ArgumentParser, *ports: str) -> None:
+        """``--host`` and the ``ports`` (http, grpc, metrics; default all) the command talks to.
+
+        The others are still accepted, so that one set of port options (the Makefile's) works for every
+        command, but --help lists only what the command uses.
+        """
         p.add_argument("--host", default="127.0.0.1")
-        p.add_argument("--http-port", type=int, default=8000)
-        p.add_argument("--grpc-port", type=int, default=8001)
-        p.add_argument("--metrics-port", type=int, default=8002)
+        defaults = {"http": 8000, "grpc": 8001, "metrics": 8002}
+        for port, default in defaults.items():
+            shown = not ports or port in ports
+            p.add_argument(f"--{port}-port", type=int, default=default, help=None if shown else argparse.SUPPRESS)
 
     serve = sub.add_parser("serve", help="serve a repository with the local Triton server (foreground)")
     serve.add_argument(
@@ -447,12 +497,12 @@ def _parser() -> argparse.ArgumentParser:
         ("rollback", "return NAME to the version built before the serving one, the same way"),
     ):
         switch = sub.add_parser(command, help=text)
-        switch.add_argument("--name", required=True, help="ensemble name")
+        switch.add_argument("--name", default=DEFAULT_NAME, help="ensemble name")
         if command == "rollout":
             switch.add_argument("--version", type=int, help="version to serve (default: the newest built)")
         switch.add_argument("--repository", type=Path, default=Path("model_repository"))
         switch.add_argument("--admin-key-file", type=Path, help=key_help)
-        add_server_options(switch)
+        add_server_options(switch, "http")
         switch.set_defaults(func=_switch, version=None)
 
     health = sub.add_parser("health", help="one real inference per ensemble of a served repository; exit 0 or 1")
@@ -462,11 +512,11 @@ def _parser() -> argparse.ArgumentParser:
         help="the served folder, or its s3:// URL",
     )
     health.add_argument("--timeout", type=float, default=10.0, help="seconds per ensemble")
-    add_server_options(health)
+    add_server_options(health, "http")
     health.set_defaults(func=_health)
 
     inf = sub.add_parser("infer", help="query a served ensemble")
-    inf.add_argument("--name", default="model")
+    inf.add_argument("--name", default=DEFAULT_NAME)
     inf.add_argument("--text", action="append", help="text to send (repeat for a batch)")
     inf.add_argument("--question", action="append", help="question, for question-answering models")
     inf.add_argument("--context", action="append", help="context of each --question")
@@ -474,7 +524,7 @@ def _parser() -> argparse.ArgumentParser:
     inf.add_argument("--candidate-labels", help='zero-shot: a JSON list of labels for every --text: \'["a", "b"]\'')
     inf.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     inf.add_argument("--url", help="host:port (default: --host and the protocol's port)")
-    add_server_options(inf)
+    add_server_options(inf, "http", "grpc")
     inf.set_defaults(func=_infer)
     gateway = sub.add_parser(
         "gateway", help="OpenAI /v1/embeddings and TEI /embed, /rerank, /predict, /tokenize in front of Triton (gRPC)"
@@ -501,16 +551,16 @@ def _parser() -> argparse.ArgumentParser:
         help="serve's admin key, to list the served ensembles where --repository is no folder here "
         "(default: $TRITONGEN_ADMIN_KEY, else the file serve writes beside the repository)",
     )
-    add_server_options(gateway)
+    add_server_options(gateway, "grpc")
     gateway.set_defaults(func=_gateway)
 
     engine = sub.add_parser("engine", help="build the TensorRT plan of a tensorrt-runtime build (GPU node)")
-    engine.add_argument("--name", default="model")
+    engine.add_argument("--name", default=DEFAULT_NAME)
     engine.add_argument("--repository", type=Path, default=Path("model_repository"))
     engine.set_defaults(func=_engine)
 
     bench = sub.add_parser("bench", help="perf_analyzer sweep of an ensemble against baselines")
-    bench.add_argument("--name", default="model")
+    bench.add_argument("--name", default=DEFAULT_NAME)
     bench.add_argument("--repository", type=Path, default=Path("model_repository"))
     bench.add_argument("--output", type=Path, default=Path("perf_analyzer_configs"))
     bench.add_argument("--concurrency", help="comma-separated concurrency levels (default 1,2,4,8,16)")
@@ -538,38 +588,47 @@ def _parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_bench)
 
     soak = sub.add_parser("soak", help="mixed traffic at a served ensemble for minutes: errors, latency, memory")
-    soak.add_argument("--name", default="model")
+    soak.add_argument("--name", default=DEFAULT_NAME)
     soak.add_argument("--minutes", type=float, default=10.0)
     soak.add_argument("--concurrency", type=int, default=32)
     soak.add_argument("--interval", type=float, default=60.0, help="seconds per reported interval")
     soak.add_argument("--output", type=Path, default=Path("soak_results"), help="report folder (NAME inside)")
-    add_server_options(soak)
+    add_server_options(soak, "grpc")
     soak.set_defaults(func=_soak)
 
     pub = sub.add_parser("publish", help="upload a deployment's model folders to an S3 model repository")
-    pub.add_argument("--name", default="model")
+    pub.add_argument("--name", default=DEFAULT_NAME)
     pub.add_argument("--repository", type=Path, default=Path("model_repository"))
     pub.add_argument("--to", required=True, help="s3://bucket/prefix or s3://http://HOST:PORT/bucket/prefix")
     pub.set_defaults(func=_publish)
 
     pack = sub.add_parser("package", help="deploy folder: Dockerfile, compose with Prometheus and Grafana")
-    pack.add_argument("name")
+    add_name(pack, DEFAULT_NAME)
     pack.add_argument("--repository", type=Path, default=Path("model_repository"))
     pack.add_argument("--output", type=Path, help="deploy folder (default deploy/NAME)")
     pack.add_argument("--image", help="image tag compose builds (default tritongen-NAME:latest)")
     pack.add_argument("--exit-timeout", type=int, default=30, help="Triton's --exit-timeout-secs (drain on stop)")
     pack.add_argument("--force", action="store_true", help="replace an existing deploy folder")
     pack.add_argument("--gateway", action="store_true", help="also the OpenAI/TEI gateway: its image and service")
+    pack.add_argument(
+        "--container", choices=container_names(), help="Triton release of the image (default: the build's)"
+    )
     pack.set_defaults(func=_package)
 
     man = sub.add_parser("manifests", help="Kubernetes manifests (and a KServe InferenceService) for NAME")
-    man.add_argument("name")
+    add_name(man, DEFAULT_NAME)
     man.add_argument("--to", required=True, help="s3://bucket/prefix the pods read the model repository from")
     man.add_argument("--repository", type=Path, default=Path("model_repository"), help="local build (probe sizing)")
     man.add_argument("--output", type=Path, help="folder (default deploy/NAME-k8s)")
-    man.add_argument("--image", help="container image (default tritongen-NAME:latest, as package builds)")
+    man.add_argument(
+        "--image",
+        help="image with its registry, e.g. registry.example.com/tritongen-NAME:1 (default: tritongen-NAME:latest)",
+    )
     man.add_argument("--namespace", default="default")
-    man.add_argument("--gpus", type=int, default=1, help="GPUs per replica")
+    man.add_argument("--gpus", type=int, help="GPUs per replica (default: 1 for a build on GPU instances, else 0)")
+    man.add_argument("--cpus", type=int, default=2, help="CPUs per replica (and the CPU runtimes' threads)")
+    man.add_argument("--container", choices=container_names(), help="Triton release (default: the build's)")
+    man.add_argument("--image-pull-policy", default="IfNotPresent", choices=["Always", "IfNotPresent", "Never"])
     man.add_argument("--min-replicas", type=int, default=1)
     man.add_argument("--max-replicas", type=int, default=4)
     man.add_argument("--queue-target-ms", type=float, default=50.0, help="HPA target: queue time per request")
@@ -584,7 +643,7 @@ def _parser() -> argparse.ArgumentParser:
     plan = sub.add_parser("plan", help="replicas and GPUs for a target rate and p99, from a bench result")
     plan.add_argument("--qps", type=float, required=True, help="target requests per second")
     plan.add_argument("--p99-ms", type=float, required=True, help="target p99 latency in ms")
-    plan.add_argument("--name", default="minilm", help="ensemble whose bench result to read")
+    plan.add_argument("--name", default=DEFAULT_NAME, help="ensemble whose bench result to read")
     plan.add_argument("--results", type=Path, help="results.csv (default perf_analyzer_configs/NAME/results/)")
     plan.add_argument("--headroom", type=float, default=0.3, help="capacity kept free (default 0.3)")
     plan.add_argument("--gpus", type=int, default=1, help="GPUs per replica")

@@ -1,17 +1,14 @@
-"""Run what we emit in the ONNX Runtime of the 24.10 container, from here: does it load, and give what we gated.
+"""Run what we emit in the runtimes of the Triton container it ships in: does it load, and give what we gated.
 
-``nvcr.io/nvidia/tritonserver:24.10-py3`` (Triton 2.51) builds its onnxruntime backend against ONNX Runtime
-1.19.2: the server repository's ``build.py`` on the ``r24.10`` branch maps ``"2.51.0"`` to ORT ``"1.19.2"`` in
-``TRITON_VERSION_MAP``. We build with a newer release, and the two differ (static INT8 QDQ by up to 0.04 on
-normalised embeddings), so the build checks the served model in that release as well, in a separate venv
-(``make compat-venv`` creates ``.venv-ort-container`` with ``onnxruntime==1.19.2``).
+Each supported container (``tritongen.containers``) builds its onnxruntime backend against one ONNX Runtime
+release and its openvino backend against one OpenVINO release, older than the ones we build with, and the
+two differ (static INT8 QDQ by up to 0.04 on normalised embeddings between ORT 1.19 and 1.2x). So the build
+checks the served model in those releases as well, from pip wheels in a venv of the container's Python:
+``make compat-venv`` creates ``.venv-containers/<release>/runtimes`` for every supported release.
 
 :class:`ContainerSession` runs one model in that venv's Python, a worker process fed through pipes, and
 quacks like an ``InferenceSession`` (``run(None, feeds)``), so the accuracy gate can measure it unchanged.
-
-OpenVINO builds (``model.xml``) get the same check in ``.venv-ov-container``, which holds OpenVINO 2024.0.0:
-the openvino_backend moved to OpenVINO 2024.0 in May 2024 and to 2024.5 in December 2024, so the October
-24.10 release runs one of 2024.0-2024.4 (not read from the image); the oldest is the conservative check.
+An ONNX model runs in ONNX Runtime; OpenVINO IR (``model.xml``) in OpenVINO, at the precision asked.
 """
 
 from __future__ import annotations
@@ -35,10 +32,7 @@ if TYPE_CHECKING:
     from tritongen.accuracy import AccuracyReport
 
 __all__ = [
-    "CONTAINER_OPENVINO",
-    "CONTAINER_ORT",
-    "DEFAULT_VENV",
-    "OPENVINO_VENV",
+    "VENVS",
     "ContainerReport",
     "ContainerSession",
     "check_in_container",
@@ -47,11 +41,8 @@ __all__ = [
     "max_relative_diff",
 ]
 
-CONTAINER_ORT = "1.19.2"
-CONTAINER_OPENVINO = "2024.0.0"
-DEFAULT_VENV = Path(".venv-ort-container")
-OPENVINO_VENV = Path(".venv-ov-container")
-VENV_ENV = "TRITONGEN_CONTAINER_VENV"  # overrides DEFAULT_VENV
+VENVS = Path(".venv-containers")  # <release>/runtimes: the container's ONNX Runtime and OpenVINO
+VENV_ENV = "TRITONGEN_CONTAINER_VENV"  # a venv to use instead, for every release
 
 _WORKER = r"""
 import pickle, struct, sys
@@ -85,14 +76,16 @@ while True:
 """
 
 
-def container_python(venv: Path | None = None, *, runtime: str = "onnx") -> Path | None:
-    """The container-runtime venv's Python (``runtime`` onnx or openvino), or None when that venv was not created.
+def container_python(release: str | None = None) -> Path | None:
+    """The Python of container ``release``'s runtime venv (default: the default container's), or None without one.
 
-    Looked for where asked (``venv``, else ``$TRITONGEN_CONTAINER_VENV`` for ONNX Runtime), else in the working
-    folder, else beside a source checkout of this package (an editable install run from elsewhere).
+    Looked for in ``$TRITONGEN_CONTAINER_VENV``, else in the working folder, else beside a source checkout of
+    this package (an editable install run from elsewhere).
     """
-    default = OPENVINO_VENV if runtime == "openvino" else DEFAULT_VENV
-    asked = venv or (os.environ.get(VENV_ENV) if runtime != "openvino" else None)
+    from tritongen.containers import container
+
+    default = VENVS / container(release).release / "runtimes"
+    asked = os.environ.get(VENV_ENV)
     roots = [Path(asked)] if asked else [Path.cwd() / default, Path(__file__).resolve().parents[1] / default]
     for root in roots:
         python = root / "bin" / "python"
@@ -172,6 +165,7 @@ class ContainerReport:
 
     runtime: str
     criterion: str  # "parity" (within the tolerance of our runtime's outputs) or "gate" (the accuracy gate)
+    container: str  # the Triton release whose runtime this is
     passed: bool
     max_relative_diff: float | None = None
     tolerance: float | None = None
@@ -183,11 +177,11 @@ class ContainerReport:
         runtime = self.runtime if self.runtime.startswith("OpenVINO") else f"ONNX Runtime {self.runtime}"
         if self.criterion == "parity":
             return (
-                f"{runtime} (the 24.10 container's) {verdict}: outputs within "
+                f"{runtime} (the {self.container} container's) {verdict}: outputs within "
                 f"{self.max_relative_diff:.2e} of ours (tolerance {self.tolerance:g})"
             )
         assert self.accuracy is not None
-        return f"{runtime} (the 24.10 container's) {verdict} the gate: {self.accuracy.summary()}"
+        return f"{runtime} (the {self.container} container's) {verdict} the gate: {self.accuracy.summary()}"
 
     def to_dict(self) -> dict[str, Any]:
         """For ``build.json``."""
@@ -205,6 +199,7 @@ def check_in_container(
     reference: Any = None,
     variant: str = "",
     batch_dependent: bool = False,
+    container: str = "",
 ) -> ContainerReport:
     """Run ``model`` in the container's runtime.
 
@@ -215,7 +210,7 @@ def check_in_container(
     with ContainerSession(model, python) as session:
         if reference is not None:
             report = reference.measure(session, f"{variant} in ORT {session.version}", batch_dependent=batch_dependent)
-            return ContainerReport(session.version, "gate", report.passed, accuracy=report)
+            return ContainerReport(session.version, "gate", container, report.passed, accuracy=report)
         import onnxruntime as ort
 
         ours = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
@@ -224,7 +219,9 @@ def check_in_container(
             for mine, theirs in zip(ours.run(None, batch), session.run(None, batch)):
                 worst = max(worst, max_relative_diff(mine, theirs))
                 passed = passed and bool(np.allclose(theirs, mine, rtol=tolerance, atol=tolerance))
-        return ContainerReport(session.version, "parity", passed, max_relative_diff=worst, tolerance=tolerance)
+        return ContainerReport(
+            session.version, "parity", container, passed, max_relative_diff=worst, tolerance=tolerance
+        )
 
 
 def container_gate(reference: Any, python: Path) -> Callable[[Path, str, bool], AccuracyReport]:

@@ -171,8 +171,8 @@ class _Search:
             )
         if self.served_gate is not None:
             notes.append(
-                "Every candidate that passed here was gated again in the serving runtime (ONNX Runtime of the "
-                f"24.10 container); {self.failed_there} passed here and failed there."
+                "Every candidate that passed here was gated again in the serving runtime (the target Triton "
+                f"container's ONNX Runtime); {self.failed_there} passed here and failed there."
             )
         if self.report.sensitivity:
             notes.append(

@@ -54,8 +54,42 @@ class _Interrupted(BaseException):
     """A stop signal arrived while tritonserver was still starting (BaseException, like Ctrl-C)."""
 
 
+def gpu_models(repository: Path | str) -> list[str]:
+    """The models of a local ``repository`` whose instances run on a GPU (KIND_GPU), by name."""
+    from tritongen.configs import read_config
+
+    root = Path(repository)
+    if "://" in str(repository) or not root.is_dir():
+        return []
+    configs = sorted(root.glob("*/config.pbtxt"))
+    return [c.parent.name for c in configs if any(g.kind == g.KIND_GPU for g in read_config(c).instance_group)]
+
+
+def has_gpu() -> bool:
+    """Whether an NVIDIA GPU can be used here: the driver's library loads and counts a device."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    count = ctypes.c_int(0)
+    return cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+
+
+def refuse_gpu_build_without_gpu(repository: Path | str) -> None:
+    """A GPU build cannot load here: one line naming it and the fix, instead of Triton's CUDA error in its log."""
+    on_gpu = gpu_models(repository)
+    if on_gpu and not has_gpu():
+        raise ServerError(
+            f"`{on_gpu[0]}` in {repository} was built for a GPU node (KIND_GPU instances) and this machine has no "
+            "NVIDIA GPU; serve it on a GPU node, or rebuild it for the CPU (make repo DEVICE=cpu)"
+        )
+
+
 def serve(options: ServeOptions, *, log: Callable[[str], None] = print) -> None:
     """Serve until SIGTERM or SIGINT (return) or until tritonserver dies (raise ServerError)."""
+    refuse_gpu_build_without_gpu(options.repository)
     key, key_file = serving_key(options.repository, options.admin_key_file)
     server = TritonServer(
         options.repository,

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
+from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.errors import SpecError
 from tritongen.tasks import TaskSettings, legacy_settings, settings_sections
 from tritongen.triton_models.ner import STRATEGIES
@@ -31,6 +32,8 @@ __all__ = [
     "VersionPolicy",
     "load_spec",
 ]
+
+DEFAULT_NAME = "minilm"  # the ensemble name of every command, as of the default model (all-MiniLM-L6-v2)
 
 DEFAULT_BUCKETS = (16, 32, 64, 128, 256, 512)
 RUNTIMES = ("onnx", "tensorrt", "openvino")  # the model step's runtimes (configs.MODEL_STEPS)
@@ -123,7 +126,7 @@ class BuildSpec:
     """What to build, and how the generated Triton configuration should behave."""
 
     model: str
-    name: str = "model"
+    name: str = DEFAULT_NAME
     task: str | None = None  # None: detected from the checkpoint
     repository: Path = Path("model_repository")
     max_batch_size: int = 64
@@ -148,7 +151,12 @@ class BuildSpec:
     validation: Path | None = None  # one text per line; None: the built-in sample
     accept_accuracy_loss: bool = False
     runtime: Literal["onnx", "tensorrt", "openvino"] = "onnx"
-    # Check the served model in the 24.10 container's ONNX Runtime too (tritongen.compat), where its venv exists.
+    # The Triton containers (tritongen.containers) the build is for: the served model is checked in each one's
+    # ONNX Runtime or OpenVINO (tritongen.compat), where its venv exists. The first is the package's default.
+    containers: tuple[str, ...] = (DEFAULT_CONTAINER,)
+    # Where the model step runs: "gpu" builds for a GPU node (KIND_GPU instances, ONNX Runtime's TensorRT
+    # accelerator at FP16, and the FP16 model gated), "cpu" for a CPU node; None: as model_instances says.
+    device: Literal["cpu", "gpu"] | None = None
     container_check: bool = True
     # Fold the postprocess step into the served graph where the task can and the fold proves itself
     # (tritongen.fold): one Python hop fewer per request. Off by default: measured interleaved here, the folded
@@ -186,6 +194,19 @@ class BuildSpec:
 
 
 def _validate(spec: BuildSpec) -> None:
+    if spec.device not in (None, "cpu", "gpu"):
+        raise SpecError(f"device must be cpu or gpu, got {spec.device}")
+    kinds = {g.kind for g in (spec.tokenizer_instances, spec.model_instances, spec.postprocess_instances)}
+    if spec.device == "gpu" and spec.model_instances.kind != "KIND_GPU":
+        raise SpecError("device gpu runs the model step on KIND_GPU instances, but the spec sets KIND_CPU: drop one")
+    if spec.device == "cpu" and "KIND_GPU" in kinds:
+        raise SpecError("device cpu, but the spec puts instances on KIND_GPU: drop one")
+    unknown = [c for c in spec.containers if c not in CONTAINERS]
+    if unknown or not spec.containers:
+        raise SpecError(
+            f"no supported Triton container {', '.join(map(repr, unknown)) or 'given'}; "
+            f"choose from {', '.join(CONTAINERS)}"
+        )
     if not spec.model:
         raise SpecError("no model given: name a checkpoint directory or a hub id")
     if not _NAME_RE.match(spec.name):
@@ -299,6 +320,8 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     for key, value in data.items():
         if cls is BuildSpec and key == "task_settings":
             value = {name: _build(settings_sections()[name], v, name) for name, v in value.items()}
+        elif cls is BuildSpec and key == "containers":
+            value = _releases(value)
         elif cls is BuildSpec and key in _NESTED:
             value = _build(_NESTED[key], value, key)
         elif cls is DynamicBatching and key == "queue_policy" and value is not None:
@@ -312,6 +335,12 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
         return cls(**values)
     except TypeError as exc:
         raise SpecError(f"invalid `{where}`: {exc}") from None
+
+
+def _releases(value: Any) -> tuple[str, ...]:
+    """Container releases from a list or a comma-separated string; YAML reads an unquoted 24.10 as 24.1."""
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else [value]
+    return tuple(f"{item:.2f}" if isinstance(item, float) else str(item).strip() for item in items)
 
 
 def _task_sections(data: dict[str, Any]) -> dict[str, Any]:
@@ -370,4 +399,16 @@ def load_spec(path: Path | None = None, **overrides: Any) -> BuildSpec:
         data[key] = value
     if "model" not in data:
         raise SpecError("no model given: name a checkpoint directory or a hub id")
-    return _build(BuildSpec, data, "spec")
+    return _build(BuildSpec, _device_defaults(data), "spec")
+
+
+def _device_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """``device: gpu`` fills what a GPU node wants wherever the spec leaves it open (an explicit value wins)."""
+    if data.get("device") != "gpu":
+        return data
+    data = dict(data)
+    data["model_instances"] = {"kind": "KIND_GPU", **(data.get("model_instances") or {})}
+    data.setdefault("precision", "fp16")
+    if data.get("runtime", "onnx") == "onnx":
+        data["tensorrt"] = {"enabled": True, "precision_mode": "FP16", **(data.get("tensorrt") or {})}
+    return data

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from tritongen.containers import DEFAULT_CONTAINER
 from tritongen.deploy.dashboard import queue_us_per_request
 from tritongen.deploy.folder import write_folder
 from tritongen.deploy.gateway import GATEWAY_PORT
@@ -42,7 +43,10 @@ class ManifestOptions:
     repository_url: str  # s3://bucket/prefix holding the model folders
     image: str = ""
     namespace: str = "default"
-    gpus: int = 1
+    gpus: int = 0  # per replica: 0 for a build on KIND_CPU instances (`tritongen manifests` reads the build)
+    cpus: int = 2  # per replica: requested, and the CPU runtimes' thread count
+    container: str = DEFAULT_CONTAINER  # the Triton release of the image (KServe's runtimeVersion)
+    image_pull_policy: str = "IfNotPresent"
     min_replicas: int = 1
     max_replicas: int = 4
     queue_target_ms: float = 50.0
@@ -53,6 +57,10 @@ class ManifestOptions:
     def __post_init__(self) -> None:
         if not self.repository_url.startswith("s3://"):
             raise DeployError(f"the model repository `{self.repository_url}` is not an s3:// URL")
+        if self.gpus < 0 or self.cpus < 1:
+            raise DeployError(f"{self.gpus} GPUs and {self.cpus} CPUs per replica: give GPUs >= 0 and CPUs >= 1")
+        if self.image_pull_policy not in ("Always", "IfNotPresent", "Never"):
+            raise DeployError(f"image pull policy `{self.image_pull_policy}`: use Always, IfNotPresent or Never")
         if not 1 <= self.min_replicas <= self.max_replicas:
             raise DeployError(f"replicas {self.min_replicas}..{self.max_replicas} are not an increasing positive range")
 
@@ -96,15 +104,17 @@ def _container(options: ManifestOptions, args: TritonArgs) -> dict[str, Any]:
             ("AWS_SESSION_TOKEN", True),
         )
     ]
-    gpus = {"nvidia.com/gpu": options.gpus} if options.gpus else {}
+    if not options.gpus:  # the CPU runtimes size their thread pools to the cores the pod was given
+        env += [{"name": key, "value": str(options.cpus)} for key in ("OMP_NUM_THREADS", "OPENVINO_NUM_THREADS")]
     return {
         "name": "triton",
         "image": options.image or default_image(options.name),
+        "imagePullPolicy": options.image_pull_policy,
         "command": ["tritonserver"],
         "args": args.argv(),
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in args.ports.items()],
         "env": env,
-        "resources": {"requests": {"cpu": "2", "memory": "4Gi", **gpus}, "limits": {"memory": "8Gi", **gpus}},
+        "resources": resources(options),
         "startupProbe": probe(READY_PATH, STARTUP_PERIOD_S, math.ceil(options.startup_seconds / STARTUP_PERIOD_S)),
         # Deep: an inference through the ensemble (a dead Python stub leaves /v2/health/ready at 200).
         "readinessProbe": {
@@ -116,6 +126,22 @@ def _container(options: ManifestOptions, args: TritonArgs) -> dict[str, Any]:
         "livenessProbe": probe(LIVE_PATH, 10, 3),
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_S)]}}},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+
+
+def resources(options: ManifestOptions) -> dict[str, Any]:
+    """Requests and limits: CPU and memory; ``nvidia.com/gpu`` on GPU builds (a limit, as the device plugin needs)."""
+    gpus = {"nvidia.com/gpu": options.gpus} if options.gpus else {}
+    return {"requests": {"cpu": str(options.cpus), "memory": "4Gi", **gpus}, "limits": {"memory": "8Gi", **gpus}}
+
+
+def _placement(options: ManifestOptions) -> dict[str, Any]:
+    """A GPU build goes to GPU nodes (their taint tolerated; GPU feature discovery's label); a CPU build anywhere."""
+    if not options.gpus:
+        return {}
+    return {
+        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     }
 
 
@@ -139,7 +165,7 @@ def _deployment(options: ManifestOptions, args: TritonArgs) -> dict[str, Any]:
                     "terminationGracePeriodSeconds": grace_seconds(args),
                     "containers": [_container(options, args)],
                     "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}],
-                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                    **_placement(options),
                 },
             },
         },
@@ -224,7 +250,6 @@ def _pdb(options: ManifestOptions) -> dict[str, Any]:
 def _kserve(options: ManifestOptions, args: TritonArgs) -> list[dict[str, Any]]:
     """A KServe InferenceService on the Triton runtime (it downloads storageUri and sets ports and repository)."""
     account = f"{options.app}-kserve"
-    gpus = {"nvidia.com/gpu": options.gpus} if options.gpus else {}
     service_account = {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
@@ -242,14 +267,12 @@ def _kserve(options: ManifestOptions, args: TritonArgs) -> list[dict[str, Any]]:
                 "serviceAccountName": account,
                 "triton": {
                     "storageUri": options.repository_url,
-                    "runtimeVersion": "24.10-py3",
+                    "runtimeVersion": f"{options.container}-py3",
                     "image": options.image or default_image(options.name),
                     "args": args.serving_args(),
-                    "resources": {
-                        "requests": {"cpu": "2", "memory": "4Gi", **gpus},
-                        "limits": {"memory": "8Gi", **gpus},
-                    },
+                    "resources": resources(options),
                 },
+                **_placement(options),
             }
         },
     }

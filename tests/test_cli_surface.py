@@ -1,0 +1,47 @@
+"""The command line's surface: one default name, the same name options everywhere, and --help listing only what
+a command uses."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tritongen.cli import _parser
+from tritongen.spec import DEFAULT_NAME, BuildSpec
+
+MAKEFILE_NAME = re.search(r"^NAME \?= (\S+)$", open("Makefile").read(), re.M)
+
+
+def _subcommands() -> dict:
+    parser = _parser()
+    (sub,) = [a for a in parser._actions if a.dest == "command"]
+    return dict(sub.choices)
+
+
+def test_every_command_defaults_to_the_one_name_the_makefile_and_the_spec_use():
+    assert MAKEFILE_NAME and MAKEFILE_NAME.group(1) == DEFAULT_NAME == BuildSpec(model="m").name
+    for command, parser in _subcommands().items():
+        if command in ("build", "serve", "health", "gateway"):
+            continue  # build takes its name from the spec; the others serve every ensemble of a repository
+        assert DEFAULT_NAME in (parser.get_default("name"), parser.get_default("default_name")), command
+
+
+@pytest.mark.parametrize("command", ["package", "manifests"])
+def test_package_and_manifests_take_the_name_as_an_option_and_positionally(command):
+    parser = _subcommands()[command]
+    extra = ["--to", "s3://b/p"] if command == "manifests" else []
+    assert parser.parse_args(["--name", "x", *extra]).name == "x"
+    assert parser.parse_args(["x", *extra]).positional_name == "x"
+
+
+@pytest.mark.parametrize(
+    ("command", "hidden"),
+    [("health", ["--grpc-port", "--metrics-port"]), ("soak", ["--http-port", "--metrics-port"]),
+     ("rollout", ["--grpc-port", "--metrics-port"]), ("infer", ["--metrics-port"])],
+)  # fmt: skip
+def test_help_lists_only_the_ports_a_command_talks_to(command, hidden):
+    parser = _subcommands()[command]
+    text = parser.format_help()
+    assert all(option not in text for option in hidden), text
+    parser.parse_args([*(["--to", "s3://b/p"] if command == "manifests" else []), "--metrics-port", "9"])  # still taken

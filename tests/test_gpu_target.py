@@ -1,0 +1,51 @@
+"""A GPU node as a target: `device: gpu` in the spec, the build it gives, and serving it where there is no GPU."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tritongen.cli import main
+from tritongen.configs import read_config
+from tritongen.errors import SpecError
+from tritongen.serving import gpu_models, has_gpu
+from tritongen.spec import load_spec
+
+
+def test_device_gpu_fills_what_a_gpu_node_wants_where_the_spec_leaves_it_open():
+    spec = load_spec(model="m", device="gpu")
+    assert spec.model_instances.kind == "KIND_GPU"
+    assert spec.precision == "fp16"
+    assert spec.tensorrt.enabled and spec.tensorrt.precision_mode == "FP16"
+    # an explicit value wins
+    assert load_spec(model="m", device="gpu", precision="fp32").precision == "fp32"
+    assert load_spec(model="m", device="gpu", model_instances={"count": 2}).model_instances.count == 2
+
+
+def test_device_conflicting_with_the_instance_kind_is_refused():
+    with pytest.raises(SpecError, match="device gpu runs the model step on KIND_GPU"):
+        load_spec(model="m", device="gpu", model_instances={"kind": "KIND_CPU"})
+    with pytest.raises(SpecError, match="device cpu, but the spec puts instances on KIND_GPU"):
+        load_spec(model="m", device="cpu", model_instances={"kind": "KIND_GPU"})
+
+
+def test_device_gpu_build_serves_on_gpu_instances_and_is_refused_where_there_is_no_gpu(
+    tiny_factory, builds, tmp_path, capsys
+):
+    built = builds(tiny_factory("bert", "classification"), "gpu_cls", device="gpu")
+    model = read_config(built.repository / "gpu_cls_model" / "config.pbtxt")
+    assert [g.kind for g in model.instance_group] == [model.instance_group[0].KIND_GPU]
+    accelerators = model.optimization.execution_accelerators.gpu_execution_accelerator
+    assert [a.name for a in accelerators] == ["tensorrt"]
+    assert "fp16" in built.record()["variant"].lower()
+    repo = tmp_path / "repo"
+    shutil.copytree(built.repository, repo)
+    assert gpu_models(repo) == ["gpu_cls_model"]
+    if has_gpu():
+        pytest.skip("this machine has a GPU: the refusal is for machines without one")
+    capsys.readouterr()  # the build's own output
+    assert main(["serve", "--repository", str(repo)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "`gpu_cls_model`" in err[0] and "built for a GPU node" in err[0], err
+    assert "make repo DEVICE=cpu" in err[0]
