@@ -57,6 +57,11 @@ def _assert_search_recorded(repo, name: str, result) -> dict:
     assert "## INT8 search" in card and "Kept in float: " in card
     assert f"| {search.chosen.candidate.label} **(served)** |" in card
     assert all(f"| {trial.candidate.label}" in card for trial in search.trials)
+    # each candidate's deciding criterion, and how far the served one cleared each floor
+    assert " | gate | decided by |" in card
+    assert all(f"| {search.decided_by(trial)} |" in card for trial in search.trials)
+    assert [trial["decided_by"] for trial in record["trials"]] == [search.decided_by(t) for t in search.trials]
+    assert f"Margin to the gate (each figure minus its floor): {search.runtime}: " in card
     assert "![accuracy against speed](int8_search.png)" in card
     assert (repo / name / "1" / "int8_search.png").read_bytes()[:4] == b"\x89PNG"
     ops = {node.op_type for node in onnx.load(str(repo / step_names(name)["model"] / "1" / "model.onnx")).graph.node}
@@ -182,6 +187,10 @@ def test_int8_search_refuses_with_figures_when_no_candidate_passes(tiny_factory,
     assert message.startswith("error: accuracy gate failed: no int8 candidate passed (")
     assert "weight MatMuls in float); the best, INT8 " in message and "label agreement" in message
     assert "Most sensitive weight MatMuls" in err  # the layer search ran, and the candidates were shown
+    tried = int(message.split("no int8 candidate passed (")[1].split(" tried")[0])
+    announced = [line for line in err.splitlines() if line.startswith("INT8 candidate ")]
+    assert len(announced) == tried  # each printed as it was decided, with its figures
+    assert announced[0].startswith("INT8 candidate 1: dynamic fails (agreement ") and ", FAIL; " in announced[0]
     assert not repo.exists() or not any(repo.iterdir())
 
 

@@ -416,12 +416,13 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
                 calibration=calibration, schemes=_int8_schemes(spec), symmetric=spec.runtime == "tensorrt",
                 speed_texts=validation[:: max(1, len(validation) // 24)], accept_loss=spec.accept_accuracy_loss,
                 curve=spec.int8_curve, progress=status.update, served_gate=_served_gate(plan, reference),
+                served_runtime=f"ONNX Runtime {CONTAINER_ORT}", announce=lambda line: _print_line(console, line),
             )  # fmt: skip
         search.notes.insert(0, f"Calibration texts: {calibration_source}.")
         console.print(Markdown(search.to_markdown()))
         if search.chosen is None or not (search.chosen.passed or spec.accept_accuracy_loss):
             raise search.failure()
-        accuracy = search.chosen.accuracy
+        accuracy = search.chosen.gated
         kept = search.layer_names(search.chosen.candidate.float_nodes)
         bits = "7-bit (no VNNI here: 8-bit ones saturate the int8 kernels)" if int8_weights_saturate() else "8-bit"
         optimized.steps.append(
@@ -431,11 +432,16 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
             f"chosen by the INT8 search below, {len(search.trials)} candidates measured)"
         )
     else:
-        with console.status(f"Accuracy gate on {len(validation)} validation texts…"), _stage("accuracy gate"):
+        with console.status(f"Accuracy gate on {reference.count} validation texts…"), _stage("accuracy gate"):
             accuracy = reference.measure(target, _variant_name(spec))
     console.print(Markdown(accuracy.to_markdown(accepted=spec.accept_accuracy_loss)))
     require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)
     return Variant(optimized, accuracy, search, reference)
+
+
+def _print_line(console: Console, line: str) -> None:
+    """A line as it is, above any spinner: no markup, and unwrapped so that it stays one line in a log."""
+    console.print(line, markup=False, soft_wrap=True)
 
 
 def _gate_texts(spec: BuildSpec) -> tuple[list[str], list[str], str]:
