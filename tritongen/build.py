@@ -53,6 +53,7 @@ from tritongen.errors import (
 )
 from tritongen.export import export_onnx
 from tritongen.fold import FOLD_TOLERANCE, FoldReport, fold_graph, prove, reference_postprocess
+from tritongen.gate_texts import length_texts
 from tritongen.int8_search import SCHEMES, SearchReport, search_int8
 from tritongen.model_facts import ModelFacts
 from tritongen.openvino_runtime import (
@@ -407,7 +408,8 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
         optimized = optimize_model(
             onnx.fp32_path, target, plan.checkpoint, precision=spec.precision, fuse=spec.optimize
         )
-    reference = _gate_reference(plan, onnx, console, validation)
+    reference, gate_texts = _gate_reference(plan, onnx, console, validation)
+    optimized.steps.append(gate_texts)
     search = None
     if spec.precision == "int8":
         with console.status("INT8 search…") as status, _stage("INT8 search"):
@@ -459,12 +461,22 @@ def _gate_texts(spec: BuildSpec) -> tuple[list[str], list[str], str]:
     return validation, calibration, f"`{spec.calibration}`" if spec.calibration else "the built-in calibration sample"
 
 
-def _gate_reference(plan: BuildPlan, onnx: Export, console: Console, validation: Sequence[str]) -> GateReference:
-    with console.status(f"Accuracy gate: FP32 PyTorch on {len(validation)} validation texts…"), _stage("accuracy gate"):
-        return GateReference(
-            plan.module, plan.hf_tokenizer, onnx.encoder, gate=plan.bound.gate, texts=validation,
-            max_length=plan.max_length, pairs=plan.pairs(validation),
+def _gate_reference(
+    plan: BuildPlan, onnx: Export, console: Console, validation: Sequence[str]
+) -> tuple[GateReference, str]:
+    """FP32 PyTorch on the validation texts and on texts derived from them at every length; a line for the card.
+
+    The derived texts (``tritongen.gate_texts``) run from one word to past the row, so the gate's minimum holds
+    for the lengths requests come in, not only for the sample's sentences.
+    """
+    lengths = length_texts(validation, lambda text: not onnx.encoder.encode([text])[0].overflowing)
+    texts = [*validation, *lengths.texts]
+    with console.status(f"Accuracy gate: FP32 PyTorch on {len(texts)} validation texts…"), _stage("accuracy gate"):
+        reference = GateReference(
+            plan.module, plan.hf_tokenizer, onnx.encoder, gate=plan.bound.gate, texts=texts,
+            max_length=plan.max_length, pairs=plan.pairs(texts),
         )  # fmt: skip
+    return reference, f"accuracy gate texts: {len(validation)} validation texts and {lengths.describe(plan.max_length)}"
 
 
 def _openvino(plan: BuildPlan, onnx: Export, console: Console) -> Variant:
@@ -490,7 +502,8 @@ def _openvino(plan: BuildPlan, onnx: Export, console: Console) -> Variant:
             f"int8 by NNCF {nncf_version} post-training quantisation (transformer preset: weights per channel, "
             f"activations calibrated on {len(feeds)} texts from {calibration_source}; softmax and norms in float)"
         )
-    reference = _gate_reference(plan, onnx, console, validation)
+    reference, gate_texts = _gate_reference(plan, onnx, console, validation)
+    steps.append(gate_texts)
     precisions = cpu_precisions()
     reports = []
     int8 = spec.precision == "int8"
