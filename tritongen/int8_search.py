@@ -283,6 +283,8 @@ class _Search:
             )  # fmt: skip
             self.report.sensitivity = rank_layers(sensitivities)
             switch.path.unlink(missing_ok=True)
+            top = ", ".join(item.layer.layer for item in self.report.sensitivity[:3])
+            self.announce(f"INT8 search: {len(sensitivities)} weight MatMuls ranked by sensitivity; the most: {top}")
         return [item.layer.node for item in self.report.sensitivity]
 
     @staticmethod
