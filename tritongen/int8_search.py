@@ -110,9 +110,8 @@ def search_int8(
     try:
         search = _Search(
             source, work, reference, encoder, calibration, symmetric=symmetric, progress=progress,
-            served_gate=served_gate, announce=announce,
+            served_gate=served_gate, served_runtime=served_runtime, announce=announce,
         )  # fmt: skip
-        search.report.served_runtime = served_runtime if served_gate is not None else None
         chosen = search.run(schemes)
         if chosen is not None and curve and CURVE_FLOAT_COUNTS:
             try:
@@ -145,6 +144,7 @@ class _Search:
         symmetric: bool,
         progress: Callable[[str], None],
         served_gate: Callable[[Path, str, bool], AccuracyReport] | None = None,
+        served_runtime: str | None = None,
         announce: Callable[[str], None] = lambda line: None,
     ) -> None:
         import onnxruntime as ort
@@ -155,7 +155,10 @@ class _Search:
         self.progress, self.announce = progress, announce
         progress("INT8 search: preparing the model…")
         self.prepared = prepare_for_quantization(source, work)
-        self.report = SearchReport(layers=weight_matmuls(self.prepared), runtime=f"ONNX Runtime {ort.__version__}")
+        self.report = SearchReport(
+            layers=weight_matmuls(self.prepared), runtime=f"ONNX Runtime {ort.__version__}",
+            served_runtime=served_runtime if served_gate is not None else None,
+        )  # fmt: skip
         if not self.report.layers:
             raise ExportError("the model has no MatMul with a constant weight, which is what int8 quantises")
         announce(
