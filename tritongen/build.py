@@ -469,9 +469,10 @@ def _gate_reference(
     The derived texts (``tritongen.gate_texts``) run from one word to past the row, so the gate's minimum holds
     for the lengths requests come in, not only for the sample's sentences.
     """
-    lengths = length_texts(validation, lambda text: not onnx.encoder.encode([text])[0].overflowing)
-    texts = [*validation, *lengths.texts]
-    with console.status(f"Accuracy gate: FP32 PyTorch on {len(texts)} validation texts…"), _stage("accuracy gate"):
+    with console.status("Accuracy gate: FP32 PyTorch on the validation texts…") as status, _stage("accuracy gate"):
+        lengths = length_texts(validation, lambda text: not onnx.encoder.encode([text])[0].overflowing)
+        texts = [*validation, *lengths.texts]
+        status.update(f"Accuracy gate: FP32 PyTorch on {len(texts)} validation texts…")
         reference = GateReference(
             plan.module, plan.hf_tokenizer, onnx.encoder, gate=plan.bound.gate, texts=texts,
             max_length=plan.max_length, pairs=plan.pairs(texts),
