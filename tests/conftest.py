@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tritongen.gate_texts import LONG_TEXTS, SHORT_TEXTS, SINGLE_WORDS
+
 # Nothing may reach the hub: point every cache at a throwaway folder and stay offline.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -191,6 +193,8 @@ def gate_texts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 GATE_TEXTS = 150
+# What the gate measures of them: the 150 and the texts derived from them at every length (tritongen.gate_texts).
+GATED_TEXTS = GATE_TEXTS + SINGLE_WORDS + SHORT_TEXTS + LONG_TEXTS
 
 # The all-MiniLM-L6-v2 builds the precision, container-runtime, e2e and OpenVINO tests share (gated ones on
 # `gate_texts`): the default FP32 build and every variant a build can emit.

@@ -125,11 +125,20 @@ def test_search_keeps_exactly_the_sensitive_layers_in_float_when_the_gate_needs_
     sensitive = [layers[5].node, layers[1].node, layers[9].node]
     gate = _FakeGate(layers, sensitive)
     target = tmp_path / "model.onnx"
+    lines = []
     report = search_int8(
         tiny["fp32"], target, reference=gate, encoder=tiny["encoder"], calibration=TEXTS, schemes=("dynamic",),
-        speed_texts=TEXTS[:8],
+        speed_texts=TEXTS[:8], announce=lines.append,
     )  # fmt: skip
     labels = [trial.candidate.label for trial in report.trials]
+    # one line as each candidate is decided, with its figures, after one saying what the search will do
+    assert lines[0].startswith(f"INT8 search: {len(layers)} weight MatMuls;")
+    assert any(line.startswith(f"INT8 search: {len(layers)} weight MatMuls ranked by sensitivity") for line in lines)
+    decided = [line for line in lines if line.startswith("INT8 candidate ")]
+    assert len(decided) == len(labels)
+    for number, (line, trial) in enumerate(zip(decided, report.trials), 1):
+        assert line.startswith(f"INT8 candidate {number}: {trial.candidate.label} ")
+        assert f"agreement {trial.accuracy.label_agreement:.2%}" in line
     # balancing does not help this gate, so the layer search starts from the plain model
     assert labels == [
         "dynamic", "dynamic, smoothed", "dynamic, 1 float", "dynamic, 2 float", "dynamic, 4 float", "dynamic, 3 float"
@@ -223,6 +232,69 @@ def test_gate_subset_holds_the_texts_nearest_the_decision_boundary(tiny):
     assert full.texts == 40 and part.texts == 8 and full.label_agreement == part.label_agreement == 1.0
 
 
+def _cosine(mean: float, low: float, variant: str = "x") -> AccuracyReport:
+    return AccuracyReport(variant, "cosine", 170, cosine_mean=mean, cosine_min=low, loss=1.0 - mean)
+
+
+def _cosine_search() -> SearchReport:
+    """MiniLM's case: a candidate with the higher mean fails on its minimum; the served one passes both runtimes."""
+    layers = [WeightMatMul(f"n{i}", f"bert.layer.{i}", False) for i in range(4)]
+    speeds = ({1: 20.0, 8: 40.0}, {1: 2.0, 8: 2.0})
+    trials = [
+        Trial(Candidate("dynamic", ("n1",)), _cosine(0.9935, 0.9768), Path("a"), *speeds, seconds=12.0),
+        Trial(Candidate("dynamic"), _cosine(0.9919, 0.9840), Path("b"), *speeds, container=_cosine(0.9902, 0.9830)),
+    ]
+    return SearchReport(
+        layers, trials, fp32_texts_per_s={1: 10.0, 8: 20.0}, chosen=trials[1], runtime="ONNX Runtime 1.31.1",
+        served_runtime="ONNX Runtime 1.19.2",
+    )  # fmt: skip
+
+
+def test_trial_line_gives_the_candidate_its_mean_min_and_verdict_in_each_runtime():
+    report = _cosine_search()
+    failed, served = report.trials
+    assert report.trial_line(failed) == (
+        "INT8 candidate 1: dynamic, 1 float fails (min 0.9768 < 0.98); "
+        "ONNX Runtime 1.31.1: mean 0.9935, min 0.9768, FAIL; 12 s"
+    )
+    line = report.trial_line(served)
+    assert line.startswith("INT8 candidate 2: dynamic passes (mean 0.9902 >= 0.99 in ONNX Runtime 1.19.2); ")
+    assert (
+        "ONNX Runtime 1.31.1: mean 0.9919, min 0.9840, pass; ONNX Runtime 1.19.2: mean 0.9902, min 0.9830, pass" in line
+    )
+
+
+def test_search_table_shows_mean_min_and_the_deciding_criterion_in_both_runtimes():
+    card = _cosine_search().to_markdown()
+    assert (
+        "| candidate | int8 / float layers | mean cosine | min cosine | mean cosine, container | min cosine, container "
+        "| speed, batch 1 | speed, batch 8 | gate | decided by |"
+    ) in card
+    assert "| dynamic, 1 float | 3 / 1 | 0.9935 | 0.9768 | – | – | 2.00x | 2.00x | fail | min 0.9768 < 0.98 |" in card
+    assert (
+        "| dynamic **(served)** | 4 / 0 | 0.9919 | 0.9840 | 0.9902 | 0.9830 | 2.00x | 2.00x | pass "
+        "| mean 0.9902 >= 0.99 in ONNX Runtime 1.19.2 |"
+    ) in card
+    assert "in ONNX Runtime 1.31.1. Each candidate that passed there was gated again in ONNX Runtime 1.19.2" in card
+
+
+def test_search_card_states_the_served_models_margin_to_the_gate_in_both_runtimes():
+    report = _cosine_search()
+    card = report.to_markdown()
+    assert (
+        "Margin to the gate (each figure minus its floor): ONNX Runtime 1.31.1: mean +0.0019, min +0.0040; "
+        "ONNX Runtime 1.19.2: mean +0.0002, min +0.0030."
+    ) in card
+    record = json.loads(json.dumps(report.to_dict()))
+    assert record["margins"]["ONNX Runtime 1.19.2"]["mean"] == pytest.approx(0.0002)
+    assert (
+        record["trials"][0]["decided_by"] == "min 0.9768 < 0.98" and record["trials"][0]["container_accuracy"] is None
+    )
+    # Where the container's runtime was not measured, the card says so instead of implying a margin there.
+    report.trials[1].container = None
+    assert "ONNX Runtime 1.31.1: mean +0.0019, min +0.0040; ONNX Runtime 1.19.2: not measured." in report.to_markdown()
+
+
 def test_search_report_shows_the_choice_the_float_layers_and_the_trade_off(tmp_path):
     layers = [WeightMatMul(f"n{i}", f"bert.layer.{i}", False) for i in range(4)]
     trials = [
@@ -236,6 +308,7 @@ def test_search_report_shows_the_choice_the_float_layers_and_the_trade_off(tmp_p
     assert "Cost of the float layers: 1.80x instead of 2.00x FP32 (dynamic, which failed the gate)" in card
     assert "| candidate | int8 / float layers | agreement | mean difference | speed, batch 1 | speed, batch 8 |" in card
     assert "| dynamic, 1 float **(served)** | 3 / 1 | 0.9950 | 0.0100 | 1.80x | 1.80x | pass |" in card
+    assert "| dynamic | 4 / 0 | 0.9800 | 0.0200 | 2.00x | 2.00x | fail | agreement 98.00% < 99% |" in card
     assert "![accuracy against speed](int8_search.png)" in card
     report.plot(tmp_path / "plot.png")
     assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
@@ -255,9 +328,12 @@ def test_a_candidate_the_serving_runtime_fails_is_not_chosen(tiny, tmp_path):
         schemes=("dynamic",), curve=False, served_gate=served_gate,
     )  # fmt: skip
     assert there[:2] == ["INT8 dynamic", "INT8 dynamic, smoothed"]
-    assert not report.trials[0].passed and report.trials[0].accuracy.label_agreement == 0.9  # the worse figure
+    first = report.trials[0]
+    assert not first.passed and first.gated.label_agreement == 0.9  # the verdict stands on the worse runtime
+    assert first.accuracy.label_agreement == 1.0 and first.container.label_agreement == 0.9  # each kept
     assert report.chosen is report.trials[1] and report.chosen.passed
     assert any("1 passed here and failed there" in note for note in report.notes)
+    assert report.decided_by(first) == "agreement 90.00% < 99% in the serving runtime"
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from tests.conftest import GATE_TEXTS
+from tests.conftest import GATED_TEXTS
 from tritongen.accuracy import measure_accuracy, require_accuracy
 from tritongen.build import build_repository
 from tritongen.cli import main
@@ -41,6 +41,12 @@ def test_variant_passes_accuracy_gate_and_records_it(variants, name):
     assert accuracy.cosine_mean >= 0.99 and accuracy.cosine_min >= 0.98
     card = (repo / name / "1" / "model_card.md").read_text()
     assert "Accuracy gate: **PASSED**" in card
+    # the gate measured one-word texts and texts that fill the model's row, beside the 150 given
+    assert accuracy.texts == GATED_TEXTS
+    assert (
+        "accuracy gate texts: 150 validation texts and 8 single words, 8 texts of 2-3 words, 2 that fill the "
+        "256-token row and 2 twice as long" in card
+    )
     build = json.loads((repo / name / "1" / "build.json").read_text())
     assert build["accuracy"]["cosine_mean"] == accuracy.cosine_mean
 
@@ -57,6 +63,11 @@ def _assert_search_recorded(repo, name: str, result) -> dict:
     assert "## INT8 search" in card and "Kept in float: " in card
     assert f"| {search.chosen.candidate.label} **(served)** |" in card
     assert all(f"| {trial.candidate.label}" in card for trial in search.trials)
+    # each candidate's deciding criterion, and how far the served one cleared each floor
+    assert " | gate | decided by |" in card
+    assert all(f"| {search.decided_by(trial)} |" in card for trial in search.trials)
+    assert [trial["decided_by"] for trial in record["trials"]] == [search.decided_by(t) for t in search.trials]
+    assert f"Margin to the gate (each figure minus its floor): {search.runtime}: " in card
     assert "![accuracy against speed](int8_search.png)" in card
     assert (repo / name / "1" / "int8_search.png").read_bytes()[:4] == b"\x89PNG"
     ops = {node.op_type for node in onnx.load(str(repo / step_names(name)["model"] / "1" / "model.onnx")).graph.node}
@@ -129,7 +140,7 @@ def test_int8_search_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkp
     repo = tmp_path / "repo"
     spec = BuildSpec(model=str(finetuned_checkpoint), name="s8", repository=repo, precision="int8", **gate_texts)
     result = build_repository(spec)
-    assert result.accuracy.gate == "labels" and result.accuracy.texts == GATE_TEXTS
+    assert result.accuracy.gate == "labels" and result.accuracy.texts == GATED_TEXTS
     assert result.accuracy.label_agreement >= 0.99
     record = _assert_search_recorded(repo, "s8", result)
     search = result.int8_search
@@ -140,7 +151,7 @@ def test_int8_search_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkp
     card = (repo / "s8" / "1" / "model_card.md").read_text()
     assert "Most sensitive weight MatMuls, each quantised alone" in card
     for trial in record["trials"]:  # the figures each candidate was judged by
-        assert trial["accuracy"]["texts"] == GATE_TEXTS and trial["speedup"]["8"] > 0
+        assert trial["accuracy"]["texts"] == GATED_TEXTS and trial["speedup"]["8"] > 0
 
 
 def test_fp16_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkpoint, gate_texts, tmp_path, capsys):
@@ -182,6 +193,10 @@ def test_int8_search_refuses_with_figures_when_no_candidate_passes(tiny_factory,
     assert message.startswith("error: accuracy gate failed: no int8 candidate passed (")
     assert "weight MatMuls in float); the best, INT8 " in message and "label agreement" in message
     assert "Most sensitive weight MatMuls" in err  # the layer search ran, and the candidates were shown
+    tried = int(message.split("no int8 candidate passed (")[1].split(" tried")[0])
+    announced = [line for line in err.splitlines() if line.startswith("INT8 candidate ")]
+    assert len(announced) == tried  # each printed as it was decided, with its figures
+    assert announced[0].startswith("INT8 candidate 1: dynamic fails (agreement ") and ", FAIL; " in announced[0]
     assert not repo.exists() or not any(repo.iterdir())
 
 
@@ -206,7 +221,9 @@ def test_int8_calibrates_on_a_quarter_of_the_user_validation_texts_the_gate_neve
         validation=tmp_path / "validation.txt", accept_accuracy_loss=True,
     )  # fmt: skip
     result = build_repository(spec)
-    assert result.accuracy.texts == 60  # the other 20 calibrated the model
+    # the other 20 calibrated the model; 11 more were derived from the 60: 5 distinct words, 2 runs of
+    # two words (none of three) and 4 of the model's row
+    assert result.accuracy.texts == 71
     card = (repo / "v" / "1" / "model_card.md").read_text()
     assert "Calibration texts: every 4th text of" in card and "(the gate measures the other 60)" in card
 
@@ -253,7 +270,7 @@ def test_build_exits_2_and_publishes_nothing_when_gate_fails(tiny_factory, tmp_p
     argv = ["build", "--model", str(tiny_factory("bert")), "--name", "s", "--repository", str(repo), "--optimize"]
     assert main(argv) == 2
     message = capsys.readouterr().err.strip().splitlines()[-1]
-    assert message.startswith("error: accuracy gate failed: FP32 optimised vs FP32 PyTorch on 294 validation texts")
+    assert message.startswith("error: accuracy gate failed: FP32 optimised vs FP32 PyTorch on 314 validation texts")
     assert not repo.exists() or not any(repo.iterdir())
     assert main([*argv, "--accept-accuracy-loss"]) == 0
     assert "FAILED (accepted with --accept-accuracy-loss)" in (repo / "s" / "1" / "model_card.md").read_text()

@@ -76,6 +76,32 @@ class AccuracyReport:
             return (self.label_agreement or 0.0) >= LABEL_AGREEMENT_MIN
         return (self.cosine_mean or 0.0) >= COSINE_MEAN_MIN and (self.cosine_min or 0.0) >= COSINE_MIN_MIN
 
+    def criteria(self) -> list[tuple[str, float, float]]:
+        """Each figure the gate holds to a floor, as (name, figure, floor)."""
+        if self.gate != "cosine":
+            return [("agreement", self.label_agreement or 0.0, LABEL_AGREEMENT_MIN)]
+        return [("mean", self.cosine_mean or 0.0, COSINE_MEAN_MIN), ("min", self.cosine_min or 0.0, COSINE_MIN_MIN)]
+
+    def margins(self) -> dict[str, float]:
+        """Each criterion's figure minus its floor: how far the gate was cleared (negative: missed)."""
+        return {name: value - floor for name, value, floor in self.criteria()}
+
+    def deciding(self) -> str:
+        """The criterion that decided: each one missed, else the one cleared by the least (``min 0.9768 < 0.98``)."""
+        criteria = self.criteria()
+        missed = [c for c in criteria if c[1] < c[2]]
+        shown = missed or [min(criteria, key=lambda c: c[1] - c[2])]
+        return ", ".join(
+            f"{name} {self.figure_text(value)} {'<' if value < floor else '>='} {self.figure_text(floor, floor=True)}"
+            for name, value, floor in shown
+        )
+
+    def figure_text(self, value: float, *, floor: bool = False) -> str:
+        """A figure as tables show it: agreement in percent, cosines to 4 decimals (floors as they are set)."""
+        if self.gate != "cosine":
+            return f"{value:.0%}" if floor else f"{value:.2%}"
+        return f"{value:g}" if floor else f"{value:.4f}"
+
     def summary(self) -> str:
         """One line with the figures and the thresholds."""
         if self.gate != "cosine":

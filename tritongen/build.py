@@ -50,6 +50,7 @@ from tritongen.errors import (
 )
 from tritongen.export import export_onnx
 from tritongen.fold import FOLD_TOLERANCE, FoldReport, fold_graph, prove, reference_postprocess
+from tritongen.gate_texts import length_texts
 from tritongen.int8_search import SCHEMES, SearchReport, search_int8
 from tritongen.model_facts import ModelFacts
 from tritongen.openvino_runtime import (
@@ -404,21 +405,24 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
         optimized = optimize_model(
             onnx.fp32_path, target, plan.checkpoint, precision=spec.precision, fuse=spec.optimize
         )
-    reference = _gate_reference(plan, onnx, console, validation)
+    reference, gate_texts = _gate_reference(plan, onnx, console, validation)
+    optimized.steps.append(gate_texts)
     search = None
     if spec.precision == "int8":
+        served_runtime = f"ONNX Runtime {container(spec.containers[0]).onnxruntime}"
         with console.status("INT8 search…") as status, _stage("INT8 search"):
             search = search_int8(
                 target, target, baseline=onnx.fp32_path, reference=reference, encoder=onnx.encoder,
                 calibration=calibration, schemes=_int8_schemes(spec), symmetric=spec.runtime == "tensorrt",
                 speed_texts=validation[:: max(1, len(validation) // 24)], accept_loss=spec.accept_accuracy_loss,
                 curve=spec.int8_curve, progress=status.update, served_gate=_served_gate(plan, reference),
+                served_runtime=served_runtime, announce=lambda line: _print_line(console, line),
             )  # fmt: skip
         search.notes.insert(0, f"Calibration texts: {calibration_source}.")
         console.print(Markdown(search.to_markdown()))
         if search.chosen is None or not (search.chosen.passed or spec.accept_accuracy_loss):
             raise search.failure()
-        accuracy = search.chosen.accuracy
+        accuracy = search.chosen.gated
         kept = search.layer_names(search.chosen.candidate.float_nodes)
         bits = "7-bit (no VNNI here: 8-bit ones saturate the int8 kernels)" if int8_weights_saturate() else "8-bit"
         optimized.steps.append(
@@ -428,11 +432,16 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
             f"chosen by the INT8 search below, {len(search.trials)} candidates measured)"
         )
     else:
-        with console.status(f"Accuracy gate on {len(validation)} validation texts…"), _stage("accuracy gate"):
+        with console.status(f"Accuracy gate on {reference.count} validation texts…"), _stage("accuracy gate"):
             accuracy = reference.measure(target, _variant_name(spec))
     console.print(Markdown(accuracy.to_markdown(accepted=spec.accept_accuracy_loss)))
     require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)
     return Variant(optimized, accuracy, search, reference)
+
+
+def _print_line(console: Console, line: str) -> None:
+    """A line as it is, above any spinner: no markup, and unwrapped so that it stays one line in a log."""
+    console.print(line, markup=False, soft_wrap=True)
 
 
 def _gate_texts(spec: BuildSpec) -> tuple[list[str], list[str], str]:
@@ -450,12 +459,23 @@ def _gate_texts(spec: BuildSpec) -> tuple[list[str], list[str], str]:
     return validation, calibration, f"`{spec.calibration}`" if spec.calibration else "the built-in calibration sample"
 
 
-def _gate_reference(plan: BuildPlan, onnx: Export, console: Console, validation: Sequence[str]) -> GateReference:
-    with console.status(f"Accuracy gate: FP32 PyTorch on {len(validation)} validation texts…"), _stage("accuracy gate"):
-        return GateReference(
-            plan.module, plan.hf_tokenizer, onnx.encoder, gate=plan.bound.gate, texts=validation,
-            max_length=plan.max_length, pairs=plan.pairs(validation),
+def _gate_reference(
+    plan: BuildPlan, onnx: Export, console: Console, validation: Sequence[str]
+) -> tuple[GateReference, str]:
+    """FP32 PyTorch on the validation texts and on texts derived from them at every length; a line for the card.
+
+    The derived texts (``tritongen.gate_texts``) run from one word to past the row, so the gate's minimum holds
+    for the lengths requests come in, not only for the sample's sentences.
+    """
+    with console.status("Accuracy gate: FP32 PyTorch on the validation texts…") as status, _stage("accuracy gate"):
+        lengths = length_texts(validation, lambda text: not onnx.encoder.encode([text])[0].overflowing)
+        texts = [*validation, *lengths.texts]
+        status.update(f"Accuracy gate: FP32 PyTorch on {len(texts)} validation texts…")
+        reference = GateReference(
+            plan.module, plan.hf_tokenizer, onnx.encoder, gate=plan.bound.gate, texts=texts,
+            max_length=plan.max_length, pairs=plan.pairs(texts),
         )  # fmt: skip
+    return reference, f"accuracy gate texts: {len(validation)} validation texts and {lengths.describe(plan.max_length)}"
 
 
 def _openvino(plan: BuildPlan, onnx: Export, console: Console) -> Variant:
@@ -481,7 +501,8 @@ def _openvino(plan: BuildPlan, onnx: Export, console: Console) -> Variant:
             f"int8 by NNCF {nncf_version} post-training quantisation (transformer preset: weights per channel, "
             f"activations calibrated on {len(feeds)} texts from {calibration_source}; softmax and norms in float)"
         )
-    reference = _gate_reference(plan, onnx, console, validation)
+    reference, gate_texts = _gate_reference(plan, onnx, console, validation)
+    steps.append(gate_texts)
     precisions = cpu_precisions()
     reports = []
     int8 = spec.precision == "int8"

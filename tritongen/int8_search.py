@@ -89,6 +89,8 @@ def search_int8(
     curve: bool = True,
     progress: Callable[[str], None] = lambda message: None,
     served_gate: Callable[[Path, str, bool], AccuracyReport] | None = None,
+    served_runtime: str | None = None,
+    announce: Callable[[str], None] = lambda line: None,
 ) -> SearchReport:
     """Write the first int8 quantisation of ``source`` (in expected speed order) that passes the gate to ``target``.
 
@@ -99,14 +101,16 @@ def search_int8(
     ``curve`` adds candidates after the choice, for the model card's trade-off curve only.
     ``served_gate(path, label, batch_dependent)`` measures a candidate that passed here again in the runtime
     that will serve it (the container's ONNX Runtime, ``tritongen.compat``); it must pass there as well, and
-    the trial records the worse figures.
+    the trial records both runtimes' figures, and ``served_runtime`` names that runtime in the report.
+    ``progress`` gets what the search is doing now (a spinner's text); ``announce`` gets one line per
+    candidate as it is decided, with its figures, so a search of minutes shows where it stands.
     """
     work = target.resolve().parent / "_int8_search"
     work.mkdir(parents=True, exist_ok=True)
     try:
         search = _Search(
             source, work, reference, encoder, calibration, symmetric=symmetric, progress=progress,
-            served_gate=served_gate,
+            served_gate=served_gate, served_runtime=served_runtime, announce=announce,
         )  # fmt: skip
         chosen = search.run(schemes)
         if chosen is not None and curve and CURVE_FLOAT_COUNTS:
@@ -140,16 +144,27 @@ class _Search:
         symmetric: bool,
         progress: Callable[[str], None],
         served_gate: Callable[[Path, str, bool], AccuracyReport] | None = None,
+        served_runtime: str | None = None,
+        announce: Callable[[str], None] = lambda line: None,
     ) -> None:
+        import onnxruntime as ort
+
         self.work, self.reference, self.encoder, self.symmetric = work, reference, encoder, symmetric
         self.served_gate, self.failed_there = served_gate, 0
         self.calibration = list(calibration[:: -(-len(calibration) // CALIBRATION_TEXTS) or 1])  # spread over the file
-        self.progress = progress
+        self.progress, self.announce = progress, announce
         progress("INT8 search: preparing the model…")
         self.prepared = prepare_for_quantization(source, work)
-        self.report = SearchReport(layers=weight_matmuls(self.prepared))
+        self.report = SearchReport(
+            layers=weight_matmuls(self.prepared), runtime=f"ONNX Runtime {ort.__version__}",
+            served_runtime=served_runtime if served_gate is not None else None,
+        )  # fmt: skip
         if not self.report.layers:
             raise ExportError("the model has no MatMul with a constant weight, which is what int8 quantises")
+        announce(
+            f"INT8 search: {len(self.report.layers)} weight MatMuls; candidates in expected speed order, each gated "
+            f"on {reference.count} validation texts; the first that passes is served"
+        )
         self._smoothed: Path | None = None
 
     def notes(self) -> list[str]:
@@ -208,7 +223,8 @@ class _Search:
         return self._smoothed
 
     def attempt(self, candidate: Candidate) -> Trial:
-        """Build ``candidate`` for real and gate it on the full validation set."""
+        """Build ``candidate`` for real and gate it on the full validation set; announce its figures."""
+        start = time.perf_counter()
         self.progress(f"INT8 search: {candidate.label} (candidate {len(self.report.trials) + 1})…")
         path = self.work / f"candidate_{len(self.report.trials)}.onnx"
         int8_nodes = [node for node in self.nodes if node not in set(candidate.float_nodes)]
@@ -218,12 +234,14 @@ class _Search:
         )  # fmt: skip
         dynamic = candidate.scheme == "dynamic"
         accuracy = self.reference.measure(path, f"INT8 {candidate.label}", batch_dependent=dynamic)
-        if accuracy.passed and self.served_gate is not None:
+        there = None
+        if accuracy.passed and self.served_gate is not None:  # what serves it must pass too
+            self.progress(f"INT8 search: {candidate.label} in {self.report.served_runtime or 'the serving runtime'}…")
             there = self.served_gate(path, f"INT8 {candidate.label}", dynamic)
-            if not there.passed:  # what serves it decides: keep the worse figures
+            if not there.passed:
                 self.failed_there += 1
-                accuracy = there
-        trial = Trial(candidate, accuracy, path)
+        trial = Trial(candidate, accuracy, path, container=there, seconds=time.perf_counter() - start)
+        self.announce(self.report.trial_line(trial))
         self.report.trials.append(trial)
         return trial
 
@@ -235,7 +253,7 @@ class _Search:
         smoothed = self.attempt(Candidate(scheme, smooth=True, why="every weight MatMul in int8, activations balanced"))
         if smoothed.passed or scheme != "static":
             return smoothed if smoothed.passed else None
-        smooth = (smoothed.accuracy.loss or 0.0) < (plain.accuracy.loss or 0.0)
+        smooth = (smoothed.gated.loss or 0.0) < (plain.gated.loss or 0.0)
         why = "every weight MatMul in int8, percentile calibration" + (", activations balanced" if smooth else "")
         percentile = self.attempt(Candidate(scheme, smooth=smooth, calibration="percentile", why=why))
         return percentile if percentile.passed else None
@@ -243,7 +261,7 @@ class _Search:
     def mixed(self, scheme: str) -> Trial | None:
         """Keep the most sensitive weight MatMuls of ``scheme``'s most accurate whole model in float."""
         wholes = [t for t in self.report.trials if t.candidate.scheme == scheme and not t.candidate.float_nodes]
-        base = min(wholes, key=lambda t: t.accuracy.loss or 0.0).candidate
+        base = min(wholes, key=lambda t: t.gated.loss or 0.0).candidate
         ranked = self.ranked_layers(base)
         tried: dict[int, Trial] = {}
 
@@ -268,6 +286,8 @@ class _Search:
             )  # fmt: skip
             self.report.sensitivity = rank_layers(sensitivities)
             switch.path.unlink(missing_ok=True)
+            top = ", ".join(item.layer.layer for item in self.report.sensitivity[:3])
+            self.announce(f"INT8 search: {len(sensitivities)} weight MatMuls ranked by sensitivity; the most: {top}")
         return [item.layer.node for item in self.report.sensitivity]
 
     @staticmethod
