@@ -117,7 +117,7 @@ def test_minilm_int8_ir_is_quantised_by_nncf_gated_and_served(minilm_path, build
     card = (repo / "ov8" / "1" / "model_card.md").read_text()
     assert "int8 by NNCF" in card and "the built-in calibration sample" in card
     record = json.loads((repo / "ov8" / "1" / "build.json").read_text())
-    verdict = "passed" if record["accuracy"]["passed"] else "FAILED"
+    verdict = "passed" if record["accuracy"]["cosine_min"] >= 0.98 else "FAILED"  # the worst precision's
     for precision in cpu_precisions():
         assert f"gated at OpenVINO INT8+{precision.upper()}: " in card
     assert f": {verdict}, " in card
