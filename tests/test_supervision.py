@@ -6,13 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from tritongen.health import EnsembleProbe, ensembles_of, healthy
-from tritongen.supervisor import STUB_NAME, Supervisor, stubs_of
+from tritongen.supervisor import STUB_NAME, Stub, Supervisor, stubs_of
 
 _ENSEMBLE = """
 name: "demo"
@@ -149,3 +150,38 @@ def test_healthy_is_false_when_there_is_no_ensemble_or_one_fails():
     good, bad = EnsembleProbe("a", True, 0.01), EnsembleProbe("b", False, 0.02, "Stub process 'x' is not healthy.")
     assert healthy([good]) and not healthy([]) and not healthy([good, bad])
     assert bad.line == "FAIL b: Stub process 'x' is not healthy." and good.line == "ok   a (10 ms)"
+
+
+class _ClosingClient:
+    """A repository API whose every call fails, and which records being closed."""
+
+    def __init__(self) -> None:
+        self.closed = threading.Event()
+
+    def __getattr__(self, name: str):
+        def fail(*args, **kwargs):
+            raise ConnectionError("Triton is gone")
+
+        return fail
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def test_supervisor_logs_a_failed_check_keeps_watching_and_closes_its_client_when_stopped():
+    """The watcher never dies of a check, and closes its client on the way out (Triton's shutdown would wait for
+    an open keep-alive connection)."""
+    client, lines = _ClosingClient(), []
+    supervisor = Supervisor(os.getpid(), client, interval=0.01, log=lines.append)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid names no process, as a stub that died and was collected
+    supervisor._known = {"gone_0_0": Stub(pid=gone.pid, instance="gone_0_0", model="gone")}
+    supervisor.start()
+    deadline = time.monotonic() + 30
+    while not any("check failed" in line for line in lines):
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.01)
+    assert supervisor.is_alive() and not client.closed.is_set()
+    supervisor.stop()
+    supervisor.join(timeout=30)
+    assert client.closed.is_set() and not supervisor.is_alive()
