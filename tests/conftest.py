@@ -41,11 +41,14 @@ _heavy_calls: list[str] = []
 
 # With two workers, the modules that share the MiniLM variants run on one (the other would wait on their lock),
 # and the longest groups start first, so that neither worker is left alone with a long module at the end.
+# The fine-tuned classifier's tests (its own checkpoint, the longest INT8 search) are a group of their own.
 _MINILM_MODULES = {"test_precision", "test_compat", "test_openvino", "test_e2e"}
-_LONGEST_FIRST = ("minilm", "test_peer", "test_gateway", "test_operations", "test_ner_qa_e2e", "test_build")
+_LONGEST_FIRST = ("minilm", "finetuned", "test_peer", "test_gateway", "test_operations", "test_ner_qa_e2e")
 
 
 def _group(item: pytest.Item) -> str:
+    if "finetuned_checkpoint" in getattr(item, "fixturenames", ()):
+        return "finetuned"
     module = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else item.nodeid
     return "minilm" if module in _MINILM_MODULES else module
 
@@ -203,7 +206,11 @@ MINILM_VARIANTS = {
     "fp32_opt": {"optimize": True, "buckets": (32, 128)},
     "fp16": {"precision": "fp16", "buckets": (32, 128)},
     "int8": {
-        "precision": "int8", "quantization": "dynamic", "optimize": True, "int8_curve": False, "buckets": (32, 128)
+        "precision": "int8",
+        "quantization": "dynamic",
+        "optimize": True,
+        "int8_curve": False,
+        "buckets": (32, 128),
     },
     "int8_static": {"precision": "int8", "quantization": "static", "int8_curve": False, "buckets": (32, 128)},
 }
@@ -211,18 +218,20 @@ MINILM_VARIANTS = {
 
 @pytest.fixture(scope="session")
 def minilm_variant(builds, minilm_path, gate_texts):
-    """``minilm_variant(name, container_check=False)``: one of :data:`MINILM_VARIANTS`, built once.
+    """``minilm_variant(name)``: one of :data:`MINILM_VARIANTS`, built once, checked in every container's runtimes.
 
-    With the check, it runs in every supported container's runtimes (tests/test_compat.py's proof).
+    tests/test_compat.py reads that check; ``container_check`` is accepted for the callers that say so.
     """
     from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 
     every = (DEFAULT_CONTAINER, *(c for c in CONTAINERS if c != DEFAULT_CONTAINER))
 
-    def get(name: str, *, container_check: bool = False):
+    def get(name: str, *, container_check: bool = True):
+        # Always checked, in every container: the check costs seconds, and a build asked for later with the
+        # check would otherwise be a second build (an INT8 search again).
         settings = MINILM_VARIANTS[name]
         gated = {k: str(v) for k, v in gate_texts.items()} if settings else {}
-        return builds(minilm_path, name, container_check=container_check, containers=every, **settings, **gated)
+        return builds(minilm_path, name, container_check=True, containers=every, **settings, **gated)
 
     return get
 
