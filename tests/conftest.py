@@ -40,28 +40,45 @@ _heavy_calls: list[str] = []
 
 
 # With two workers, the modules that share the MiniLM variants run on one (the other would wait on their lock),
-# and the longest groups start first, so that neither worker is left alone with a long module at the end.
-# The fine-tuned classifier's tests (its own checkpoint, the longest INT8 search) are a group of their own.
+# the fine-tuned classifier's tests (their own checkpoint, the longest INT8 search) are a group of their own, and
+# the longest groups start first, so that neither worker is left alone with a long group at the end.
 _MINILM_MODULES = {"test_precision", "test_compat", "test_openvino", "test_e2e"}
 _LONGEST_FIRST = ("minilm", "finetuned", "test_peer", "test_gateway", "test_operations", "test_ner_qa_e2e")
 
 
-def _group(item: pytest.Item) -> str:
-    if "finetuned_checkpoint" in getattr(item, "fixturenames", ()):
+def xdist_group_of(nodeid: str) -> str:
+    """The xdist group of a test: its module, but for the two shared-build groups above."""
+    if "fine_tuned_classifier" in nodeid:
         return "finetuned"
-    module = item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else item.nodeid
+    module = Path(nodeid.split("::")[0]).stem
     return "minilm" if module in _MINILM_MODULES else module
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` by :func:`test_group`: each group runs on one worker, in collection order.
+
+    xdist's own loadgroup reads the groups from a suffix it appends to node ids, which pytest 9 no longer
+    keeps (seen with xdist 3.8: every test spread over both workers); grouping by node id needs no suffix.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if BUILD_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.build)
-    if getattr(config.option, "dist", "no") == "loadgroup":
-        for item in items:
-            item.add_marker(pytest.mark.xdist_group(_group(item)))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the workers' order is the order groups are handed out
         rank = {group: i for i, group in enumerate(_LONGEST_FIRST)}
-        items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: module order kept within
+        items.sort(key=lambda item: rank.get(xdist_group_of(item.nodeid), len(rank)))  # stable within a group
 
 
 @pytest.fixture(autouse=True, scope="session")
