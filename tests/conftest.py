@@ -55,7 +55,7 @@ def xdist_group_of(nodeid: str) -> str:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """``--dist loadgroup`` by :func:`test_group`: each group runs on one worker, in collection order.
+    """``--dist loadgroup`` by :func:`xdist_group_of`: each group runs on one worker, in collection order.
 
     xdist's own loadgroup reads the groups from a suffix it appends to node ids, which pytest 9 no longer
     keeps (seen with xdist 3.8: every test spread over both workers); grouping by node id needs no suffix.
