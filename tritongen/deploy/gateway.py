@@ -13,12 +13,12 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import json
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tritongen.configs import step_names
+from tritongen.deploy.step_requirements import canonical, read_lock
 from tritongen.deploy.triton_args import TritonArgs
 from tritongen.errors import DeployError
 
@@ -48,21 +48,12 @@ GATEWAY_PACKAGES = (
 _LOCK = Path(__file__).resolve().parents[2] / "requirements.lock"
 
 
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def gateway_pins(lock: Path = _LOCK) -> dict[str, str]:
     """``package[extra]`` -> version for :data:`GATEWAY_PACKAGES`: requirements.lock's pins, else the installed."""
-    locked: dict[str, str] = {}
-    if lock.is_file():
-        for line in lock.read_text().splitlines():
-            name, sep, version = line.split("#")[0].strip().partition("==")
-            if sep:
-                locked[_canonical(name)] = version.strip()
+    locked = read_lock(lock)
     pins = {}
     for package in GATEWAY_PACKAGES:
-        name = _canonical(package.split("[")[0])
+        name = canonical(package.split("[")[0])
         if name not in locked:
             with contextlib.suppress(importlib.metadata.PackageNotFoundError):
                 locked[name] = importlib.metadata.version(name)

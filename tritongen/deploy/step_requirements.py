@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib.metadata
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,7 +20,15 @@ from pathlib import Path
 from tritongen.containers import Container
 from tritongen.errors import DeployError
 
-__all__ = ["DISTRIBUTIONS", "imported_modules", "lock_pins", "requirement_line", "step_requirements"]
+__all__ = [
+    "DISTRIBUTIONS",
+    "canonical",
+    "imported_modules",
+    "lock_pins",
+    "read_lock",
+    "requirement_line",
+    "step_requirements",
+]
 
 # Import name -> the distribution that provides it, for everything a generated step may import.
 DISTRIBUTIONS = {"numpy": "numpy", "tokenizers": "tokenizers", "PIL": "pillow"}
@@ -58,14 +67,25 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     return any(isinstance(n, ast.Name) and n.id in ("ImportError", "ModuleNotFoundError") for n in names)
 
 
-def lock_pins(lock: Path = _LOCK) -> dict[str, str]:
-    """requirements.lock's pins (lower-case names); without the lock (an installed wheel), the installed versions."""
+def canonical(name: str) -> str:
+    """A distribution name as pip compares them: lower case, runs of ``-_.`` as one ``-``."""
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
+def read_lock(lock: Path = _LOCK) -> dict[str, str]:
+    """requirements.lock's ``name==version`` pins by :func:`canonical` name ({} without the file)."""
     pins: dict[str, str] = {}
     if lock.is_file():
         for line in lock.read_text().splitlines():
             name, sep, version = line.split("#")[0].strip().partition("==")
             if sep:
-                pins[name.strip().lower()] = version.strip()
+                pins[canonical(name)] = version.strip()
+    return pins
+
+
+def lock_pins(lock: Path = _LOCK) -> dict[str, str]:
+    """requirements.lock's pins; without the lock (an installed wheel), the installed versions of the steps'."""
+    pins = read_lock(lock)
     for distribution in DISTRIBUTIONS.values():
         if distribution not in pins:
             with contextlib.suppress(importlib.metadata.PackageNotFoundError):
