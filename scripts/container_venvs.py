@@ -22,9 +22,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tritongen.compat import VENVS
 from tritongen.containers import CONTAINERS, Container
 from tritongen.deploy.step_requirements import DISTRIBUTIONS, lock_pins, requirement_line
+from tritongen.gates.compat import VENVS
 
 # The requirement lines a package can write: a text model's steps, an image model's, and a model with both
 # towers (CLIP's text side beside its images).

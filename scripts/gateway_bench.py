@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 from tritongen.bench.gateway import compare_with_gateway, gateway_server
-from tritongen.datasets import bench_texts
-from tritongen.server import TritonServer, free_port
+from tritongen.data.datasets import bench_texts
+from tritongen.serve.server import TritonServer, free_port
 
 
 def main() -> None:

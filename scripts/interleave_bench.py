@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 from tritongen.bench.http_load import drive, kserve_target
-from tritongen.datasets import bench_texts
-from tritongen.server import running_server
+from tritongen.data.datasets import bench_texts
+from tritongen.serve.server import running_server
 
 
 def main() -> None:

@@ -10,9 +10,9 @@ import tempfile
 from pathlib import Path
 
 from tritongen.bench.overload import HEADER, run_burst
-from tritongen.build import build_repository
-from tritongen.checkpoint import bundled_minilm
-from tritongen.server import running_server
+from tritongen.build.pipeline import build_repository
+from tritongen.model.checkpoint import bundled_minilm
+from tritongen.serve.server import running_server
 from tritongen.spec import BuildSpec, DynamicBatching, QueuePolicy
 
 

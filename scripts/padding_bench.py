@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tritongen.configs import step_names
-from tritongen.datasets import bench_texts
-from tritongen.repository import existing_versions
+from tritongen.configs.steps import step_names
+from tritongen.data.datasets import bench_texts
+from tritongen.repository.staging import existing_versions
 
 
 def _newest(folder: Path) -> Path:

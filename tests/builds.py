@@ -87,7 +87,7 @@ class Built:
 
     name: str
     repository: Path
-    result: Any  # tritongen.build.BuildResult
+    result: Any  # tritongen.build.pipeline.BuildResult
     key: str
     checked: tuple[str, ...] = ()  # the containers whose runtimes the build's container check ran
 
@@ -140,7 +140,7 @@ class Builds:
             repository = self.root / f"{name}-{key}{suffix}"
 
             def build(folder: Path) -> Any:
-                from tritongen.build import build_repository
+                from tritongen.build.pipeline import build_repository
 
                 result = None
                 for _ in range(versions):
@@ -184,7 +184,7 @@ class SharedServer:
         self._loaded: dict[str, str] = {}  # ensemble name -> build key
 
     def serve(self, *built: Built) -> Any:
-        """The running server (``tritongen.server.TritonServer``) with ``built`` loaded."""
+        """The running server (``tritongen.serve.server.TritonServer``) with ``built`` loaded."""
         import tritonclient.http as httpclient
 
         server = self._started()
@@ -204,7 +204,7 @@ class SharedServer:
         return server
 
     def _started(self) -> Any:
-        from tritongen.server import running_server
+        from tritongen.serve.server import running_server
 
         if self._server is None:
             self.repository.mkdir(parents=True, exist_ok=True)
@@ -221,7 +221,6 @@ class SharedServer:
             self._server = None
 
 
-
 @contextlib.contextmanager
 def memoized_exports(root: Path) -> Iterator[None]:
     """Export each distinct model once per session: builds of one checkpoint with other serving settings reuse it.
@@ -233,9 +232,9 @@ def memoized_exports(root: Path) -> Iterator[None]:
     """
     import numpy as np
 
-    import tritongen.build
+    import tritongen.build.pipeline
 
-    real_stage, real_export = tritongen.build.export, tritongen.build.export_onnx
+    real_stage, real_export = tritongen.build.pipeline.export, tritongen.build.pipeline.export_onnx
     building: dict[str, str] = {}
 
     def stage(plan: Any, work: Any, console: Any) -> Any:
@@ -266,8 +265,8 @@ def memoized_exports(root: Path) -> Iterator[None]:
         shutil.copyfile(_once(root / key, make), path)
 
     export.real = real_export  # type: ignore[attr-defined]  # for a test that breaks the export itself
-    tritongen.build.export, tritongen.build.export_onnx = stage, export
+    tritongen.build.pipeline.export, tritongen.build.pipeline.export_onnx = stage, export
     try:
         yield
     finally:
-        tritongen.build.export, tritongen.build.export_onnx = real_stage, real_export
+        tritongen.build.pipeline.export, tritongen.build.pipeline.export_onnx = real_stage, real_export

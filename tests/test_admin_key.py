@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritongen import admin
-from tritongen.canary import Canary, compare
 from tritongen.errors import ServerError
+from tritongen.repository.canary import Canary, compare
+from tritongen.serve import admin
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tritongen.cli import main
-from tritongen.repository import staging
+from tritongen.repository.staging import staging
 
 
 def _run(capsys, *argv: str) -> tuple[int, str]:
@@ -244,12 +244,12 @@ STAGE_FAILURES = {
 def test_build_exits_2_with_one_line_naming_the_stage_when_it_fails_inside(
     stage, tiny_factory, tmp_path, capsys, monkeypatch
 ):
-    import tritongen.build
+    import tritongen.build.pipeline
 
     # The session's export cache (tests/builds.py) would hand back an export made earlier and skip the export's
     # own runs that the breakers count: this build exports for real.
-    real = getattr(tritongen.build.export_onnx, "real", tritongen.build.export_onnx)
-    monkeypatch.setattr(tritongen.build, "export_onnx", real)
+    real = getattr(tritongen.build.pipeline.export_onnx, "real", tritongen.build.pipeline.export_onnx)
+    monkeypatch.setattr(tritongen.build.pipeline, "export_onnx", real)
     breaker, options = STAGE_FAILURES[stage]
     breaker(monkeypatch)
     repo = tmp_path / "repo"

@@ -8,9 +8,9 @@ import onnx
 import pytest
 
 from tests.tiny_checkpoints import ARCHITECTURES
-from tritongen.build import build_repository
+from tritongen.build.pipeline import build_repository
 from tritongen.errors import ParityError
-from tritongen.export import onnx_io
+from tritongen.model.export import onnx_io
 from tritongen.spec import BuildSpec
 
 # Models that embed no second segment: no token-type table (DistilBERT, MPNet), one type (RoBERTa, XLM-R), or

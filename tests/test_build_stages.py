@@ -8,9 +8,9 @@ import json
 import pytest
 from rich.console import Console
 
-from tritongen.build import BuildPlan, exported, inspect, optimise, parity, publish, render, write
+from tritongen.build.pipeline import BuildPlan, exported, inspect, optimise, parity, publish, render, write
 from tritongen.errors import ParityError
-from tritongen.repository import staging
+from tritongen.repository.staging import staging
 from tritongen.spec import BuildSpec
 
 

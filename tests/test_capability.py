@@ -13,7 +13,7 @@ import torch
 
 from tritongen.cli import main
 from tritongen.errors import ExportError
-from tritongen.export import export_onnx
+from tritongen.model.export import export_onnx
 
 # The checkpoint's own modelling code: a BERT whose class only this file defines, so the build can only load
 # it by running the file (transformers imports it from the checkpoint folder; nothing is downloaded).
@@ -69,8 +69,8 @@ def test_export_refuses_a_model_whose_sequence_axis_is_fixed(tmp_path):
 
 
 def test_load_module_uses_the_shipped_class_only_when_trusted(remote_code_checkpoint):
-    from tritongen.checkpoint import inspect_checkpoint
     from tritongen.errors import CapabilityError
+    from tritongen.model.checkpoint import inspect_checkpoint
     from tritongen.tasks import get_task
 
     with pytest.raises(CapabilityError) as refused:

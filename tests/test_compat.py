@@ -11,9 +11,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tritongen.compat import ContainerSession, container_python, max_relative_diff
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER, container
 from tritongen.errors import StageError
+from tritongen.gates.compat import ContainerSession, container_python, max_relative_diff
 
 PYTHON = container_python()
 needs_venv = pytest.mark.skipif(PYTHON is None, reason="no container-runtime venv (make compat-venv)")
@@ -97,9 +97,9 @@ def test_every_emitted_variant_passes_in_every_container_runtime(minilm_variant,
 def test_a_model_the_container_runtime_disagrees_with_is_refused_and_nothing_is_published(
     tiny_factory, tmp_path, monkeypatch
 ):
-    from tritongen import compat
-    from tritongen.build import build_repository
+    from tritongen.build.pipeline import build_repository
     from tritongen.errors import ParityError
+    from tritongen.gates import compat
     from tritongen.spec import BuildSpec
 
     real_run = compat.ContainerSession.run
@@ -114,7 +114,7 @@ def test_a_model_the_container_runtime_disagrees_with_is_refused_and_nothing_is_
 def test_the_check_is_skipped_and_recorded_when_turned_off(tiny_factory, tmp_path):
     import json
 
-    from tritongen.build import build_repository
+    from tritongen.build.pipeline import build_repository
     from tritongen.spec import BuildSpec
 
     spec = BuildSpec(model=str(tiny_factory("bert")), name="m", repository=tmp_path, container_check=False)

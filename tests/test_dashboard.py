@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tritongen.client import infer
 from tritongen.deploy import ManifestOptions, TritonArgs, dashboard, dashboard_queries, write_package
 from tritongen.deploy.dashboard import GPU_METRICS, panels
 from tritongen.deploy.manifests import adapter_rule
 from tritongen.deploy.package import prometheus_config
-from tritongen.server import free_port, running_server
+from tritongen.serve.client import infer
+from tritongen.serve.server import free_port, running_server
 
 needs_prometheus = pytest.mark.skipif(
     shutil.which("prometheus") is None, reason="prometheus is not installed (apt-get install prometheus)"

@@ -15,16 +15,16 @@ from rich.console import Console
 from tests import pb_stub
 from tests.pb_stub import Request, texts
 from tests.tiny_decoders import QWEN3_PROMPTS, make_decoder_embedder
-from tritongen.backends.onnxruntime import model as ort_model
-from tritongen.build import exported, fold, inspect, parity, render
-from tritongen.checkpoint import inspect_checkpoint
+from tritongen.build.pipeline import exported, fold, inspect, parity, render
 from tritongen.errors import CheckpointError, UnsupportedModelError
-from tritongen.parity import check_parity
-from tritongen.repository import staging
+from tritongen.gates.parity import check_parity
+from tritongen.model.checkpoint import inspect_checkpoint
+from tritongen.repository.staging import staging
 from tritongen.spec import BuildSpec
+from tritongen.steps import postprocess, tokenizer
+from tritongen.steps.backends.onnxruntime import model as ort_model
+from tritongen.steps.tokenizer import TextEncoder
 from tritongen.tasks.embedding import postprocess as embedding_postprocess
-from tritongen.triton_models import postprocess, tokenizer
-from tritongen.triton_models.tokenizer import TextEncoder
 
 
 @pytest.fixture(scope="module")

@@ -14,18 +14,18 @@ import pytest
 import yaml
 
 from tritongen.cli import main
-from tritongen.compat import VENVS
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.deploy import TritonArgs, dashboard_queries, probe, write_package
 from tritongen.deploy.dashboard import DATASOURCE_UID, GPU_METRICS
 from tritongen.deploy.gateway import GATEWAY_PACKAGES, GATEWAY_PORT, run_command
 from tritongen.deploy.package import PROBE_PATH
 from tritongen.errors import DeployError
+from tritongen.gates.compat import VENVS
 
 LOCK = Path(__file__).resolve().parents[1] / "requirements.lock"
 SOURCE = Path(__file__).resolve().parents[1] / "tritongen"
 STEPS = ("demo", "demo_tokenizer", "demo_model", "demo_postprocess")
-TRITON_MODELS = Path(__file__).resolve().parents[1] / "tritongen" / "triton_models"
+TRITON_MODELS = Path(__file__).resolve().parents[1] / "tritongen" / "steps"
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tritongen.client import infer
+from tritongen.serve.client import infer
 
 pytestmark = pytest.mark.e2e
 

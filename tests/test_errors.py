@@ -23,7 +23,7 @@ from tritongen.errors import (
 
 PACKAGE = Path(tritongen.__file__).parent
 # `QAInputError` lives in the served Python-backend code, which cannot import tritongen (see errors.py).
-SERVED_CODE = {PACKAGE / "triton_models", PACKAGE / "backends"}
+SERVED_CODE = {PACKAGE / "steps"}
 
 
 def _error_classes() -> dict[str, type[BaseException]]:

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from tests.tiny_variants import make_multilabel_classifier
-from tritongen.build import build_repository
-from tritongen.client import infer
-from tritongen.configs import served_steps
-from tritongen.fold import classification_tail, embedding_tail, fold_graph, prove, reference_postprocess
+from tritongen.build.pipeline import build_repository
+from tritongen.configs.steps import served_steps
+from tritongen.model.fold import classification_tail, embedding_tail, fold_graph, prove, reference_postprocess
+from tritongen.serve.client import infer
 from tritongen.spec import load_spec
 
 LABELS = ["négatif", "neutral", "positive 🎉"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tritongen.accuracy import default_texts
-from tritongen.gate_texts import LONG_TEXTS, SHORT_TEXTS, SINGLE_WORDS, length_texts
+from tritongen.gates.accuracy import default_texts
+from tritongen.gates.texts import LONG_TEXTS, SHORT_TEXTS, SINGLE_WORDS, length_texts
 
 ROW = 50  # words, for the stand-in tokenizer below
 
@@ -46,7 +46,7 @@ def test_length_texts_come_from_a_short_user_file_without_repeating_words():
 
 
 def test_row_texts_reach_the_real_minilm_tokenizers_row(minilm_tokenizer_file):
-    from tritongen.triton_models.tokenizer import TextEncoder
+    from tritongen.steps.tokenizer import TextEncoder
 
     encoder = TextEncoder(str(minilm_tokenizer_file), 256, [32, 128])
     derived = length_texts(default_texts("validation"), lambda text: not encoder.encode([text])[0].overflowing)
@@ -58,7 +58,7 @@ def test_row_texts_reach_the_real_minilm_tokenizers_row(minilm_tokenizer_file):
 
 @pytest.fixture(scope="module")
 def minilm_tokenizer_file():
-    from tritongen.checkpoint import bundled_minilm
+    from tritongen.model.checkpoint import bundled_minilm
 
     path = bundled_minilm()
     if path is None:

@@ -27,16 +27,16 @@ from tritonclient.utils import InferenceServerException
 
 from tests.deployment import ServeProcess
 from tests.tiny_variants import make_cross_encoder, make_unnormalised_embedder
-from tritongen.admin import ENV, default_key_file
 from tritongen.bench.perf import Sweep
 from tritongen.bench.run import BenchOptions, run_bench
-from tritongen.client import infer
 from tritongen.deploy import write_package
 from tritongen.deploy.gateway import run_command
 from tritongen.errors import BenchError
 from tritongen.gateway.errors import from_triton
 from tritongen.gateway.schemas import parse_embeddings, parse_predict, parse_rerank
-from tritongen.server import free_port, server_environment, wait_until_ready
+from tritongen.serve.admin import ENV, default_key_file
+from tritongen.serve.client import infer
+from tritongen.serve.server import free_port, server_environment, wait_until_ready
 
 KEY = "test-key-0123456789"
 TEXTS = ["I love this movie", "Terrible, awful, bad.", "Ünïcödé and emoji 🎉", "short"]

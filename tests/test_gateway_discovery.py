@@ -13,12 +13,12 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException
 
-from tritongen.admin import ENV, default_key_file, grpc_headers
 from tritongen.errors import GatewayError
 from tritongen.gateway.app import Gateway, GatewayOptions
 from tritongen.gateway.discovery import served_names
 from tritongen.gateway.models import Catalogue
 from tritongen.gateway.triton import TritonClient
+from tritongen.serve.admin import ENV, default_key_file, grpc_headers
 
 RESTRICTED = "This protocol is restricted, expecting header 'triton-grpc-protocol-tritongen-admin-key'"
 

@@ -7,9 +7,9 @@ import shutil
 import pytest
 
 from tritongen.cli import main
-from tritongen.configs import read_config
+from tritongen.configs.steps import read_config
 from tritongen.errors import SpecError
-from tritongen.serving import gpu_models, has_gpu
+from tritongen.serve.foreground import gpu_models, has_gpu
 from tritongen.spec import load_spec
 
 

@@ -11,9 +11,9 @@ import pytest
 
 from tests import pb_stub
 from tests.tiny_images import make_image_checkpoint
-from tritongen.image_parity import parity_images, reference_image
+from tritongen.gates.image_parity import parity_images, reference_image
+from tritongen.steps.image import ImageEncoder, ImageSettings
 from tritongen.tasks._images import image_settings
-from tritongen.triton_models.image import ImageEncoder, ImageSettings
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_image_encoder_refuses_image_undecoded_when_above_max_pixels():
 
 
 def test_image_step_answers_each_request_on_its_own_when_one_image_in_a_batch_is_bad(monkeypatch):
-    from tritongen.triton_models import image
+    from tritongen.steps import image
 
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", pb_stub)
     monkeypatch.setattr(image, "pb_utils", pb_stub)

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from tests.tiny_images import make_image_checkpoint
-from tritongen.build import build_repository
+from tritongen.build.pipeline import build_repository
 from tritongen.errors import SpecError
-from tritongen.image_parity import parity_images, reference_image
+from tritongen.gates.image_parity import parity_images, reference_image
 from tritongen.spec import load_spec
 
 pytestmark = pytest.mark.e2e
@@ -167,7 +167,7 @@ def test_build_refuses_fp16_when_model_reads_images(checkpoints, tmp_path):
 
 def test_health_probes_answer_when_ensembles_read_images(served, built, builds, tmp_path):
     from tritongen.deploy.probe import probe
-    from tritongen.health import check, ensembles_of, healthy
+    from tritongen.serve.health import check, ensembles_of, healthy
 
     probes = check(served.http_url, ensembles_of(builds.repository(*built.values(), into=tmp_path / "repo")))
     assert healthy(probes), [p.line for p in probes]

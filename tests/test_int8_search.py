@@ -10,13 +10,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from tritongen.accuracy import AccuracyReport, GateReference
-from tritongen.int8_report import Candidate, SearchReport, Trial
-from tritongen.int8_search import search_int8, smallest_passing
-from tritongen.int8_sensitivity import LayerSensitivity, build_switch_model, rank_layers
-from tritongen.optimize import WeightMatMul, prepare_for_quantization, quantize_int8, weight_matmuls
-from tritongen.smoothquant import smooth_activations
-from tritongen.triton_models.tokenizer import TextEncoder
+from tritongen.gates.accuracy import AccuracyReport, GateReference
+from tritongen.precision.int8_report import Candidate, SearchReport, Trial
+from tritongen.precision.int8_search import search_int8, smallest_passing
+from tritongen.precision.optimize import WeightMatMul, prepare_for_quantization, quantize_int8, weight_matmuls
+from tritongen.precision.sensitivity import LayerSensitivity, build_switch_model, rank_layers
+from tritongen.precision.smoothquant import smooth_activations
+from tritongen.steps.tokenizer import TextEncoder
 
 TEXTS = [f"review {i}: {'great' if i % 3 else 'awful'} product, would {'' if i % 2 else 'not '}buy" for i in range(40)]
 INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
@@ -27,8 +27,8 @@ def tiny(tiny_factory, tmp_path_factory):
     """A tiny BERT classifier exported to ONNX and prepared for quantisation, with its encoder and module."""
     from transformers import AutoTokenizer
 
-    from tritongen.checkpoint import inspect_checkpoint
-    from tritongen.export import export_onnx
+    from tritongen.model.checkpoint import inspect_checkpoint
+    from tritongen.model.export import export_onnx
     from tritongen.tasks import get_task
 
     path = tiny_factory("bert")
@@ -349,7 +349,7 @@ def test_a_candidate_the_serving_runtime_fails_is_not_chosen(tiny, tmp_path):
 def test_int8_weights_saturate_only_when_x86_has_no_vnni(monkeypatch, machine, flags, saturates):
     import platform
 
-    from tritongen.optimize import int8_weights_saturate
+    from tritongen.precision.optimize import int8_weights_saturate
 
     monkeypatch.setattr(platform, "machine", lambda: machine)
     assert int8_weights_saturate(f"processor\t: 0\nflags\t\t: {flags}\n") is saturates

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.tiny_checkpoints import ARCHITECTURES
-from tritongen.checkpoint import inspect_checkpoint
 from tritongen.errors import UnsupportedModelError
-from tritongen.model_facts import model_inputs, read_model_facts
+from tritongen.model.checkpoint import inspect_checkpoint
+from tritongen.model.facts import model_inputs, read_model_facts
 from tritongen.tasks import get_task
 
 # Architectures whose tiny checkpoints embed two segments (type_vocab_size 2).

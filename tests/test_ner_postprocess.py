@@ -1,4 +1,4 @@
-"""``tritongen/triton_models/ner.py`` against transformers' ``TokenClassificationPipeline``, every strategy.
+"""``tritongen/steps/ner.py`` against transformers' ``TokenClassificationPipeline``, every strategy.
 
 Tiny random token classifiers (``tests/tiny_ner.py``) for the three tokenizer families: WordPiece (bert),
 byte-level BPE (roberta) and Unigram/"▁" (xlm-roberta). The numpy postprocessing runs on logits computed by the
@@ -23,7 +23,7 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, pipeline
 
-from tritongen.triton_models.ner import STRATEGIES, TokenVocab, aggregate, aggregate_batch, encode_tokens
+from tritongen.steps.ner import STRATEGIES, TokenVocab, aggregate, aggregate_batch, encode_tokens
 
 pytestmark = pytest.mark.build  # the tests make or load tiny models
 
@@ -252,7 +252,7 @@ def test_errors(setups: dict[str, Setup]) -> None:
 
 
 def test_module_needs_neither_torch_nor_transformers() -> None:
-    folder = Path(__file__).resolve().parents[1] / "tritongen" / "triton_models"
+    folder = Path(__file__).resolve().parents[1] / "tritongen" / "steps"
     code = (  # imported as a top-level module from its folder, as the Python backend does
         f"import sys; sys.path.insert(0, {str(folder)!r}); import ner; "
         "bad = {'torch', 'transformers'} & set(sys.modules); assert not bad, bad"

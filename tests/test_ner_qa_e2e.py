@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from tests.tiny_ner import make_token_classifier
-from tritongen.checkpoint import inspect_checkpoint
-from tritongen.client import infer
 from tritongen.errors import ServerError
+from tritongen.model.checkpoint import inspect_checkpoint
+from tritongen.serve.client import infer
 from tritongen.spec import load_spec
 from tritongen.tasks import detect_task
 

@@ -12,16 +12,16 @@ from tokenizers import Tokenizer
 
 from tests import pb_stub
 from tests.pb_stub import Request, texts
-from tritongen.checkpoint import Checkpoint, Pooling
-from tritongen.configs import step_configs
+from tritongen.configs.render import render_all
+from tritongen.configs.steps import step_configs
 from tritongen.errors import SpecError
-from tritongen.render import render_all
+from tritongen.model.checkpoint import Checkpoint, Pooling
 from tritongen.spec import load_spec
+from tritongen.steps import ner, postprocess, qa, tokenizer
 from tritongen.tasks import get_task
 from tritongen.tasks.question_answering import postprocess as qa_postprocess
 from tritongen.tasks.question_answering import tokenizer as qa_tokenizer
 from tritongen.tasks.token_classification import tokenizer as ner_tokenizer
-from tritongen.triton_models import ner, postprocess, qa, tokenizer
 
 QA_BERT = Path(__file__).parent / "assets" / "qa" / "bert"
 

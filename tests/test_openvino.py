@@ -7,17 +7,17 @@ import json
 import numpy as np
 import pytest
 
-from tritongen.backends.onnxruntime.model import TritonPythonModel as OnnxRuntimeModel
-from tritongen.backends.openvino.model import TritonPythonModel as OpenVinoModel
-from tritongen.build import build_repository
-from tritongen.client import infer
-from tritongen.compat import container_python
+from tritongen.build.pipeline import build_repository
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.containers import container as container_of
-from tritongen.datasets import bench_texts
+from tritongen.data.datasets import bench_texts
 from tritongen.errors import AccuracyError, SpecError
-from tritongen.openvino_runtime import backend_properties, cpu_precisions
+from tritongen.gates.compat import container_python
+from tritongen.runtimes.openvino import backend_properties, cpu_precisions
+from tritongen.serve.client import infer
 from tritongen.spec import BuildSpec, load_spec
+from tritongen.steps.backends.onnxruntime.model import TritonPythonModel as OnnxRuntimeModel
+from tritongen.steps.backends.openvino.model import TritonPythonModel as OpenVinoModel
 
 # The IR is checked in every supported container's OpenVINO, the target first (its record is `container_runtime`).
 EVERY_CONTAINER = (DEFAULT_CONTAINER, *(c for c in CONTAINERS if c != DEFAULT_CONTAINER))

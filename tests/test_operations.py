@@ -24,10 +24,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.deployment import ServeProcess, deployment_pids
-from tritongen.admin import http_headers
-from tritongen.client import infer
-from tritongen.health import ensembles_of, find_ensembles
-from tritongen.server import server_environment
+from tritongen.serve.admin import http_headers
+from tritongen.serve.client import infer
+from tritongen.serve.health import ensembles_of, find_ensembles
+from tritongen.serve.server import server_environment
 
 pytestmark = pytest.mark.e2e
 

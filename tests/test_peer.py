@@ -12,8 +12,8 @@ from tritongen.bench.http_load import drive, kserve_target
 from tritongen.bench.infinity import infinity_executable
 from tritongen.bench.perf import Sweep
 from tritongen.bench.run import BenchOptions, run_bench
-from tritongen.client import infer
 from tritongen.errors import BenchError
+from tritongen.serve.client import infer
 
 TEXTS = ["I love it", "Terrible, awful, bad.", "Ünïcödé and emoji 🎉", "word " * 200]
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tritongen.configs import read_config
+from tritongen.configs.render import parse_config, validate_ensemble
+from tritongen.configs.steps import read_config
 from tritongen.errors import RepositoryError
-from tritongen.pins import configured_version, loaded_versions, pin
-from tritongen.render import parse_config, validate_ensemble
+from tritongen.repository.pins import configured_version, loaded_versions, pin
 
 GOLDEN = Path(__file__).parent / "assets" / "golden"
 STEPS = {"sentiment": "ensemble", "sentiment_tokenizer": "tokenizer", "sentiment_model": "model"}

@@ -10,15 +10,15 @@ import pytest
 from onnx import numpy_helper
 
 from tests.conftest import GATED_TEXTS
-from tritongen.accuracy import measure_accuracy, require_accuracy
-from tritongen.build import build_repository
+from tritongen.build.pipeline import build_repository
 from tritongen.cli import main
-from tritongen.client import infer
-from tritongen.configs import step_names
+from tritongen.configs.steps import step_names
 from tritongen.errors import AccuracyError
+from tritongen.gates.accuracy import measure_accuracy, require_accuracy
+from tritongen.serve.client import infer
 from tritongen.spec import BuildSpec
+from tritongen.steps.tokenizer import TextEncoder
 from tritongen.tasks import get_task
-from tritongen.triton_models.tokenizer import TextEncoder
 
 # The real all-MiniLM-L6-v2 (the embedding gate: cosine mean >= 0.99, min >= 0.98), built as conftest's
 # MINILM_VARIANTS (tests/test_compat.py checks the same builds in the container's ONNX Runtime). INT8 searches
@@ -107,9 +107,9 @@ def test_variants_serve_through_real_server_within_gate(variants, minilm_path, s
     import onnxruntime as ort
 
     from tests.test_e2e import _sentence_embeddings
-    from tritongen.accuracy import default_texts
-    from tritongen.backends.onnxruntime.model import trim_padding
-    from tritongen.triton_models.postprocess import l2_normalize
+    from tritongen.gates.accuracy import default_texts
+    from tritongen.steps.backends.onnxruntime.model import trim_padding
+    from tritongen.steps.postprocess import l2_normalize
 
     repo, _, built = variants
     texts = default_texts("validation")[:48]
@@ -176,7 +176,7 @@ def _perturbed(source, target, scale: float) -> None:
 
 def test_int8_search_refuses_with_figures_when_no_candidate_passes(tiny_factory, tmp_path, capsys, monkeypatch):
     """Every candidate is broken after quantising: the search tries them all, then refuses in one line."""
-    import tritongen.int8_search as search_module
+    import tritongen.precision.int8_search as search_module
 
     real = search_module.quantize_int8
 
@@ -231,8 +231,8 @@ def test_int8_calibrates_on_a_quarter_of_the_user_validation_texts_the_gate_neve
 def test_gate_refuses_model_with_perturbed_weights(tiny_factory, tmp_path):
     from transformers import AutoTokenizer
 
-    from tritongen.checkpoint import inspect_checkpoint
-    from tritongen.export import export_onnx
+    from tritongen.model.checkpoint import inspect_checkpoint
+    from tritongen.model.export import export_onnx
 
     path = tiny_factory("bert")
     module = get_task("classification").load_module(inspect_checkpoint(str(path)))
@@ -256,7 +256,7 @@ def test_gate_refuses_model_with_perturbed_weights(tiny_factory, tmp_path):
 
 
 def test_build_exits_2_and_publishes_nothing_when_gate_fails(tiny_factory, tmp_path, capsys, monkeypatch):
-    import tritongen.build as build_module
+    import tritongen.build.pipeline as build_module
 
     real = build_module.optimize_model
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tritongen.deploy import probe
-from tritongen.server import running_server
-from tritongen.supervisor import stubs_of
+from tritongen.serve.server import running_server
+from tritongen.serve.supervisor import stubs_of
 
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"  # not the venv's: nothing of ours installed
 

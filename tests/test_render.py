@@ -8,10 +8,10 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritongen.checkpoint import Checkpoint, Pooling
-from tritongen.configs import step_configs, step_names
+from tritongen.configs.render import parse_config, render_all, validate_ensemble
+from tritongen.configs.steps import step_configs, step_names
 from tritongen.errors import ConfigValidationError
-from tritongen.render import parse_config, render_all, validate_ensemble
+from tritongen.model.checkpoint import Checkpoint, Pooling
 from tritongen.spec import BuildSpec, DynamicBatching, InstanceGroup, QueuePolicy, TensorRTAccelerator, VersionPolicy
 from tritongen.tasks import get_task
 
@@ -158,7 +158,7 @@ def test_step_names_follow_the_ensemble_name():
 def test_queue_limit_is_the_model_steps_alone_eight_batches_by_default_and_zero_lifts_it(tiny_factory):
     from rich.console import Console
 
-    from tritongen.build import inspect, render
+    from tritongen.build.pipeline import inspect, render
 
     console = Console(quiet=True)
     spec = BuildSpec(model=str(tiny_factory("bert")), name="q", max_batch_size=16)

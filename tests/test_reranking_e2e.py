@@ -12,10 +12,10 @@ import pytest
 
 from tests.tiny_rerankers import make_qwen3_reranker
 from tests.tiny_variants import make_cross_encoder
-from tritongen.checkpoint import inspect_checkpoint
 from tritongen.cli import main
-from tritongen.client import infer
 from tritongen.errors import ServerError
+from tritongen.model.checkpoint import inspect_checkpoint
+from tritongen.serve.client import infer
 from tritongen.tasks import detect_task
 from tritongen.tasks.reranking import DEFAULT_INSTRUCTION, PROMPT_PREFIX, PROMPT_SUFFIX, format_pair
 

@@ -11,12 +11,12 @@ import urllib.request
 import numpy as np
 import pytest
 
-from tritongen.build import step_names
-from tritongen.client import infer
-from tritongen.configs import served_steps
+from tritongen.build.pipeline import step_names
+from tritongen.configs.steps import served_steps
+from tritongen.deploy.s3 import S3Location, parse_s3_url, publish
 from tritongen.errors import RepositoryError
-from tritongen.publish import S3Location, parse_s3_url, publish
-from tritongen.server import free_port, running_server
+from tritongen.serve.client import infer
+from tritongen.serve.server import free_port, running_server
 
 TEXTS = ["I love this movie", "Zoë’s café in São Paulo 🎉", "word " * 300]
 

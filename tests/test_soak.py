@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from tritongen.server import running_server
-from tritongen.soak import KINDS, SoakInterval, _classify, _leaks, run_soak
+from tritongen.bench.soak import KINDS, SoakInterval, _classify, _leaks, run_soak
+from tritongen.serve.server import running_server
 
 
 class _Refused(Exception):

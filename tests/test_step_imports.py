@@ -19,8 +19,8 @@ import pytest
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-from tritongen.compat import VENVS
 from tritongen.containers import CONTAINERS
+from tritongen.gates.compat import VENVS
 
 QA_ASSETS = Path(__file__).parent / "assets" / "qa"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tritongen.health import EnsembleProbe, ensembles_of, healthy
-from tritongen.supervisor import STUB_NAME, Stub, Supervisor, stubs_of
+from tritongen.serve.health import EnsembleProbe, ensembles_of, healthy
+from tritongen.serve.supervisor import STUB_NAME, Stub, Supervisor, stubs_of
 
 _ENSEMBLE = """
 name: "demo"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tritongen.accuracy import SpanGate
-from tritongen.checkpoint import Checkpoint, Pooling
 from tritongen.errors import SpecError
+from tritongen.gates.accuracy import SpanGate
+from tritongen.model.checkpoint import Checkpoint, Pooling
 from tritongen.spec import load_spec
 from tritongen.tasks import TASKS, TaskPlan, get_task
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tests.tiny_variants import make_multilabel_classifier, make_pair_classifier
-from tritongen.checkpoint import inspect_checkpoint
-from tritongen.client import infer
+from tritongen.model.checkpoint import inspect_checkpoint
+from tritongen.serve.client import infer
 from tritongen.tasks import detect_task
 
 PAIRS = [
@@ -41,9 +41,7 @@ def test_detect_task_picks_pair_and_multilabel(checkpoints):
 
 @pytest.fixture(scope="module")
 def served(checkpoints, builds, shared_server):
-    return shared_server.serve(
-        *(builds(path, name, multi_label_threshold=0.5) for name, path in checkpoints.items())
-    )
+    return shared_server.serve(*(builds(path, name, multi_label_threshold=0.5) for name, path in checkpoints.items()))
 
 
 def _pipeline_rows(path: Path, inputs: list, **kwargs) -> np.ndarray:

@@ -6,12 +6,10 @@ import pytest
 
 from tests.test_render import INPUTS, _checkpoint
 from tritongen.cli import main
-from tritongen.configs import step_configs
+from tritongen.configs.render import render_all
+from tritongen.configs.steps import step_configs
 from tritongen.errors import EngineError, SpecError
-from tritongen.render import render_all
-from tritongen.spec import BuildSpec, InstanceGroup
-from tritongen.tasks import get_task
-from tritongen.tensorrt import (
+from tritongen.runtimes.tensorrt import (
     EnginePlan,
     Profile,
     build_engine,
@@ -20,6 +18,8 @@ from tritongen.tensorrt import (
     gpu_compute_capability,
     plan_profiles,
 )
+from tritongen.spec import BuildSpec, InstanceGroup
+from tritongen.tasks import get_task
 
 
 def test_plan_profiles_cover_each_bucket_without_gaps():
@@ -91,7 +91,7 @@ def test_engine_command_exits_2_without_a_tensorrt_build(tmp_path, capsys):
 @pytest.mark.skipif(gpu_compute_capability() is None, reason="needs an NVIDIA GPU")
 def test_engine_builds_on_gpu(tmp_path, tiny_factory):
     pytest.importorskip("tensorrt")
-    from tritongen.build import build_repository
+    from tritongen.build.pipeline import build_repository
 
     repo = tmp_path / "repo"
     build_repository(

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tests.toy_task.cls_vector import ClsVector
-from tritongen.client import infer
 from tritongen.errors import UnsupportedModelError
+from tritongen.serve.client import infer
 from tritongen.tasks import TASKS, get_task, register_task
 
 TEXTS = ["hello world", "Ünïcödé and emoji 🎉", "word " * 100, ""]

@@ -6,9 +6,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritongen.errors import ConfigValidationError
-from tritongen.render import render_config
-from tritongen.triton_config import (
+from tritongen.configs.model_config import (
     DynamicBatching,
     InstanceGroup,
     Kind,
@@ -20,6 +18,8 @@ from tritongen.triton_config import (
     to_proto,
     to_text,
 )
+from tritongen.configs.render import render_config
+from tritongen.errors import ConfigValidationError
 
 
 def _config(**changes) -> ModelConfig:

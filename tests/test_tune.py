@@ -11,9 +11,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritongen.bench import BenchOptions, Sweep, run_bench
 from tritongen.bench.perf import write_input_data
 from tritongen.bench.tune import Setting, TuneGrid, TunePlan, thread_parameter, tune
-from tritongen.configs import read_config
+from tritongen.configs.steps import read_config
 from tritongen.errors import BenchError
-from tritongen.server import running_server
+from tritongen.serve.server import running_server
 
 SMOKE = Sweep(concurrency=(2,), fixed_requests=16)  # proves the harness, not the machine: no stability criterion
 

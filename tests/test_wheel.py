@@ -78,8 +78,8 @@ def test_wheel_holds_package_data_when_built(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = [
         *SOURCE.glob("data/*.txt"),
-        *SOURCE.glob("backends/*/model.py"),
-        *SOURCE.glob("triton_models/*.py"),
+        *SOURCE.glob("steps/backends/*/model.py"),
+        *SOURCE.glob("steps/*.py"),
     ]
     assert len(expected) >= 9  # texts and step sources (configs are generated in code, no templates)
     missing = sorted(

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from tests.tiny_zeroshot import make_nli_checkpoint
-from tritongen.checkpoint import inspect_checkpoint
 from tritongen.cli import main
-from tritongen.client import infer
 from tritongen.errors import ServerError, SpecError
+from tritongen.model.checkpoint import inspect_checkpoint
+from tritongen.serve.client import infer
 from tritongen.spec import load_spec
+from tritongen.steps import zero_shot
 from tritongen.tasks import detect_task
-from tritongen.triton_models import zero_shot
 
 SCORE_TOLERANCE = 1e-4
 TEMPLATE = "Das Thema ist {}."
@@ -45,9 +45,7 @@ CASES = [  # (text, candidate labels): 1 to 6 labels, non-ASCII, a text longer t
 def checkpoints(checkpoint_cache):
     return {
         "bert": checkpoint_cache(make_nli_checkpoint, "bert", seed=3),
-        "roberta": checkpoint_cache(
-            make_nli_checkpoint, "roberta", labels=("ENTAILMENT", "NEUTRAL", "CONTRADICTION")
-        ),
+        "roberta": checkpoint_cache(make_nli_checkpoint, "roberta", labels=("ENTAILMENT", "NEUTRAL", "CONTRADICTION")),
     }
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tritongen.triton_models.tokenizer import TextEncoder
+from tritongen.steps.tokenizer import TextEncoder
 
 __all__ = ["CeilingPoint", "measure_ceiling"]
 
@@ -36,7 +36,7 @@ def measure_ceiling(
     build) in OpenVINO with its default precision, as the backend runs it.
     """
     if onnx_path.suffix == ".xml":
-        from tritongen.openvino_runtime import OpenVinoSession
+        from tritongen.runtimes.openvino import OpenVinoSession
 
         session: Any = OpenVinoSession(onnx_path, {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
     else:

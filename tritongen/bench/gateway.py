@@ -24,7 +24,7 @@ import numpy as np
 
 from tritongen.bench.http_load import HttpTarget, LoadResult, interleaved_rounds, kserve_target, openai_target
 from tritongen.bench.process import http_process
-from tritongen.server import free_port
+from tritongen.serve.server import free_port
 
 __all__ = ["GatewayComparison", "PairedLatency", "compare_with_gateway", "gateway_server", "paired_latency"]
 

@@ -22,7 +22,7 @@ import numpy as np
 from tritongen.bench.http_load import LoadResult, interleaved_rounds, kserve_target, openai_target
 from tritongen.bench.process import http_process
 from tritongen.errors import BenchError
-from tritongen.server import free_port
+from tritongen.serve.server import free_port
 
 __all__ = ["INFINITY_VENV", "PeerComparison", "compare_with_infinity", "infinity_executable", "infinity_server"]
 

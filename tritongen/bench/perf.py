@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tritongen.errors import BenchError
-from tritongen.server import server_environment
+from tritongen.serve.server import server_environment
 
 __all__ = ["PerfPoint", "Sweep", "perf_analyzer_binary", "run_perf_analyzer", "write_input_data"]
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from tritongen.errors import BenchError, ServerError
-from tritongen.server import wait_until_ready
+from tritongen.serve.server import wait_until_ready
 
 __all__ = ["http_process"]
 

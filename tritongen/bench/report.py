@@ -12,7 +12,7 @@ from tritongen.bench.gateway import GatewayComparison
 from tritongen.bench.infinity import PeerComparison
 from tritongen.bench.perf import PerfPoint
 from tritongen.bench.tune import TunePoint, best, ratios
-from tritongen.stats import StepStats
+from tritongen.serve.stats import StepStats
 
 __all__ = ["BenchReport", "LatencyBudget", "write_report"]
 

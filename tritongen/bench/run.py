@@ -36,14 +36,14 @@ from tritongen.bench.infinity import (
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_input_data
 from tritongen.bench.report import BenchReport, write_report
 from tritongen.bench.tune import TuneGrid, TunePlan, TunePoint, tune
-from tritongen.build import build_repository
-from tritongen.configs import step_names
-from tritongen.datasets import bench_texts
+from tritongen.build.pipeline import build_repository
+from tritongen.configs.steps import step_names
+from tritongen.data.datasets import bench_texts
 from tritongen.errors import BenchError, ServerError
-from tritongen.repository import existing_versions
-from tritongen.server import TritonServer, free_port, server_environment, wait_until_ready
+from tritongen.repository.staging import existing_versions
+from tritongen.serve.server import TritonServer, free_port, server_environment, wait_until_ready
+from tritongen.serve.stats import StepStats, model_stats, stats_delta
 from tritongen.spec import DynamicBatching, load_spec
-from tritongen.stats import StepStats, model_stats, stats_delta
 from tritongen.tasks import TASKS
 
 __all__ = ["BenchOptions", "run_bench"]

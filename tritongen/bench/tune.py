@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer
-from tritongen.configs import config_json, read_config, step_names
+from tritongen.configs.steps import config_json, read_config, step_names
 from tritongen.errors import BenchError, RepositoryError
 
 __all__ = ["Setting", "TuneGrid", "TunePlan", "TunePoint", "best", "ratios", "thread_parameter", "tune"]
@@ -167,7 +167,7 @@ def tune(
 ) -> list[TunePoint]:
     """Measure every setting of ``plan`` on the running server, the built one first.
 
-    ``client`` is a tritonclient HTTP client (or :class:`tritongen.admin.AdminClient`) of that server,
+    ``client`` is a tritonclient HTTP client (or :class:`tritongen.serve.admin.AdminClient`) of that server,
     which must run in explicit model-control mode. The server is left at the last setting.
     """
     points: list[TunePoint] = []

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tritongen.configs import step_names
+from tritongen.configs.steps import step_names
 from tritongen.deploy.step_requirements import canonical, read_lock
 from tritongen.deploy.triton_args import TritonArgs
 from tritongen.errors import DeployError

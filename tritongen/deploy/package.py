@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from tritongen.configs import read_config, served_steps, step_names
+from tritongen.configs.steps import read_config, served_steps, step_names
 from tritongen.containers import Container, container
 from tritongen.deploy.dashboard import DATASOURCE_UID, dashboard
 from tritongen.deploy.folder import write_folder
@@ -28,7 +28,7 @@ from tritongen.deploy.gateway import gateway_copies, gateway_files
 from tritongen.deploy.step_requirements import requirement_line, step_requirements
 from tritongen.deploy.triton_args import TritonArgs
 from tritongen.errors import DeployError, RepositoryError
-from tritongen.pins import configured_version
+from tritongen.repository.pins import configured_version
 
 __all__ = [
     "Target",
@@ -63,7 +63,7 @@ def model_folders(repository: Path, name: str) -> list[Path]:
 
 
 def packaged_version(repository: Path, name: str) -> int:
-    """The version of ``name`` an image of ``repository`` serves: the one its configs serve (:mod:`tritongen.pins`).
+    """The version of ``name`` an image of ``repository`` serves: the one its configs serve (see ``repository.pins``).
 
     A roll-out or rollback pins the configs to the version it moved to; a build leaves the newest serving.
     Only that version's folders are copied, so the image cannot serve another whatever its version policies.

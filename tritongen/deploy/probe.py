@@ -10,7 +10,7 @@ For each named ensemble it reads the inputs from ``/v2/models/<name>/config``, s
 (in ``IMAGE``, a one-pixel plain-text PPM image; a different one every call, so that the response cache cannot
 answer for a broken pipeline) through the KServe v2 JSON API, and needs a 200 with outputs. One line per
 ensemble; exit 0 when all answer, else 1.
-``tritongen.health`` is the same check for ``tritongen serve``; this copy must run without tritongen.
+``tritongen.serve.health`` is the same check for ``tritongen serve``; this copy must run without tritongen.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _call(url: str, body: dict | None, timeout: float) -> dict:
 
 
 def _payload(name: str, text: str) -> str:
-    """``text``, or for ``IMAGE`` a 1x1 plain-text PPM image coloured by it (as ``tritongen.health`` sends)."""
+    """``text``, or for ``IMAGE`` a 1x1 plain-text PPM image coloured by it (as ``tritongen.serve.health`` sends)."""
     if name != "IMAGE":
         return text
     seed = sum(text.encode()) * 2654435761

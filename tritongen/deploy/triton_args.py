@@ -89,5 +89,5 @@ class TritonArgs:
         return {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}
 
     def local_args(self) -> list[str]:
-        """The arguments :class:`tritongen.server.TritonServer` does not set itself, for running the same setup here."""
+        """The arguments ``TritonServer`` does not set itself, for running the same setup here."""
         return [*(f"--metrics-config={item}" for item in self.metrics_config), *self.extra]

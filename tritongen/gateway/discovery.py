@@ -1,11 +1,11 @@
 """Which ensembles the gateway asks Triton about, and the admin key for the one API that needs it.
 
 ``tritongen serve`` puts Triton's repository API (the index of loaded models) behind the admin key
-(:mod:`tritongen.admin`); model config and metadata stay open to every client. So the gateway names the
+(:mod:`tritongen.serve.admin`); model config and metadata stay open to every client. So the gateway names the
 ensembles itself wherever it can: those of the repository folder it reads for tokenizers and labels, plus any
 that ``--model`` or a request names. Only without such a folder (a remote repository, or one on another
 machine) does it list them with the index, sending the admin key from where ``serve`` keeps it
-(:func:`tritongen.admin.read_key`). The key is read again at every listing: ``serve`` writes a fresh one at
+(:func:`tritongen.serve.admin.read_key`). The key is read again at every listing: ``serve`` writes a fresh one at
 each start.
 """
 
@@ -13,17 +13,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tritongen.admin import grpc_headers, read_key
 from tritongen.errors import GatewayError, ServerError
 from tritongen.gateway.errors import unavailable
 from tritongen.gateway.triton import TritonClient
+from tritongen.serve.admin import grpc_headers, read_key
 
 __all__ = ["admin_key", "local_folder", "served_names"]
 
 
 def local_folder(repository: Path | str | None) -> Path | None:
     """The repository as a folder this machine can read, or None (a remote URL, or no such folder here)."""
-    from tritongen.server import REMOTE_SCHEMES
+    from tritongen.serve.server import REMOTE_SCHEMES
 
     if repository is None or str(repository).startswith(REMOTE_SCHEMES):
         return None
@@ -45,7 +45,7 @@ async def served_names(client: TritonClient, repository: Path | str | None, key_
     """The ensembles to look for: the local folder's, else every model Triton's index lists as ready."""
     folder = local_folder(repository)
     if folder is not None:
-        from tritongen.health import ensembles_of
+        from tritongen.serve.health import ensembles_of
 
         return [ensemble.name for ensemble in ensembles_of(folder)]
     key = admin_key(repository, key_file)

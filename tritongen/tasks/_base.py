@@ -12,20 +12,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tritongen.accuracy import Gate, LabelGate
 from tritongen.errors import CapabilityError, CheckpointError, UnsupportedModelError
+from tritongen.gates.accuracy import Gate, LabelGate
 from tritongen.tasks._inputs import Modality, TextInputs
 
 if TYPE_CHECKING:
     import torch
 
-    from tritongen.checkpoint import Checkpoint
-    from tritongen.fold import GraphTail
+    from tritongen.model.checkpoint import Checkpoint
+    from tritongen.model.fold import GraphTail
     from tritongen.spec import BuildSpec
 
 __all__ = ["NO_TOKENIZER_LIMIT", "TRUNCATED", "Task", "TaskPlan", "TaskSettings", "TensorSpec"]
 
-_TOKENIZER_STEP = "tritongen.triton_models.tokenizer"  # the plain text tokenizer: TEXT [, TEXT_PAIR] -> rows
+_TOKENIZER_STEP = "tritongen.steps.tokenizer"  # the plain text tokenizer: TEXT [, TEXT_PAIR] -> rows
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class TaskPlan:
     pair_input: bool
     gate: Gate  # how the accuracy gate (and the parity check's argmax) compares outputs
     step_modules: Mapping[str, str]  # step ("tokenizer", "postprocess") -> module served as its model.py
-    helper_modules: Mapping[str, tuple[str, ...]]  # step -> modules of tritongen.triton_models copied beside it
+    helper_modules: Mapping[str, tuple[str, ...]]  # step -> modules of tritongen.steps copied beside it
     postprocess_files: tuple[str, ...] = field(default=())  # files of the build the postprocess step reads
     # The ensemble inputs the tokenizer step reads (empty: all of them); others go straight to the postprocess.
     tokenizer_inputs: tuple[TensorSpec, ...] = field(default=())
@@ -102,7 +102,7 @@ class Task:
     batched_io: ClassVar[bool] = True
     # Whether the model reads two segments (so parity and the accuracy gate feed text pairs).
     pair_input: ClassVar[bool] = False
-    # The accuracy gate's measure (``tritongen.accuracy``): LabelGate (argmax per text), CosineGate,
+    # The accuracy gate's measure (``tritongen.gates.accuracy``): LabelGate (argmax per text), CosineGate,
     # TokenLabelGate (argmax per token) or SpanGate (the argmax start and end token per text).
     gate: ClassVar[type[Gate]] = LabelGate
     # Whether a text longer than the model loses its tail (classification and embeddings, as the transformers
@@ -113,7 +113,7 @@ class Task:
     # The step modules served as each step's ``model.py``.
     tokenizer_step: ClassVar[str] = _TOKENIZER_STEP
     postprocess_step: ClassVar[str]
-    # Modules of ``tritongen/triton_models`` the task's steps import, copied next to their ``model.py``.
+    # Modules of ``tritongen/steps`` the task's steps import, copied next to their ``model.py``.
     helper_modules: ClassVar[tuple[str, ...]] = ()
     # Files the postprocess step reads besides ``labels.json`` (which every build writes).
     postprocess_files: ClassVar[tuple[str, ...]] = ()
@@ -267,7 +267,7 @@ class Task:
         return [TensorSpec(self.onnx_output, "TYPE_FP32", self.onnx_output_dims(checkpoint))]
 
     def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
-        """The postprocess step as ONNX operators appended to the model (``tritongen.fold``); None: not foldable.
+        """The postprocess step as ONNX operators appended to the model (``tritongen.model.fold``); None: not foldable.
 
         Its outputs must be exactly the postprocess step's outputs, so the ensemble can drop that step.
         """
@@ -284,7 +284,7 @@ class Task:
     def max_length(self, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None) -> int:
         """The number of tokens inputs are truncated to.
 
-        ``position_limit`` is the longest input the model runs (``tritongen.model_facts``); a tokenizer
+        ``position_limit`` is the longest input the model runs (``tritongen.model.facts``); a tokenizer
         that declares a shorter ``model_max_length`` lowers it, as the transformers pipeline truncates there
         (transformers writes 1e30 when none was declared: no limit).
         """

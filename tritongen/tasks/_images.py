@@ -1,8 +1,8 @@
 """Image inputs: encoded JPEG/PNG bytes (``IMAGE``) -> the image step -> ``pixel_values`` [3, H, W] FP32.
 
-The image step (``tritongen/triton_models/image.py``) replaces the tokenizer step and reproduces the
+The image step (``tritongen/steps/image.py``) replaces the tokenizer step and reproduces the
 checkpoint's slow transformers image processor, whose settings (from ``preprocessor_config.json``) the build
-copies into the step's config parameters. Parity runs on Pillow-drawn images (``tritongen.image_parity``).
+copies into the step's config parameters. Parity runs on Pillow-drawn images (``tritongen.gates.image_parity``).
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen.errors import CheckpointError, SpecError, UnsupportedModelError
+from tritongen.steps.image import DEFAULT_MAX_PIXELS, ImageEncoder, ImageSettings
 from tritongen.tasks._base import TaskSettings, TensorSpec
 from tritongen.tasks._inputs import Modality
-from tritongen.triton_models.image import DEFAULT_MAX_PIXELS, ImageEncoder, ImageSettings
 
 if TYPE_CHECKING:
     import torch
 
-    from tritongen.checkpoint import Checkpoint
-    from tritongen.model_facts import ModelFacts
-    from tritongen.parity import ParityReport
+    from tritongen.gates.parity import ParityReport
+    from tritongen.model.checkpoint import Checkpoint
+    from tritongen.model.facts import ModelFacts
     from tritongen.spec import BuildSpec
 
 __all__ = ["IMAGE", "ImageInputs", "ImagesSettings", "image_settings", "image_size", "pixel_module"]
@@ -98,7 +98,7 @@ class ImageInputs(Modality):
         return processor
 
     def facts(self, module: Any, preprocessor: Any, cap: int | None = None) -> ModelFacts:
-        from tritongen.model_facts import ModelFacts
+        from tritongen.model.facts import ModelFacts
 
         config = getattr(module.model.config, "vision_config", None) or module.model.config
         size = int(getattr(config, "image_size", 224))
@@ -115,7 +115,7 @@ class ImageInputs(Modality):
         return ImageEncoder(ImageSettings.from_parameters(plan.bound.tokenizer_parameters))
 
     def samples(self) -> Sequence[bytes]:
-        from tritongen.image_parity import parity_images
+        from tritongen.gates.image_parity import parity_images
 
         return list(parity_images().values())
 
@@ -126,7 +126,7 @@ class ImageInputs(Modality):
         return {"pixel_values": {}}
 
     def parity(self, plan: Any, encoder: Any, onnx_path: Path) -> ParityReport:
-        from tritongen.image_parity import check_image_parity
+        from tritongen.gates.image_parity import check_image_parity
 
         return check_image_parity(
             plan.module, plan.hf_tokenizer, encoder, onnx_path, tolerance=plan.spec.parity_tolerance

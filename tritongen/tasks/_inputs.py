@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from tritongen.errors import CheckpointError, UnsupportedModelError
 
 if TYPE_CHECKING:
-    from tritongen.checkpoint import Checkpoint
-    from tritongen.model_facts import ModelFacts
-    from tritongen.parity import ParityReport
+    from tritongen.gates.parity import ParityReport
+    from tritongen.model.checkpoint import Checkpoint
+    from tritongen.model.facts import ModelFacts
     from tritongen.spec import BuildSpec
     from tritongen.tasks._base import TaskPlan, TensorSpec
 
@@ -26,7 +26,7 @@ __all__ = ["Modality", "TextInputs"]
 
 
 class Modality:
-    """The input side of a task: hooks the build calls with its plan (``tritongen.build.BuildPlan``)."""
+    """The input side of a task: hooks the build calls with its plan (``tritongen.build.pipeline.BuildPlan``)."""
 
     name = "text"
     records_canary = True  # whether the build records ``canary.json`` for roll-outs
@@ -105,7 +105,7 @@ class TextInputs(Modality):
         return tokenizer
 
     def facts(self, module: Any, preprocessor: Any, cap: int | None = None) -> ModelFacts:
-        from tritongen.model_facts import read_model_facts
+        from tritongen.model.facts import read_model_facts
 
         return read_model_facts(module, _probe_token(preprocessor), cap=cap)
 
@@ -136,7 +136,7 @@ class TextInputs(Modality):
         }
 
     def encoder(self, plan: Any, step_dir: Path) -> Any:
-        from tritongen.triton_models.tokenizer import TextEncoder
+        from tritongen.steps.tokenizer import TextEncoder
 
         tokenizer_file = step_dir / "tokenizer.json"
         plan.hf_tokenizer.backend_tokenizer.save(str(tokenizer_file))
@@ -147,7 +147,7 @@ class TextInputs(Modality):
         )  # fmt: skip
 
     def samples(self) -> Sequence[Any]:
-        from tritongen.parity import PARITY_TEXTS
+        from tritongen.gates.parity import PARITY_TEXTS
 
         return PARITY_TEXTS
 
@@ -158,7 +158,7 @@ class TextInputs(Modality):
         return {name: {1: "sequence"} for name in plan.inputs}
 
     def parity(self, plan: Any, encoder: Any, onnx_path: Path) -> ParityReport:
-        from tritongen.parity import PARITY_TEXTS, check_parity
+        from tritongen.gates.parity import PARITY_TEXTS, check_parity
 
         return check_parity(
             plan.module, plan.hf_tokenizer, encoder, onnx_path, max_length=plan.max_length,

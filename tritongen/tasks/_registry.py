@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tritongen.errors import UnsupportedModelError
 
 if TYPE_CHECKING:
-    from tritongen.checkpoint import Checkpoint
+    from tritongen.model.checkpoint import Checkpoint
     from tritongen.tasks._base import Task
 
 __all__ = ["TASKS", "detect_task", "get_task", "legacy_settings", "register_task", "settings_sections"]

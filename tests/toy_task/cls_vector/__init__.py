@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tritongen.accuracy import CosineGate
+from tritongen.gates.accuracy import CosineGate
 from tritongen.tasks._base import Task, TensorSpec, exportable, load_pretrained
 
 

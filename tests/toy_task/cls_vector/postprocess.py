@@ -7,7 +7,7 @@ import numpy as np
 try:  # in the server: the shared modules are copied next to this model.py
     from postprocess import BatchedPostprocess
 except ImportError:
-    from tritongen.triton_models.postprocess import BatchedPostprocess
+    from tritongen.steps.postprocess import BatchedPostprocess
 
 
 class TritonPythonModel(BatchedPostprocess):

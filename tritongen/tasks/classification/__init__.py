@@ -13,8 +13,8 @@ from tritongen.tasks._registry import register_task
 if TYPE_CHECKING:
     import torch
 
-    from tritongen.checkpoint import Checkpoint
-    from tritongen.fold import GraphTail
+    from tritongen.model.checkpoint import Checkpoint
+    from tritongen.model.fold import GraphTail
     from tritongen.spec import BuildSpec
 
 __all__ = ["Classification", "ClassificationSettings"]
@@ -89,7 +89,7 @@ class Classification(Task):
     def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
         if _multi_label(checkpoint):
             return None  # LABELS is a JSON list built per row: it stays a Python step
-        from tritongen.fold import classification_tail
+        from tritongen.model.fold import classification_tail
 
         labels = list(checkpoint.id2label.values())
         return classification_tail(self.onnx_output, labels, function=self.gate_function(checkpoint))

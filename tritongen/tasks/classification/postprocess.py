@@ -12,7 +12,7 @@ import numpy as np
 try:  # in the server: the shared modules are copied next to this model.py
     from postprocess import BatchedPostprocess, classify
 except ImportError:
-    from tritongen.triton_models.postprocess import BatchedPostprocess, classify
+    from tritongen.steps.postprocess import BatchedPostprocess, classify
 
 __all__ = ["TritonPythonModel"]
 

@@ -11,15 +11,15 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tritongen.accuracy import CosineGate
+from tritongen.gates.accuracy import CosineGate
 from tritongen.tasks._base import Task, TensorSpec, exportable, load_pretrained
 from tritongen.tasks._registry import register_task
 
 if TYPE_CHECKING:
     import torch
 
-    from tritongen.checkpoint import Checkpoint, Dense
-    from tritongen.fold import GraphTail
+    from tritongen.model.checkpoint import Checkpoint, Dense
+    from tritongen.model.fold import GraphTail
     from tritongen.spec import BuildSpec
 
 __all__ = ["DIMENSIONS", "PROMPT_NAME", "Embedding"]
@@ -92,7 +92,7 @@ class Embedding(Task):
     def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
         if self.matryoshka(checkpoint):
             return None  # DIMENSIONS is per-request logic: the postprocess step stays
-        from tritongen.fold import embedding_tail
+        from tritongen.model.fold import embedding_tail
 
         width = checkpoint.pooling.width(checkpoint.hidden_size)
         return embedding_tail(self.onnx_output, width, normalize=checkpoint.pooling.normalize)

@@ -22,8 +22,8 @@ try:  # in the server: the shared modules are copied next to this model.py
     from _common import input_error
     from postprocess import BatchedPostprocess, input_array, l2_normalize
 except ImportError:
-    from tritongen.triton_models._common import input_error
-    from tritongen.triton_models.postprocess import BatchedPostprocess, input_array, l2_normalize
+    from tritongen.steps._common import input_error
+    from tritongen.steps.postprocess import BatchedPostprocess, input_array, l2_normalize
 
 __all__ = ["TritonPythonModel", "truncate"]
 

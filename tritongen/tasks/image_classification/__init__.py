@@ -13,8 +13,8 @@ from tritongen.tasks.classification import Classification
 if TYPE_CHECKING:
     import torch
 
-    from tritongen.checkpoint import Checkpoint
-    from tritongen.fold import GraphTail
+    from tritongen.model.checkpoint import Checkpoint
+    from tritongen.model.fold import GraphTail
     from tritongen.spec import BuildSpec
     from tritongen.tasks._base import TensorSpec
 
@@ -34,7 +34,7 @@ class ImageClassification(Classification):
     bench_baselines = False
     truncates = False
     modality = ImageInputs()
-    tokenizer_step = "tritongen.triton_models.image"
+    tokenizer_step = "tritongen.steps.image"
     section, Settings = "images", ImagesSettings
 
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:

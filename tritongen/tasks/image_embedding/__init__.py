@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tritongen.accuracy import CosineGate
+from tritongen.gates.accuracy import CosineGate
 from tritongen.tasks._base import Task, TensorSpec, load_pretrained
 from tritongen.tasks._images import IMAGE, ImageInputs, ImagesSettings, pixel_module
 from tritongen.tasks._registry import register_task
@@ -16,7 +16,7 @@ from tritongen.tasks._registry import register_task
 if TYPE_CHECKING:
     import torch
 
-    from tritongen.checkpoint import Checkpoint
+    from tritongen.model.checkpoint import Checkpoint
     from tritongen.spec import BuildSpec
 
 __all__ = ["IMAGE_TEXT_MODELS", "ImageEmbedding"]
@@ -34,7 +34,7 @@ class ImageEmbedding(Task):
     gate = CosineGate
     truncates = False
     modality = ImageInputs()
-    tokenizer_step = "tritongen.triton_models.image"
+    tokenizer_step = "tritongen.steps.image"
     postprocess_step = "tritongen.tasks.embedding.postprocess"
     section, Settings = "images", ImagesSettings
 

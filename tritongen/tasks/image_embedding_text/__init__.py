@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tritongen.accuracy import CosineGate
 from tritongen.errors import SpecError
+from tritongen.gates.accuracy import CosineGate
 from tritongen.tasks._base import Task, TensorSpec, load_pretrained
 from tritongen.tasks._inputs import TextInputs
 from tritongen.tasks._registry import register_task
@@ -21,8 +21,8 @@ from tritongen.tasks.image_embedding import IMAGE_TEXT_MODELS
 if TYPE_CHECKING:
     import torch
 
-    from tritongen.checkpoint import Checkpoint
-    from tritongen.model_facts import ModelFacts
+    from tritongen.model.checkpoint import Checkpoint
+    from tritongen.model.facts import ModelFacts
     from tritongen.spec import BuildSpec
 
 __all__ = ["ImageEmbeddingText", "TextTowerInputs"]
@@ -39,7 +39,7 @@ class TextTowerInputs(TextInputs):
             )
 
     def facts(self, module: Any, preprocessor: Any, cap: int | None = None) -> ModelFacts:
-        from tritongen.model_facts import read_model_facts
+        from tritongen.model.facts import read_model_facts
         from tritongen.tasks._inputs import _probe_token
 
         return read_model_facts(module, _probe_token(preprocessor), model=module.model.text_model, cap=cap)
@@ -102,7 +102,7 @@ def _text_tower(model: Any, *, masked: bool) -> torch.nn.Module:
     """``forward(input_ids[, attention_mask])`` -> ``get_text_features(...).pooler_output``.
 
     Without the mask for a text tower trained on fixed-length rows without one (SigLIP): the forward signature
-    is what the build feeds (``tritongen.model_facts``).
+    is what the build feeds (``tritongen.model.facts``).
     """
     import torch
 

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tritongen.accuracy import SpanGate
 from tritongen.errors import SpecError, UnsupportedModelError
+from tritongen.gates.accuracy import SpanGate
+from tritongen.steps.qa import QAInputError, resolve_window_sizes
 from tritongen.tasks._base import (
     TOKEN_METADATA,
     WINDOW_EXAMPLE,
@@ -24,12 +25,11 @@ from tritongen.tasks._base import (
     max_windows,
 )
 from tritongen.tasks._registry import register_task
-from tritongen.triton_models.qa import QAInputError, resolve_window_sizes
 
 if TYPE_CHECKING:
     import torch
 
-    from tritongen.checkpoint import Checkpoint
+    from tritongen.model.checkpoint import Checkpoint
     from tritongen.spec import BuildSpec
 
 __all__ = ["QuestionAnswering", "QuestionAnsweringSettings"]

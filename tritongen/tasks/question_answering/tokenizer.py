@@ -16,8 +16,8 @@ try:  # in the server: the shared modules are copied next to this model.py
     import qa
     from tokenizer import WindowedTokenizer, check_windows
 except ImportError:
-    from tritongen.triton_models import qa
-    from tritongen.triton_models.tokenizer import WindowedTokenizer, check_windows
+    from tritongen.steps import qa
+    from tritongen.steps.tokenizer import WindowedTokenizer, check_windows
 
 __all__ = ["TritonPythonModel"]
 

@@ -11,8 +11,8 @@ try:  # in the server: the shared modules are copied next to this model.py
     from _common import softmax
     from postprocess import BatchedPostprocess
 except ImportError:
-    from tritongen.triton_models._common import softmax
-    from tritongen.triton_models.postprocess import BatchedPostprocess
+    from tritongen.steps._common import softmax
+    from tritongen.steps.postprocess import BatchedPostprocess
 
 __all__ = ["TritonPythonModel"]
 

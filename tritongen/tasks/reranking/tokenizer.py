@@ -18,8 +18,8 @@ try:  # in the server: the shared modules are copied next to this model.py
     from tokenizer import TextEncoder
     from tokenizer import TritonPythonModel as TextTokenizer
 except ImportError:
-    from tritongen.triton_models.tokenizer import TextEncoder
-    from tritongen.triton_models.tokenizer import TritonPythonModel as TextTokenizer
+    from tritongen.steps.tokenizer import TextEncoder
+    from tritongen.steps.tokenizer import TritonPythonModel as TextTokenizer
 
 __all__ = ["PromptEncoder", "TritonPythonModel"]
 

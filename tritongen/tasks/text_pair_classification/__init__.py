@@ -12,7 +12,7 @@ from tritongen.tasks._registry import register_task
 from tritongen.tasks.classification import Classification
 
 if TYPE_CHECKING:
-    from tritongen.checkpoint import Checkpoint
+    from tritongen.model.checkpoint import Checkpoint
 
 __all__ = ["TextPairClassification"]
 

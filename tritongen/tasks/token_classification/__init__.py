@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tritongen.accuracy import TokenLabelGate
 from tritongen.errors import SpecError
+from tritongen.gates.accuracy import TokenLabelGate
+from tritongen.steps.ner import STRATEGIES
 from tritongen.tasks._base import (
     TOKEN_METADATA,
     WINDOW_EXAMPLE,
@@ -23,12 +24,11 @@ from tritongen.tasks._base import (
     max_windows,
 )
 from tritongen.tasks._registry import register_task
-from tritongen.triton_models.ner import STRATEGIES
 
 if TYPE_CHECKING:
     import torch
 
-    from tritongen.checkpoint import Checkpoint
+    from tritongen.model.checkpoint import Checkpoint
     from tritongen.spec import BuildSpec
 
 __all__ = ["TokenClassification", "TokenClassificationSettings", "ner_stride"]

@@ -17,9 +17,9 @@ try:  # in the server: the shared modules are copied next to this model.py
     from _common import decode_texts, resolve_version_file
     from postprocess import RequestPostprocess, input_array
 except ImportError:
-    from tritongen.triton_models import ner
-    from tritongen.triton_models._common import decode_texts, resolve_version_file
-    from tritongen.triton_models.postprocess import RequestPostprocess, input_array
+    from tritongen.steps import ner
+    from tritongen.steps._common import decode_texts, resolve_version_file
+    from tritongen.steps.postprocess import RequestPostprocess, input_array
 
 __all__ = ["TritonPythonModel"]
 

@@ -16,8 +16,8 @@ try:  # in the server: the shared modules are copied next to this model.py
     import ner
     from tokenizer import WindowedTokenizer, check_windows
 except ImportError:
-    from tritongen.triton_models import ner
-    from tritongen.triton_models.tokenizer import WindowedTokenizer, check_windows
+    from tritongen.steps import ner
+    from tritongen.steps.tokenizer import WindowedTokenizer, check_windows
 
 __all__ = ["TritonPythonModel"]
 

@@ -20,7 +20,7 @@ from tritongen.tasks._registry import register_task
 if TYPE_CHECKING:
     import torch
 
-    from tritongen.checkpoint import Checkpoint
+    from tritongen.model.checkpoint import Checkpoint
     from tritongen.spec import BuildSpec
 
 __all__ = ["ZeroShotClassification", "ZeroShotSettings", "entailment_ids"]

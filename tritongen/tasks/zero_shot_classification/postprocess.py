@@ -16,9 +16,9 @@ try:  # in the server: the shared modules are copied next to this model.py
     from _common import decode_texts
     from postprocess import RequestPostprocess, input_array
 except ImportError:
-    from tritongen.triton_models import zero_shot
-    from tritongen.triton_models._common import decode_texts
-    from tritongen.triton_models.postprocess import RequestPostprocess, input_array
+    from tritongen.steps import zero_shot
+    from tritongen.steps._common import decode_texts
+    from tritongen.steps.postprocess import RequestPostprocess, input_array
 
 __all__ = ["TritonPythonModel"]
 

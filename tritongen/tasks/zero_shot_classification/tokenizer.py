@@ -19,10 +19,10 @@ try:  # in the server: the shared modules are copied next to this model.py
     from tokenizer import TritonPythonModel as TextTokenizer
     from tokenizer import pb_utils
 except ImportError:
-    from tritongen.triton_models import zero_shot
-    from tritongen.triton_models._common import input_error
-    from tritongen.triton_models.tokenizer import TritonPythonModel as TextTokenizer
-    from tritongen.triton_models.tokenizer import pb_utils
+    from tritongen.steps import zero_shot
+    from tritongen.steps._common import input_error
+    from tritongen.steps.tokenizer import TritonPythonModel as TextTokenizer
+    from tritongen.steps.tokenizer import pb_utils
 
 __all__ = ["TritonPythonModel", "request_pairs"]
 

@@ -1,0 +1,1 @@
+"""``tritongen build``: the plan, its stages in order, and the model card."""

@@ -1,0 +1,1 @@
+"""Texts shipped with the package: calibration and validation samples, and the labelled datasets' loader."""

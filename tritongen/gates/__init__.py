@@ -1,0 +1,1 @@
+"""What a build must pass before it is written: parity with PyTorch, accuracy, the containers' runtimes."""

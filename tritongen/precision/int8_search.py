@@ -1,0 +1,344 @@
+"""Find the fastest int8 model that passes the accuracy gate: across schemes, levers and layers.
+
+A user who asks for int8 wants the fastest model that keeps the gate, not a refusal, and should not
+have to know which scheme to try. Candidates are tried in the order of their expected speed on ONNX
+Runtime's CPU provider, and the first that passes the gate on the full validation set is served:
+
+1. **Whole models**, every weight MatMul in int8 with per-channel weights, per scheme (``dynamic``:
+   activations quantised per batch at run time, the fastest here; then ``static``: QDQ, activations
+   calibrated, what TensorRT takes), each with its accuracy levers in turn: plain, SmoothQuant-style
+   activation balancing (``tritongen.precision.smoothquant``), and for static percentile calibration on a
+   bounded sample. Calibration texts are the calibration sample, drawn from the same tweets and news as
+   the built-in validation texts but disjoint from them.
+2. **Mixed**: the fastest scheme, with its most accurate lever, keeps its most sensitive weight
+   MatMuls in float. Each MatMul's sensitivity is the difference it causes when it alone is int8, on the
+   validation texts nearest FP32's decision boundary (``tritongen.precision.sensitivity``, one switch model,
+   no rebuild per layer). The 1, 2, 4, ... most sensitive stay in float until the gate passes, then the
+   count is bisected down.
+
+Every candidate is gated against the same FP32 PyTorch reference (dynamic ones both one text at a time
+and in batches, since their activation scales depend on the batch). At the end all of them are timed
+in-process on the served path against FP32, for the model card's trade-off table and plot only: the
+choice follows the expected speed order, not a timing on a machine that may be busy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tritongen.errors import ExportError, describe
+from tritongen.gates.accuracy import AccuracyReport, GateReference
+from tritongen.precision.int8_report import SPEED_BATCHES, Candidate, SearchReport, Trial
+from tritongen.precision.optimize import HISTOGRAM_TEXTS, prepare_for_quantization, quantize_int8, weight_matmuls
+from tritongen.precision.sensitivity import build_switch_model, measure_sensitivity, rank_layers
+from tritongen.precision.smoothquant import SMOOTHING_TEXTS, smooth_activations
+
+__all__ = ["SCHEMES", "Candidate", "SearchReport", "Trial", "search_int8", "smallest_passing"]
+
+SCHEMES = ("dynamic", "static")  # expected speed on the CPU execution provider, fastest first
+SENSITIVITY_TEXTS = 32  # texts nearest the decision boundary, for the per-layer measurements
+CALIBRATION_TEXTS = 128  # min-max calibration streams; more texts only cost time
+SMOOTHING_ALPHA = 0.75  # how much of the activations' range moves into the weights (0.5 in the paper)
+# After the choice, for the model card's trade-off curve only: the served candidate with this many of its
+# most sensitive weight MatMuls (also) in float, and every scheme's whole model. Empty: no curve.
+CURVE_FLOAT_COUNTS = (1, 2, 4)
+
+
+def smallest_passing(limit: int, passes: Callable[[int], bool]) -> int | None:
+    """A small count in 1..``limit`` that ``passes``: 1, 2, 4, ... until one passes, then bisection.
+
+    Bisection stops within a quarter of the count (every step is a build and a gate). More layers in
+    float help accuracy in expectation, not in every case, so the answer is the smallest passing count
+    this walk finds, not necessarily the smallest that exists.
+    """
+    failed, count = 0, 1
+    while True:
+        count = min(count, limit)
+        if count <= failed:
+            return None
+        if passes(count):
+            break
+        failed, count = count, count * 2
+    passed = count
+    while passed - failed > max(1, passed // 4):  # within a quarter is close enough: each step is a build
+        middle = (failed + passed) // 2
+        if passes(middle):
+            passed = middle
+        else:
+            failed = middle
+    return passed
+
+
+def search_int8(
+    source: Path,
+    target: Path,
+    *,
+    reference: GateReference,
+    encoder: Any,
+    calibration: Sequence[str],
+    baseline: Path | None = None,
+    schemes: Sequence[str] = SCHEMES,
+    symmetric: bool = False,
+    speed_texts: Sequence[str] = (),
+    accept_loss: bool = False,
+    curve: bool = True,
+    progress: Callable[[str], None] = lambda message: None,
+    served_gate: Callable[[Path, str, bool], AccuracyReport] | None = None,
+    served_runtime: str | None = None,
+    announce: Callable[[str], None] = lambda line: None,
+) -> SearchReport:
+    """Write the first int8 quantisation of ``source`` (in expected speed order) that passes the gate to ``target``.
+
+    ``reference`` is the gate; ``schemes`` the schemes allowed, fastest first (one when the user pinned
+    it); ``symmetric`` gives int8 activations for TensorRT. ``baseline`` is the FP32 model speeds are
+    compared with (default ``source``, which may carry fusions). When nothing passes, ``chosen`` is the
+    most accurate candidate, written only with ``accept_loss``; ``SearchReport.failure`` is the error.
+    ``curve`` adds candidates after the choice, for the model card's trade-off curve only.
+    ``served_gate(path, label, batch_dependent)`` measures a candidate that passed here again in the runtime
+    that will serve it (the container's ONNX Runtime, ``tritongen.gates.compat``); it must pass there as well, and
+    the trial records both runtimes' figures, and ``served_runtime`` names that runtime in the report.
+    ``progress`` gets what the search is doing now (a spinner's text); ``announce`` gets one line per
+    candidate as it is decided, with its figures, so a search of minutes shows where it stands.
+    """
+    work = target.resolve().parent / "_int8_search"
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        search = _Search(
+            source, work, reference, encoder, calibration, symmetric=symmetric, progress=progress,
+            served_gate=served_gate, served_runtime=served_runtime, announce=announce,
+        )  # fmt: skip
+        chosen = search.run(schemes)
+        if chosen is not None and curve and CURVE_FLOAT_COUNTS:
+            try:
+                search.explore(chosen, schemes)
+            except Exception as exc:  # the curve only informs; a quantiser failure there must not lose the choice
+                search.report.notes.append(f"The trade-off curve stopped early: {describe(exc)}.")
+        report = search.report
+        report.chosen = chosen or (report.best() if report.trials else None)
+        report.notes += search.notes()
+        progress("INT8 search: timing the candidates against FP32…")
+        _time_trials(report, baseline or source, encoder, speed_texts)
+        if report.chosen is not None and (report.chosen.passed or accept_loss):
+            shutil.copyfile(report.chosen.path, target)
+        return report
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+class _Search:
+    """The state of one search: the prepared model, its weight MatMuls, and every trial so far."""
+
+    def __init__(
+        self,
+        source: Path,
+        work: Path,
+        reference: GateReference,
+        encoder: Any,
+        calibration: Sequence[str],
+        *,
+        symmetric: bool,
+        progress: Callable[[str], None],
+        served_gate: Callable[[Path, str, bool], AccuracyReport] | None = None,
+        served_runtime: str | None = None,
+        announce: Callable[[str], None] = lambda line: None,
+    ) -> None:
+        import onnxruntime as ort
+
+        self.work, self.reference, self.encoder, self.symmetric = work, reference, encoder, symmetric
+        self.served_gate, self.failed_there = served_gate, 0
+        self.calibration = list(calibration[:: -(-len(calibration) // CALIBRATION_TEXTS) or 1])  # spread over the file
+        self.progress, self.announce = progress, announce
+        progress("INT8 search: preparing the model…")
+        self.prepared = prepare_for_quantization(source, work)
+        self.report = SearchReport(
+            layers=weight_matmuls(self.prepared), runtime=f"ONNX Runtime {ort.__version__}",
+            served_runtime=served_runtime if served_gate is not None else None,
+        )  # fmt: skip
+        if not self.report.layers:
+            raise ExportError("the model has no MatMul with a constant weight, which is what int8 quantises")
+        announce(
+            f"INT8 search: {len(self.report.layers)} weight MatMuls; candidates in expected speed order, each gated "
+            f"on {reference.count} validation texts; the first that passes is served"
+        )
+        self._smoothed: Path | None = None
+
+    def notes(self) -> list[str]:
+        """How the levers that were used were set up, for the report."""
+        used = [trial.candidate for trial in self.report.trials]
+        notes = []
+        if any(c.scheme == "static" for c in used):
+            notes.append(
+                f"Static calibration: min-max over {len(self.calibration)} texts"
+                + (f"; percentile (99.999th) over at most {HISTOGRAM_TEXTS} of them, as histograms hold every "
+                   "activation" if any(c.calibration == "percentile" for c in used) else "")
+                + "."
+            )  # fmt: skip
+        if any(c.smooth for c in used):
+            notes.append(
+                f"Activation balancing: SmoothQuant-style, alpha {SMOOTHING_ALPHA}, activation ranges over "
+                f"{min(len(self.calibration), SMOOTHING_TEXTS)} calibration texts (ONNX Runtime's own SmoothQuant "
+                "needs Intel Neural Compressor, which is not installed)."
+            )
+        if self.served_gate is not None:
+            notes.append(
+                "Every candidate that passed here was gated again in the serving runtime (the target Triton "
+                f"container's ONNX Runtime); {self.failed_there} passed here and failed there."
+            )
+        if self.report.sensitivity:
+            notes.append(
+                "Sensitivity: each weight MatMul alone in int8 (the others float), ranked by the mean difference "
+                "it causes; measured with one switch model, so no layer needs its own build."
+            )
+        return notes
+
+    @property
+    def nodes(self) -> list[str]:
+        """Every weight MatMul."""
+        return [layer.node for layer in self.report.layers]
+
+    def run(self, schemes: Sequence[str]) -> Trial | None:
+        """The first candidate that passes, in expected speed order; None when none does."""
+        for scheme in schemes:
+            passed = self.whole_models(scheme)
+            if passed is not None:
+                return passed
+        return self.mixed(schemes[0])
+
+    def float_model(self, smooth: bool) -> Path:
+        """The float model a candidate quantises: the prepared one, or its balanced version (made once)."""
+        if not smooth:
+            return self.prepared
+        if self._smoothed is None:
+            self.progress("INT8 search: balancing activations (SmoothQuant)…")
+            self._smoothed = self.work / "smoothed.onnx"
+            smooth_activations(
+                self.prepared, self._smoothed, nodes=self.nodes, encoder=self.encoder, texts=self.calibration,
+                alpha=SMOOTHING_ALPHA,
+            )  # fmt: skip
+        return self._smoothed
+
+    def attempt(self, candidate: Candidate) -> Trial:
+        """Build ``candidate`` for real and gate it on the full validation set; announce its figures."""
+        start = time.perf_counter()
+        self.progress(f"INT8 search: {candidate.label} (candidate {len(self.report.trials) + 1})…")
+        path = self.work / f"candidate_{len(self.report.trials)}.onnx"
+        int8_nodes = [node for node in self.nodes if node not in set(candidate.float_nodes)]
+        quantize_int8(
+            self.float_model(candidate.smooth), path, scheme=candidate.scheme, nodes=int8_nodes, encoder=self.encoder,
+            texts=self.calibration, symmetric=self.symmetric, calibration=candidate.calibration,
+        )  # fmt: skip
+        dynamic = candidate.scheme == "dynamic"
+        accuracy = self.reference.measure(path, f"INT8 {candidate.label}", batch_dependent=dynamic)
+        there = None
+        if accuracy.passed and self.served_gate is not None:  # what serves it must pass too
+            self.progress(f"INT8 search: {candidate.label} in {self.report.served_runtime or 'the serving runtime'}…")
+            there = self.served_gate(path, f"INT8 {candidate.label}", dynamic)
+            if not there.passed:
+                self.failed_there += 1
+        trial = Trial(candidate, accuracy, path, container=there, seconds=time.perf_counter() - start)
+        self.announce(self.report.trial_line(trial))
+        self.report.trials.append(trial)
+        return trial
+
+    def whole_models(self, scheme: str) -> Trial | None:
+        """Every weight MatMul of ``scheme`` in int8, lever after lever; the first that passes."""
+        plain = self.attempt(Candidate(scheme))
+        if plain.passed:
+            return plain
+        smoothed = self.attempt(Candidate(scheme, smooth=True, why="every weight MatMul in int8, activations balanced"))
+        if smoothed.passed or scheme != "static":
+            return smoothed if smoothed.passed else None
+        smooth = (smoothed.gated.loss or 0.0) < (plain.gated.loss or 0.0)
+        why = "every weight MatMul in int8, percentile calibration" + (", activations balanced" if smooth else "")
+        percentile = self.attempt(Candidate(scheme, smooth=smooth, calibration="percentile", why=why))
+        return percentile if percentile.passed else None
+
+    def mixed(self, scheme: str) -> Trial | None:
+        """Keep the most sensitive weight MatMuls of ``scheme``'s most accurate whole model in float."""
+        wholes = [t for t in self.report.trials if t.candidate.scheme == scheme and not t.candidate.float_nodes]
+        base = min(wholes, key=lambda t: t.gated.loss or 0.0).candidate
+        ranked = self.ranked_layers(base)
+        tried: dict[int, Trial] = {}
+
+        def passes(count: int) -> bool:
+            tried[count] = self.attempt(self.with_float(base, ranked[:count]))
+            return tried[count].passed
+
+        count = smallest_passing(len(ranked) - 1, passes)
+        return None if count is None else tried[count]
+
+    def ranked_layers(self, base: Candidate) -> list[str]:
+        """The weight MatMuls, the most sensitive first, measured (once) on ``base``'s whole int8 model."""
+        if not self.report.sensitivity:
+            whole = next(t for t in self.report.trials if t.candidate == base)  # built before any layer search
+            self.progress("INT8 search: building the sensitivity model…")
+            switch = build_switch_model(
+                self.float_model(base.smooth), whole.path, self.work / "switch.onnx", scheme=base.scheme
+            )
+            sensitivities = measure_sensitivity(
+                switch, self.report.layers, self.reference.subset(SENSITIVITY_TEXTS), batch_dependent=False,
+                progress=lambda message: self.progress(f"INT8 search: {message}…"),
+            )  # fmt: skip
+            self.report.sensitivity = rank_layers(sensitivities)
+            switch.path.unlink(missing_ok=True)
+            top = ", ".join(item.layer.layer for item in self.report.sensitivity[:3])
+            self.announce(f"INT8 search: {len(sensitivities)} weight MatMuls ranked by sensitivity; the most: {top}")
+        return [item.layer.node for item in self.report.sensitivity]
+
+    @staticmethod
+    def with_float(base: Candidate, nodes: Sequence[str]) -> Candidate:
+        """``base`` with ``nodes`` kept in float."""
+        why = f"the {len(nodes)} most sensitive weight MatMuls in float"
+        return Candidate(base.scheme, tuple(nodes), base.smooth, base.calibration, why=why)
+
+    def explore(self, chosen: Trial, schemes: Sequence[str]) -> None:
+        """For the trade-off curve only: every scheme's whole model, and ``chosen`` with more layers in float."""
+        for scheme in schemes:
+            if all(trial.candidate != Candidate(scheme) for trial in self.report.trials):
+                self.attempt(Candidate(scheme, why="every weight MatMul in int8 (tried for the curve)"))
+        base = dataclasses.replace(chosen.candidate, float_nodes=())
+        ranked = self.ranked_layers(base)
+        done = {len(t.candidate.float_nodes) for t in self.report.trials if t.candidate.scheme == base.scheme}
+        for count in CURVE_FLOAT_COUNTS:
+            if len(chosen.candidate.float_nodes) < count < len(ranked) and count not in done:
+                self.attempt(self.with_float(base, ranked[:count]))
+
+
+def _time_trials(report: SearchReport, baseline: Path, encoder: Any, texts: Sequence[str]) -> None:
+    """Texts per second of FP32 and every trial on the served path in-process; for the report only.
+
+    Interleaved rounds, the best of each: FP32 and the served model get two, the others one.
+    """
+    import onnxruntime as ort
+
+    if not texts:
+        return
+    paths = [baseline] + [trial.path for trial in report.trials]
+    twice = [baseline] + ([report.chosen.path] if report.chosen is not None else [])
+    best = {(path, batch): 0.0 for path in paths for batch in SPEED_BATCHES}
+    for round_paths in (paths, twice):
+        for path in round_paths:
+            session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            for batch in SPEED_BATCHES:
+                best[path, batch] = max(best[path, batch], _texts_per_s(session, encoder, texts, batch))
+    report.fp32_texts_per_s = {batch: best[baseline, batch] for batch in SPEED_BATCHES}
+    for trial in report.trials:
+        trial.texts_per_s = {batch: best[trial.path, batch] for batch in SPEED_BATCHES}
+        trial.speedup = {
+            batch: trial.texts_per_s[batch] / report.fp32_texts_per_s[batch] if report.fp32_texts_per_s[batch] else 0.0
+            for batch in SPEED_BATCHES
+        }
+
+
+def _texts_per_s(session: Any, encoder: Any, texts: Sequence[str], batch: int) -> float:
+    """One timed pass over ``texts`` in calls of ``batch`` texts, tokenizer included, after one warm-up call."""
+    session.run(None, encoder(list(texts[:batch])))
+    start = time.perf_counter()
+    for index in range(0, len(texts), batch):
+        session.run(None, encoder(list(texts[index : index + batch])))
+    return len(texts) / (time.perf_counter() - start)

@@ -1,0 +1,1 @@
+"""The model step's runtimes (ONNX Runtime, OpenVINO, TensorRT)."""

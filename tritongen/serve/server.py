@@ -1,0 +1,298 @@
+"""Run the real Triton server that the nvidia-pytriton wheel ships, on this machine.
+
+That build (Triton 2.51, the same as the 24.10 container) has only the Python backend.
+``prepare_runtime`` lays out a backend directory holding the Python backend with the stub
+for this interpreter, plus our Python-based ``onnxruntime`` backend, so the generated
+repository is served unchanged. :class:`TritonServer` starts it on the ports asked for
+(explicit model control, every model loaded, so that models can be reloaded through the
+repository API), waits for readiness with :func:`wait_until_ready`, and always stops it: a
+signal first, so that Triton drains in-flight requests for ``exit_timeout`` seconds, then
+SIGKILL of its whole process group, stubs included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from tritongen.errors import ServerError
+from tritongen.steps import backends
+
+REMOTE_SCHEMES = ("s3://", "gs://", "as://")  # repositories tritonserver reads itself
+
+__all__ = [
+    "REMOTE_SCHEMES",
+    "TritonServer",
+    "free_port",
+    "prepare_runtime",
+    "running_server",
+    "server_environment",
+    "triton_paths",
+    "wait_until_ready",
+]
+
+# Seconds past the exit timeout before the process group gets SIGKILL: Triton's own exit takes a moment.
+_KILL_MARGIN_S = 10.0
+
+
+@functools.lru_cache(maxsize=1)
+def triton_paths() -> dict[str, Path]:
+    """Locations inside the installed nvidia-pytriton wheel."""
+    try:
+        import pytriton
+    except ImportError:
+        raise ServerError("nvidia-pytriton is not installed; run `make venv` to install the pinned packages") from None
+    package = Path(pytriton.__file__).resolve().parent
+    home = package / "tritonserver"
+    paths = {
+        "home": home,
+        "binary": home / "bin" / "tritonserver",
+        "python_backend": home / "backends" / "python",
+        "stub": home
+        / "python_backend_stubs"
+        / f"{sys.version_info.major}.{sys.version_info.minor}"
+        / "triton_python_backend_stub",
+        "caches": home / "caches",
+        "libs": package.parent / "nvidia_pytriton.libs",
+    }
+    for key in ("binary", "python_backend", "stub", "libs"):
+        if not paths[key].exists():
+            raise ServerError("the pytriton wheel lacks {path}; reinstall nvidia-pytriton==0.7.0", path=paths[key])
+    return paths
+
+
+@functools.lru_cache(maxsize=1)
+def prepare_runtime() -> Path:
+    """Create (once per process) a folder with ``backends/``, ``caches/`` and ``lib/``.
+
+    ``lib/`` holds the unversioned names perf_analyzer looks for (``libb64.so.0d``,
+    ``libcudart.so.12``), linked to the hashed copies in the wheel's libs folder.
+    """
+    paths = triton_paths()
+    root = Path(tempfile.mkdtemp(prefix="tritongen-runtime-"))
+    python_dir = root / "backends" / "python"
+    python_dir.mkdir(parents=True)
+    for item in ("libtriton_python.so", "triton_python_backend_utils.py"):
+        shutil.copy2(paths["python_backend"] / item, python_dir / item)
+    shutil.copy2(paths["stub"], python_dir / "triton_python_backend_stub")
+    for backend in ("onnxruntime", "openvino"):  # Python-based stand-ins for the container's native backends
+        (root / "backends" / backend).mkdir()
+        shutil.copy2(Path(backends.__file__).parent / backend / "model.py", root / "backends" / backend / "model.py")
+    (root / "caches").symlink_to(paths["caches"], target_is_directory=True)
+    lib = root / "lib"
+    lib.mkdir()
+    for pattern, name in (("libb64-*.so.0d", "libb64.so.0d"), ("libcudart-*.so.12*", "libcudart.so.12")):
+        found = sorted(paths["libs"].glob(pattern))
+        if found:
+            (lib / name).symlink_to(found[0])
+    import atexit
+
+    atexit.register(shutil.rmtree, root, True)
+    return root
+
+
+def server_environment() -> dict[str, str]:
+    """Environment for tritonserver and perf_analyzer: libraries found, this venv's Python first."""
+    env = dict(os.environ)
+    libs = [str(triton_paths()["libs"]), str(prepare_runtime() / "lib")]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p])
+    # The Python backend stub imports packages from the first `python` on PATH.
+    env["PATH"] = os.pathsep.join([str(Path(sys.prefix) / "bin"), env.get("PATH", "")])
+    return env
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until_ready(
+    url: str,
+    *,
+    timeout: float,
+    process: subprocess.Popen[bytes] | None = None,
+    what: str = "tritonserver",
+    log_file: Path | None = None,
+    reason: Callable[[], str] = lambda: "",
+    path: str = "/v2/health/ready",
+) -> None:
+    """Poll ``http://{url}{path}`` until it answers 200; raise ServerError otherwise.
+
+    The one readiness poller: Triton, the bench's baselines and tests use it. It gives up as soon
+    as ``process`` (the server being waited for) exits, and after ``timeout`` seconds;
+    ``reason()`` adds the telling log line to the error.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if process is not None and process.poll() is not None:
+            detail = reason()
+            raise ServerError(
+                f"{what} exited with code {process.returncode}" + (f": {detail}" if detail else ""), log_file=log_file
+            )
+        with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
+            with urllib.request.urlopen(f"http://{url}{path}", timeout=2) as response:
+                if response.status == 200:
+                    return
+        if time.monotonic() > deadline:
+            detail = reason()
+            raise ServerError(
+                f"{what} was not ready after {timeout:.0f}s" + (f": {detail}" if detail else ""), log_file=log_file
+            )
+        time.sleep(0.25)
+
+
+class TritonServer:
+    """A tritonserver process serving one repository; use as a context manager."""
+
+    def __init__(
+        self,
+        repository: Path | str,
+        *,
+        host: str = "127.0.0.1",
+        http_port: int = 8000,
+        grpc_port: int = 8001,
+        metrics_port: int = 8002,
+        cache_size: int = 0,
+        models: Sequence[str] | None = None,
+        log_file: Path | None = None,
+        exit_timeout: int = 10,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        # A local folder, or a remote repository URL tritonserver reads itself (s3://, gs://, as://).
+        remote = str(repository).startswith(REMOTE_SCHEMES)
+        self.repository: Path | str = str(repository) if remote else Path(repository).resolve()
+        self.host = host
+        self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
+        self.cache_size = cache_size
+        self.models = list(models) if models is not None else ["*"]
+        self.exit_timeout = exit_timeout
+        self.extra_args = list(extra_args)
+        self._own_log = log_file is None
+        self.log_file = log_file or Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP endpoint."""
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of the gRPC endpoint."""
+        return f"{self.host}:{self.grpc_port}"
+
+    def command(self) -> list[str]:
+        """The tritonserver command line."""
+        runtime = prepare_runtime()
+        cmd = [
+            str(triton_paths()["binary"]),
+            f"--model-repository={self.repository}",
+            f"--backend-directory={runtime / 'backends'}",
+            f"--cache-directory={runtime / 'caches'}",
+            f"--http-address={self.host}",
+            f"--http-port={self.http_port}",
+            f"--grpc-address={self.host}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-address={self.host}",
+            f"--metrics-port={self.metrics_port}",
+            "--allow-metrics=true",
+            "--allow-gpu-metrics=false",
+            f"--exit-timeout-secs={self.exit_timeout}",
+            "--strict-readiness=true",
+        ]
+        if self.cache_size:
+            cmd.append(f"--cache-config=local,size={self.cache_size}")
+        cmd.append("--model-control-mode=explicit")
+        cmd += [f"--load-model={name}" for name in self.models]
+        return cmd + self.extra_args
+
+    def start(self, timeout: float = 240.0) -> TritonServer:
+        """Start the server and block until it reports ready; raise ServerError otherwise."""
+        if isinstance(self.repository, Path) and not self.repository.is_dir():
+            raise ServerError("model repository {path} does not exist; build one first", path=self.repository)
+        for port in (self.http_port, self.grpc_port, self.metrics_port):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                if sock.connect_ex((self.host, port)) == 0:
+                    raise ServerError(f"port {port} on {self.host} is already in use; choose other ports")
+        with open(self.log_file, "wb") as log:
+            self.process = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, env=server_environment(), start_new_session=True
+            )
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until ``/v2/health/ready`` answers 200; raise ServerError if the process dies or time runs out."""
+        wait_until_ready(
+            self.http_url, timeout=timeout, process=self.process, log_file=self.log_file, reason=self.failure_reason
+        )
+
+    def logs(self) -> str:
+        """The server's output so far."""
+        try:
+            return self.log_file.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def failure_reason(self) -> str:
+        """The most telling error line of the log (see the log file for the rest)."""
+        lines = [ln for ln in self.logs().splitlines() if ln.strip()]
+        errors = [ln for ln in lines if ln.startswith("E") or "failed" in ln.lower() or "error" in ln.lower()]
+        picked = (errors or lines or ["no output"])[0 if errors else -1]
+        return picked.strip()[:400]
+
+    def stop(self) -> None:
+        """Stop the server and every process of its group, stubs included.
+
+        SIGTERM to tritonserver alone: Triton then refuses new work, drains in-flight requests for
+        up to ``exit_timeout`` seconds and stops its stubs. Whatever of the group is still there
+        a margin later (or at once, when tritonserver has already died) gets SIGKILL.
+        """
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=self.exit_timeout + _KILL_MARGIN_S)
+        # The group outlives its leader when stubs linger; killpg reaches them by the leader's pid.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
+
+    def __enter__(self) -> TritonServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def running_server(repository: Path | str, **kwargs: object) -> Iterator[TritonServer]:
+    """Start a server on free ports and stop it afterwards."""
+    ports = {key: free_port() for key in ("http_port", "grpc_port", "metrics_port")}
+    ports.update({k: v for k, v in kwargs.items() if k in ports})  # type: ignore[misc]
+    rest = {k: v for k, v in kwargs.items() if k not in ports}
+    server = TritonServer(repository, **ports, **rest)  # type: ignore[arg-type]
+    with server:
+        yield server

@@ -1,0 +1,232 @@
+"""Triton Python-backend tokenizer: ``TEXT`` -> ``input_ids``, ``attention_mask`` [, ``token_type_ids``].
+
+It runs the Rust fast tokenizer from the checkpoint's ``tokenizer.json``, truncates to the
+model's maximum length, and pads each request to the smallest length bucket that fits, so
+that Triton's dynamic batcher can batch equally shaped requests for the model step. All
+texts of all requests in one ``execute`` are encoded in a single ``encode_batch`` call.
+
+It also emits ``TRUNCATED``: whether the text was longer than the model and lost its tail (classification
+and embeddings truncate by design). Tasks whose requests become windows (token classification, question
+answering) subclass :class:`WindowedTokenizer` in their own folder (``tritongen/tasks/<task>/tokenizer.py``),
+and this module is copied next to their ``model.py``.
+
+Settings come from the config's ``parameters``: ``tokenizer_file``, ``max_length``,
+``buckets`` (comma-separated), ``pad_id``, ``pad_type_id`` and ``padding_side`` (``right``, or ``left`` where the
+checkpoint's tokenizer declares it); the task's own come after them. Where the config has ``prompts`` (JSON,
+name -> text) the optional ``PROMPT_NAME`` input picks the one prepended to each text, as sentence-transformers
+does (absent or empty: ``default_prompt_name``, if any).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # outside the server: importable for tests and build-time checks
+    pb_utils = None
+
+try:
+    from _common import (
+        decode_texts,
+        input_error,
+        model_parameters,
+        pack_encodings,
+        resolve_version_file,
+        respond_per_request,
+        token_metadata,
+    )
+except ImportError:
+    from tritongen.steps._common import (
+        decode_texts,
+        input_error,
+        model_parameters,
+        pack_encodings,
+        resolve_version_file,
+        respond_per_request,
+        token_metadata,
+    )
+
+__all__ = ["TextEncoder", "TritonPythonModel", "WindowedTokenizer", "check_windows", "truncated"]
+
+
+_ENCODER_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids", "special_mask", "word_ids", "offsets")
+
+
+class TextEncoder:
+    """Tokenise texts and pack them into bucket-padded int64 arrays."""
+
+    def __init__(
+        self,
+        tokenizer_file: str,
+        max_length: int,
+        buckets: Sequence[int],
+        *,
+        pad_id: int = 0,
+        pad_type_id: int = 0,
+        input_names: Sequence[str] = ("input_ids", "attention_mask"),
+        padding_side: str = "right",
+    ) -> None:
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length)
+        self.max_length = int(max_length)
+        self.buckets = sorted({int(b) for b in buckets if 0 < int(b) < self.max_length} | {self.max_length})
+        self.pad_id = int(pad_id)
+        self.pad_type_id = int(pad_type_id)
+        self.input_names = tuple(input_names)
+        if padding_side not in ("left", "right"):
+            raise ValueError(f"padding_side must be left or right, got {padding_side!r}")
+        self.padding_side = padding_side
+
+    def bucket(self, length: int) -> int:
+        """Smallest bucket that holds ``length`` tokens."""
+        for size in self.buckets:
+            if length <= size:
+                return size
+        return self.max_length
+
+    def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[Any]:
+        """Encode all texts (and optional second segments) in one call."""
+        if pairs is None:
+            return self.tokenizer.encode_batch(list(texts))
+        # An empty second segment means no pair, as in transformers (`if text_pair:`).
+        return self.tokenizer.encode_batch([(t, p) if p else t for t, p in zip(texts, pairs)])
+
+    def pack(self, encodings: Sequence[Any]) -> dict[str, np.ndarray]:
+        """Pad ``encodings`` to one bucket length and return the model inputs."""
+        width = self.bucket(max((len(e.ids) for e in encodings), default=1))
+        arrays = pack_encodings(encodings, width, self.pad_id, self.pad_type_id, self.padding_side)
+        if {"special_mask", "word_ids", "offsets"} & set(self.input_names):
+            arrays.update(token_metadata(encodings, width, self.padding_side))
+        return {name: arrays[name] for name in self.input_names}
+
+    def __call__(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Encode and pack in one step."""
+        return self.pack(self.encode(texts, pairs))
+
+
+def truncated(encodings: Sequence[Any]) -> np.ndarray:
+    """[N, 1] bool: whether each text lost tokens to truncation (the tokenizer kept what did not fit)."""
+    return np.array([[bool(encoding.overflowing)] for encoding in encodings], dtype=bool).reshape(-1, 1)
+
+
+def check_windows(count: int, limit: int, window: int, what: str) -> None:
+    """Refuse a request with more windows than the model step takes in one batch."""
+    if count > limit:
+        raise ValueError(
+            f"the {what} need {count} windows of {window} tokens, more than the {limit} the model step takes in one "
+            f"request: send fewer or shorter {what}, or rebuild with a larger max_batch_size"
+        )
+
+
+class TritonPythonModel:
+    """The plain tokenizer step: ``TEXT`` [, ``TEXT_PAIR``] -> one bucket-padded row per text, and ``TRUNCATED``.
+
+    Task tokenizers that cut requests into windows subclass it (``tritongen/tasks/*/tokenizer.py``): they
+    read their own settings in :meth:`setup` and answer each request with :meth:`process_request`.
+    """
+
+    def initialize(self, args: dict[str, str]) -> None:
+        """Read settings from the model config and load ``tokenizer.json``."""
+        config = json.loads(args["model_config"])
+        params = model_parameters(config)
+        self.output_names = [out["name"] for out in config["output"]]
+        self.input_names = [inp["name"] for inp in config["input"]]
+        self.encoder = TextEncoder(
+            str(resolve_version_file(args, params.get("tokenizer_file", "tokenizer.json"))),
+            int(params["max_length"]),
+            [int(b) for b in params.get("buckets", "").split(",") if b.strip()],
+            pad_id=int(params.get("pad_id", "0")),
+            pad_type_id=int(params.get("pad_type_id", "0")),
+            input_names=[n for n in self.output_names if n in _ENCODER_OUTPUTS],
+            padding_side=params.get("padding_side", "right"),
+        )
+        self.prompts: dict[str, str] = json.loads(params.get("prompts") or "{}")
+        self.default_prompt = params.get("default_prompt_name", "")
+        self.setup(params)
+
+    def setup(self, params: dict[str, str]) -> None:
+        """Read the task's own parameters (none for plain text)."""
+
+    def texts(self, request: Any, name: str) -> list[str]:
+        """The strings of input ``name`` of ``request``."""
+        return decode_texts(pb_utils.get_input_tensor_by_name(request, name).as_numpy(), name)
+
+    def prompted(self, request: Any, texts: list[str]) -> list[str]:
+        """``texts`` with the prompt ``PROMPT_NAME`` names (per row; absent or empty: the default) in front."""
+        tensor = (
+            pb_utils.get_input_tensor_by_name(request, "PROMPT_NAME") if "PROMPT_NAME" in self.input_names else None
+        )
+        names = [""] * len(texts) if tensor is None else decode_texts(tensor.as_numpy(), "PROMPT_NAME")
+        if len(names) == 1 and len(texts) > 1:
+            names = names * len(texts)
+        if len(names) != len(texts):
+            raise ValueError(f"TEXT has {len(texts)} rows but PROMPT_NAME has {len(names)}")
+        out = []
+        for name, text in zip(names, texts):
+            name = name or self.default_prompt
+            if name and name not in self.prompts:
+                known = ", ".join(sorted(self.prompts)) or "none"
+                raise ValueError(f"PROMPT_NAME `{name}` is not one of this model's prompts ({known})")
+            out.append(self.prompts.get(name, "") + text)
+        return out
+
+    def _read(self, request: Any) -> tuple[list[str], list[str] | None]:
+        texts = self.texts(request, "TEXT")
+        if self.prompts:
+            texts = self.prompted(request, texts)
+        pairs = None
+        if "TEXT_PAIR" in self.input_names:
+            tensor = pb_utils.get_input_tensor_by_name(request, "TEXT_PAIR")
+            if tensor is None:
+                raise ValueError("TEXT_PAIR is required by this model")
+            pairs = decode_texts(tensor.as_numpy(), "TEXT_PAIR")
+            if len(pairs) != len(texts):
+                raise ValueError(f"TEXT has {len(texts)} rows but TEXT_PAIR has {len(pairs)}")
+        return texts, pairs
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """Encode every text of every request at once, then answer each request."""
+        responses: list[Any] = [None] * len(requests)
+        batches: list[tuple[int, list[str], list[str] | None]] = []
+        for index, request in enumerate(requests):
+            try:
+                texts, pairs = self._read(request)
+            except ValueError as exc:
+                responses[index] = pb_utils.InferenceResponse(error=input_error(pb_utils, str(exc)))
+                continue
+            batches.append((index, texts, pairs))
+        if batches:
+            texts = [t for _, ts, _ in batches for t in ts]
+            has_pairs = batches[0][2] is not None
+            pairs = [p for _, _, ps in batches for p in (ps or [])] if has_pairs else None
+            encodings = self.encoder.encode(texts, pairs)
+            start = 0
+            for index, request_texts, _ in batches:
+                chunk = encodings[start : start + len(request_texts)]
+                start += len(request_texts)
+                arrays = self.encoder.pack(chunk)
+                arrays["TRUNCATED"] = truncated(chunk)
+                responses[index] = pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor(name, arrays[name]) for name in self.output_names]
+                )
+        return responses
+
+
+class WindowedTokenizer(TritonPythonModel):
+    """A tokenizer step that turns each request into its own set of windows (one response per request)."""
+
+    def process_request(self, request: Any) -> dict[str, np.ndarray]:
+        """The arrays of one request; a ValueError becomes that request's input error."""
+        raise NotImplementedError
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """Answer each request on its own: its windows are one batch for the model step."""
+        return respond_per_request(pb_utils, requests, self.output_names, self.process_request)
