@@ -14,9 +14,10 @@ import pytest
 from tests.tiny_variants import make_multilabel_classifier
 from tritongen.build.pipeline import build_repository
 from tritongen.configs.steps import served_steps
-from tritongen.model.fold import classification_tail, embedding_tail, fold_graph, prove, reference_postprocess
+from tritongen.model.fold import classification_tail, embedding_tail, fold_graph, prove
 from tritongen.serve.client import infer
 from tritongen.spec import load_spec
+from tritongen.tasks import reference_postprocess
 
 LABELS = ["négatif", "neutral", "positive 🎉"]
 TEXTS = ["I love it", "Terrible, awful, bad.", "Ünïcödé and emoji 🎉", "", "word " * 200]

@@ -51,7 +51,7 @@ from tritongen.gates.texts import length_texts
 from tritongen.model.checkpoint import Checkpoint, inspect_checkpoint
 from tritongen.model.export import export_onnx
 from tritongen.model.facts import ModelFacts
-from tritongen.model.fold import FOLD_TOLERANCE, FoldReport, fold_graph, prove, reference_postprocess
+from tritongen.model.fold import FOLD_TOLERANCE, FoldReport, fold_graph, prove
 from tritongen.precision.int8_search import SCHEMES, SearchReport, search_int8
 from tritongen.precision.optimize import OptimizeReport, int8_weights_saturate, optimize_model
 from tritongen.repository.canary import CANARY_FILE
@@ -67,7 +67,7 @@ from tritongen.runtimes.openvino import (
 )
 from tritongen.runtimes.tensorrt import EnginePlan, builder_flags, cc_model_filenames, plan_profiles
 from tritongen.spec import BuildSpec
-from tritongen.tasks import Task, TaskPlan, detect_task, get_task
+from tritongen.tasks import Task, TaskPlan, detect_task, get_task, reference_postprocess
 from tritongen.tasks._base import NO_TOKENIZER_LIMIT
 
 __all__ = [

@@ -25,7 +25,7 @@ EXIT_INTERNAL_ERROR = 1
 def _build(args: argparse.Namespace) -> None:
     from tritongen.build.pipeline import build_repository
     from tritongen.spec import load_spec
-    from tritongen.tasks import legacy_settings
+    from tritongen.spec.sections import legacy_settings
 
     spec = load_spec(
         args.spec,
@@ -352,7 +352,8 @@ def _plan(args: argparse.Namespace) -> None:
 def _parser() -> argparse.ArgumentParser:
     from tritongen.containers import container_names
     from tritongen.spec import DEFAULT_NAME, RUNTIMES
-    from tritongen.tasks import TASKS, settings_sections
+    from tritongen.spec.sections import SECTIONS
+    from tritongen.tasks import TASKS
 
     parser = argparse.ArgumentParser(prog="python -m tritongen", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -448,7 +449,7 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--openvino-streams", type=int, help="openvino NUM_STREAMS per instance (0: AUTO; default 1)")
     build.add_argument("--openvino-threads", type=int, help="openvino INFERENCE_NUM_THREADS (0: default)")
     build.add_argument("--max-length", type=int, help="tokens per model row (default: the model's own limit)")
-    for settings in settings_sections().values():  # each task's own flags (their old flat spec names)
+    for settings in SECTIONS.values():  # each task's own flags (their old flat spec names)
         for dest, options in settings.cli_flags.items():
             build.add_argument(f"--{dest.replace('_', '-')}", dest=dest, **options)
     build.set_defaults(func=_build)

@@ -13,12 +13,8 @@ the three-step ensemble and the model card says why.
 
 from __future__ import annotations
 
-import importlib
-import json
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,7 +22,6 @@ import numpy as np
 if TYPE_CHECKING:
     import onnx
 
-    from tritongen.tasks import TaskPlan
 
 __all__ = ["FOLD_TOLERANCE", "FoldReport", "GraphTail", "classification_tail", "embedding_tail", "fold_graph", "prove"]
 
@@ -169,17 +164,6 @@ class FoldReport:
             "max_abs_diff": self.max_abs_diff,
             "runtimes": list(self.runtimes),
         }
-
-
-def reference_postprocess(bound: TaskPlan, labels: Sequence[str]) -> Any:
-    """The task's own postprocess step (its ``model.py`` class), set up as the build configures it."""
-    module = importlib.import_module(bound.step_modules["postprocess"])
-    step = module.TritonPythonModel()
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "1").mkdir()
-        (Path(tmp) / "1" / "labels.json").write_text(json.dumps(list(labels)), encoding="utf-8")
-        step.setup(dict(bound.postprocess_parameters), {"model_repository": tmp, "model_version": "1"})
-    return step
 
 
 def compare_outputs(expected: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> tuple[str | None, float]:

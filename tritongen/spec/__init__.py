@@ -17,8 +17,8 @@ import yaml
 
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.errors import SpecError
+from tritongen.spec.sections import SECTIONS, TaskSettings, legacy_settings
 from tritongen.steps.ner import STRATEGIES
-from tritongen.tasks import TaskSettings, legacy_settings, settings_sections
 
 __all__ = [
     "AGGREGATION_STRATEGIES",
@@ -268,7 +268,7 @@ def _validate(spec: BuildSpec) -> None:
         raise SpecError("a TensorRT plan runs on KIND_GPU instances; set the model step's kind to KIND_GPU")
     if spec.max_length is not None and spec.max_length < 8:
         raise SpecError(f"max_length must be >= 8, got {spec.max_length}")
-    sections = settings_sections()
+    sections = SECTIONS
     for section, settings in spec.task_settings.items():
         if section not in sections:
             raise SpecError(f"unknown task section `{section}`; known: {sorted(sections)}")
@@ -319,7 +319,7 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     values: dict[str, Any] = {}
     for key, value in data.items():
         if cls is BuildSpec and key == "task_settings":
-            value = {name: _build(settings_sections()[name], v, name) for name, v in value.items()}
+            value = {name: _build(SECTIONS[name], v, name) for name, v in value.items()}
         elif cls is BuildSpec and key == "containers":
             value = _releases(value)
         elif cls is BuildSpec and key in _NESTED:
@@ -345,7 +345,7 @@ def _releases(value: Any) -> tuple[str, ...]:
 
 def _task_sections(data: dict[str, Any]) -> dict[str, Any]:
     """Move the tasks' sections (and their old flat keys) of a spec mapping into ``task_settings``."""
-    sections = settings_sections()
+    sections = SECTIONS
     legacy = legacy_settings()
     data = dict(data)
     nested: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (data.pop("task_settings", None) or {}).items()}
@@ -383,7 +383,7 @@ def load_spec(path: Path | None = None, **overrides: Any) -> BuildSpec:
             raise SpecError("spec file {path} must hold a mapping at the top level", path=path)
         data.update(loaded or {})
     data = _task_sections(data)
-    task_keys = set(settings_sections()) | set(legacy_settings())
+    task_keys = set(SECTIONS) | set(legacy_settings())
     given_tasks = _task_sections({k: v for k, v in overrides.items() if k in task_keys and v is not None})
     for section, values in given_tasks.get("task_settings", {}).items():
         given = {k: v for k, v in values.items() if v is not None}

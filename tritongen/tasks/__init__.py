@@ -1,8 +1,9 @@
 """The tasks we can deploy: one folder each, found through the registry.
 
 A task folder holds its entry (``__init__.py``: a :class:`Task` subclass registered with
-:func:`register_task`, and its settings section) and its step modules (``tokenizer.py``,
-``postprocess.py``) when the shared ones do not fit. See the README's "Adding a task".
+:func:`register_task`) and its step modules (``tokenizer.py``, ``postprocess.py``) when the shared ones
+(``tritongen.steps``) do not fit. A task with settings of its own names their class, which lives with the
+spec's other sections in ``tritongen.spec.sections``. See docs/tasks.md, "Adding a task".
 """
 
 from __future__ import annotations
@@ -20,14 +21,12 @@ from tritongen.tasks import (
     token_classification,
     zero_shot_classification,
 )
-from tritongen.tasks._base import TRUNCATED, Task, TaskPlan, TaskSettings, TensorSpec
+from tritongen.tasks._base import TRUNCATED, Task, TaskPlan, TensorSpec, reference_postprocess
 from tritongen.tasks._registry import (
     TASKS,
     detect_task,
     get_task,
-    legacy_settings,
     register_task,
-    settings_sections,
 )
 from tritongen.tasks.token_classification import ner_stride
 
@@ -36,7 +35,6 @@ __all__ = [
     "TRUNCATED",
     "Task",
     "TaskPlan",
-    "TaskSettings",
     "TensorSpec",
     "classification",
     "detect_task",
@@ -45,12 +43,11 @@ __all__ = [
     "image_classification",
     "image_embedding",
     "image_embedding_text",
-    "legacy_settings",
     "ner_stride",
     "question_answering",
+    "reference_postprocess",
     "register_task",
     "reranking",
-    "settings_sections",
     "text_pair_classification",
     "token_classification",
     "zero_shot_classification",

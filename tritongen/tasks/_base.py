@@ -8,13 +8,19 @@ time :meth:`Task.bind` turns the entry, the checkpoint, the spec and the tokeniz
 
 from __future__ import annotations
 
+import importlib
+import json
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen.errors import CapabilityError, CheckpointError, UnsupportedModelError
 from tritongen.gates.accuracy import Gate, LabelGate
+from tritongen.spec.sections import TaskSettings
 from tritongen.tasks._inputs import Modality, TextInputs
+from tritongen.tasks._tensors import TRUNCATED, TensorSpec
 
 if TYPE_CHECKING:
     import torch
@@ -23,41 +29,9 @@ if TYPE_CHECKING:
     from tritongen.model.fold import GraphTail
     from tritongen.spec import BuildSpec
 
-__all__ = ["NO_TOKENIZER_LIMIT", "TRUNCATED", "Task", "TaskPlan", "TaskSettings", "TensorSpec"]
+__all__ = ["NO_TOKENIZER_LIMIT", "TRUNCATED", "Task", "TaskPlan", "TensorSpec", "reference_postprocess"]
 
 _TOKENIZER_STEP = "tritongen.steps.tokenizer"  # the plain text tokenizer: TEXT [, TEXT_PAIR] -> rows
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One tensor of a model's config: name, Triton data type and dims (without batch); inputs may be optional."""
-
-    name: str
-    data_type: str
-    dims: tuple[int, ...]
-    optional: bool = False
-
-
-TRUNCATED = TensorSpec("TRUNCATED", "TYPE_BOOL", (1,))  # True where the text was cut at the model's length
-
-
-@dataclass(frozen=True)
-class TaskSettings:
-    """A task's section of the build spec; subclasses are frozen dataclasses that check themselves.
-
-    ``legacy_names`` maps the flat spec keys of earlier versions (``qa_doc_stride``) to fields of the section,
-    so old YAML files and CLI flags keep working.
-    """
-
-    legacy_names: ClassVar[dict[str, str]] = {}
-    # Command-line flags, by old flat name (``qa_doc_stride`` -> ``--qa-doc-stride``): argparse keywords.
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {}
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise :class:`~tritongen.errors.SpecError` for settings that cannot work."""
 
 
 @dataclass(frozen=True)
@@ -374,3 +348,14 @@ WINDOW_EXAMPLE = TensorSpec("window_example", "TYPE_INT64", (1,))  # the request
 def max_windows(spec: BuildSpec) -> dict[str, str]:
     """One request's windows go to the model step as one batch: at most its max_batch_size."""
     return {"max_windows": str(spec.max_batch_size or 1 << 30)}
+
+
+def reference_postprocess(bound: TaskPlan, labels: Sequence[str]) -> Any:
+    """The task's own postprocess step (its ``model.py`` class), set up as the build configures it."""
+    module = importlib.import_module(bound.step_modules["postprocess"])
+    step = module.TritonPythonModel()
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "1").mkdir()
+        (Path(tmp) / "1" / "labels.json").write_text(json.dumps(list(labels)), encoding="utf-8")
+        step.setup(dict(bound.postprocess_parameters), {"model_repository": tmp, "model_version": "1"})
+    return step

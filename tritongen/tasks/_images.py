@@ -8,14 +8,14 @@ copies into the step's config parameters. Parity runs on Pillow-drawn images (``
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from tritongen.errors import CheckpointError, SpecError, UnsupportedModelError
-from tritongen.steps.image import DEFAULT_MAX_PIXELS, ImageEncoder, ImageSettings
-from tritongen.tasks._base import TaskSettings, TensorSpec
-from tritongen.tasks._inputs import Modality
+from tritongen.spec.sections import ImagesSettings
+from tritongen.steps.image import ImageEncoder, ImageSettings
+from tritongen.tasks._inputs import BuildView, Modality
+from tritongen.tasks._tensors import TensorSpec
 
 if TYPE_CHECKING:
     import torch
@@ -28,22 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["IMAGE", "ImageInputs", "ImagesSettings", "image_settings", "image_size", "pixel_module"]
 
 IMAGE = TensorSpec("IMAGE", "TYPE_STRING", (1,))  # encoded JPEG/PNG bytes, one image per row
-
-
-@dataclass(frozen=True)
-class ImagesSettings(TaskSettings):
-    """The ``images`` section: the largest image (in pixels) the image step decodes."""
-
-    max_pixels: int = DEFAULT_MAX_PIXELS
-
-    legacy_names: ClassVar[dict[str, str]] = {"max_pixels": "max_pixels"}  # the flat key the CLI flag sets
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "max_pixels": {"type": int, "help": f"images: refuse larger images undecoded (default {DEFAULT_MAX_PIXELS})"},
-    }
-
-    def validate(self) -> None:
-        if self.max_pixels < 1:
-            raise SpecError(f"images.max_pixels must be at least 1, got {self.max_pixels}")
 
 
 def image_size(checkpoint: Checkpoint) -> tuple[int, int]:
@@ -111,7 +95,7 @@ class ImageInputs(Modality):
     def tensors(self, checkpoint: Checkpoint, names: Sequence[str]) -> list[TensorSpec]:
         return [TensorSpec("pixel_values", "TYPE_FP32", (3, *image_size(checkpoint)))]
 
-    def encoder(self, plan: Any, step_dir: Path) -> ImageEncoder:
+    def encoder(self, plan: BuildView, step_dir: Path) -> ImageEncoder:
         return ImageEncoder(ImageSettings.from_parameters(plan.bound.tokenizer_parameters))
 
     def samples(self) -> Sequence[bytes]:
@@ -122,17 +106,17 @@ class ImageInputs(Modality):
     def export_sample(self, encoder: Any) -> dict[str, Any]:
         return encoder(list(self.samples())[:2])
 
-    def dynamic_axes(self, plan: Any) -> Mapping[str, Mapping[int, str]]:
+    def dynamic_axes(self, plan: BuildView) -> Mapping[str, Mapping[int, str]]:
         return {"pixel_values": {}}
 
-    def parity(self, plan: Any, encoder: Any, onnx_path: Path) -> ParityReport:
+    def parity(self, plan: BuildView, encoder: Any, onnx_path: Path) -> ParityReport:
         from tritongen.gates.image_parity import check_image_parity
 
         return check_image_parity(
             plan.module, plan.hf_tokenizer, encoder, onnx_path, tolerance=plan.spec.parity_tolerance
         )
 
-    def card_lines(self, plan: Any) -> list[str]:
+    def card_lines(self, plan: BuildView) -> list[str]:
         s = ImageSettings.from_parameters(plan.bound.tokenizer_parameters)
         resize = f"{s.size[0]}x{s.size[1]}" if s.size else f"shortest edge {s.shortest_edge}"
         crop = f", centre crop {s.crop_size[0]}x{s.crop_size[1]}" if s.do_center_crop and s.crop_size else ""

@@ -5,7 +5,7 @@ As optimum's ``TasksManager``: an unknown name raises an error that lists the su
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tritongen.errors import UnsupportedModelError
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.tasks._base import Task
 
-__all__ = ["TASKS", "detect_task", "get_task", "legacy_settings", "register_task", "settings_sections"]
+__all__ = ["TASKS", "detect_task", "get_task", "register_task"]
 
 TASKS: dict[str, Task] = {}
 
@@ -42,17 +42,3 @@ def detect_task(checkpoint: Checkpoint) -> Task:
         f"name one of: {', '.join(sorted(TASKS))}",
         path=checkpoint.path,
     )
-
-
-def settings_sections() -> dict[str, type[Any]]:
-    """The spec sections the registered tasks read (``question_answering: {...}``), by section name."""
-    return {task.section: type(task).Settings for task in TASKS.values() if task.section}
-
-
-def legacy_settings() -> dict[str, tuple[str, str]]:
-    """Old flat spec keys (``qa_doc_stride``) -> (section, field) of the nested sections."""
-    legacy: dict[str, tuple[str, str]] = {}
-    for section, settings in settings_sections().items():
-        for old, new in settings.legacy_names.items():
-            legacy[old] = (section, new)
-    return legacy

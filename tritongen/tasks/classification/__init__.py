@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from tritongen.errors import SpecError
-from tritongen.tasks._base import Task, TaskSettings, TensorSpec, exportable, labels_line, load_pretrained
+from tritongen.spec.sections import ClassificationSettings
+from tritongen.tasks._base import Task, TensorSpec, exportable, labels_line, load_pretrained
 from tritongen.tasks._registry import register_task
 
 if TYPE_CHECKING:
@@ -18,28 +17,6 @@ if TYPE_CHECKING:
     from tritongen.spec import BuildSpec
 
 __all__ = ["Classification", "ClassificationSettings"]
-
-
-@dataclass(frozen=True)
-class ClassificationSettings(TaskSettings):
-    """The ``classification`` section: which labels of a multi-label model go into ``LABELS``."""
-
-    multi_label_threshold: float = 0.5  # labels at or above this score
-    multi_label_top_k: int = 0  # at most this many (0: no limit)
-
-    legacy_names: ClassVar[dict[str, str]] = {
-        "multi_label_threshold": "multi_label_threshold",
-        "multi_label_top_k": "multi_label_top_k",
-    }
-
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "multi_label_threshold": {"type": float, "help": "multi-label: labels scoring at least this (default 0.5)"},
-        "multi_label_top_k": {"type": int, "help": "multi-label: at most this many labels (default 0: all)"},
-    }
-
-    def validate(self) -> None:
-        if not 0 <= self.multi_label_threshold <= 1 or self.multi_label_top_k < 0:
-            raise SpecError("multi-label threshold must be in [0, 1] and top_k >= 0")
 
 
 @register_task

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from tritongen.errors import CheckpointError, SpecError, UnsupportedModelError
-from tritongen.tasks._base import Task, TaskSettings, TensorSpec, load_pretrained
+from tritongen.errors import CheckpointError, UnsupportedModelError
+from tritongen.spec.sections import DEFAULT_INSTRUCTION, RerankingSettings
+from tritongen.tasks._base import Task, TensorSpec, load_pretrained
 from tritongen.tasks._registry import register_task
 
 if TYPE_CHECKING:
@@ -24,36 +25,27 @@ if TYPE_CHECKING:
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.spec import BuildSpec
 
-__all__ = ["PROMPT_PREFIX", "PROMPT_SUFFIX", "Reranking", "RerankingSettings", "format_pair", "last_token_answers"]
+__all__ = [
+    "DEFAULT_INSTRUCTION",
+    "PROMPT_PREFIX",
+    "PROMPT_SUFFIX",
+    "Reranking",
+    "RerankingSettings",
+    "format_pair",
+    "last_token_answers",
+]
 
 PROMPT_PREFIX = (
     "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
     'provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n'
 )
 PROMPT_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
-DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 ANSWERS = ("no", "yes")  # the two logits the graph outputs, in this order
 
 
 def format_pair(instruction: str, query: str, document: str) -> str:
     """The model card's ``format_instruction``: what goes between the prompt's prefix and suffix."""
     return f"<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}"
-
-
-@dataclass(frozen=True)
-class RerankingSettings(TaskSettings):
-    """The ``reranking`` section: the instruction every (query, document) pair is judged under."""
-
-    instruction: str = DEFAULT_INSTRUCTION
-
-    legacy_names: ClassVar[dict[str, str]] = {"rerank_instruction": "instruction"}
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "rerank_instruction": {"help": f'reranking: the instruction (default "{DEFAULT_INSTRUCTION}")'},
-    }
-
-    def validate(self) -> None:
-        if not self.instruction.strip():
-            raise SpecError("the reranking instruction must not be empty")
 
 
 @dataclass(frozen=True)

@@ -6,17 +6,15 @@ Long texts become the pipeline's overlapping windows (one request, several model
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import TokenLabelGate
-from tritongen.steps.ner import STRATEGIES
+from tritongen.spec.sections import TokenClassificationSettings
 from tritongen.tasks._base import (
     TOKEN_METADATA,
     WINDOW_EXAMPLE,
     Task,
-    TaskSettings,
     TensorSpec,
     exportable,
     labels_line,
@@ -32,40 +30,6 @@ if TYPE_CHECKING:
     from tritongen.spec import BuildSpec
 
 __all__ = ["TokenClassification", "TokenClassificationSettings", "ner_stride"]
-
-
-@dataclass(frozen=True)
-class TokenClassificationSettings(TaskSettings):
-    """The ``token_classification`` section: entity grouping and the overlap of long-text windows."""
-
-    aggregation_strategy: str = "simple"  # none, simple, first, average or max (the transformers pipeline's)
-    stride: int | None = None  # tokens neighbouring windows share; None: window/4 (<= 128), 0 for `none`
-
-    legacy_names: ClassVar[dict[str, str]] = {"aggregation_strategy": "aggregation_strategy", "ner_stride": "stride"}
-
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "aggregation_strategy": {
-            "choices": STRATEGIES,
-            "help": "token classification: how tokens are grouped into entities (default simple)",
-        },
-        "ner_stride": {
-            "type": int,
-            "help": "token classification: tokens neighbouring windows share (default window/4)",
-        },
-    }
-
-    def validate(self) -> None:
-        if self.aggregation_strategy not in STRATEGIES:
-            raise SpecError(
-                f"aggregation strategy `{self.aggregation_strategy}` is unknown; use one of {', '.join(STRATEGIES)}"
-            )
-        if self.stride is not None and self.stride < 0:
-            raise SpecError(f"ner_stride must be >= 0, got {self.stride}")
-        if self.stride and self.aggregation_strategy == "none":
-            raise SpecError(
-                "aggregation strategy `none` cannot merge overlapping windows (nor can the transformers pipeline): "
-                "set ner_stride to 0 or choose simple, first, average or max"
-            )
 
 
 def ner_stride(settings: TokenClassificationSettings | BuildSpec, window: int) -> int:

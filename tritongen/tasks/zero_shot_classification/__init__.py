@@ -8,13 +8,12 @@ requests. The pairs are NLI inputs, so parity and the accuracy gate compare the 
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from tritongen.errors import SpecError, UnsupportedModelError
-from tritongen.tasks._base import Task, TaskSettings, TensorSpec, exportable, labels_line, load_pretrained, max_windows
+from tritongen.errors import UnsupportedModelError
+from tritongen.spec.sections import ZeroShotSettings
+from tritongen.tasks._base import Task, TensorSpec, exportable, labels_line, load_pretrained, max_windows
 from tritongen.tasks._registry import register_task
 
 if TYPE_CHECKING:
@@ -27,36 +26,6 @@ __all__ = ["ZeroShotClassification", "ZeroShotSettings", "entailment_ids"]
 
 _PARITY_LABELS = ("sports", "politics", "cuisine française", "東京の天気", "good news 🎉")
 PAIR_TEXT = TensorSpec("pair_text", "TYPE_INT64", (1,))  # the request row (text) each pair belongs to
-
-
-@dataclass(frozen=True)
-class ZeroShotSettings(TaskSettings):
-    """The ``zero_shot_classification`` section: the hypothesis each label becomes, and how scores normalise."""
-
-    hypothesis_template: str = "This example is {}."
-    multi_label: bool = False  # each label on its own (entailment vs contradiction), not a softmax across labels
-
-    legacy_names: ClassVar[dict[str, str]] = {
-        "hypothesis_template": "hypothesis_template",
-        "zero_shot_multi_label": "multi_label",
-    }
-
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "hypothesis_template": {"help": 'zero-shot: the hypothesis a label becomes (default "This example is {}.")'},
-        "zero_shot_multi_label": {
-            "action": argparse.BooleanOptionalAction,
-            "help": "zero-shot: score each label on its own (entailment vs contradiction) instead of across labels",
-        },
-    }
-
-    def validate(self) -> None:
-        template = self.hypothesis_template
-        try:
-            formatted = template.format("label")
-        except (IndexError, KeyError, ValueError) as exc:
-            raise SpecError(f"hypothesis_template {template!r} cannot be formatted with a label: {exc!r}") from None
-        if formatted == template:
-            raise SpecError(f"hypothesis_template {template!r} has no {{}} where the label goes")
 
 
 def entailment_ids(checkpoint: Checkpoint) -> tuple[int, int]:
