@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tritongen.configs.steps import step_names
 from tritongen.data.datasets import bench_texts
+from tritongen.repository.layout import step_names
 from tritongen.repository.staging import existing_versions
 
 

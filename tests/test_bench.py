@@ -6,8 +6,8 @@ import csv
 
 import pytest
 
-from tritongen.bench import BenchOptions, Sweep, run_bench
-from tritongen.bench.perf import parse_csv
+from tritongen.bench.perf import Sweep, parse_csv
+from tritongen.bench.run import BenchOptions, run_bench
 from tritongen.errors import BenchError
 
 pytestmark = [pytest.mark.e2e, pytest.mark.bench]

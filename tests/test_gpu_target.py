@@ -7,8 +7,8 @@ import shutil
 import pytest
 
 from tritongen.cli import main
-from tritongen.configs.steps import read_config
 from tritongen.errors import SpecError
+from tritongen.repository.layout import read_config
 from tritongen.serve.foreground import gpu_models, has_gpu
 from tritongen.spec import load_spec
 

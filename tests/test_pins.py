@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tritongen.configs.render import parse_config, validate_ensemble
-from tritongen.configs.steps import read_config
 from tritongen.errors import RepositoryError
+from tritongen.repository.layout import read_config
 from tritongen.repository.pins import configured_version, loaded_versions, pin
 
 GOLDEN = Path(__file__).parent / "assets" / "golden"

@@ -12,9 +12,9 @@ from onnx import numpy_helper
 from tests.conftest import GATED_TEXTS
 from tritongen.build.pipeline import build_repository
 from tritongen.cli import main
-from tritongen.configs.steps import step_names
 from tritongen.errors import AccuracyError
 from tritongen.gates.accuracy import measure_accuracy, require_accuracy
+from tritongen.repository.layout import step_names
 from tritongen.serve.client import infer
 from tritongen.spec import BuildSpec
 from tritongen.steps.tokenizer import TextEncoder

@@ -9,9 +9,10 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tritongen.configs.render import parse_config, render_all, validate_ensemble
-from tritongen.configs.steps import step_configs, step_names
+from tritongen.configs.steps import step_configs
 from tritongen.errors import ConfigValidationError
 from tritongen.model.checkpoint import Checkpoint, Pooling
+from tritongen.repository.layout import step_names
 from tritongen.spec import BuildSpec, DynamicBatching, InstanceGroup, QueuePolicy, TensorRTAccelerator, VersionPolicy
 from tritongen.tasks import get_task
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from tritongen.build.pipeline import step_names
-from tritongen.configs.steps import served_steps
 from tritongen.deploy.s3 import S3Location, parse_s3_url, publish
 from tritongen.errors import RepositoryError
+from tritongen.repository.layout import served_steps
 from tritongen.serve.client import infer
 from tritongen.serve.server import free_port, running_server
 

@@ -8,11 +8,11 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritongen.bench import BenchOptions, Sweep, run_bench
-from tritongen.bench.perf import write_input_data
+from tritongen.bench.perf import Sweep, write_input_data
+from tritongen.bench.run import BenchOptions, run_bench
 from tritongen.bench.tune import Setting, TuneGrid, TunePlan, thread_parameter, tune
-from tritongen.configs.steps import read_config
 from tritongen.errors import BenchError
+from tritongen.repository.layout import read_config
 from tritongen.serve.server import running_server
 
 SMOKE = Sweep(concurrency=(2,), fixed_requests=16)  # proves the harness, not the machine: no stability criterion

@@ -1,7 +1,4 @@
-"""Benchmarks through the real server with perf_analyzer, side by side with baselines."""
+"""Benchmarks through the real server with perf_analyzer, side by side with baselines; the tuning sweep; the soak.
 
-from tritongen.bench.perf import PerfPoint, Sweep
-from tritongen.bench.report import BenchReport
-from tritongen.bench.run import BenchOptions, run_bench
-
-__all__ = ["BenchOptions", "BenchReport", "PerfPoint", "Sweep", "run_bench"]
+A face only: ``tritongen.bench.run`` holds the entry (``run_bench``), and importing this package loads nothing.
+"""

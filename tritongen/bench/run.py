@@ -37,9 +37,9 @@ from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_inpu
 from tritongen.bench.report import BenchReport, write_report
 from tritongen.bench.tune import TuneGrid, TunePlan, TunePoint, tune
 from tritongen.build.pipeline import build_repository
-from tritongen.configs.steps import step_names
 from tritongen.data.datasets import bench_texts
 from tritongen.errors import BenchError, ServerError
+from tritongen.repository.layout import step_names
 from tritongen.repository.staging import existing_versions
 from tritongen.serve.server import TritonServer, free_port, server_environment, wait_until_ready
 from tritongen.serve.stats import StepStats, model_stats, stats_delta

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer
-from tritongen.configs.steps import config_json, read_config, step_names
 from tritongen.errors import BenchError, RepositoryError
+from tritongen.repository.layout import config_json, read_config, step_names
 
 __all__ = ["Setting", "TuneGrid", "TunePlan", "TunePoint", "best", "ratios", "thread_parameter", "tune"]
 

@@ -27,7 +27,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tritongen import steps
 from tritongen.configs.render import render_all
-from tritongen.configs.steps import bucket_lengths, served_steps, step_configs, step_names
+from tritongen.configs.steps import bucket_lengths, step_configs
 from tritongen.containers import Container, container
 from tritongen.errors import (
     AccuracyError,
@@ -56,6 +56,7 @@ from tritongen.precision.int8_search import SCHEMES, SearchReport, search_int8
 from tritongen.precision.optimize import OptimizeReport, int8_weights_saturate, optimize_model
 from tritongen.repository.canary import CANARY_FILE
 from tritongen.repository.canary import record as record_canary
+from tritongen.repository.layout import served_steps, step_names
 from tritongen.repository.staging import Staging, staging
 from tritongen.runtimes.openvino import (
     IR_FILE,

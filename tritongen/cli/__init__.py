@@ -190,7 +190,7 @@ def _gateway(args: argparse.Namespace) -> None:
 
 
 def _engine(args: argparse.Namespace) -> None:
-    from tritongen.configs.steps import step_names
+    from tritongen.repository.layout import step_names
     from tritongen.repository.staging import existing_versions
     from tritongen.runtimes.tensorrt import build_engine
 
@@ -202,7 +202,8 @@ def _engine(args: argparse.Namespace) -> None:
 
 
 def _bench(args: argparse.Namespace) -> None:
-    from tritongen.bench import BenchOptions, Sweep, run_bench
+    from tritongen.bench.perf import Sweep
+    from tritongen.bench.run import BenchOptions, run_bench
     from tritongen.bench.tune import TuneGrid
 
     sweep = Sweep(
@@ -258,8 +259,8 @@ def _soak(args: argparse.Namespace) -> None:
 
 
 def _publish(args: argparse.Namespace) -> None:
-    from tritongen.configs.steps import served_steps, step_names
     from tritongen.deploy.s3 import parse_s3_url, publish
+    from tritongen.repository.layout import served_steps, step_names
 
     names, steps = step_names(args.name), served_steps(args.repository, args.name)
     if steps is None:

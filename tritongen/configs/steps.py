@@ -9,10 +9,8 @@ from :data:`MODEL_STEPS`; the Python steps and the ensemble are the same for eve
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tritongen import spec as specs
@@ -30,63 +28,14 @@ from tritongen.configs.model_config import (
     VersionPolicy,
     Warmup,
 )
-from tritongen.errors import RepositoryError, describe
 from tritongen.model.checkpoint import Checkpoint
+from tritongen.repository.layout import step_names
 from tritongen.runtimes.openvino import IR_FILE
 from tritongen.runtimes.tensorrt import cc_model_filenames
 from tritongen.spec import BuildSpec
 from tritongen.tasks import Task, TaskPlan
 
-__all__ = [
-    "MODEL_STEPS", "ModelStep", "bucket_lengths", "config_json", "read_config", "served_steps", "step_configs",
-    "step_names",
-]  # fmt: skip
-
-
-def step_names(name: str) -> dict[str, str]:
-    """The four model names (and folders) of an ensemble called ``name``."""
-    return {
-        "ensemble": name,
-        "tokenizer": f"{name}_tokenizer",
-        "model": f"{name}_model",
-        "postprocess": f"{name}_postprocess",
-    }
-
-
-def read_config(path: Path) -> Any:
-    """A ``config.pbtxt`` parsed with Triton's schema (``ModelConfig``); RepositoryError if it cannot be."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2 as mc
-
-    try:
-        return text_format.Parse(Path(path).read_text(encoding="utf-8"), mc.ModelConfig())
-    except (OSError, UnicodeDecodeError, text_format.ParseError) as exc:
-        raise RepositoryError(f"cannot read {{path}}: {describe(exc)}", path=path) from None
-
-
-def config_json(config: Any) -> str:
-    """``config`` as the JSON Triton's load API takes as a config override (``load_model(..., config=)``)."""
-    from google.protobuf import json_format
-
-    return json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
-
-
-def served_steps(repository: Path, name: str) -> tuple[str, ...] | None:
-    """The steps the ensemble ``name`` in ``repository`` wires, in order; None when it is not built there.
-
-    ``tokenizer``, ``model``, and ``postprocess`` unless the build folded it: the ensemble's
-    ``config.pbtxt`` is the truth.
-    """
-    names = step_names(name)
-    path = Path(repository) / names["ensemble"] / "config.pbtxt"
-    if not path.is_file():
-        return None
-    config = read_config(path)
-    by_model = {model: step for step, model in names.items() if step != "ensemble"}
-    wired = [by_model.get(s.model_name) for s in config.ensemble_scheduling.step]
-    if not wired or None in wired:
-        raise RepositoryError(f"{{path}} is not an ensemble of `{name}`'s steps; rebuild it", path=path)
-    return tuple(step for step in wired if step is not None)
+__all__ = ["MODEL_STEPS", "ModelStep", "bucket_lengths", "step_configs"]
 
 
 def bucket_lengths(buckets: Iterable[int], max_length: int) -> list[int]:

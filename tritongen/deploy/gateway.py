@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tritongen.configs.steps import step_names
 from tritongen.deploy.step_requirements import canonical, read_lock
 from tritongen.deploy.triton_args import TritonArgs
 from tritongen.errors import DeployError
+from tritongen.repository.layout import step_names
 
 __all__ = [
     "GATEWAY_IMAGE_BASE",

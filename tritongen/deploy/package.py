@@ -19,7 +19,6 @@ from typing import Any
 
 import yaml
 
-from tritongen.configs.steps import read_config, served_steps, step_names
 from tritongen.containers import Container, container
 from tritongen.deploy.dashboard import DATASOURCE_UID, dashboard
 from tritongen.deploy.folder import write_folder
@@ -28,6 +27,7 @@ from tritongen.deploy.gateway import gateway_copies, gateway_files
 from tritongen.deploy.step_requirements import requirement_line, step_requirements
 from tritongen.deploy.triton_args import TritonArgs
 from tritongen.errors import DeployError, RepositoryError
+from tritongen.repository.layout import read_config, served_steps, step_names
 from tritongen.repository.pins import configured_version
 
 __all__ = [

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from tritongen.configs.model_config import message_text
-from tritongen.configs.steps import read_config, served_steps
 from tritongen.errors import RepositoryError
+from tritongen.repository.layout import read_config, served_steps
 from tritongen.repository.staging import existing_versions
 
 __all__ = ["configured_version", "loaded_versions", "pin", "pinned"]

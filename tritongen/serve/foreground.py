@@ -56,7 +56,7 @@ class _Interrupted(BaseException):
 
 def gpu_models(repository: Path | str) -> list[str]:
     """The models of a local ``repository`` whose instances run on a GPU (KIND_GPU), by name."""
-    from tritongen.configs.steps import read_config
+    from tritongen.repository.layout import read_config
 
     root = Path(repository)
     if "://" in str(repository) or not root.is_dir():

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from tritongen.configs.steps import config_json, read_config, served_steps
 from tritongen.errors import RepositoryError, RolloutError, describe
 from tritongen.repository.canary import CANARY_FILE, Canary, compare
+from tritongen.repository.layout import config_json, read_config, served_steps
 from tritongen.repository.pins import pin, pinned
 from tritongen.repository.staging import existing_versions
 

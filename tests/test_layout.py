@@ -1,0 +1,132 @@
+"""The package's structure: no import circles, and light commands that load no build machinery.
+
+The layout is described in docs/architecture.md. An import under ``if TYPE_CHECKING:`` counts as an import here:
+a type that needs a module above it is a layer leaking. Imports inside functions do not count; they are how heavy
+libraries and optional stages load only when used.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tritongen"
+
+# What operating a built repository needs; none of it may load the build, a task or a heavy library.
+LIGHT_MODULES = (
+    "tritongen.deploy.package",
+    "tritongen.deploy.manifests",
+    "tritongen.serve.rollout",
+    "tritongen.serve.health",
+    "tritongen.bench.tune",
+    "tritongen.gateway.app",
+    "tritongen.repository.pins",
+)
+BUILD_MACHINERY = (
+    "tritongen.build",
+    "tritongen.configs.steps",
+    "tritongen.gates",
+    "tritongen.model",
+    "tritongen.precision",
+    "tritongen.spec",
+    "tritongen.tasks",
+)
+HEAVY_LIBRARIES = ("torch", "transformers", "onnx", "onnxruntime", "openvino", "nncf")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_level_imports(tree: ast.Module, modules: set[str]) -> set[str]:
+    """The package's modules ``tree`` imports outside functions (``if``/``try`` blocks included)."""
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    found.add(full if full in modules else node.module)
+            elif isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(node.orelse)
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+                visit(getattr(node, "finalbody", []))
+
+    visit(tree.body)
+    return found & modules
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports at module level."""
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    modules = set(paths)
+    return {m: _module_level_imports(ast.parse(p.read_text(encoding="utf-8")), modules) - {m} for m, p in paths.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        found.append(sorted(group))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def test_circles_finds_a_loop_when_two_modules_import_each_other():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+
+
+def test_package_has_no_import_circle_when_type_checking_imports_count():
+    assert circles(import_graph()) == []
+
+
+def test_light_commands_load_no_build_machinery_when_imported():
+    code = (
+        f"import importlib, json, sys\nfor m in {list(LIGHT_MODULES)!r}: importlib.import_module(m)\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    forbidden = BUILD_MACHINERY + HEAVY_LIBRARIES
+    assert [m for m in loaded if any(m == f or m.startswith(f + ".") for f in forbidden)] == []

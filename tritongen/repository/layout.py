@@ -1,0 +1,62 @@
+"""A model repository's layout: the four models of an ensemble, and its configs read with Triton's schema.
+
+Light on purpose: the commands that operate a built repository (serve, rollout, package, manifests, tune, the
+gateway) read it through this module and never import the build. protobuf and tritonclient load when a config
+is read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tritongen.errors import RepositoryError, describe
+
+__all__ = ["config_json", "read_config", "served_steps", "step_names"]
+
+
+def step_names(name: str) -> dict[str, str]:
+    """The four model names (and folders) of an ensemble called ``name``."""
+    return {
+        "ensemble": name,
+        "tokenizer": f"{name}_tokenizer",
+        "model": f"{name}_model",
+        "postprocess": f"{name}_postprocess",
+    }
+
+
+def read_config(path: Path) -> Any:
+    """A ``config.pbtxt`` parsed with Triton's schema (``ModelConfig``); RepositoryError if it cannot be."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    try:
+        return text_format.Parse(Path(path).read_text(encoding="utf-8"), mc.ModelConfig())
+    except (OSError, UnicodeDecodeError, text_format.ParseError) as exc:
+        raise RepositoryError(f"cannot read {{path}}: {describe(exc)}", path=path) from None
+
+
+def config_json(config: Any) -> str:
+    """``config`` as the JSON Triton's load API takes as a config override (``load_model(..., config=)``)."""
+    from google.protobuf import json_format
+
+    return json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
+
+
+def served_steps(repository: Path, name: str) -> tuple[str, ...] | None:
+    """The steps the ensemble ``name`` in ``repository`` wires, in order; None when it is not built there.
+
+    ``tokenizer``, ``model``, and ``postprocess`` unless the build folded it: the ensemble's
+    ``config.pbtxt`` is the truth.
+    """
+    names = step_names(name)
+    path = Path(repository) / names["ensemble"] / "config.pbtxt"
+    if not path.is_file():
+        return None
+    config = read_config(path)
+    by_model = {model: step for step, model in names.items() if step != "ensemble"}
+    wired = [by_model.get(s.model_name) for s in config.ensemble_scheduling.step]
+    if not wired or None in wired:
+        raise RepositoryError(f"{{path}} is not an ensemble of `{name}`'s steps; rebuild it", path=path)
+    return tuple(step for step in wired if step is not None)
