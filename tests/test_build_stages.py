@@ -8,7 +8,8 @@ import json
 import pytest
 from rich.console import Console
 
-from tritongen.build.pipeline import BuildPlan, exported, inspect, optimise, parity, publish, render, write
+from tritongen.build.pipeline import exported, inspect, optimise, parity, publish, render, write
+from tritongen.build.plan import BuildPlan
 from tritongen.errors import ParityError
 from tritongen.repository.staging import staging
 from tritongen.spec import BuildSpec

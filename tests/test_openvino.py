@@ -13,7 +13,7 @@ from tritongen.containers import container as container_of
 from tritongen.data.datasets import bench_texts
 from tritongen.errors import AccuracyError, SpecError
 from tritongen.gates.compat import container_python
-from tritongen.runtimes.openvino import backend_properties, cpu_precisions
+from tritongen.runtimes.openvino.ir import backend_properties, cpu_precisions
 from tritongen.serve.client import infer
 from tritongen.spec import BuildSpec, load_spec
 from tritongen.steps.backends.onnxruntime.model import TritonPythonModel as OnnxRuntimeModel

@@ -256,7 +256,7 @@ def test_gate_refuses_model_with_perturbed_weights(tiny_factory, tmp_path):
 
 
 def test_build_exits_2_and_publishes_nothing_when_gate_fails(tiny_factory, tmp_path, capsys, monkeypatch):
-    import tritongen.build.pipeline as build_module
+    import tritongen.runtimes.onnxruntime.stages as build_module
 
     real = build_module.optimize_model
 

@@ -11,10 +11,9 @@ import urllib.request
 import numpy as np
 import pytest
 
-from tritongen.build.pipeline import step_names
 from tritongen.deploy.s3 import S3Location, parse_s3_url, publish
 from tritongen.errors import RepositoryError
-from tritongen.repository.layout import served_steps
+from tritongen.repository.layout import served_steps, step_names
 from tritongen.serve.client import infer
 from tritongen.serve.server import free_port, running_server
 

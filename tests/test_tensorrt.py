@@ -9,7 +9,7 @@ from tritongen.cli import main
 from tritongen.configs.render import render_all
 from tritongen.configs.steps import step_configs
 from tritongen.errors import EngineError, SpecError
-from tritongen.runtimes.tensorrt import (
+from tritongen.runtimes.tensorrt.engine import (
     EnginePlan,
     Profile,
     build_engine,

@@ -36,7 +36,7 @@ def measure_ceiling(
     build) in OpenVINO with its default precision, as the backend runs it.
     """
     if onnx_path.suffix == ".xml":
-        from tritongen.runtimes.openvino import OpenVinoSession
+        from tritongen.runtimes.openvino.ir import OpenVinoSession
 
         session: Any = OpenVinoSession(onnx_path, {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
     else:

@@ -18,11 +18,9 @@ from typing import Any
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer
 from tritongen.errors import BenchError, RepositoryError
 from tritongen.repository.layout import config_json, read_config, step_names
+from tritongen.runtimes.registry import runtime_of_backend
 
 __all__ = ["Setting", "TuneGrid", "TunePlan", "TunePoint", "best", "ratios", "thread_parameter", "tune"]
-
-# The model step's threads per instance, by backend: the parameter each backend reads.
-THREAD_PARAMETERS = {"onnxruntime": "intra_op_thread_count", "openvino": "INFERENCE_NUM_THREADS"}
 
 
 @dataclass(frozen=True)
@@ -45,10 +43,8 @@ class Setting:
 
     def spec_lines(self, backend: str) -> list[str]:
         """The build spec's YAML that makes this setting the built one."""
-        threads = {
-            "onnxruntime": ["onnxruntime:", f"  intra_op_threads: {self.threads}"],
-            "openvino": ["openvino:", f"  inference_threads: {self.threads}"],
-        }.get(backend, [])
+        runtime = runtime_of_backend(backend)
+        threads = runtime.thread_lines(self.threads) if runtime is not None else []
         return [
             "tokenizer_instances:", f"  count: {self.tokenizer}",
             "model_instances:", f"  count: {self.model}",
@@ -93,12 +89,13 @@ class TunePoint:
 def thread_parameter(model_config: Any) -> str:
     """The parameter that sets the model step's threads per instance; BenchError for other backends."""
     backend = model_config.backend or model_config.platform
-    if backend not in THREAD_PARAMETERS:
+    runtime = runtime_of_backend(backend)
+    if runtime is None or runtime.thread_parameter is None:
         raise BenchError(
             f"the model step runs on `{backend}`; thread tuning applies to onnxruntime and openvino model steps "
             "(leave out --threads)"
         )
-    return THREAD_PARAMETERS[backend]
+    return runtime.thread_parameter
 
 
 def _count(config: Any) -> int:
@@ -139,7 +136,8 @@ class TunePlan:
             raise BenchError(str(exc)) from None
         model = self.configs["model"]
         self.backend = model.backend or model.platform
-        self.parameter = thread_parameter(model) if grid.threads else THREAD_PARAMETERS.get(self.backend, "")
+        runtime = runtime_of_backend(self.backend)
+        self.parameter = thread_parameter(model) if grid.threads else (runtime and runtime.thread_parameter) or ""
         threads = model.parameters[self.parameter].string_value if self.parameter in model.parameters else "0"
         self.built = Setting(_count(self.configs["tokenizer"]), _count(model), int(threads or 0))
         self.settings = grid.settings(self.built)

@@ -192,7 +192,7 @@ def _gateway(args: argparse.Namespace) -> None:
 def _engine(args: argparse.Namespace) -> None:
     from tritongen.repository.layout import step_names
     from tritongen.repository.staging import existing_versions
-    from tritongen.runtimes.tensorrt import build_engine
+    from tritongen.runtimes.tensorrt.engine import build_engine
 
     model_dir = args.repository / step_names(args.name)["model"]
     versions = existing_versions(model_dir)

@@ -1,15 +1,15 @@
 """The four typed step configs of an ensemble, built from the build spec and what inspection found.
 
 :func:`step_configs` returns one :class:`~tritongen.configs.model_config.ModelConfig` per step (tokenizer, model,
-postprocess, ensemble). The model step has one builder per runtime (ONNX Runtime, TensorRT plan), chosen
-from :data:`MODEL_STEPS`; the Python steps and the ensemble are the same for every runtime.
+postprocess, ensemble). The model step's shared sections (batching, versions, warm-up) are built here and
+its runtime (``tritongen.runtimes``) completes it; the Python steps and the ensemble are the same for every runtime.
 :func:`tritongen.configs.render.render_all` turns them into validated ``config.pbtxt`` text.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,22 +20,19 @@ from tritongen.configs.model_config import (
     InstanceGroup,
     Kind,
     ModelConfig,
-    OnnxRuntimeOptimization,
     QueuePolicy,
     Tensor,
-    TensorRTAccelerator,
     TimeoutAction,
     VersionPolicy,
     Warmup,
 )
 from tritongen.model.checkpoint import Checkpoint
 from tritongen.repository.layout import step_names
-from tritongen.runtimes.openvino import IR_FILE
-from tritongen.runtimes.tensorrt import cc_model_filenames
+from tritongen.runtimes import get_runtime
 from tritongen.spec import BuildSpec
 from tritongen.tasks import Task, TaskPlan
 
-__all__ = ["MODEL_STEPS", "ModelStep", "bucket_lengths", "step_configs"]
+__all__ = ["ModelStep", "bucket_lengths", "step_configs"]
 
 
 def bucket_lengths(buckets: Iterable[int], max_length: int) -> list[int]:
@@ -72,6 +69,10 @@ class ModelStep:
             "warmup": self.warmup(),
         }
 
+    def instances(self) -> InstanceGroup:
+        """The model step's ``instance_group``."""
+        return _instances(self.spec.model_instances)
+
     def warmup(self) -> tuple[Warmup, ...]:
         """One zero sample per bucket, so the first real request of each length finds a warm model.
 
@@ -88,83 +89,6 @@ class ModelStep:
             )
 
         return tuple(Warmup(f"bucket_{length}", at(length)) for length in self.buckets)
-
-
-def _onnxruntime_step(step: ModelStep) -> ModelConfig:
-    """The ONNX Runtime backend: session threads in ``parameters``, graph level and optional TensorRT EP."""
-    ort = step.spec.onnxruntime
-    threads = (("intra_op_thread_count", ort.intra_op_threads), ("inter_op_thread_count", ort.inter_op_threads))
-    parameters = {key: str(value) for key, value in threads if value}
-    parameters["session.intra_op.allow_spinning"] = "1" if ort.allow_spinning else "0"
-    return ModelConfig(
-        **step.common(),
-        backend="onnxruntime",
-        default_model_filename="model.onnx",
-        instance_group=_instances(step.spec.model_instances),
-        optimization=OnnxRuntimeOptimization(ort.graph_optimization_level, _ort_tensorrt(step)),
-        parameters=parameters,
-    )
-
-
-def _ort_tensorrt(step: ModelStep) -> TensorRTAccelerator | None:
-    trt = step.spec.tensorrt
-    if not trt.enabled:
-        return None
-    parameters = {
-        "precision_mode": trt.precision_mode,
-        "max_workspace_size_bytes": str(trt.max_workspace_size_bytes),
-        "trt_engine_cache_enable": "1",
-        "trt_engine_cache_path": trt.engine_cache_path,
-    }
-    if trt.profile_shapes:
-        batch = step.spec.max_batch_size
-        shapes = {
-            "min": (1, 1),
-            "opt": (max(1, batch // 2), step.buckets[len(step.buckets) // 2]),
-            "max": (max(1, batch), step.max_length),
-        }
-        for key, (rows, length) in shapes.items():
-            parameters[f"trt_profile_{key}_shapes"] = ",".join(f"{t.name}:{rows}x{length}" for t in step.inputs)
-    return TensorRTAccelerator(parameters)
-
-
-def _tensorrt_plan_step(step: ModelStep) -> ModelConfig:
-    """A TensorRT plan: one engine per GPU architecture, one optimisation profile per bucket."""
-    profiles = tuple(str(i) for i in range(len(step.buckets)))
-    return ModelConfig(
-        **step.common(),
-        platform="tensorrt_plan",
-        default_model_filename="model.plan",
-        cc_model_filenames=cc_model_filenames(),
-        instance_group=dataclasses.replace(_instances(step.spec.model_instances), profiles=profiles),
-    )
-
-
-def _openvino_step(step: ModelStep) -> ModelConfig:
-    """Triton's native openvino backend on the IR (``model.xml``); the local backend reads the same parameters."""
-    settings = step.spec.openvino
-    parameters = {
-        "PERFORMANCE_HINT": settings.performance_hint,
-        "NUM_STREAMS": str(settings.num_streams) if settings.num_streams else "AUTO",
-    }
-    if settings.inference_threads:
-        parameters["INFERENCE_NUM_THREADS"] = str(settings.inference_threads)
-    return ModelConfig(
-        **step.common(),
-        backend="openvino",
-        default_model_filename=IR_FILE,
-        instance_group=_instances(step.spec.model_instances),
-        parameters=parameters,
-    )
-
-
-ModelStepBuilder = Callable[[ModelStep], ModelConfig]
-MODEL_STEPS: Mapping[str, ModelStepBuilder] = {
-    "onnx": _onnxruntime_step,
-    "tensorrt": _tensorrt_plan_step,
-    "openvino": _openvino_step,
-}
-"""The model step's config builder per ``BuildSpec.runtime``."""
 
 
 def step_configs(
@@ -230,7 +154,7 @@ def step_configs(
                 }
             ),
         ),
-        "model": MODEL_STEPS[spec.runtime](model_step),
+        "model": get_runtime(spec.runtime).model_config(model_step),
         "postprocess": ModelConfig(
             **python_steps,
             name=names["postprocess"],

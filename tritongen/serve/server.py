@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from tritongen.errors import ServerError
+from tritongen.runtimes import RUNTIMES
 from tritongen.steps import backends
 
 REMOTE_SCHEMES = ("s3://", "gs://", "as://")  # repositories tritonserver reads itself
@@ -87,7 +88,8 @@ def prepare_runtime() -> Path:
     for item in ("libtriton_python.so", "triton_python_backend_utils.py"):
         shutil.copy2(paths["python_backend"] / item, python_dir / item)
     shutil.copy2(paths["stub"], python_dir / "triton_python_backend_stub")
-    for backend in ("onnxruntime", "openvino"):  # Python-based stand-ins for the container's native backends
+    # Python-based stand-ins for the container's native backends, one per runtime that needs one.
+    for backend in [r.local_backend for r in RUNTIMES.values() if r.local_backend]:
         (root / "backends" / backend).mkdir()
         shutil.copy2(Path(backends.__file__).parent / backend / "model.py", root / "backends" / backend / "model.py")
     (root / "caches").symlink_to(paths["caches"], target_is_directory=True)

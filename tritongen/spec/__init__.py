@@ -17,6 +17,7 @@ import yaml
 
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.errors import SpecError
+from tritongen.runtimes import get_runtime, runtime_names
 from tritongen.spec.sections import SECTIONS, TaskSettings, legacy_settings
 from tritongen.steps.ner import STRATEGIES
 
@@ -36,7 +37,7 @@ __all__ = [
 DEFAULT_NAME = "minilm"  # the ensemble name of every command, as of the default model (all-MiniLM-L6-v2)
 
 DEFAULT_BUCKETS = (16, 32, 64, 128, 256, 512)
-RUNTIMES = ("onnx", "tensorrt", "openvino")  # the model step's runtimes (configs.MODEL_STEPS)
+RUNTIMES = runtime_names()  # the model step's runtimes (tritongen.runtimes)
 AGGREGATION_STRATEGIES = STRATEGIES  # token classification: the transformers pipeline's strategies
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -102,7 +103,7 @@ class OpenVinoSettings:
     """The openvino backend's properties (its ``parameters``), for ``runtime: openvino``.
 
     There is no precision setting: OpenVINO computes in BF16 on CPUs that have it and FP32 elsewhere, and
-    the native backend cannot force FP32, so the build gates both (``tritongen.runtimes.openvino``).
+    the native backend cannot force FP32, so the build gates both (``tritongen.runtimes.openvino.ir``).
     """
 
     performance_hint: Literal["LATENCY", "THROUGHPUT"] = "LATENCY"
@@ -150,7 +151,7 @@ class BuildSpec:
     calibration: Path | None = None  # one text per line; None: the built-in sample
     validation: Path | None = None  # one text per line; None: the built-in sample
     accept_accuracy_loss: bool = False
-    runtime: Literal["onnx", "tensorrt", "openvino"] = "onnx"
+    runtime: str = "onnx"  # a registered runtime (tritongen.runtimes): onnx, openvino or tensorrt
     # The Triton containers (tritongen.containers) the build is for: the served model is checked in each one's
     # ONNX Runtime or OpenVINO (tritongen.gates.compat), where its venv exists. The first is the package's default.
     containers: tuple[str, ...] = (DEFAULT_CONTAINER,)
@@ -251,21 +252,7 @@ def _validate(spec: BuildSpec) -> None:
         raise SpecError(f"precision must be fp32, fp16 or int8, got {spec.precision}")
     if spec.quantization not in ("auto", "static", "dynamic"):
         raise SpecError(f"quantization must be auto, static or dynamic, got {spec.quantization}")
-    if spec.runtime not in RUNTIMES:
-        raise SpecError(f"runtime must be {', '.join(RUNTIMES[:-1])} or {RUNTIMES[-1]}, got {spec.runtime}")
-    if spec.runtime == "openvino":
-        _check_openvino(spec)
-    if spec.runtime == "tensorrt":
-        if spec.optimize:
-            raise SpecError("graph optimisation emits ONNX Runtime-only operators; TensorRT fuses on its own: drop it")
-        if spec.precision == "int8" and spec.quantization == "dynamic":
-            raise SpecError("TensorRT takes int8 only as static QDQ quantisation, not dynamic")
-        if spec.max_batch_size == 0:
-            raise SpecError("a TensorRT engine needs max_batch_size > 0 for its optimisation profiles")
-        if spec.tensorrt.enabled:
-            raise SpecError("the TensorRT execution accelerator is for runtime onnx; runtime tensorrt builds a plan")
-    if spec.model_instances.kind == "KIND_CPU" and spec.runtime == "tensorrt":
-        raise SpecError("a TensorRT plan runs on KIND_GPU instances; set the model step's kind to KIND_GPU")
+    get_runtime(spec.runtime).check_spec(spec)  # an unknown runtime lists the registered ones
     if spec.max_length is not None and spec.max_length < 8:
         raise SpecError(f"max_length must be >= 8, got {spec.max_length}")
     sections = SECTIONS
@@ -276,23 +263,6 @@ def _validate(spec: BuildSpec) -> None:
             raise SpecError(f"`{section}` must hold {sections[section].__name__}, got {type(settings).__name__}")
     if not 0 < spec.parity_tolerance < 1:
         raise SpecError(f"parity tolerance must be in (0, 1), got {spec.parity_tolerance}")
-
-
-def _check_openvino(spec: BuildSpec) -> None:
-    if spec.precision == "fp16" or spec.optimize:
-        raise SpecError(
-            "runtime openvino serves FP32 or INT8 (NNCF) IR and computes in BF16 itself where the CPU has it (all "
-            "gated); drop precision fp16 and optimize, which are ONNX Runtime variants"
-        )
-    if spec.precision == "int8" and spec.quantization == "dynamic":
-        raise SpecError("runtime openvino quantises statically (NNCF, calibrated); drop quantization dynamic")
-    if spec.model_instances.kind != "KIND_CPU" or spec.tensorrt.enabled:
-        raise SpecError("runtime openvino runs the model step on KIND_CPU instances, without the TensorRT accelerator")
-    settings = spec.openvino
-    if settings.performance_hint not in ("LATENCY", "THROUGHPUT"):
-        raise SpecError(f"openvino performance_hint must be LATENCY or THROUGHPUT, got {settings.performance_hint}")
-    if settings.num_streams < 0 or settings.inference_threads < 0:
-        raise SpecError("openvino num_streams and inference_threads must be >= 0 (0: OpenVINO decides)")
 
 
 _NESTED = {
@@ -409,6 +379,4 @@ def _device_defaults(data: dict[str, Any]) -> dict[str, Any]:
     data = dict(data)
     data["model_instances"] = {"kind": "KIND_GPU", **(data.get("model_instances") or {})}
     data.setdefault("precision", "fp16")
-    if data.get("runtime", "onnx") == "onnx":
-        data["tensorrt"] = {"enabled": True, "precision_mode": "FP16", **(data.get("tensorrt") or {})}
-    return data
+    return get_runtime(data.get("runtime", BuildSpec.runtime)).gpu_defaults(data)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tritongen.errors import CheckpointError, SpecError, UnsupportedModelError
+from tritongen.runtimes import get_runtime
 from tritongen.spec.sections import ImagesSettings
 from tritongen.steps.image import ImageEncoder, ImageSettings
 from tritongen.tasks._inputs import BuildView, Modality
@@ -60,7 +61,7 @@ class ImageInputs(Modality):
     records_canary = False  # a roll-out canary sends text; image versions are switched with `serve` reloads
 
     def check_spec(self, spec: BuildSpec) -> None:
-        if spec.precision != "fp32" or spec.optimize or spec.runtime != "onnx":
+        if spec.precision != "fp32" or spec.optimize or not get_runtime(spec.runtime).serves_onnx:
             raise SpecError(
                 "image models are built as FP32 for ONNX Runtime only: the accuracy gate of FP16, INT8, fusions and "
                 "the openvino and tensorrt runtimes measures texts (build with --precision fp32 --runtime onnx)"

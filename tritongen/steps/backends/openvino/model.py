@@ -10,7 +10,7 @@ local onnxruntime backend does (one run per ``execute``, padding columns cut).
 
 from __future__ import annotations
 
-from tritongen.runtimes.openvino import IR_FILE, OpenVinoSession, backend_properties
+from tritongen.runtimes.openvino.ir import IR_FILE, OpenVinoSession, backend_properties
 from tritongen.steps.backends.onnxruntime.model import TritonPythonModel as _BatchedModel
 
 __all__ = ["TritonPythonModel"]

@@ -1,0 +1,87 @@
+"""ONNX Runtime: Triton's onnxruntime backend serves the exported (or optimised) ONNX model; the default runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tritongen.runtimes.base import ModelStepView, Runtime
+from tritongen.runtimes.registry import register_runtime
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tritongen.configs.model_config import ModelConfig, TensorRTAccelerator
+
+__all__ = ["OnnxRuntime"]
+
+
+@register_runtime
+class OnnxRuntime(Runtime):
+    """FP32, FP16, INT8 (every scheme) and fusions; on a GPU node, ONNX Runtime's TensorRT accelerator at FP16."""
+
+    name = "onnx"
+    title = "ONNX Runtime"
+    backend = "onnxruntime"
+    model_file = "model.onnx"
+    local_backend: ClassVar[str | None] = "onnxruntime"
+    thread_parameter: ClassVar[str | None] = "intra_op_thread_count"
+    thread_setting: ClassVar[tuple[str, str] | None] = ("onnxruntime", "intra_op_threads")
+    serves_onnx = True
+
+    def gpu_defaults(self, data: dict[str, Any]) -> dict[str, Any]:
+        """On a GPU node the model step runs through ONNX Runtime's TensorRT accelerator, at FP16."""
+        return {**data, "tensorrt": {"enabled": True, "precision_mode": "FP16", **(data.get("tensorrt") or {})}}
+
+    def model_config(self, step: ModelStepView) -> ModelConfig:
+        """The onnxruntime backend: session threads in ``parameters``, graph level and the optional TensorRT EP."""
+        from tritongen.configs.model_config import ModelConfig, OnnxRuntimeOptimization
+
+        ort = step.spec.onnxruntime
+        threads = (("intra_op_thread_count", ort.intra_op_threads), ("inter_op_thread_count", ort.inter_op_threads))
+        parameters = {key: str(value) for key, value in threads if value}
+        parameters["session.intra_op.allow_spinning"] = "1" if ort.allow_spinning else "0"
+        return ModelConfig(
+            **step.common(),
+            backend=self.backend,
+            default_model_filename=self.model_file,
+            instance_group=step.instances(),
+            optimization=OnnxRuntimeOptimization(ort.graph_optimization_level, _tensorrt_accelerator(step)),
+            parameters=parameters,
+        )
+
+    def optimise(self, plan: Any, onnx: Any, console: Console) -> Any:
+        from tritongen.runtimes.onnxruntime.stages import optimise
+
+        return optimise(plan, onnx, console)
+
+    def container_check(self, plan: Any, onnx: Any, variant: Any, console: Console, release: str, python: Path) -> Any:
+        from tritongen.containers import container
+        from tritongen.runtimes.onnxruntime.stages import container_check
+
+        return container_check(plan, onnx, variant, console, container(release), python)
+
+
+def _tensorrt_accelerator(step: ModelStepView) -> TensorRTAccelerator | None:
+    """ONNX Runtime's TensorRT execution provider, with one optimisation profile over the buckets."""
+    from tritongen.configs.model_config import TensorRTAccelerator
+
+    trt = step.spec.tensorrt
+    if not trt.enabled:
+        return None
+    parameters = {
+        "precision_mode": trt.precision_mode,
+        "max_workspace_size_bytes": str(trt.max_workspace_size_bytes),
+        "trt_engine_cache_enable": "1",
+        "trt_engine_cache_path": trt.engine_cache_path,
+    }
+    if trt.profile_shapes:
+        batch = step.spec.max_batch_size
+        shapes = {
+            "min": (1, 1),
+            "opt": (max(1, batch // 2), step.buckets[len(step.buckets) // 2]),
+            "max": (max(1, batch), step.max_length),
+        }
+        for key, (rows, length) in shapes.items():
+            parameters[f"trt_profile_{key}_shapes"] = ",".join(f"{t.name}:{rows}x{length}" for t in step.inputs)
+    return TensorRTAccelerator(parameters)

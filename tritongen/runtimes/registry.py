@@ -1,0 +1,34 @@
+"""The runtime registry: ``@register_runtime`` adds an entry, ``get_runtime`` finds one by the spec's name."""
+
+from __future__ import annotations
+
+from tritongen.errors import SpecError
+from tritongen.runtimes.base import Runtime
+
+__all__ = ["RUNTIMES", "get_runtime", "register_runtime", "runtime_names", "runtime_of_backend"]
+
+RUNTIMES: dict[str, Runtime] = {}
+
+
+def register_runtime(cls: type[Runtime]) -> type[Runtime]:
+    """Class decorator: add a runtime entry to :data:`RUNTIMES` under its ``name``."""
+    RUNTIMES[cls.name] = cls()
+    return cls
+
+
+def get_runtime(name: str) -> Runtime:
+    """Look a runtime up by the spec's name; unknown names list the registered ones."""
+    try:
+        return RUNTIMES[name]
+    except KeyError:
+        raise SpecError(f"runtime must be one of {', '.join(runtime_names())}, got {name}") from None
+
+
+def runtime_names() -> tuple[str, ...]:
+    """The registered runtimes' names, in registration order (the CLI's ``--runtime`` choices)."""
+    return tuple(RUNTIMES)
+
+
+def runtime_of_backend(backend: str) -> Runtime | None:
+    """The runtime whose model step a config's ``backend`` (or ``platform``) names; None for any other."""
+    return next((r for r in RUNTIMES.values() if r.backend == backend), None)
