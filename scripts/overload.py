@@ -1,4 +1,4 @@
-"""The README's overload table: MiniLM with and without a model-step queue limit, one burst each, in one run.
+"""The overload table of docs/benchmarks.md: MiniLM with and without a model-step queue limit, one burst each.
 
 .venv/bin/python scripts/overload.py [--queue 128] [--concurrency 256] [--seconds 20]
 """

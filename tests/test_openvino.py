@@ -148,7 +148,7 @@ def test_minilm_int8_ir_is_quantised_by_nncf_gated_and_served(minilm_path, build
     assert [a["TRUNCATED"] for a in int8] == [b["TRUNCATED"] for b in exact]
     served = cosines[len(TEXTS) :]
     assert min(served) >= 0.98 and float(np.mean(served)) >= 0.99  # the embedding gate's floors, served
-    # Edge texts ("", one word repeated 200 times) lose more in INT8 than the gate's texts: the README says so.
+    # Edge texts ("", one word repeated 200 times) lose more in INT8 than the gate's texts: docs/precision.md says so.
     assert min(cosines[: len(TEXTS)]) >= 0.9
 
 

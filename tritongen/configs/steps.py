@@ -220,7 +220,7 @@ def _instances(group: specs.InstanceGroup) -> InstanceGroup:
 
 # A backstop, not a throttle: by default the model step's queue holds at most this many full batches, so a
 # burst beyond it is shed (UNAVAILABLE/503) instead of queueing without bound, while ordinary bursts never
-# reach it. A tight limit cost throughput on a 2-core CPU (README "Under load"); set one per deployment.
+# reach it. A tight limit cost throughput on a 2-core CPU (docs/benchmarks.md, "Under load"); set one per deployment.
 QUEUE_BATCHES = 8
 
 

@@ -2,7 +2,7 @@
 
 A spec comes from CLI options, from a YAML file (``make repo SPEC=deploy.yaml``), or both
 (options given on the command line override the file). Defaults are documented on the
-fields and in the README.
+fields and in docs/building.md.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ class BuildSpec:
     container_check: bool = True
     # Fold the postprocess step into the served graph where the task can and the fold proves itself
     # (tritongen.model.fold): one Python hop fewer per request. Off by default: measured interleaved here, the folded
-    # MiniLM ensemble served by the local Python-based backend was slower at concurrency 16 (README).
+    # MiniLM ensemble served by the local Python-based backend was slower at concurrency 16 (docs/benchmarks.md).
     fold: bool = False
     # Run code shipped with the checkpoint (config.json's auto_map) to load its config, tokenizer and model.
     # Off by default: such a checkpoint is refused; the model card records that it was trusted.

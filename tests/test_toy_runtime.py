@@ -1,0 +1,56 @@
+"""A runtime added from outside the package: one module (``tests/toy_runtime/single_thread.py``) and one line.
+
+Validated by the spec, built through every stage, served by the real tritonserver, and compared with the
+default runtime's answers on the same checkpoint.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.toy_runtime.single_thread import MARKER, SingleThread
+from tritongen.errors import SpecError
+from tritongen.repository.layout import read_config
+from tritongen.runtimes import RUNTIMES, get_runtime, register_runtime, runtime_names
+from tritongen.serve.client import infer
+from tritongen.spec import load_spec
+
+TEXTS = ["hello world", "Ünïcödé and emoji 🎉", "word " * 100, ""]
+
+
+@pytest.fixture
+def toy_runtime():
+    register_runtime(SingleThread)  # the one registry line a new runtime needs
+    yield RUNTIMES[SingleThread.name]
+    RUNTIMES.pop(SingleThread.name)
+
+
+def test_spec_accepts_toy_runtime_only_while_registered(toy_runtime):
+    assert get_runtime("onnx-single-thread") is toy_runtime
+    assert "onnx-single-thread" in runtime_names()
+    assert load_spec(None, model="m", runtime="onnx-single-thread").runtime == "onnx-single-thread"
+    with pytest.raises(SpecError, match="serves the FP32 export as it is"):
+        load_spec(None, model="m", runtime="onnx-single-thread", precision="int8")
+    RUNTIMES.pop(SingleThread.name)
+    with pytest.raises(SpecError, match="runtime must be one of onnx, openvino, tensorrt, got onnx-single-thread"):
+        load_spec(None, model="m", runtime="onnx-single-thread")
+    register_runtime(SingleThread)
+
+
+@pytest.mark.e2e
+def test_toy_runtime_served_matches_default_runtime_when_registered(toy_runtime, tiny_factory, builds, shared_server):
+    checkpoint = tiny_factory("bert", task="embedding")
+    toy = builds(checkpoint, "toyrt", runtime="onnx-single-thread")
+    default = builds(checkpoint, "toyrt_default")
+    model = toy.repository / "toyrt_model"
+    config = read_config(model / "config.pbtxt")
+    assert config.backend == "onnxruntime"
+    assert config.parameters["intra_op_thread_count"].string_value == "1"
+    assert (model / "1" / MARKER).read_text(encoding="utf-8") == "toyrt: one thread\n"
+    record = toy.record()
+    assert record["container_runtime"] == {"skipped": "the toy runtime is not in any container"}
+    assert record["fold"]["folded"] is False
+    served = infer(TEXTS, name="toyrt", url=shared_server.serve(toy).grpc_url)
+    reference = infer(TEXTS, name="toyrt_default", url=shared_server.serve(default).grpc_url)
+    np.testing.assert_allclose([r["EMBEDDING"] for r in served], [r["EMBEDDING"] for r in reference], atol=1e-5)
