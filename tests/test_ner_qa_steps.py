@@ -47,7 +47,10 @@ def _qa_configs(**settings):
     spec = load_spec(model="m", name="qa", **settings)
     checkpoint = _checkpoint("BertForQuestionAnswering", {"0": "LABEL_0", "1": "LABEL_1"})
     facts = {"cls_id": "2", "unk_token": "[UNK]"}
-    contexts = step_configs(spec, checkpoint, get_task("question-answering"), ["input_ids"], 128, 0, facts)
+    plan = get_task("question-answering").bind(
+        spec, checkpoint, inputs=["input_ids"], row_length=128, tokenizer_facts=facts
+    )
+    contexts = step_configs(spec, plan, tokenizer_facts=facts)
     return {step: config for step, (_, config) in render_all(contexts).items()}
 
 
@@ -82,7 +85,10 @@ def test_qa_configs_carry_window_and_no_answer_settings():
 def test_ner_configs_pass_offsets_and_word_ids_to_postprocess():
     spec = load_spec(model="m", name="ner", aggregation_strategy="max")
     checkpoint = _checkpoint("BertForTokenClassification", {"0": "O", "1": "B-PER", "2": "I-PER"})
-    contexts = step_configs(spec, checkpoint, get_task("token-classification"), ["input_ids"], 128, 0, {})
+    plan = get_task("token-classification").bind(
+        spec, checkpoint, inputs=["input_ids"], row_length=128, tokenizer_facts={}
+    )
+    contexts = step_configs(spec, plan, tokenizer_facts={})
     configs = {step: config for step, (_, config) in render_all(contexts).items()}
     post_inputs = {t.name: list(t.dims) for t in configs["postprocess"].input}
     # Whole requests (a long text is several windows): the batch axis is in the dims.

@@ -33,7 +33,8 @@ def _checkpoint(**config) -> Checkpoint:
 
 
 def _render(spec: BuildSpec, task: str = "classification", checkpoint: Checkpoint | None = None):
-    configs = step_configs(spec, checkpoint or _checkpoint(), get_task(task), INPUTS, 128, pad_id=0)
+    plan = get_task(task).bind(spec, checkpoint or _checkpoint(), inputs=INPUTS, row_length=128)
+    configs = step_configs(spec, plan)
     return render_all(configs)
 
 

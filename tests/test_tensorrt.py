@@ -54,7 +54,8 @@ def test_tensorrt_runtime_renders_plan_config_with_profiles():
     spec = BuildSpec(
         model="m", name="t", runtime="tensorrt", buckets=(16, 64), model_instances=InstanceGroup(kind="KIND_GPU")
     )
-    rendered = render_all(step_configs(spec, _checkpoint(), get_task("classification"), INPUTS, 128))
+    plan = get_task("classification").bind(spec, _checkpoint(), inputs=INPUTS, row_length=128)
+    rendered = render_all(step_configs(spec, plan))
     model = rendered["model"][1]
     assert model.platform == "tensorrt_plan"
     assert dict(model.cc_model_filenames)["9.0"] == "model.sm90.plan"

@@ -403,17 +403,7 @@ def _same_shape(plan: BuildPlan, served: tuple[str, ...] | None, *, folded: bool
 def render(plan: BuildPlan, *, folded: bool = False) -> dict[str, tuple[str, mc.ModelConfig]]:
     """Stage 8: the configs as ``config.pbtxt`` text, parsed with Triton's schema and wiring-checked."""
     return render_all(
-        step_configs(
-            plan.spec,
-            plan.checkpoint,
-            plan.task,
-            plan.inputs,
-            plan.max_length,
-            plan.pad_id,
-            plan.tokenizer_facts,
-            plan=plan.bound,
-            folded=folded,
-        )
+        step_configs(plan.spec, plan.bound, pad_id=plan.pad_id, tokenizer_facts=plan.tokenizer_facts, folded=folded)
     )
 
 

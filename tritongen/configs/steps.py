@@ -26,11 +26,10 @@ from tritongen.configs.model_config import (
     VersionPolicy,
     Warmup,
 )
-from tritongen.model.checkpoint import Checkpoint
 from tritongen.repository.layout import step_names
 from tritongen.runtimes import get_runtime
 from tritongen.spec import BuildSpec
-from tritongen.tasks import Task, TaskPlan
+from tritongen.tasks import TaskPlan
 
 __all__ = ["ModelStep", "bucket_lengths", "step_configs"]
 
@@ -91,103 +90,135 @@ class ModelStep:
         return tuple(Warmup(f"bucket_{length}", at(length)) for length in self.buckets)
 
 
+@dataclass(frozen=True)
+class _Wiring:
+    """The tensors each step reads and writes, from the bound task; computed once for the four configs."""
+
+    names: dict[str, str]
+    text_in: tuple[Tensor, ...]  # what clients send
+    tokenizer_in: tuple[Tensor, ...]
+    tokenizer_out: tuple[Tensor, ...]
+    tokens: tuple[Tensor, ...]  # the model's inputs, of the tokenizer's outputs
+    model_out: tuple[Tensor, ...]
+    post_in: tuple[Tensor, ...]
+    post_out: tuple[Tensor, ...]
+    ensemble_out: tuple[Tensor, ...]
+
+    @classmethod
+    def of(cls, name: str, plan: TaskPlan) -> _Wiring:
+        tokenizer_out, text_in = _tensors(plan.tokenizer_outputs), _tensors(plan.ensemble_inputs)
+        return cls(
+            names=step_names(name),
+            text_in=text_in,
+            # Ensemble inputs only the postprocess step reads (an embedding's DIMENSIONS) bypass the tokenizer.
+            tokenizer_in=_tensors(plan.tokenizer_inputs) if plan.tokenizer_inputs else text_in,
+            tokenizer_out=tokenizer_out,
+            tokens=tuple(t for t in tokenizer_out if t.name in plan.inputs),
+            model_out=_tensors([plan.onnx_output]),
+            post_in=_tensors(plan.postprocess_inputs),
+            post_out=_tensors(plan.postprocess_outputs),
+            ensemble_out=_tensors(plan.ensemble_outputs),
+        )
+
+
 def step_configs(
     spec: BuildSpec,
-    checkpoint: Checkpoint,
-    task: Task,
-    inputs: Sequence[str],
-    max_length: int,
+    plan: TaskPlan,
+    *,
     pad_id: int = 0,
     tokenizer_facts: Mapping[str, str] | None = None,
-    *,
-    plan: TaskPlan | None = None,
     folded: bool = False,
 ) -> dict[str, ModelConfig]:
     """The typed configs of the four steps, keyed by step (tokenizer, model, postprocess, ensemble).
 
-    ``plan`` is ``task`` bound to the checkpoint (:meth:`Task.bind`); without one it is bound here from
-    ``inputs``, ``max_length`` and ``tokenizer_facts`` (``cls_id``, ``unk_token``, ``special_tokens``).
-    ``folded``: the served graph computes the postprocess step's outputs itself (``tritongen.model.fold``); the
-    model step then gives them beside its own output, and there is no postprocess step.
+    ``plan`` is the task bound to the checkpoint (:meth:`Task.bind`); ``tokenizer_facts`` are the tokenizer's
+    (``padding_side``). ``folded``: the served graph computes the postprocess step's outputs itself
+    (``tritongen.model.fold``); the model step then gives them beside its own output, and there is no
+    postprocess step.
     """
-    if plan is None:
-        plan = task.bind(spec, checkpoint, inputs=inputs, row_length=max_length, tokenizer_facts=tokenizer_facts)
-    names = step_names(spec.name)
-    buckets = tuple(bucket_lengths(spec.buckets, max_length))
-    tokenizer_out = _tensors(plan.tokenizer_outputs)
-    token_tensors = tuple(t for t in tokenizer_out if t.name in plan.inputs)
-    onnx_out = _tensors([plan.onnx_output])
-    text_in = _tensors(plan.ensemble_inputs)
-    post_in = _tensors(plan.postprocess_inputs)
-    # Ensemble inputs only the postprocess step reads (an embedding's DIMENSIONS) bypass the tokenizer.
-    tokenizer_in = _tensors(plan.tokenizer_inputs) if plan.tokenizer_inputs else text_in
-    post_out = _tensors(plan.postprocess_outputs)
-    python_steps = {
-        "max_batch_size": spec.max_batch_size if plan.batched_io else 0,
-        # The Python steps are cheap: they batch whatever is queued, never wait for more and shed nothing (the
-        # queue limit is the model step's, where requests wait). A task whose requests become a different number
-        # of model rows (QA windows) runs them per request instead.
-        "dynamic_batching": _batching(
-            dataclasses.replace(
-                spec.dynamic_batching, max_queue_delay_microseconds=0, preferred_batch_size=(), queue_policy=None
-            )
-        )
-        if plan.batched_io
-        else None,
+    wiring = _Wiring.of(spec.name, plan)
+    buckets = tuple(bucket_lengths(spec.buckets, plan.row_length))
+    names = wiring.names
+    model_out = wiring.model_out + wiring.post_out if folded else wiring.model_out
+    model_step = ModelStep(spec, names["model"], names["ensemble"], wiring.tokens, model_out, buckets, plan.row_length)
+    parameters = {
+        **plan.modality.step_parameters(plan, buckets, pad_id),
+        **_padding(tokenizer_facts),
+        **plan.tokenizer_parameters,
     }
-    model_out = onnx_out + post_out if folded else onnx_out
-    model_step = ModelStep(spec, names["model"], names["ensemble"], token_tensors, model_out, buckets, max_length)
     configs = {
-        "tokenizer": ModelConfig(
-            **python_steps,
-            name=names["tokenizer"],
-            comment=_comment(names["tokenizer"], "tokenizer", names["ensemble"]),
-            backend="python",
-            inputs=tokenizer_in,
-            outputs=tokenizer_out,
-            instance_group=_instances(spec.tokenizer_instances),
-            parameters=_strings(
-                {
-                    **plan.modality.step_parameters(plan, buckets, pad_id),
-                    **_padding(tokenizer_facts),
-                    **plan.tokenizer_parameters,
-                }
-            ),
+        "tokenizer": _python_step(
+            spec, plan, names, "tokenizer", (wiring.tokenizer_in, wiring.tokenizer_out), parameters
         ),
         "model": get_runtime(spec.runtime).model_config(model_step),
-        "postprocess": ModelConfig(
-            **python_steps,
-            name=names["postprocess"],
-            comment=_comment(names["postprocess"], "postprocess", names["ensemble"]),
-            backend="python",
-            inputs=post_in,
-            outputs=post_out,
-            instance_group=_instances(spec.postprocess_instances),
-            parameters=_strings(plan.postprocess_parameters),
+        "postprocess": _python_step(
+            spec, plan, names, "postprocess", (wiring.post_in, wiring.post_out), plan.postprocess_parameters
         ),
-        "ensemble": ModelConfig(
-            name=names["ensemble"],
-            comment=f"{names['ensemble']}: the endpoint clients call (generated; edit the build spec instead).",
-            platform="ensemble",
-            max_batch_size=python_steps["max_batch_size"],
-            inputs=text_in,
-            outputs=_tensors(plan.ensemble_outputs),
-            response_cache=spec.response_cache,
-            steps=(
-                _step(names["tokenizer"], tokenizer_in, tokenizer_out),
-                _step(names["model"], token_tensors, post_out),
-            )
-            if folded
-            else (
-                _step(names["tokenizer"], tokenizer_in, tokenizer_out),
-                _step(names["model"], token_tensors, onnx_out),
-                _step(names["postprocess"], post_in, post_out),
-            ),
-        ),
+        "ensemble": _ensemble(spec, plan, wiring, folded=folded),
     }
     if folded:
         del configs["postprocess"]
     return configs
+
+
+def _python_steps(spec: BuildSpec, plan: TaskPlan) -> dict[str, Any]:
+    """The batching both Python steps share (and the ensemble's ``max_batch_size``).
+
+    The Python steps are cheap: they batch whatever is queued, never wait for more and shed nothing (the queue
+    limit is the model step's, where requests wait). A task whose requests become a different number of model
+    rows (QA windows) runs them per request instead.
+    """
+    if not plan.batched_io:
+        return {"max_batch_size": 0, "dynamic_batching": None}
+    no_wait = dataclasses.replace(
+        spec.dynamic_batching, max_queue_delay_microseconds=0, preferred_batch_size=(), queue_policy=None
+    )
+    return {"max_batch_size": spec.max_batch_size, "dynamic_batching": _batching(no_wait)}
+
+
+def _python_step(
+    spec: BuildSpec,
+    plan: TaskPlan,
+    names: Mapping[str, str],
+    step: str,
+    tensors: tuple[tuple[Tensor, ...], tuple[Tensor, ...]],
+    parameters: Mapping[str, object],
+) -> ModelConfig:
+    """The tokenizer or postprocess step: a Python-backend model with its ``tensors`` (inputs, outputs)."""
+    groups = {"tokenizer": spec.tokenizer_instances, "postprocess": spec.postprocess_instances}
+    return ModelConfig(
+        **_python_steps(spec, plan),
+        name=names[step],
+        comment=_comment(names[step], step, names["ensemble"]),
+        backend="python",
+        inputs=tensors[0],
+        outputs=tensors[1],
+        instance_group=_instances(groups[step]),
+        parameters=_strings(parameters),
+    )
+
+
+def _ensemble(spec: BuildSpec, plan: TaskPlan, wiring: _Wiring, *, folded: bool) -> ModelConfig:
+    """The endpoint clients call: the steps in order, each mapped to its neighbours' tensors."""
+    names = wiring.names
+    steps = (
+        (_step(names["tokenizer"], wiring.tokenizer_in, wiring.tokenizer_out),
+         _step(names["model"], wiring.tokens, wiring.post_out))
+        if folded
+        else (_step(names["tokenizer"], wiring.tokenizer_in, wiring.tokenizer_out),
+              _step(names["model"], wiring.tokens, wiring.model_out),
+              _step(names["postprocess"], wiring.post_in, wiring.post_out))
+    )  # fmt: skip
+    return ModelConfig(
+        name=names["ensemble"],
+        comment=f"{names['ensemble']}: the endpoint clients call (generated; edit the build spec instead).",
+        platform="ensemble",
+        max_batch_size=_python_steps(spec, plan)["max_batch_size"],
+        inputs=wiring.text_in,
+        outputs=wiring.ensemble_out,
+        response_cache=spec.response_cache,
+        steps=steps,
+    )
 
 
 def _padding(tokenizer_facts: Mapping[str, str] | None) -> dict[str, str]:
