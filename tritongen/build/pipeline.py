@@ -11,11 +11,10 @@ Nothing reaches the repository before :func:`publish`.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import importlib.util
 import json
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from rich.markdown import Markdown
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tritongen import steps
+from tritongen.build.card import SEARCH_PLOT, model_card, required
 from tritongen.build.plan import (
     BuildPlan,
     ContainerChecks,
@@ -67,9 +67,6 @@ __all__ = [
 _PY_MODELS = Path(steps.__file__).resolve().parent
 
 
-SEARCH_PLOT = "int8_search.png"  # next to model_card.md
-
-
 @dataclass(frozen=True)
 class BuildResult:
     """What a build published."""
@@ -97,73 +94,10 @@ def _choose_task(spec: BuildSpec, checkpoint: Checkpoint) -> Task:
     return task
 
 
-def _model_card(
-    plan: BuildPlan, version: int, report: ParityReport, variant: Variant | None, folding: FoldReport | None = None
-) -> str:
-    import onnxruntime
-    import torch
-    import transformers
-
-    spec, checkpoint, bound, facts = plan.spec, plan.checkpoint, plan.bound, plan.facts
-
-    def shape(dims: tuple[int, ...]) -> list[int]:
-        return list(dims) if bound.batched_io else [-1, *dims]  # whole requests: the batch axis is in dims
-
-    outputs = ", ".join(f"`{t.name}` ({t.data_type}, {shape(t.dims)})" for t in bound.ensemble_outputs)
-    architectures = ", ".join(checkpoint.architectures) or "bare encoder"
-    tools = f"torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime {onnxruntime.__version__}"
-    lines = [
-        f"# {spec.name} — version {version}",
-        "",
-        f"- source checkpoint: `{checkpoint.path}` ({checkpoint.model_type}, {architectures})",
-        f"- task: {bound.task}",
-        f"- built: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
-        f"- model inputs: {', '.join(facts.inputs)} (from the model's forward signature and config)",
-        *plan.task.modality.card_lines(plan),
-        "- contract: inputs "
-        + ", ".join(f"`{t.name}`" for t in _required(bound.ensemble_inputs))
-        + f" (TYPE_STRING, {shape((1,))})"
-        + "".join(
-            f", optional `{t.name}` ({t.data_type}, {shape(t.dims)})" for t in bound.ensemble_inputs if t.optional
-        )
-        + "; outputs "
-        + outputs,
-        f"- tools: {tools}",
-        _remote_code_line(checkpoint),
-    ]
-    lines += bound.card_lines
-    lines.append(f"- served model: {variant_name(spec, variant)} ({spec.runtime} runtime)")
-    if folding is not None:
-        lines.append(folding.card_line())
-    card = "\n".join(lines) + "\n\n## Parity of the FP32 export\n\n" + report.to_markdown()
-    if variant is not None:
-        optimized = variant.optimized
-        card += "\n## Optimisation\n\n" + "".join(f"- {step}\n" for step in optimized.steps)
-        if optimized.fused_operators:
-            card += f"- fused operators: {optimized.fused_operators}\n"
-        card += "\n" + variant.accuracy.to_markdown(accepted=spec.accept_accuracy_loss)
-        if variant.search is not None:
-            card += "\n" + variant.search.to_markdown(SEARCH_PLOT)
-    return card
-
-
-def _remote_code_line(checkpoint: Checkpoint) -> str:
-    """The card's line on code shipped with the checkpoint: none, or which classes ran because it was trusted."""
-    if not checkpoint.auto_map:
-        return "- remote code: none (transformers' own classes)"
-    classes = ", ".join(f"{name} -> `{target}`" for name, target in sorted(checkpoint.auto_map.items()))
-    return f"- remote code: TRUSTED (trust_remote_code); config.json's auto_map: {classes}"
-
-
 def _quiet_transformers() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # e.g. the "sequence longer than maximum" notice the parity texts trigger
-
-
-def _required(tensors: Sequence[Any]) -> list[Any]:
-    """The inputs every request carries (the texts), without the optional ones."""
-    return [t for t in tensors if not t.optional]
 
 
 def build_repository(spec: BuildSpec, *, console: Console | None = None) -> BuildResult:
@@ -318,7 +252,7 @@ def canary(plan: BuildPlan, onnx: Export, work: Staging, console: Console) -> No
         record_canary(
             work.version_dir(plan.names["ensemble"]) / CANARY_FILE, onnx.target, onnx.encoder,
             output=bound.onnx_output.name,
-            inputs={t.name: list(texts) for t, texts in zip(_required(bound.ensemble_inputs), segments)},
+            inputs={t.name: list(texts) for t, texts in zip(required(bound.ensemble_inputs), segments)},
             tolerance=plan.spec.parity_tolerance,
         )  # fmt: skip
 
@@ -426,7 +360,7 @@ def write(
     card_dir = work.version_dir(names["ensemble"])
     if variant is not None and variant.search is not None and variant.search.trials:
         variant.search.plot(card_dir / SEARCH_PLOT)
-    (card_dir / "model_card.md").write_text(_model_card(plan, work.version, report, variant, folding), encoding="utf-8")
+    (card_dir / "model_card.md").write_text(model_card(plan, work.version, report, variant, folding), encoding="utf-8")
     parity_json = {
         "passed": report.passed,
         "max_abs_diff": report.max_abs_diff,

@@ -1,0 +1,83 @@
+"""The model card: what a version was built from, what it serves, and the figures of every gate it passed.
+
+Written beside ``build.json`` in the ensemble's version folder; a person reads it, the tools read ``build.json``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Sequence
+from typing import Any
+
+from tritongen.build.plan import BuildPlan, Variant, variant_name
+from tritongen.gates.parity import ParityReport
+from tritongen.model.checkpoint import Checkpoint
+from tritongen.model.fold import FoldReport
+
+__all__ = ["SEARCH_PLOT", "model_card", "required"]
+
+SEARCH_PLOT = "int8_search.png"  # next to model_card.md
+
+
+def required(tensors: Sequence[Any]) -> list[Any]:
+    """The inputs every request carries (the texts), without the optional ones."""
+    return [t for t in tensors if not t.optional]
+
+
+def model_card(
+    plan: BuildPlan, version: int, report: ParityReport, variant: Variant | None, folding: FoldReport | None = None
+) -> str:
+    """``model_card.md``: what was built from what, the served contract, and every gate's figures."""
+    import onnxruntime
+    import torch
+    import transformers
+
+    spec, checkpoint, bound, facts = plan.spec, plan.checkpoint, plan.bound, plan.facts
+
+    def shape(dims: tuple[int, ...]) -> list[int]:
+        return list(dims) if bound.batched_io else [-1, *dims]  # whole requests: the batch axis is in dims
+
+    outputs = ", ".join(f"`{t.name}` ({t.data_type}, {shape(t.dims)})" for t in bound.ensemble_outputs)
+    architectures = ", ".join(checkpoint.architectures) or "bare encoder"
+    tools = f"torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime {onnxruntime.__version__}"
+    lines = [
+        f"# {spec.name} — version {version}",
+        "",
+        f"- source checkpoint: `{checkpoint.path}` ({checkpoint.model_type}, {architectures})",
+        f"- task: {bound.task}",
+        f"- built: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
+        f"- model inputs: {', '.join(facts.inputs)} (from the model's forward signature and config)",
+        *plan.task.modality.card_lines(plan),
+        "- contract: inputs "
+        + ", ".join(f"`{t.name}`" for t in required(bound.ensemble_inputs))
+        + f" (TYPE_STRING, {shape((1,))})"
+        + "".join(
+            f", optional `{t.name}` ({t.data_type}, {shape(t.dims)})" for t in bound.ensemble_inputs if t.optional
+        )
+        + "; outputs "
+        + outputs,
+        f"- tools: {tools}",
+        _remote_code_line(checkpoint),
+    ]
+    lines += bound.card_lines
+    lines.append(f"- served model: {variant_name(spec, variant)} ({spec.runtime} runtime)")
+    if folding is not None:
+        lines.append(folding.card_line())
+    card = "\n".join(lines) + "\n\n## Parity of the FP32 export\n\n" + report.to_markdown()
+    if variant is not None:
+        optimized = variant.optimized
+        card += "\n## Optimisation\n\n" + "".join(f"- {step}\n" for step in optimized.steps)
+        if optimized.fused_operators:
+            card += f"- fused operators: {optimized.fused_operators}\n"
+        card += "\n" + variant.accuracy.to_markdown(accepted=spec.accept_accuracy_loss)
+        if variant.search is not None:
+            card += "\n" + variant.search.to_markdown(SEARCH_PLOT)
+    return card
+
+
+def _remote_code_line(checkpoint: Checkpoint) -> str:
+    """The card's line on code shipped with the checkpoint: none, or which classes ran because it was trusted."""
+    if not checkpoint.auto_map:
+        return "- remote code: none (transformers' own classes)"
+    classes = ", ".join(f"{name} -> `{target}`" for name, target in sorted(checkpoint.auto_map.items()))
+    return f"- remote code: TRUSTED (trust_remote_code); config.json's auto_map: {classes}"
