@@ -40,14 +40,23 @@ __all__ = [
 ]
 
 
-class Kind(str, enum.Enum):
+class _Named(str, enum.Enum):
+    """A proto enum by its name, which is also how it prints (``KIND_GPU``, not ``Kind.GPU``)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    __format__ = str.__format__
+
+
+class Kind(_Named):
     """Where the instances of a model run (``instance_group.kind``)."""
 
     CPU = "KIND_CPU"
     GPU = "KIND_GPU"
 
 
-class TimeoutAction(str, enum.Enum):
+class TimeoutAction(_Named):
     """What a queue does with a request past its timeout (``default_queue_policy.timeout_action``)."""
 
     REJECT = "REJECT"

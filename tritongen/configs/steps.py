@@ -245,8 +245,9 @@ def _step(model: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> En
     return EnsembleStep(model, {t.name: t.name for t in inputs}, {t.name: t.name for t in outputs})
 
 
-def _instances(group: specs.InstanceGroup) -> InstanceGroup:
-    return InstanceGroup(count=group.count, kind=Kind(group.kind), gpus=tuple(group.gpus))
+def _instances(group: InstanceGroup) -> InstanceGroup:
+    """The spec's group as the config writes it (a kind read from YAML is a string)."""
+    return dataclasses.replace(group, kind=Kind(group.kind), gpus=tuple(group.gpus))
 
 
 # A backstop, not a throttle: by default the model step's queue holds at most this many full batches, so a
@@ -261,19 +262,16 @@ def _batching(batching: specs.DynamicBatching, *, default_queue: int = 0) -> Dyn
         return None
     policy = batching.queue_policy
     if policy is None and default_queue:
-        policy = specs.QueuePolicy(max_queue_size=default_queue)
+        policy = QueuePolicy(max_queue_size=default_queue)
+    if policy is not None:  # a timeout action read from YAML is a string
+        policy = dataclasses.replace(policy, timeout_action=TimeoutAction(policy.timeout_action))
     return DynamicBatching(
         max_queue_delay_microseconds=batching.max_queue_delay_microseconds or 0,
         preferred_batch_size=tuple(batching.preferred_batch_size),
         preserve_ordering=batching.preserve_ordering,
         queue_policy=None
         if policy is None
-        else QueuePolicy(
-            max_queue_size=policy.max_queue_size,
-            timeout_action=TimeoutAction(policy.timeout_action),
-            default_timeout_microseconds=policy.default_timeout_microseconds,
-            allow_timeout_override=policy.allow_timeout_override,
-        ),
+        else dataclasses.replace(policy, timeout_action=TimeoutAction(policy.timeout_action)),
     )
 
 

@@ -8,6 +8,7 @@ fields and in docs/building.md.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any, Literal
 
 import yaml
 
+from tritongen.configs.model_config import InstanceGroup, QueuePolicy  # the same sections as Triton's config
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.errors import SpecError
 from tritongen.runtimes import get_runtime, runtime_names
@@ -42,16 +44,6 @@ AGGREGATION_STRATEGIES = STRATEGIES  # token classification: the transformers pi
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-@dataclass(frozen=True)
-class QueuePolicy:
-    """Triton ``default_queue_policy``: a bounded queue sheds load instead of growing latency."""
-
-    max_queue_size: int = 0  # 0 means unbounded
-    timeout_action: Literal["REJECT", "DELAY"] = "REJECT"
-    default_timeout_microseconds: int = 0
-    allow_timeout_override: bool = True
-
-
 GPU_QUEUE_DELAY_US = 2000  # the model step's default batcher delay on KIND_GPU instances
 
 
@@ -67,15 +59,6 @@ class DynamicBatching:
     preferred_batch_size: tuple[int, ...] = ()
     preserve_ordering: bool = False
     queue_policy: QueuePolicy | None = None
-
-
-@dataclass(frozen=True)
-class InstanceGroup:
-    """Triton ``instance_group``: how many copies of a step run, and where."""
-
-    count: int = 1
-    kind: Literal["KIND_CPU", "KIND_GPU"] = "KIND_CPU"
-    gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -175,7 +158,8 @@ class BuildSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as plain data (the YAML layout ``load_spec`` reads)."""
-        data = dataclasses.asdict(self)
+        plain = lambda items: {k: v.value if isinstance(v, enum.Enum) else v for k, v in items}  # noqa: E731
+        data = dataclasses.asdict(self, dict_factory=plain)
         for key in ("repository", "calibration", "validation"):
             data[key] = None if data[key] is None else str(data[key])
         data.update(data.pop("task_settings"))
