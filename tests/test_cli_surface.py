@@ -3,10 +3,14 @@ a command uses."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 
 import pytest
 
+from tests.test_layout import BUILD_MACHINERY, HEAVY_LIBRARIES
 from tritongen.cli import _parser
 from tritongen.spec import DEFAULT_NAME, BuildSpec
 
@@ -45,3 +49,14 @@ def test_help_lists_only_the_ports_a_command_talks_to(command, hidden):
     text = parser.format_help()
     assert all(option not in text for option in hidden), text
     parser.parse_args([*(["--to", "s3://b/p"] if command == "manifests" else []), "--metrics-port", "9"])  # still taken
+
+
+def test_parser_loads_no_build_machinery_when_help_or_a_serving_command_is_parsed():
+    code = (
+        "import json, sys\nfrom tritongen.cli import _parser\n"
+        "for argv in (['health'], ['serve'], ['gateway']): _parser().parse_args(argv)\n"
+        "print(_parser().format_help(), file=sys.stderr)\nprint(json.dumps(sorted(sys.modules)))"
+    )
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    forbidden = BUILD_MACHINERY + HEAVY_LIBRARIES
+    assert [m for m in loaded if any(m == f or m.startswith(f + ".") for f in forbidden)] == []

@@ -179,6 +179,23 @@ class BuildSpec:
 
 
 def _validate(spec: BuildSpec) -> None:
+    # In this order: the first failed check is the one reported.
+    _check_device(spec)
+    _check_containers(spec)
+    _check_model_and_name(spec)
+    _check_shapes(spec)
+    _check_batching(spec)
+    _check_instances(spec)
+    _check_versions(spec)
+    _check_onnxruntime_settings(spec)
+    _check_precision(spec)
+    get_runtime(spec.runtime).check_spec(spec)  # an unknown runtime lists the registered ones
+    _check_max_length(spec)
+    _check_task_sections(spec)
+    _check_parity_tolerance(spec)
+
+
+def _check_device(spec: BuildSpec) -> None:
     if spec.device not in (None, "cpu", "gpu"):
         raise SpecError(f"device must be cpu or gpu, got {spec.device}")
     kinds = {g.kind for g in (spec.tokenizer_instances, spec.model_instances, spec.postprocess_instances)}
@@ -186,20 +203,32 @@ def _validate(spec: BuildSpec) -> None:
         raise SpecError("device gpu runs the model step on KIND_GPU instances, but the spec sets KIND_CPU: drop one")
     if spec.device == "cpu" and "KIND_GPU" in kinds:
         raise SpecError("device cpu, but the spec puts instances on KIND_GPU: drop one")
+
+
+def _check_containers(spec: BuildSpec) -> None:
     unknown = [c for c in spec.containers if c not in CONTAINERS]
     if unknown or not spec.containers:
         raise SpecError(
             f"no supported Triton container {', '.join(map(repr, unknown)) or 'given'}; "
             f"choose from {', '.join(CONTAINERS)}"
         )
+
+
+def _check_model_and_name(spec: BuildSpec) -> None:
     if not spec.model:
         raise SpecError("no model given: name a checkpoint directory or a hub id")
     if not _NAME_RE.match(spec.name):
         raise SpecError(f"model name `{spec.name}` is invalid: use letters, digits, `_`, `.` or `-`")
+
+
+def _check_shapes(spec: BuildSpec) -> None:
     if spec.max_batch_size < 0:
         raise SpecError(f"max_batch_size must be >= 0, got {spec.max_batch_size}")
     if not spec.buckets or any(b <= 0 for b in spec.buckets) or list(spec.buckets) != sorted(set(spec.buckets)):
         raise SpecError(f"buckets must be positive and strictly increasing, got {list(spec.buckets)}")
+
+
+def _check_batching(spec: BuildSpec) -> None:
     batching = spec.dynamic_batching
     if batching.enabled and spec.max_batch_size == 0:
         raise SpecError("dynamic batching needs max_batch_size > 0 (it is 0): disable dynamic batching or raise it")
@@ -210,6 +239,9 @@ def _validate(spec: BuildSpec) -> None:
         raise SpecError("max_queue_delay_microseconds must be >= 0")
     if batching.queue_policy and batching.queue_policy.max_queue_size < 0:
         raise SpecError("queue max_queue_size must be >= 0")
+
+
+def _check_instances(spec: BuildSpec) -> None:
     for step, group in (
         ("tokenizer", spec.tokenizer_instances),
         ("model", spec.model_instances),
@@ -221,6 +253,9 @@ def _validate(spec: BuildSpec) -> None:
             raise SpecError(f"{step} instance kind must be KIND_CPU or KIND_GPU, got {group.kind}")
         if group.gpus and group.kind != "KIND_GPU":
             raise SpecError(f"{step} instances list gpus {list(group.gpus)} but kind is {group.kind}")
+
+
+def _check_versions(spec: BuildSpec) -> None:
     policy = spec.version_policy
     if policy.policy not in ("latest", "all", "specific"):
         raise SpecError(f"version policy must be latest, all or specific, got {policy.policy}")
@@ -228,23 +263,37 @@ def _validate(spec: BuildSpec) -> None:
         raise SpecError("version policy `latest` needs a count >= 1")
     if policy.policy == "specific" and not policy.versions:
         raise SpecError("version policy `specific` needs at least one version")
+
+
+def _check_onnxruntime_settings(spec: BuildSpec) -> None:
     if spec.tensorrt.enabled and spec.model_instances.kind != "KIND_GPU":
         raise SpecError("the TensorRT accelerator needs the model step on KIND_GPU instances")
     if spec.onnxruntime.graph_optimization_level not in (-1, 0, 1, 2):
         raise SpecError("graph_optimization_level must be -1, 0, 1 or 2")
+
+
+def _check_precision(spec: BuildSpec) -> None:
     if spec.precision not in ("fp32", "fp16", "int8"):
         raise SpecError(f"precision must be fp32, fp16 or int8, got {spec.precision}")
     if spec.quantization not in ("auto", "static", "dynamic"):
         raise SpecError(f"quantization must be auto, static or dynamic, got {spec.quantization}")
-    get_runtime(spec.runtime).check_spec(spec)  # an unknown runtime lists the registered ones
+
+
+def _check_max_length(spec: BuildSpec) -> None:
     if spec.max_length is not None and spec.max_length < 8:
         raise SpecError(f"max_length must be >= 8, got {spec.max_length}")
+
+
+def _check_task_sections(spec: BuildSpec) -> None:
     sections = SECTIONS
     for section, settings in spec.task_settings.items():
         if section not in sections:
             raise SpecError(f"unknown task section `{section}`; known: {sorted(sections)}")
         if not isinstance(settings, sections[section]):
             raise SpecError(f"`{section}` must hold {sections[section].__name__}, got {type(settings).__name__}")
+
+
+def _check_parity_tolerance(spec: BuildSpec) -> None:
     if not 0 < spec.parity_tolerance < 1:
         raise SpecError(f"parity tolerance must be in (0, 1), got {spec.parity_tolerance}")
 

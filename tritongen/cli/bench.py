@@ -1,0 +1,126 @@
+"""Measuring a served ensemble: ``bench`` and ``soak``.
+
+``bench`` is a perf_analyzer sweep against baselines, ``soak`` minutes of mixed traffic watched for errors,
+latency and memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from tritongen.cli.options import add_server_options, ints
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``bench`` and ``soak``."""
+    subparsers.add_parser("bench", help="perf_analyzer sweep of an ensemble against baselines", options=_bench_options)
+    subparsers.add_parser(
+        "soak",
+        help="mixed traffic at a served ensemble for minutes: errors, latency, memory",
+        options=_soak_options,
+    )
+
+
+def _bench_options(bench: argparse.ArgumentParser) -> None:
+    from tritongen.spec import DEFAULT_NAME
+
+    bench.add_argument("--name", default=DEFAULT_NAME)
+    bench.add_argument("--repository", type=Path, default=Path("model_repository"))
+    bench.add_argument("--output", type=Path, default=Path("perf_analyzer_configs"))
+    bench.add_argument("--concurrency", help="comma-separated concurrency levels (default 1,2,4,8,16)")
+    bench.add_argument("--request-count", type=int, default=256, help="requests per measurement window")
+    bench.add_argument(
+        "--fixed-requests",
+        type=int,
+        default=0,
+        help="send exactly N requests per point, no stability criterion (smoke runs; default: until stable)",
+    )
+    bench.add_argument("--texts", type=int, default=512, help="number of distinct request texts")
+    bench.add_argument("--compare", help="comma-separated other ensembles to measure in the same run")
+    bench.add_argument(
+        "--baselines",
+        help="comma-separated subset of pipeline,nobatch,ceiling,infinity,gateway (default: all available but gateway)",
+    )
+    tuning = bench.add_argument_group(
+        "tuning sweep", "measure these settings too, applied to the running server; the report names the best"
+    )
+    tuning.add_argument("--tokenizer-instances", help="comma-separated tokenizer step instance counts, e.g. 1,2")
+    tuning.add_argument("--model-instances", help="comma-separated model step instance counts, e.g. 1,2")
+    tuning.add_argument(
+        "--threads", help="comma-separated threads per model instance (0: the runtime's default), e.g. 0,1,2"
+    )
+    bench.set_defaults(func=_bench)
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from tritongen.bench.perf import Sweep
+    from tritongen.bench.run import BenchOptions, run_bench
+    from tritongen.bench.tune import TuneGrid
+
+    sweep = Sweep(
+        concurrency=ints(args.concurrency) or Sweep().concurrency,
+        request_count=args.request_count,
+        fixed_requests=args.fixed_requests,
+    )
+    baselines = tuple(b for b in args.baselines.split(",") if b) if args.baselines is not None else None
+    options = BenchOptions(
+        name=args.name,
+        repository=args.repository,
+        output=args.output,
+        sweep=sweep,
+        texts=args.texts,
+        compare=tuple(n for n in (args.compare or "").split(",") if n),
+        tune=TuneGrid(
+            tokenizer=tuple(ints(args.tokenizer_instances) or ()),
+            model=tuple(ints(args.model_instances) or ()),
+            threads=tuple(ints(args.threads) or ()),
+        ),
+        **({"baselines": baselines} if baselines is not None else {}),
+    )
+    run_bench(options)
+
+
+def _soak_options(soak: argparse.ArgumentParser) -> None:
+    from tritongen.spec import DEFAULT_NAME
+
+    soak.add_argument("--name", default=DEFAULT_NAME)
+    soak.add_argument("--minutes", type=float, default=10.0)
+    soak.add_argument("--concurrency", type=int, default=32)
+    soak.add_argument("--interval", type=float, default=60.0, help="seconds per reported interval")
+    soak.add_argument("--output", type=Path, default=Path("soak_results"), help="report folder (NAME inside)")
+    add_server_options(soak, "grpc")
+    soak.set_defaults(func=_soak)
+
+
+def _show_interval(interval: Any) -> None:
+    errors = sum(interval.errors.values())
+    memory = ", ".join(f"{k} {v:.0f}" for k, v in sorted(interval.memory_mib.items()))
+    p50 = "-" if interval.p50_ms is None else f"{interval.p50_ms:.0f}"
+    p99 = "-" if interval.p99_ms is None else f"{interval.p99_ms:.0f}"
+    print(
+        f"[{interval.index}] {interval.requests} requests, {errors} errors, p50 {p50} ms, p99 {p99} ms; "
+        f"MiB: {memory or 'server not found on this machine'}",
+        flush=True,
+    )
+
+
+def _soak(args: argparse.Namespace) -> None:
+    from tritongen.bench.soak import run_soak, write_report
+    from tritongen.errors import BenchError
+
+    report = run_soak(
+        args.name, grpc_port=args.grpc_port, host=args.host, minutes=args.minutes,
+        concurrency=args.concurrency, interval_s=args.interval, on_interval=_show_interval,
+    )  # fmt: skip
+    path = write_report(report, args.output / args.name)
+    print(report.to_markdown().splitlines()[-2])
+    print(report.to_markdown().splitlines()[-1])
+    print(f"report: {path}")
+    if report.errors or report.leaks:
+        raise BenchError(
+            f"soak of `{args.name}` saw {sum(report.errors.values())} errors and {len(report.leaks)} leaks; see {path}"
+        )
