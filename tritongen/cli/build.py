@@ -86,10 +86,10 @@ def _dynamic_batching(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _runtime_choices() -> tuple[str, ...]:
-    """The model step's runtimes ``--runtime`` takes."""
-    from tritongen.spec import RUNTIMES
+    """The model step's runtimes ``--runtime`` takes: the registry's."""
+    from tritongen.runtimes import runtime_names
 
-    return RUNTIMES
+    return runtime_names()
 
 
 def _build_options(build: argparse.ArgumentParser) -> None:
@@ -188,7 +188,7 @@ def _add_variant_options(build: argparse.ArgumentParser) -> None:
         "--fold",
         action=argparse.BooleanOptionalAction,
         help="fold the postprocess step into the ONNX graph where it is tensor math and proves equal to the "
-        "Python step (default off: slower at concurrency 16 here, see README; the card says which path)",
+        "Python step (default off: slower at concurrency 16 here, see docs/building.md; the card says which path)",
     )
 
 

@@ -19,7 +19,7 @@ import yaml
 from tritongen.configs.model_config import InstanceGroup, QueuePolicy  # the same sections as Triton's config
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.errors import SpecError
-from tritongen.runtimes import get_runtime, runtime_names
+from tritongen.runtimes import get_runtime
 from tritongen.spec.sections import SECTIONS, TaskSettings, legacy_settings
 from tritongen.steps.ner import STRATEGIES
 
@@ -39,7 +39,6 @@ __all__ = [
 DEFAULT_NAME = "minilm"  # the ensemble name of every command, as of the default model (all-MiniLM-L6-v2)
 
 DEFAULT_BUCKETS = (16, 32, 64, 128, 256, 512)
-RUNTIMES = runtime_names()  # the model step's runtimes (tritongen.runtimes)
 AGGREGATION_STRATEGIES = STRATEGIES  # token classification: the transformers pipeline's strategies
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -239,6 +238,8 @@ def _check_batching(spec: BuildSpec) -> None:
         raise SpecError("max_queue_delay_microseconds must be >= 0")
     if batching.queue_policy and batching.queue_policy.max_queue_size < 0:
         raise SpecError("queue max_queue_size must be >= 0")
+    if batching.queue_policy and batching.queue_policy.timeout_action not in ("REJECT", "DELAY"):
+        raise SpecError(f"queue timeout_action must be REJECT or DELAY, got {batching.queue_policy.timeout_action}")
 
 
 def _check_instances(spec: BuildSpec) -> None:
@@ -253,6 +254,8 @@ def _check_instances(spec: BuildSpec) -> None:
             raise SpecError(f"{step} instance kind must be KIND_CPU or KIND_GPU, got {group.kind}")
         if group.gpus and group.kind != "KIND_GPU":
             raise SpecError(f"{step} instances list gpus {list(group.gpus)} but kind is {group.kind}")
+        if group.profiles:
+            raise SpecError(f"{step} instances set profiles; the TensorRT runtime sets them from the buckets")
 
 
 def _check_versions(spec: BuildSpec) -> None:
