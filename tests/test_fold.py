@@ -13,7 +13,8 @@ import pytest
 
 from tests.tiny_variants import make_multilabel_classifier
 from tritongen.build.pipeline import build_repository
-from tritongen.model.fold import classification_tail, embedding_tail, fold_graph, prove
+from tritongen.model.fold import classification_tail, fold_graph, prove
+from tritongen.pooling.heads import embedding_tail
 from tritongen.repository.layout import served_steps
 from tritongen.serve.client import infer
 from tritongen.spec import load_spec

@@ -23,7 +23,16 @@ if TYPE_CHECKING:
     import onnx
 
 
-__all__ = ["FOLD_TOLERANCE", "FoldReport", "GraphTail", "classification_tail", "embedding_tail", "fold_graph", "prove"]
+__all__ = [
+    "FOLD_TOLERANCE",
+    "FoldReport",
+    "GraphTail",
+    "classification_tail",
+    "float_input",
+    "fold_graph",
+    "last_axis",
+    "prove",
+]
 
 FOLD_TOLERANCE = 1e-5  # float outputs: the same float32 math in two places
 MIN_OPSET = 18  # ReduceL2/ReduceMax take their axes as an input; the export's opset (tritongen.model.export)
@@ -41,36 +50,19 @@ class GraphTail:
     domains: Mapping[str, int] = field(default_factory=dict)  # extra opset imports
 
 
-def _float_input(source: str) -> tuple[str, list[Any]]:
+def float_input(source: str) -> tuple[str, list[Any]]:
+    """The model output ``source`` cast to float32: its new name, and the node that casts it."""
     from onnx import TensorProto, helper
 
     name = f"{source}__fp32"
     return name, [helper.make_node("Cast", [source], [name], to=TensorProto.FLOAT, name="fold_cast")]
 
 
-def _last_axis() -> Any:
+def last_axis() -> Any:
+    """The initializer ``fold_last_axis`` ([-1]), the axes input of a reduction over the last axis."""
     from onnx import numpy_helper
 
     return numpy_helper.from_array(np.array([-1], dtype=np.int64), "fold_last_axis")
-
-
-def embedding_tail(source: str, width: int, *, normalize: bool) -> GraphTail:
-    """``EMBEDDING``: the pooled vector, divided by max(L2 norm, 1e-12) when the checkpoint normalises."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    x, nodes = _float_input(source)
-    initializers = []
-    if normalize:
-        eps = numpy_helper.from_array(np.array(1e-12, dtype=np.float32), "fold_eps")
-        initializers = [_last_axis(), eps]
-        nodes += [
-            helper.make_node("ReduceL2", [x, "fold_last_axis"], ["fold_norm"], keepdims=1, name="fold_norm"),
-            helper.make_node("Max", ["fold_norm", "fold_eps"], ["fold_norm_safe"], name="fold_norm_safe"),
-            helper.make_node("Div", [x, "fold_norm_safe"], ["EMBEDDING"], name="fold_normalize"),
-        ]
-    else:
-        nodes.append(helper.make_node("Identity", [x], ["EMBEDDING"], name="fold_identity"))
-    return GraphTail(tuple(nodes), {"EMBEDDING": (TensorProto.FLOAT, width)}, tuple(initializers))
 
 
 def classification_tail(source: str, labels: Sequence[str], *, function: str) -> GraphTail:
@@ -79,7 +71,7 @@ def classification_tail(source: str, labels: Sequence[str], *, function: str) ->
 
     if function not in ("softmax", "sigmoid"):
         raise ValueError(f"cannot fold activation `{function}`")
-    x, nodes = _float_input(source)
+    x, nodes = float_input(source)
     activation = (
         helper.make_node("Softmax", [x], ["PROBABILITIES"], axis=-1, name="fold_softmax")
         if function == "softmax"
@@ -107,7 +99,7 @@ def classification_tail(source: str, labels: Sequence[str], *, function: str) ->
             "SCORE": (TensorProto.FLOAT, 1),
             "PROBABILITIES": (TensorProto.FLOAT, len(labels)),
         },
-        (_last_axis(),),
+        (last_axis(),),
         {ML_DOMAIN: ML_OPSET},
     )
 

@@ -92,6 +92,15 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(norms, 1e-12)
 
 
+def truncate(values: np.ndarray, dimensions: int, *, normalize: bool) -> np.ndarray:
+    """The first ``dimensions`` values of each row (Matryoshka), renormalised when ``normalize``."""
+    width = values.shape[-1]
+    if not 1 <= dimensions <= width:
+        raise ValueError(f"DIMENSIONS must be between 1 and {width}, got {dimensions}")
+    cut = values[..., :dimensions]
+    return l2_normalize(cut) if normalize else cut.astype(np.float32)
+
+
 def input_array(request: Any, name: str) -> np.ndarray:
     """Input ``name`` of ``request`` as a numpy array."""
     return pb_utils.get_input_tensor_by_name(request, name).as_numpy()

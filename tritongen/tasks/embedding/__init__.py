@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen.gates.accuracy import CosineGate
+from tritongen.pooling.methods import pooling_method
 from tritongen.tasks._base import Task, TensorSpec, exportable, load_pretrained
 from tritongen.tasks._registry import register_task
 
@@ -92,7 +93,7 @@ class Embedding(Task):
     def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
         if self.matryoshka(checkpoint):
             return None  # DIMENSIONS is per-request logic: the postprocess step stays
-        from tritongen.model.fold import embedding_tail
+        from tritongen.pooling.heads import embedding_tail
 
         width = checkpoint.pooling.width(checkpoint.hidden_size)
         return embedding_tail(self.onnx_output, width, normalize=checkpoint.pooling.normalize)
@@ -119,24 +120,11 @@ class Embedding(Task):
 
         # pooling reads the hidden states, never a pooler
         model = load_pretrained(_encoder_class(checkpoint), checkpoint, unused=("pooler.",))
-        mode = checkpoint.pooling.mode
+        method = pooling_method(checkpoint.pooling.mode)
         dense = torch.nn.Sequential(*(_linear(d) for d in checkpoint.pooling.dense)).eval()
 
         def pool(outputs: Any, attention_mask: torch.Tensor) -> torch.Tensor:
-            hidden = outputs.last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            if mode == "cls":
-                pooled = hidden[:, 0]
-            elif mode == "max":
-                pooled = torch.where(mask > 0, hidden, torch.full_like(hidden, -1e9)).max(dim=1).values
-            elif mode == "lasttoken":
-                # The last real token, from the mask: right whichever side the rows are padded on.
-                positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
-                last = (attention_mask * positions).amax(dim=1)  # ReduceMax: the container's ORT has no int ArgMax
-                pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-            else:
-                pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-            return dense(pooled)
+            return dense(method(outputs.last_hidden_state, attention_mask))
 
         module = exportable(model, pool)
         module.dense = dense  # registered, so the Dense weights travel with the exported module

@@ -20,21 +20,12 @@ except ImportError:  # outside the server: importable for tests and build-time c
 
 try:  # in the server: the shared modules are copied next to this model.py
     from _common import input_error
-    from postprocess import BatchedPostprocess, input_array, l2_normalize
+    from postprocess import BatchedPostprocess, input_array, l2_normalize, truncate
 except ImportError:
     from tritongen.steps._common import input_error
-    from tritongen.steps.postprocess import BatchedPostprocess, input_array, l2_normalize
+    from tritongen.steps.postprocess import BatchedPostprocess, input_array, l2_normalize, truncate
 
 __all__ = ["TritonPythonModel", "truncate"]
-
-
-def truncate(values: np.ndarray, dimensions: int, *, normalize: bool) -> np.ndarray:
-    """The first ``dimensions`` values of each row, renormalised when ``normalize``."""
-    width = values.shape[-1]
-    if not 1 <= dimensions <= width:
-        raise ValueError(f"DIMENSIONS must be between 1 and {width}, got {dimensions}")
-    cut = values[..., :dimensions]
-    return l2_normalize(cut) if normalize else cut.astype(np.float32)
 
 
 def requested_dimensions(array: np.ndarray | None) -> int | None:
