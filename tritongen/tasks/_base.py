@@ -29,9 +29,23 @@ if TYPE_CHECKING:
     from tritongen.model.fold import GraphTail
     from tritongen.spec import BuildSpec
 
-__all__ = ["NO_TOKENIZER_LIMIT", "TRUNCATED", "Task", "TaskPlan", "TensorSpec", "reference_postprocess"]
+__all__ = ["NO_TOKENIZER_LIMIT", "TRUNCATED", "Binding", "Task", "TaskPlan", "TensorSpec", "reference_postprocess"]
 
 _TOKENIZER_STEP = "tritongen.steps.tokenizer"  # the plain text tokenizer: TEXT [, TEXT_PAIR] -> rows
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What a task's binding hooks read: the spec, the task's settings, the checkpoint, the row and the tokenizer.
+
+    Made once by :meth:`Task.bind`; a hook takes it whole instead of the same five arguments on every call.
+    """
+
+    spec: BuildSpec
+    settings: TaskSettings
+    checkpoint: Checkpoint
+    row_length: int  # tokens per model row
+    facts: Mapping[str, str]  # the tokenizer's facts (``cls_id``, ``unk_token``, ``padding_side``...)
 
 
 @dataclass(frozen=True)
@@ -124,7 +138,8 @@ class Task:
                 raise ValueError("bind needs row_length or position_limit")
             row_length = self.row_length(spec, settings, checkpoint, position_limit, tokenizer_max)
         names = tuple(inputs)
-        tokenizer_settings, post_settings = self.step_parameters(spec, settings, checkpoint, row_length, facts)
+        binding = Binding(spec, settings, checkpoint, row_length, facts)
+        tokenizer_settings, post_settings = self.step_parameters(binding)
         token_tensors = self.modality.tensors(checkpoint, names)
         extra = [t for t in self.tokenizer_outputs(checkpoint) if t.name not in names]
         post_out = self.postprocess_outputs(checkpoint)
@@ -142,7 +157,7 @@ class Task:
             ensemble_outputs=tuple(post_out + ([TRUNCATED] if self.truncates else [])),
             tokenizer_parameters=tokenizer_settings,
             postprocess_parameters={"task": self.name, **self.postprocess_parameters(checkpoint), **post_settings},
-            card_lines=tuple(self.card_lines(spec, settings, checkpoint, row_length)),
+            card_lines=tuple(self.card_lines(binding)),
             batched_io=self.batched_io,
             truncates=self.truncates,
             pair_input=self.pair_input,
@@ -222,13 +237,11 @@ class Task:
             raise UnsupportedModelError(f"max_length {spec.max_length} is above the model's limit of {limit} tokens")
         return spec.max_length
 
-    def step_parameters(
-        self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int, facts: Mapping[str, str]
-    ) -> tuple[dict[str, str], dict[str, str]]:
+    def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         """The task's settings as (tokenizer, postprocess) parameters."""
         return {}, {}
 
-    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+    def card_lines(self, bound: Binding) -> list[str]:
         """Task-specific lines of the model card."""
         return []
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tritongen.spec.sections import ClassificationSettings
-from tritongen.tasks._base import Task, TensorSpec, exportable, labels_line, load_pretrained
+from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, labels_line, load_pretrained
 from tritongen.tasks._registry import register_task
 
 if TYPE_CHECKING:
@@ -14,7 +13,6 @@ if TYPE_CHECKING:
 
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.model.fold import GraphTail
-    from tritongen.spec import BuildSpec
 
 __all__ = ["Classification", "ClassificationSettings"]
 
@@ -51,14 +49,8 @@ class Classification(Task):
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"function": self.gate_function(checkpoint), "labels_file": "labels.json"}
 
-    def step_parameters(
-        self,
-        spec: BuildSpec,
-        settings: ClassificationSettings,
-        checkpoint: Checkpoint,
-        row_length: int,
-        facts: Mapping[str, str],
-    ) -> tuple[dict[str, str], dict[str, str]]:
+    def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
+        settings, checkpoint = bound.settings, bound.checkpoint
         if not _multi_label(checkpoint):
             return {}, {}
         return {}, {"threshold": str(settings.multi_label_threshold), "top_k": str(settings.multi_label_top_k)}
@@ -71,7 +63,8 @@ class Classification(Task):
         labels = list(checkpoint.id2label.values())
         return classification_tail(self.onnx_output, labels, function=self.gate_function(checkpoint))
 
-    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+    def card_lines(self, bound: Binding) -> list[str]:
+        checkpoint = bound.checkpoint
         return [labels_line(checkpoint)]
 
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:

@@ -8,12 +8,11 @@ normalisation and the Matryoshka truncation (``DIMENSIONS``) in the postprocess 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen.gates.accuracy import CosineGate
 from tritongen.pooling.methods import pooling_method
-from tritongen.tasks._base import Task, TensorSpec, exportable, load_pretrained
+from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, load_pretrained
 from tritongen.tasks._registry import register_task
 
 if TYPE_CHECKING:
@@ -21,7 +20,6 @@ if TYPE_CHECKING:
 
     from tritongen.model.checkpoint import Checkpoint, Dense
     from tritongen.model.fold import GraphTail
-    from tritongen.spec import BuildSpec
 
 __all__ = ["DIMENSIONS", "PROMPT_NAME", "Embedding"]
 
@@ -78,9 +76,8 @@ class Embedding(Task):
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"normalize": "true" if checkpoint.pooling.normalize else "false"}
 
-    def step_parameters(
-        self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int, facts: Mapping[str, str]
-    ) -> tuple[dict[str, str], dict[str, str]]:
+    def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
+        checkpoint = bound.checkpoint
         pooling = checkpoint.pooling
         tokenizer = {}
         if pooling.prompts:
@@ -98,7 +95,8 @@ class Embedding(Task):
         width = checkpoint.pooling.width(checkpoint.hidden_size)
         return embedding_tail(self.onnx_output, width, normalize=checkpoint.pooling.normalize)
 
-    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+    def card_lines(self, bound: Binding) -> list[str]:
+        checkpoint = bound.checkpoint
         pooling = checkpoint.pooling
         dense = " -> ".join(f"Dense {d.in_features}->{d.out_features}" for d in pooling.dense)
         lines = [f"- pooling: {pooling.mode}{', ' + dense if dense else ''}, normalised: {pooling.normalize}"]

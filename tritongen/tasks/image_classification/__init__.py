@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tritongen.tasks._base import load_pretrained
+from tritongen.tasks._base import Binding, load_pretrained
 from tritongen.tasks._images import IMAGE, ImageInputs, ImagesSettings, pixel_module
 from tritongen.tasks._registry import register_task
 from tritongen.tasks.classification import Classification
@@ -15,7 +14,6 @@ if TYPE_CHECKING:
 
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.model.fold import GraphTail
-    from tritongen.spec import BuildSpec
     from tritongen.tasks._base import TensorSpec
 
 __all__ = ["ImageClassification"]
@@ -40,9 +38,8 @@ class ImageClassification(Classification):
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [IMAGE]
 
-    def step_parameters(
-        self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int, facts: Mapping[str, str]
-    ) -> tuple[dict[str, str], dict[str, str]]:
+    def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
+        settings, facts = bound.settings, bound.facts
         return {**facts, "max_pixels": str(settings.max_pixels)}, {}
 
     def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:

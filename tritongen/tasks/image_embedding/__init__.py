@@ -5,11 +5,10 @@ The text side (``get_text_features``) is the ``image-embedding-text`` task, buil
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tritongen.gates.accuracy import CosineGate
-from tritongen.tasks._base import Task, TensorSpec, load_pretrained
+from tritongen.tasks._base import Binding, Task, TensorSpec, load_pretrained
 from tritongen.tasks._images import IMAGE, ImageInputs, ImagesSettings, pixel_module
 from tritongen.tasks._registry import register_task
 
@@ -17,7 +16,6 @@ if TYPE_CHECKING:
     import torch
 
     from tritongen.model.checkpoint import Checkpoint
-    from tritongen.spec import BuildSpec
 
 __all__ = ["IMAGE_TEXT_MODELS", "ImageEmbedding"]
 
@@ -56,12 +54,12 @@ class ImageEmbedding(Task):
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"normalize": "false"}
 
-    def step_parameters(
-        self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int, facts: Mapping[str, str]
-    ) -> tuple[dict[str, str], dict[str, str]]:
+    def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
+        settings, facts = bound.settings, bound.facts
         return {**facts, "max_pixels": str(settings.max_pixels)}, {}
 
-    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+    def card_lines(self, bound: Binding) -> list[str]:
+        spec, checkpoint = bound.spec, bound.checkpoint
         return [
             f"- embedding: `get_image_features` of {', '.join(checkpoint.architectures)}, "
             f"{_embedding_size(checkpoint)} dims, not normalised (normalise before cosine similarity)",

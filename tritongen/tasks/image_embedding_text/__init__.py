@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import CosineGate
 from tritongen.runtimes import get_runtime
-from tritongen.tasks._base import Task, TensorSpec, load_pretrained
+from tritongen.tasks._base import Binding, Task, TensorSpec, load_pretrained
 from tritongen.tasks._inputs import TextInputs
 from tritongen.tasks._registry import register_task
 from tritongen.tasks.image_embedding import IMAGE_TEXT_MODELS
@@ -72,7 +72,8 @@ class ImageEmbeddingText(Task):
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"normalize": "false"}
 
-    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+    def card_lines(self, bound: Binding) -> list[str]:
+        checkpoint = bound.checkpoint
         return [
             f"- embedding: `get_text_features` of {', '.join(checkpoint.architectures)}, "
             f"{_text_embedding_size(checkpoint)} dims, not normalised; the image side is the `image-embedding` task"

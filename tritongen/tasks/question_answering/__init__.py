@@ -6,7 +6,6 @@ and end logits are exported as one ``span_logits`` tensor [batch, seq, 2].
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tritongen.errors import UnsupportedModelError
@@ -16,6 +15,7 @@ from tritongen.steps.qa import QAInputError, resolve_window_sizes
 from tritongen.tasks._base import (
     TOKEN_METADATA,
     WINDOW_EXAMPLE,
+    Binding,
     Task,
     TensorSpec,
     exportable,
@@ -100,14 +100,8 @@ class QuestionAnswering(Task):
             raise UnsupportedModelError(f"QA windows: {exc}") from None
         return window
 
-    def step_parameters(
-        self,
-        spec: BuildSpec,
-        settings: QuestionAnsweringSettings,
-        checkpoint: Checkpoint,
-        row_length: int,
-        facts: Mapping[str, str],
-    ) -> tuple[dict[str, str], dict[str, str]]:
+    def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
+        spec, settings, row_length, facts = bound.spec, bound.settings, bound.row_length, bound.facts
         tokenizer = {
             "mode": "qa",
             "max_seq_len": str(row_length),
@@ -121,7 +115,8 @@ class QuestionAnswering(Task):
         }
         return tokenizer, postprocess
 
-    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+    def card_lines(self, bound: Binding) -> list[str]:
+        settings, row_length = bound.settings, bound.row_length
         return [
             f"- windows: {row_length} tokens, stride {_doc_stride(settings, row_length)}; "
             f"longest answer {settings.max_answer_len} tokens; no answer allowed: {settings.handle_impossible_answer}"

@@ -10,20 +10,18 @@ BERT-style cross-encoders (one logit) stay ``text-pair-classification``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tritongen.errors import CheckpointError, UnsupportedModelError
 from tritongen.spec.sections import DEFAULT_INSTRUCTION, RerankingSettings
-from tritongen.tasks._base import Task, TensorSpec, load_pretrained
+from tritongen.tasks._base import Binding, Task, TensorSpec, load_pretrained
 from tritongen.tasks._registry import register_task
 
 if TYPE_CHECKING:
     import torch
 
     from tritongen.model.checkpoint import Checkpoint
-    from tritongen.spec import BuildSpec
 
 __all__ = [
     "DEFAULT_INSTRUCTION",
@@ -101,14 +99,8 @@ class Reranking(Task):
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [TensorSpec("SCORE", "TYPE_FP32", (1,))]
 
-    def step_parameters(
-        self,
-        spec: BuildSpec,
-        settings: RerankingSettings,
-        checkpoint: Checkpoint,
-        row_length: int,
-        facts: Mapping[str, str],
-    ) -> tuple[dict[str, str], dict[str, str]]:
+    def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
+        settings, checkpoint, row_length = bound.settings, bound.checkpoint, bound.row_length
         tokens = _prompt_tokens(str(checkpoint.path))
         budget = row_length - len(tokens.prefix) - len(tokens.suffix)
         if budget < 8:
@@ -123,7 +115,8 @@ class Reranking(Task):
         }
         return tokenizer, {}
 
-    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+    def card_lines(self, bound: Binding) -> list[str]:
+        settings, checkpoint = bound.settings, bound.checkpoint
         tokens = _prompt_tokens(str(checkpoint.path))
         return [
             f"- reranker prompt: the Qwen3-Reranker template, {len(tokens.prefix)} prefix and {len(tokens.suffix)} "

@@ -5,8 +5,7 @@ Long texts become the pipeline's overlapping windows (one request, several model
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import TokenLabelGate
@@ -14,6 +13,7 @@ from tritongen.spec.sections import TokenClassificationSettings
 from tritongen.tasks._base import (
     TOKEN_METADATA,
     WINDOW_EXAMPLE,
+    Binding,
     Task,
     TensorSpec,
     exportable,
@@ -82,14 +82,8 @@ class TokenClassification(Task):
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"labels_file": "labels.json", "tokenizer_file": "tokenizer.json"}
 
-    def step_parameters(
-        self,
-        spec: BuildSpec,
-        settings: TokenClassificationSettings,
-        checkpoint: Checkpoint,
-        row_length: int,
-        facts: Mapping[str, str],
-    ) -> tuple[dict[str, str], dict[str, str]]:
+    def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
+        spec, settings, row_length, facts = bound.spec, bound.settings, bound.row_length, bound.facts
         stride = ner_stride(settings, row_length)
         room = row_length - int(facts.get("special_tokens", "0"))
         if stride >= room:
@@ -100,7 +94,8 @@ class TokenClassification(Task):
         postprocess = {"aggregation_strategy": settings.aggregation_strategy, "unk_token": facts.get("unk_token", "")}
         return tokenizer, postprocess
 
-    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+    def card_lines(self, bound: Binding) -> list[str]:
+        settings, checkpoint, row_length = bound.settings, bound.checkpoint, bound.row_length
         return [
             labels_line(checkpoint),
             f"- aggregation strategy: {settings.aggregation_strategy} (ignored labels: O)",

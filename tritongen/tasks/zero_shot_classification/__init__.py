@@ -8,19 +8,18 @@ requests. The pairs are NLI inputs, so parity and the accuracy gate compare the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tritongen.errors import UnsupportedModelError
 from tritongen.spec.sections import ZeroShotSettings
-from tritongen.tasks._base import Task, TensorSpec, exportable, labels_line, load_pretrained, max_windows
+from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, labels_line, load_pretrained, max_windows
 from tritongen.tasks._registry import register_task
 
 if TYPE_CHECKING:
     import torch
 
     from tritongen.model.checkpoint import Checkpoint
-    from tritongen.spec import BuildSpec
 
 __all__ = ["ZeroShotClassification", "ZeroShotSettings", "entailment_ids"]
 
@@ -84,14 +83,8 @@ class ZeroShotClassification(Task):
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [TensorSpec("LABELS", "TYPE_STRING", (1,)), TensorSpec("SCORES", "TYPE_STRING", (1,))]
 
-    def step_parameters(
-        self,
-        spec: BuildSpec,
-        settings: ZeroShotSettings,
-        checkpoint: Checkpoint,
-        row_length: int,
-        facts: Mapping[str, str],
-    ) -> tuple[dict[str, str], dict[str, str]]:
+    def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
+        spec, settings, checkpoint = bound.spec, bound.settings, bound.checkpoint
         entailment, contradiction = entailment_ids(checkpoint)
         tokenizer = {"hypothesis_template": settings.hypothesis_template, **max_windows(spec)}
         postprocess = {
@@ -101,7 +94,8 @@ class ZeroShotClassification(Task):
         }
         return tokenizer, postprocess
 
-    def card_lines(self, spec: BuildSpec, settings: Any, checkpoint: Checkpoint, row_length: int) -> list[str]:
+    def card_lines(self, bound: Binding) -> list[str]:
+        settings, checkpoint = bound.settings, bound.checkpoint
         entailment, contradiction = entailment_ids(checkpoint)
         labels = checkpoint.id2label
         return [
