@@ -180,8 +180,8 @@ def test_int8_search_refuses_with_figures_when_no_candidate_passes(tiny_factory,
 
     real = search_module.quantize_int8
 
-    def broken(prepared, target, **kwargs):
-        real(prepared, target, **kwargs)
+    def broken(prepared, target, recipe):
+        real(prepared, target, recipe)
         _perturbed(target, target, scale=0.5)
 
     monkeypatch.setattr(search_module, "quantize_int8", broken)

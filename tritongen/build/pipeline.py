@@ -52,7 +52,14 @@ from tritongen.model.checkpoint import Checkpoint, inspect_checkpoint
 from tritongen.model.export import export_onnx
 from tritongen.model.facts import ModelFacts
 from tritongen.model.fold import FOLD_TOLERANCE, FoldReport, fold_graph, prove, reference_postprocess
-from tritongen.precision.int8_search import SCHEMES, SearchReport, search_int8
+from tritongen.precision.int8_search import (
+    SCHEMES,
+    SearchFeedback,
+    SearchReport,
+    SearchSettings,
+    ServedGate,
+    search_int8,
+)
 from tritongen.precision.optimize import OptimizeReport, int8_weights_saturate, optimize_model
 from tritongen.repository.canary import CANARY_FILE
 from tritongen.repository.canary import record as record_canary
@@ -409,15 +416,14 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
     optimized.steps.append(gate_texts)
     search = None
     if spec.precision == "int8":
-        served_runtime = f"ONNX Runtime {container(spec.containers[0]).onnxruntime}"
+        settings = SearchSettings(
+            reference, onnx.encoder, calibration, schemes=_int8_schemes(spec), symmetric=spec.runtime == "tensorrt",
+            baseline=onnx.fp32_path, speed_texts=validation[:: max(1, len(validation) // 24)],
+            accept_loss=spec.accept_accuracy_loss, curve=spec.int8_curve, served=_served_gate(plan, reference),
+        )  # fmt: skip
         with console.status("INT8 search…") as status, _stage("INT8 search"):
-            search = search_int8(
-                target, target, baseline=onnx.fp32_path, reference=reference, encoder=onnx.encoder,
-                calibration=calibration, schemes=_int8_schemes(spec), symmetric=spec.runtime == "tensorrt",
-                speed_texts=validation[:: max(1, len(validation) // 24)], accept_loss=spec.accept_accuracy_loss,
-                curve=spec.int8_curve, progress=status.update, served_gate=_served_gate(plan, reference),
-                served_runtime=served_runtime, announce=lambda line: _print_line(console, line),
-            )  # fmt: skip
+            feedback = SearchFeedback(status.update, lambda line: _print_line(console, line))
+            search = search_int8(target, target, settings, feedback)
         search.notes.insert(0, f"Calibration texts: {calibration_source}.")
         console.print(Markdown(search.to_markdown()))
         if search.chosen is None or not (search.chosen.passed or spec.accept_accuracy_loss):
@@ -548,12 +554,13 @@ def canary(plan: BuildPlan, onnx: Export, work: Staging, console: Console) -> No
         )  # fmt: skip
 
 
-def _served_gate(plan: BuildPlan, reference: GateReference) -> Any:
+def _served_gate(plan: BuildPlan, reference: GateReference) -> ServedGate | None:
     """The gate in the target container's runtime, for the INT8 search's candidates; None where it is skipped."""
     python = container_python(plan.spec.containers[0])
     if plan.spec.runtime == "tensorrt" or not plan.spec.container_check or python is None:
         return None
-    return container_gate(reference, python)
+    runtime = f"ONNX Runtime {container(plan.spec.containers[0]).onnxruntime}"
+    return ServedGate(container_gate(reference, python), runtime)
 
 
 ContainerChecks = dict[str, "ContainerReport | dict[str, str]"]  # release -> its report, or why it was skipped
