@@ -17,7 +17,7 @@ from tests.pb_stub import Request, texts
 from tests.tiny_decoders import QWEN3_PROMPTS, make_decoder_embedder
 from tritongen.build.pipeline import exported, fold, inspect, parity, render
 from tritongen.errors import CheckpointError, UnsupportedModelError
-from tritongen.gates.parity import check_parity
+from tritongen.gates.parity import ReferenceModel, check_parity
 from tritongen.model.checkpoint import inspect_checkpoint
 from tritongen.repository.staging import staging
 from tritongen.spec import BuildSpec
@@ -208,9 +208,8 @@ def test_parity_passes_on_both_padding_sides_when_mixed_lengths_share_one_batch(
             pad_id=plan.pad_id, input_names=plan.inputs,
             padding_side="right" if onnx.encoder.padding_side == "left" else "left",
         )  # fmt: skip
-        flipped = check_parity(
-            plan.module, plan.hf_tokenizer, other, onnx.fp32_path, max_length=plan.max_length, tolerance=1e-4
-        )
+        model = ReferenceModel(plan.module, plan.hf_tokenizer, other, plan.max_length)
+        flipped = check_parity(model, onnx.fp32_path, tolerance=1e-4)
         folding = fold(dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, fold=True)), onnx, quiet)
     lengths = {row.tokens for row in served.rows}
     assert min(lengths) <= 3 and max(lengths) == plan.max_length and len(lengths) >= 8

@@ -11,6 +11,7 @@ import onnxruntime as ort
 import pytest
 
 from tritongen.gates.accuracy import AccuracyReport, GateReference
+from tritongen.gates.parity import ReferenceModel
 from tritongen.precision.int8_report import Candidate, SearchReport, Trial
 from tritongen.precision.int8_search import SearchFeedback, SearchSettings, ServedGate, search_int8, smallest_passing
 from tritongen.precision.optimize import (
@@ -220,9 +221,8 @@ def test_smoothing_leaves_the_float_model_unchanged_and_balances_every_input(tin
 
 
 def test_gate_subset_holds_the_texts_nearest_the_decision_boundary(tiny):
-    reference = GateReference(
-        tiny["module"], tiny["hf_tokenizer"], tiny["encoder"], gate="labels", texts=TEXTS, max_length=64
-    )
+    model = ReferenceModel(tiny["module"], tiny["hf_tokenizer"], tiny["encoder"], 64)
+    reference = GateReference(model, gate="labels", texts=TEXTS)
     margins = {}
     for chunk in reference.chunks:
         top = np.sort(np.exp(chunk.reference) / np.exp(chunk.reference).sum(-1, keepdims=True), axis=-1)

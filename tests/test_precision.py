@@ -15,6 +15,7 @@ from tritongen.cli import main
 from tritongen.configs.steps import step_names
 from tritongen.errors import AccuracyError
 from tritongen.gates.accuracy import measure_accuracy, require_accuracy
+from tritongen.gates.parity import ReferenceModel
 from tritongen.serve.client import infer
 from tritongen.spec import BuildSpec
 from tritongen.steps.tokenizer import TextEncoder
@@ -245,10 +246,8 @@ def test_gate_refuses_model_with_perturbed_weights(tiny_factory, tmp_path):
     texts = [
         f"review {i}: {'great' if i % 3 else 'awful'} product, would {'' if i % 2 else 'not '}buy" for i in range(60)
     ]
-    report = measure_accuracy(
-        module, AutoTokenizer.from_pretrained(str(path)), encoder, broken, gate="labels", texts=texts, max_length=64,
-        variant="broken",
-    )  # fmt: skip
+    model = ReferenceModel(module, AutoTokenizer.from_pretrained(str(path)), encoder, 64)
+    report = measure_accuracy(model, broken, gate="labels", texts=texts, variant="broken")
     assert not report.passed
     with pytest.raises(AccuracyError, match=r"accuracy gate failed: broken vs FP32 PyTorch on 60 validation texts"):
         require_accuracy(report, accept_loss=False)

@@ -40,13 +40,14 @@ from tritongen.errors import (
 )
 from tritongen.gates.accuracy import AccuracyReport, GateReference, read_texts, require_accuracy, worst_of
 from tritongen.gates.compat import (
+    ContainerCheck,
     ContainerReport,
     ContainerSession,
     check_in_container,
     container_gate,
     container_python,
 )
-from tritongen.gates.parity import PARITY_TEXTS, ParityReport, require_parity
+from tritongen.gates.parity import PARITY_TEXTS, ParityReport, ReferenceModel, require_parity
 from tritongen.gates.texts import length_texts
 from tritongen.model.checkpoint import Checkpoint, inspect_checkpoint
 from tritongen.model.export import export_onnx
@@ -477,10 +478,8 @@ def _gate_reference(
         lengths = length_texts(validation, lambda text: not onnx.encoder.encode([text])[0].overflowing)
         texts = [*validation, *lengths.texts]
         status.update(f"Accuracy gate: FP32 PyTorch on {len(texts)} validation texts…")
-        reference = GateReference(
-            plan.module, plan.hf_tokenizer, onnx.encoder, gate=plan.bound.gate, texts=texts,
-            max_length=plan.max_length, pairs=plan.pairs(texts),
-        )  # fmt: skip
+        model = ReferenceModel(plan.module, plan.hf_tokenizer, onnx.encoder, plan.max_length)
+        reference = GateReference(model, gate=plan.bound.gate, texts=texts, pairs=plan.pairs(texts))
     return reference, f"accuracy gate texts: {len(validation)} validation texts and {lengths.describe(plan.max_length)}"
 
 
@@ -603,11 +602,11 @@ def _onnx_container_check(
         console.status(f"Checking the served model in ONNX Runtime {target.onnxruntime} (Triton {target.release})…"),
         _stage("container check"),
     ):
-        report = check_in_container(
-            onnx.target, python, feeds=feeds, tolerance=spec.parity_tolerance,
-            reference=variant.reference if lossy and variant is not None else None,
+        check = ContainerCheck(
+            feeds, spec.parity_tolerance, reference=variant.reference if lossy and variant is not None else None,
             variant=_variant_name(spec, variant), batch_dependent=spec.precision == "int8", container=target.release,
         )  # fmt: skip
+        report = check_in_container(onnx.target, python, check)
     console.print(report.summary())
     if not report.passed and not (lossy and spec.accept_accuracy_loss):
         error = AccuracyError if lossy else ParityError
