@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tritongen.bench.gateway import compare_with_gateway, gateway_server
 from tritongen.data.datasets import bench_texts
-from tritongen.serve.server import TritonServer, free_port
+from tritongen.serve.server import Endpoints, TritonServer
 
 
 def main() -> None:
@@ -29,9 +29,7 @@ def main() -> None:
     parser.add_argument("--paired", type=int, default=1000, help="requests per side of the paired c1 measurement")
     args = parser.parse_args()
     texts = bench_texts(args.texts)
-    server = TritonServer(
-        args.repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), models=[args.name]
-    )
+    server = TritonServer(args.repository, Endpoints.free(), models=[args.name])
     with server, tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
         with gateway_server(server.grpc_url, args.repository, Path(tmp) / "gateway.log") as url:
             comparison = compare_with_gateway(

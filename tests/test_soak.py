@@ -61,7 +61,7 @@ def test_twenty_seconds_of_mixed_traffic_have_no_errors_and_no_leak(served):
     That proves the harness end to end and that mixed traffic (bad requests included) makes no error; a slow
     leak needs the operator's `make soak` of minutes, and the leak rule itself is proven on figures above.
     """
-    report = run_soak("cls", grpc_port=served.grpc_port, minutes=20 / 60, concurrency=32, interval_s=5)
+    report = run_soak("cls", grpc_port=served.endpoints.grpc_port, minutes=20 / 60, concurrency=32, interval_s=5)
     totals = report.totals
     assert report.errors == {}, report.to_markdown()
     assert totals["ok"] > len(KINDS) and totals["refused"] > 0, report.to_markdown()
@@ -74,7 +74,7 @@ def test_twenty_seconds_of_mixed_traffic_have_no_errors_and_no_leak(served):
 def test_soak_command_writes_its_report(served, tmp_path):
     command = [
         sys.executable, "-m", "tritongen", "soak", "--name", "cls", "--minutes", "0.1", "--interval", "3",
-        "--concurrency", "4", "--grpc-port", str(served.grpc_port), "--output", str(tmp_path),
+        "--concurrency", "4", "--grpc-port", str(served.endpoints.grpc_port), "--output", str(tmp_path),
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr

@@ -41,7 +41,7 @@ from tritongen.configs.steps import step_names
 from tritongen.data.datasets import bench_texts
 from tritongen.errors import BenchError, ServerError
 from tritongen.repository.staging import existing_versions
-from tritongen.serve.server import TritonServer, free_port, server_environment, wait_until_ready
+from tritongen.serve.server import Endpoints, TritonServer, free_port, server_environment, wait_until_ready
 from tritongen.serve.stats import StepStats, model_stats, stats_delta
 from tritongen.spec import DynamicBatching, load_spec
 from tritongen.tasks import TASKS
@@ -240,9 +240,8 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
             configs["nobatch"] = (spec.name, out / "input_data_nobatch.json")
             extra = [f"--model-repository={spec.repository}"]
         server = TritonServer(
-            repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-            models=[model for model, _ in configs.values()], extra_args=extra,
-        )  # fmt: skip
+            repository, Endpoints.free(), models=[model for model, _ in configs.values()], extra_args=extra
+        )
         console.print("[bold]Measuring the Triton configurations with perf_analyzer…")
         with server:
             measured, breakdown, ensembles = _measure_triton(server, configs, options.sweep, results, console)
