@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from tritongen.bench.gateway import compare_with_gateway, gateway_server
+from tritongen.bench.http_load import Interleaving
 from tritongen.data.datasets import bench_texts
 from tritongen.serve.server import Endpoints, TritonServer
 
@@ -32,10 +33,10 @@ def main() -> None:
     server = TritonServer(args.repository, Endpoints.free(), models=[args.name])
     with server, tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
         with gateway_server(server.grpc_url, args.repository, Path(tmp) / "gateway.log") as url:
+            plan = Interleaving([int(c) for c in args.concurrency.split(",")], args.rounds, args.seconds)
             comparison = compare_with_gateway(
-                server.http_url, args.name, url, texts, concurrencies=[int(c) for c in args.concurrency.split(",")],
-                rounds=args.rounds, seconds=args.seconds, paired_requests=args.paired, progress=print,
-            )  # fmt: skip
+                server.http_url, args.name, url, texts, plan, paired_requests=args.paired, progress=print
+            )
     print(comparison.to_markdown())
 
 

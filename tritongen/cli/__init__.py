@@ -229,7 +229,7 @@ def _bench(args: argparse.Namespace) -> None:
 
 
 def _soak(args: argparse.Namespace) -> None:
-    from tritongen.bench.soak import run_soak, write_report
+    from tritongen.bench.soak import SoakSettings, run_soak, write_report
     from tritongen.errors import BenchError
 
     def show(interval: Any) -> None:
@@ -243,10 +243,8 @@ def _soak(args: argparse.Namespace) -> None:
             flush=True,
         )
 
-    report = run_soak(
-        args.name, grpc_port=args.grpc_port, host=args.host, minutes=args.minutes,
-        concurrency=args.concurrency, interval_s=args.interval, on_interval=show,
-    )  # fmt: skip
+    settings = SoakSettings(minutes=args.minutes, concurrency=args.concurrency, interval_s=args.interval)
+    report = run_soak(args.name, grpc_port=args.grpc_port, host=args.host, settings=settings, on_interval=show)
     path = write_report(report, args.output / args.name)
     print(report.to_markdown().splitlines()[-2])
     print(report.to_markdown().splitlines()[-1])
