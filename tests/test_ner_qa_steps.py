@@ -17,7 +17,7 @@ from tritongen.configs.steps import step_configs
 from tritongen.errors import SpecError
 from tritongen.model.checkpoint import Checkpoint, Pooling
 from tritongen.spec import load_spec
-from tritongen.steps import ner, postprocess, qa, tokenizer
+from tritongen.steps import _common, ner, postprocess, qa, tokenizer
 from tritongen.tasks import get_task
 from tritongen.tasks.question_answering import postprocess as qa_postprocess
 from tritongen.tasks.question_answering import tokenizer as qa_tokenizer
@@ -28,7 +28,7 @@ QA_BERT = Path(__file__).parent / "assets" / "qa" / "bert"
 
 @pytest.fixture(autouse=True)
 def _stub_pb_utils(monkeypatch):
-    for module in (tokenizer, postprocess):
+    for module in (_common, tokenizer, postprocess):
         monkeypatch.setattr(module, "pb_utils", pb_stub)
 
 

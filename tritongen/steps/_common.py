@@ -9,7 +9,13 @@ from typing import Any
 
 import numpy as np
 
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # outside the server: importable for tests and build-time checks
+    pb_utils = None
+
 __all__ = [
+    "PerRequestStep",
     "decode_texts",
     "input_error",
     "model_parameters",
@@ -77,6 +83,24 @@ def respond_per_request(
         tensors = [pb_utils.Tensor(name, arrays[name]) for name in output_names]
         responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
     return responses
+
+
+class PerRequestStep:
+    """A step that answers each request on its own: one request's windows (or pairs) belong together.
+
+    The tokenizer steps that cut requests into windows and the postprocess steps that merge them back both
+    answer this way; each mixes it in before its own step base, so this ``execute`` is the one served.
+    """
+
+    output_names: list[str]
+
+    def process_request(self, request: Any) -> dict[str, np.ndarray]:
+        """The outputs of one request; a ValueError becomes that request's input error."""
+        raise NotImplementedError
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """One response per request."""
+        return respond_per_request(pb_utils, requests, self.output_names, self.process_request)
 
 
 def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
