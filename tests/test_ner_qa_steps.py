@@ -174,8 +174,9 @@ def test_qa_postprocess_decodes_tokenizer_outputs_like_decode_answers(tmp_path):
     )
 
     windows = qa.encode_windows(
-        Tokenizer.from_file(str(QA_BERT / "tokenizer.json")), ["Where?", "Who?"], contexts, max_seq_len=32, doc_stride=8
-    )
+        Tokenizer.from_file(str(QA_BERT / "tokenizer.json")), ["Where?", "Who?"], contexts,
+        qa.WindowSettings(max_seq_len=32, doc_stride=8),
+    )  # fmt: skip
     width = windows.input_ids.shape[1]
     expected = qa.decode_answers(spans[:, :width, 0], spans[:, :width, 1], windows, contexts)
     assert [a.decode() for a in result.output("ANSWER").reshape(-1)] == [e["answer"] for e in expected]

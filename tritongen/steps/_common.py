@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ __all__ = [
     "read_json",
     "resolve_version_file",
     "respond_per_request",
+    "settings_kept",
     "softmax",
     "token_metadata",
 ]
@@ -113,6 +115,28 @@ def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
         logits = logits.astype(np.float32)
     exp = np.exp(logits - logits.max(axis=axis, keepdims=True))
     return exp / exp.sum(axis=axis, keepdims=True)
+
+
+@contextlib.contextmanager
+def settings_kept(tokenizer: Any) -> Iterator[Any]:
+    """``tokenizer`` with padding off, for encodings each padded later; its own truncation and padding come back after.
+
+    The steps and the gates share one ``tokenizers.Tokenizer`` per model, so a caller that cuts or pads
+    differently (NER and QA windows) must leave it as it found it.
+    """
+    saved_truncation, saved_padding = tokenizer.truncation, tokenizer.padding
+    try:
+        tokenizer.no_padding()
+        yield tokenizer
+    finally:
+        if saved_truncation is None:
+            tokenizer.no_truncation()
+        else:
+            tokenizer.enable_truncation(**saved_truncation)
+        if saved_padding is None:
+            tokenizer.no_padding()
+        else:
+            tokenizer.enable_padding(**saved_padding)
 
 
 def _span(n: int, width: int, side: str) -> slice:
