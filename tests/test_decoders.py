@@ -14,7 +14,7 @@ from rich.console import Console
 
 from tests import pb_stub
 from tests.pb_stub import Request, texts
-from tests.tiny_decoders import QWEN3_PROMPTS, make_decoder_embedder
+from tests.tiny_decoders import QWEN3_PROMPTS, decoder_embedders
 from tritongen.build.pipeline import exported, fold, inspect, parity, render
 from tritongen.errors import CheckpointError, UnsupportedModelError
 from tritongen.gates.parity import ReferenceModel, check_parity
@@ -29,10 +29,7 @@ from tritongen.tasks.embedding import postprocess as embedding_postprocess
 
 @pytest.fixture(scope="module")
 def checkpoints(checkpoint_cache) -> dict[str, Path]:
-    return {
-        "qwen3": checkpoint_cache(make_decoder_embedder, "qwen3"),
-        "gemma3_text": checkpoint_cache(make_decoder_embedder, "gemma3_text", dense=True),
-    }
+    return decoder_embedders(checkpoint_cache)
 
 
 @pytest.fixture
