@@ -14,8 +14,9 @@ import tempfile
 from pathlib import Path
 
 from tritongen.bench.gateway import compare_with_gateway, gateway_server
+from tritongen.bench.http_load import Interleaving
 from tritongen.data.datasets import bench_texts
-from tritongen.serve.server import TritonServer, free_port
+from tritongen.serve.server import Endpoints, TritonServer
 
 
 def main() -> None:
@@ -29,15 +30,13 @@ def main() -> None:
     parser.add_argument("--paired", type=int, default=1000, help="requests per side of the paired c1 measurement")
     args = parser.parse_args()
     texts = bench_texts(args.texts)
-    server = TritonServer(
-        args.repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), models=[args.name]
-    )
+    server = TritonServer(args.repository, Endpoints.free(), models=[args.name])
     with server, tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
         with gateway_server(server.grpc_url, args.repository, Path(tmp) / "gateway.log") as url:
+            plan = Interleaving([int(c) for c in args.concurrency.split(",")], args.rounds, args.seconds)
             comparison = compare_with_gateway(
-                server.http_url, args.name, url, texts, concurrencies=[int(c) for c in args.concurrency.split(",")],
-                rounds=args.rounds, seconds=args.seconds, paired_requests=args.paired, progress=print,
-            )  # fmt: skip
+                server.http_url, args.name, url, texts, plan, paired_requests=args.paired, progress=print
+            )
     print(comparison.to_markdown())
 
 

@@ -95,7 +95,8 @@ def test_every_dashboard_query_returns_data_when_prometheus_scrapes_a_loaded_ser
     # Serve what the deploy folder ships, with the deployment's metrics options.
     packaged = write_package(NAME, repo, tmp_path / "deploy") / "model_repository"
     with running_server(packaged, extra_args=TritonArgs().local_args()) as server:
-        with _prometheus(tmp_path, f"127.0.0.1:{server.metrics_port}") as prom, cf.ThreadPoolExecutor(4) as pool:
+        metrics = f"127.0.0.1:{server.endpoints.metrics_port}"
+        with _prometheus(tmp_path, metrics) as prom, cf.ThreadPoolExecutor(4) as pool:
             loaders = [pool.submit(_load, server.grpc_url, stop) for _ in range(4)]
             missing = dict(queries)
             deadline = time.monotonic() + 120

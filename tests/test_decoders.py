@@ -14,10 +14,10 @@ from rich.console import Console
 
 from tests import pb_stub
 from tests.pb_stub import Request, texts
-from tests.tiny_decoders import QWEN3_PROMPTS, make_decoder_embedder
+from tests.tiny_decoders import QWEN3_PROMPTS, decoder_embedders
 from tritongen.build.pipeline import exported, fold, inspect, parity, render
 from tritongen.errors import CheckpointError, UnsupportedModelError
-from tritongen.gates.parity import check_parity
+from tritongen.gates.parity import ReferenceModel, check_parity
 from tritongen.model.checkpoint import inspect_checkpoint
 from tritongen.repository.staging import staging
 from tritongen.spec import BuildSpec
@@ -29,10 +29,7 @@ from tritongen.tasks.embedding import postprocess as embedding_postprocess
 
 @pytest.fixture(scope="module")
 def checkpoints(checkpoint_cache) -> dict[str, Path]:
-    return {
-        "qwen3": checkpoint_cache(make_decoder_embedder, "qwen3"),
-        "gemma3_text": checkpoint_cache(make_decoder_embedder, "gemma3_text", dense=True),
-    }
+    return decoder_embedders(checkpoint_cache)
 
 
 @pytest.fixture
@@ -208,9 +205,8 @@ def test_parity_passes_on_both_padding_sides_when_mixed_lengths_share_one_batch(
             pad_id=plan.pad_id, input_names=plan.inputs,
             padding_side="right" if onnx.encoder.padding_side == "left" else "left",
         )  # fmt: skip
-        flipped = check_parity(
-            plan.module, plan.hf_tokenizer, other, onnx.fp32_path, max_length=plan.max_length, tolerance=1e-4
-        )
+        model = ReferenceModel(plan.module, plan.hf_tokenizer, other, plan.max_length)
+        flipped = check_parity(model, onnx.fp32_path, tolerance=1e-4)
         folding = fold(dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, fold=True)), onnx, quiet)
     lengths = {row.tokens for row in served.rows}
     assert min(lengths) <= 3 and max(lengths) == plan.max_length and len(lengths) >= 8

@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.tiny_decoders import QWEN3_PROMPTS, make_decoder_embedder
+from tests.tiny_decoders import QWEN3_PROMPTS, decoder_embedders
 
 pytestmark = pytest.mark.e2e
 
@@ -61,10 +61,8 @@ def reference(path: Path, texts: list[str], prompt: str = "", dimensions: int | 
 
 @pytest.fixture(scope="module")
 def checkpoints(checkpoint_cache) -> dict[str, Path]:
-    return {
-        "qwen3_emb": checkpoint_cache(make_decoder_embedder, "qwen3"),
-        "gemma_emb": checkpoint_cache(make_decoder_embedder, "gemma3_text", dense=True),
-    }
+    made = decoder_embedders(checkpoint_cache)  # the ones tests/test_decoders.py inspects and exports
+    return {"qwen3_emb": made["qwen3"], "gemma_emb": made["gemma3_text"]}
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import yaml
 
 from tritongen.cli import main
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
-from tritongen.deploy import TritonArgs, dashboard_queries, probe, write_package
+from tritongen.deploy import PackageOptions, TritonArgs, dashboard_queries, probe, write_package
 from tritongen.deploy.dashboard import DATASOURCE_UID, GPU_METRICS
 from tritongen.deploy.gateway import GATEWAY_PACKAGES, GATEWAY_PORT, run_command
 from tritongen.deploy.package import PROBE_PATH
@@ -156,7 +156,7 @@ def test_package_writes_dockerfile_with_locked_pins_and_no_pillow_for_a_text_mod
 
 def test_package_compose_runs_triton_args_and_scrapes_its_metrics_port_when_ports_change(repo, tmp_path):
     args = TritonArgs(http_port=9000, grpc_port=9001, metrics_port=9002, exit_timeout_secs=45)
-    out = write_package("demo", repo, tmp_path / "pkg", args=args)
+    out = write_package("demo", repo, tmp_path / "pkg", options=PackageOptions(args=args))
     compose = yaml.safe_load((out / "compose.yaml").read_text())
     triton = compose["services"]["triton"]
     assert triton["command"] == args.argv()
@@ -239,7 +239,8 @@ def test_package_adds_the_gateway_image_and_service_only_when_asked(repo, tmp_pa
     assert "gateway" not in yaml.safe_load((plain / "compose.yaml").read_text())["services"]
     assert not (plain / "gateway").exists()
     args = TritonArgs(grpc_port=9001)
-    out = write_package("demo", repo, tmp_path / "pkg", args=args, image="registry.example/demo:1", gateway=True)
+    options = PackageOptions(args=args, image="registry.example/demo:1", gateway=True)
+    out = write_package("demo", repo, tmp_path / "pkg", options=options)
     service = yaml.safe_load((out / "compose.yaml").read_text())["services"]["gateway"]
     assert service["build"] == "./gateway" and service["image"] == "registry.example/demo-gateway:1"
     assert service["command"] == ["--triton-url", "triton:9001"]
@@ -256,7 +257,7 @@ def test_package_adds_the_gateway_image_and_service_only_when_asked(repo, tmp_pa
 
 
 def test_gateway_dockerfile_pins_what_the_lock_pins_and_runs_the_gateway_on_every_address(repo, tmp_path):
-    out = write_package("demo", repo, tmp_path / "pkg", gateway=True)
+    out = write_package("demo", repo, tmp_path / "pkg", options=PackageOptions(gateway=True))
     dockerfile = (out / "gateway" / "Dockerfile").read_text()
     run = next(line for line in dockerfile.splitlines() if line.startswith("RUN pip install"))
     for package in ("tritonclient", "starlette", "uvicorn", "tokenizers", "numpy"):
@@ -333,21 +334,21 @@ def test_package_pins_resolve_for_the_container_python_and_platform(repo, tmp_pa
     if not resolved.is_file():
         pytest.skip(f"the {release} container's lines were not resolved (make compat-venv; needs its Python)")
     lines = json.loads(resolved.read_text())["lines"]
-    text = write_package("demo", repo, tmp_path / "text", target=_target(repo, release))
-    image = write_package("demo", _image_model(repo), tmp_path / "image", target=_target(repo, release))
+    text = write_package("demo", repo, tmp_path / "text", options=_for_release(repo, release))
+    image = write_package("demo", _image_model(repo), tmp_path / "image", options=_for_release(repo, release))
     assert _pip_line((text / "Dockerfile").read_text()) == lines["text"]
     assert _pip_line((image / "Dockerfile").read_text()) == lines["image"]
     assert f"FROM {CONTAINERS[release].image}" in (image / "Dockerfile").read_text()
 
 
-def _target(repo: Path, release: str):
+def _for_release(repo: Path, release: str) -> PackageOptions:
     from tritongen.deploy.package import Target, model_folders
 
-    return Target.of(model_folders(repo, "demo"), release)
+    return PackageOptions(target=Target.of(model_folders(repo, "demo"), release))
 
 
 def test_package_pins_a_pillow_with_a_wheel_for_python_3_10_in_the_24_10_image(repo, tmp_path):
-    out = write_package("demo", _image_model(repo), tmp_path / "pkg", target=_target(repo, "24.10"))
+    out = write_package("demo", _image_model(repo), tmp_path / "pkg", options=_for_release(repo, "24.10"))
     assert "pillow==12.3.0" in _pip_line((out / "Dockerfile").read_text())  # 13.0.0 has no cp310 wheel
     assert _lock_pin("pillow") == "13.0.0"
 

@@ -29,7 +29,7 @@ from tests.deployment import ServeProcess
 from tests.tiny_variants import make_cross_encoder, make_unnormalised_embedder
 from tritongen.bench.perf import Sweep
 from tritongen.bench.run import BenchOptions, run_bench
-from tritongen.deploy import write_package
+from tritongen.deploy import PackageOptions, write_package
 from tritongen.deploy.gateway import run_command
 from tritongen.errors import BenchError
 from tritongen.gateway.errors import from_triton
@@ -197,7 +197,7 @@ def test_gateway_health_is_503_when_it_cannot_list_the_ensembles_without_the_key
 @pytest.mark.e2e
 def test_packaged_gateway_serves_from_its_image_folder_when_started_as_the_image_starts_it(served, tmp_path):
     serve, repo = served
-    image = write_package(EMB, repo, tmp_path / "deploy", gateway=True) / "gateway"
+    image = write_package(EMB, repo, tmp_path / "deploy", options=PackageOptions(gateway=True)) / "gateway"
     command = run_command(serve.grpc_url, models=str(image / "models"))
     assert command[:4] == ["python", "-m", "tritongen", "gateway"]
     args = [a if a != "0.0.0.0" else "127.0.0.1" for a in command[4:]]  # the port: a free one, given last

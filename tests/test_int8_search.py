@@ -11,9 +11,16 @@ import onnxruntime as ort
 import pytest
 
 from tritongen.gates.accuracy import AccuracyReport, GateReference
+from tritongen.gates.parity import ReferenceModel
 from tritongen.precision.int8_report import Candidate, SearchReport, Trial
-from tritongen.precision.int8_search import search_int8, smallest_passing
-from tritongen.precision.optimize import WeightMatMul, prepare_for_quantization, quantize_int8, weight_matmuls
+from tritongen.precision.int8_search import SearchFeedback, SearchSettings, ServedGate, search_int8, smallest_passing
+from tritongen.precision.optimize import (
+    Int8Recipe,
+    WeightMatMul,
+    prepare_for_quantization,
+    quantize_int8,
+    weight_matmuls,
+)
 from tritongen.precision.sensitivity import LayerSensitivity, build_switch_model, rank_layers
 from tritongen.precision.smoothquant import smooth_activations
 from tritongen.steps.tokenizer import TextEncoder
@@ -126,10 +133,8 @@ def test_search_keeps_exactly_the_sensitive_layers_in_float_when_the_gate_needs_
     gate = _FakeGate(layers, sensitive)
     target = tmp_path / "model.onnx"
     lines = []
-    report = search_int8(
-        tiny["fp32"], target, reference=gate, encoder=tiny["encoder"], calibration=TEXTS, schemes=("dynamic",),
-        speed_texts=TEXTS[:8], announce=lines.append,
-    )  # fmt: skip
+    settings = SearchSettings(gate, tiny["encoder"], TEXTS, schemes=("dynamic",), speed_texts=TEXTS[:8])
+    report = search_int8(tiny["fp32"], target, settings, SearchFeedback(announce=lines.append))
     labels = [trial.candidate.label for trial in report.trials]
     # one line as each candidate is decided, with its figures, after one saying what the search will do
     assert lines[0].startswith(f"INT8 search: {len(layers)} weight MatMuls;")
@@ -156,9 +161,7 @@ def test_search_keeps_exactly_the_sensitive_layers_in_float_when_the_gate_needs_
 def test_search_returns_the_most_accurate_and_writes_nothing_when_nothing_passes(tiny, tmp_path):
     gate = _FakeGate(tiny["layers"], [layer.node for layer in tiny["layers"]])  # every layer is needed in float
     target = tmp_path / "model.onnx"
-    report = search_int8(
-        tiny["fp32"], target, reference=gate, encoder=tiny["encoder"], calibration=TEXTS, schemes=("dynamic",)
-    )
+    report = search_int8(tiny["fp32"], target, SearchSettings(gate, tiny["encoder"], TEXTS, schemes=("dynamic",)))
     assert report.chosen is not None and not report.chosen.passed
     assert len(report.chosen.candidate.float_nodes) == len(tiny["layers"]) - 1  # the most accurate one tried
     assert not target.exists()
@@ -170,7 +173,7 @@ def test_switch_model_computes_what_the_int8_model_computes(tiny, scheme):
     encoder, layers = tiny["encoder"], tiny["layers"]
     quantized = tiny["work"] / f"{scheme}.onnx"
     nodes = [layer.node for layer in layers]
-    quantize_int8(tiny["prepared"], quantized, scheme=scheme, nodes=nodes, encoder=encoder, texts=TEXTS)
+    quantize_int8(tiny["prepared"], quantized, Int8Recipe(scheme, nodes, encoder, TEXTS))
     switch = build_switch_model(tiny["prepared"], quantized, tiny["work"] / f"switch_{scheme}.onnx", scheme=scheme)
     assert set(switch.flags) == set(nodes)
     session = ort.InferenceSession(str(switch.path))
@@ -189,7 +192,7 @@ def test_switch_model_computes_what_the_int8_model_computes(tiny, scheme):
 def test_static_int8_keeps_products_and_the_residual_stream_float(tiny):
     quantized = tiny["work"] / "static_graph.onnx"
     nodes = [layer.node for layer in tiny["layers"]]
-    quantize_int8(tiny["prepared"], quantized, scheme="static", nodes=nodes, encoder=tiny["encoder"], texts=TEXTS)
+    quantize_int8(tiny["prepared"], quantized, Int8Recipe("static", nodes, tiny["encoder"], TEXTS))
     graph = onnx.load(str(quantized)).graph
     produced = {output: node for node in graph.node for output in node.output}
     readers = {}
@@ -218,9 +221,8 @@ def test_smoothing_leaves_the_float_model_unchanged_and_balances_every_input(tin
 
 
 def test_gate_subset_holds_the_texts_nearest_the_decision_boundary(tiny):
-    reference = GateReference(
-        tiny["module"], tiny["hf_tokenizer"], tiny["encoder"], gate="labels", texts=TEXTS, max_length=64
-    )
+    model = ReferenceModel(tiny["module"], tiny["hf_tokenizer"], tiny["encoder"], 64)
+    reference = GateReference(model, gate="labels", texts=TEXTS)
     margins = {}
     for chunk in reference.chunks:
         top = np.sort(np.exp(chunk.reference) / np.exp(chunk.reference).sum(-1, keepdims=True), axis=-1)
@@ -323,10 +325,10 @@ def test_a_candidate_the_serving_runtime_fails_is_not_chosen(tiny, tmp_path):
         there.append(label)
         return _report(0.9 if label == "INT8 dynamic" else 1.0, 0.05)
 
-    report = search_int8(
-        tiny["fp32"], tmp_path / "model.onnx", reference=gate, encoder=tiny["encoder"], calibration=TEXTS,
-        schemes=("dynamic",), curve=False, served_gate=served_gate,
-    )  # fmt: skip
+    settings = SearchSettings(
+        gate, tiny["encoder"], TEXTS, schemes=("dynamic",), curve=False, served=ServedGate(served_gate)
+    )
+    report = search_int8(tiny["fp32"], tmp_path / "model.onnx", settings)
     assert there[:2] == ["INT8 dynamic", "INT8 dynamic, smoothed"]
     first = report.trials[0]
     assert not first.passed and first.gated.label_agreement == 0.9  # the verdict stands on the worse runtime

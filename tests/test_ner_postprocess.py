@@ -23,7 +23,15 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, pipeline
 
-from tritongen.steps.ner import STRATEGIES, TokenVocab, aggregate, aggregate_batch, encode_tokens
+from tritongen.steps.ner import (
+    STRATEGIES,
+    Aggregation,
+    TokenVocab,
+    aggregate,
+    aggregate_batch,
+    encode_tokens,
+    encoded_row,
+)
 
 pytestmark = pytest.mark.build  # the tests make or load tiny models
 
@@ -64,19 +72,12 @@ class Setup:
         with torch.inference_mode():
             self.logits = self.pipe.model(**feed).logits.numpy()
 
+    def aggregation(self, strategy: str = "simple", **kwargs: Any) -> Aggregation:
+        return Aggregation.of(self.id2label, strategy=strategy, tokenizer=kwargs.pop("tokenizer", self.vocab), **kwargs)
+
     def ours(self, row: int, strategy: str, **kwargs: Any) -> list[dict[str, Any]]:
-        enc = self.encoded
         return aggregate(
-            self.logits[row],
-            enc["offsets"][row],
-            enc["special_mask"][row],
-            enc["word_ids"][row],
-            enc["input_ids"][row],
-            TEXTS[row],
-            self.id2label,
-            strategy=strategy,
-            tokenizer=kwargs.pop("tokenizer", self.vocab),
-            **kwargs,
+            self.logits[row], encoded_row(self.encoded, row), TEXTS[row], self.aggregation(strategy, **kwargs)
         )
 
     def reference(self, row: int, strategy: str, **kwargs: Any) -> list[dict[str, Any]]:
@@ -188,15 +189,17 @@ def test_multi_label_config_still_softmax(setups: dict[str, Setup]) -> None:
 @pytest.mark.parametrize("arch", ARCHS)
 def test_batch_half_precision_and_label_forms(setups: dict[str, Setup], arch: str) -> None:
     setup = setups[arch]
-    batch = aggregate_batch(setup.logits, setup.encoded, TEXTS, setup.id2label, strategy="max", tokenizer=setup.vocab)
+    batch = aggregate_batch(setup.logits, setup.encoded, TEXTS, setup.aggregation("max"))
     assert batch == [setup.ours(row, "max") for row in range(len(TEXTS))]
-    as_list = aggregate_batch(setup.logits, setup.encoded, TEXTS, list(NER_LABELS), tokenizer=setup.tokenizer)
-    as_json = aggregate_batch(
-        setup.logits, setup.encoded, TEXTS, {str(i): n for i, n in enumerate(NER_LABELS)}, tokenizer=setup.vocab
+    as_list = aggregate_batch(
+        setup.logits, setup.encoded, TEXTS, Aggregation.of(list(NER_LABELS), tokenizer=setup.tokenizer)
     )
+    as_json = Aggregation.of({str(i): n for i, n in enumerate(NER_LABELS)}, tokenizer=setup.vocab)
+    as_json = aggregate_batch(setup.logits, setup.encoded, TEXTS, as_json)
     assert as_list == as_json == [setup.ours(row, "simple") for row in range(len(TEXTS))]
     # float16 logits are scored in float32, as the pipeline does.
-    half = aggregate_batch(setup.logits.astype(np.float16), setup.encoded, TEXTS, NER_LABELS, tokenizer=setup.vocab)
+    by_name = Aggregation.of(NER_LABELS, tokenizer=setup.vocab)
+    half = aggregate_batch(setup.logits.astype(np.float16), setup.encoded, TEXTS, by_name)
     assert sum(map(len, half)) > 0
 
 
@@ -215,10 +218,8 @@ def test_without_offsets_matches_pipeline_internals(setups: dict[str, Setup]) ->
                 text, enc["input_ids"][row], scores, None, enc["special_mask"][row], enum(strategy)
             )
             want = [e for e in pipe.aggregate(pre, enum(strategy)) if e.get("entity", e.get("entity_group")) != "O"]
-            got = aggregate(
-                logits, None, enc["special_mask"][row], None, enc["input_ids"][row], text, setup.id2label,
-                strategy=strategy, tokenizer=setup.vocab,
-            )  # fmt: skip
+            tokens = {"special_mask": enc["special_mask"][row], "input_ids": enc["input_ids"][row]}
+            got = aggregate(logits, tokens, text, setup.aggregation(strategy))
             assert_same_entities(got, want, f"no-offsets/{strategy}/{row}")
             assert all(e["start"] is None and e["end"] is None for e in got)
 
@@ -226,24 +227,22 @@ def test_without_offsets_matches_pipeline_internals(setups: dict[str, Setup]) ->
 def test_errors(setups: dict[str, Setup]) -> None:
     setup = setups["bert"]
     enc = setup.encoded
-    args = (setup.logits[0], enc["offsets"][0], enc["special_mask"][0], enc["word_ids"][0], enc["input_ids"][0])
+    logits, tokens = setup.logits[0], encoded_row(enc, 0)
     with pytest.raises(ValueError, match=r"unknown aggregation strategy 'longest'.*none, simple, first, average, max"):
-        aggregate(*args, TEXTS[0], setup.id2label, strategy="longest", tokenizer=setup.vocab)
+        aggregate(logits, tokens, TEXTS[0], setup.aggregation("longest"))
     with pytest.raises(ValueError, match="valid strategies"):
-        aggregate_batch(setup.logits, enc, TEXTS, setup.id2label, strategy="", tokenizer=setup.vocab)
+        aggregate_batch(setup.logits, enc, TEXTS, setup.aggregation(""))
     for strategy in ("first", "average", "max"):
         with pytest.raises(ValueError, match=f"{strategy!r} needs word information"):
-            aggregate(args[0], None, *args[2:], TEXTS[0], setup.id2label, strategy=strategy, tokenizer=setup.vocab)
+            aggregate(logits, {**tokens, "offsets": None}, TEXTS[0], setup.aggregation(strategy))
     with pytest.raises(ValueError, match="needs `tokenizer`"):
-        aggregate(*args, TEXTS[0], setup.id2label, strategy="simple")
+        Aggregation.of(setup.id2label, strategy="simple")
     with pytest.raises(ValueError, match="logits have"):
-        aggregate(args[0][:-1], *args[1:], TEXTS[0], setup.id2label, tokenizer=setup.vocab)
+        aggregate(logits[:-1], tokens, TEXTS[0], setup.aggregation())
     with pytest.raises(ValueError, match="max_length"):
         encode_tokens(setup.tokenizer, ["x"], max_length=0)
     # Strategy names are case-insensitive, as in the pipeline.
-    assert aggregate(*args, TEXTS[0], setup.id2label, strategy="SIMPLE", tokenizer=setup.vocab) == setup.ours(
-        0, "simple"
-    )
+    assert aggregate(logits, tokens, TEXTS[0], setup.aggregation("SIMPLE")) == setup.ours(0, "simple")
     # encode_tokens leaves the tokenizer's own settings alone.
     setup.tokenizer.enable_truncation(7)
     encode_tokens(setup.tokenizer, ["hello world"], max_length=MAX_LENGTH)

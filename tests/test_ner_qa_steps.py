@@ -17,7 +17,7 @@ from tritongen.configs.steps import step_configs
 from tritongen.errors import SpecError
 from tritongen.model.checkpoint import Checkpoint, Pooling
 from tritongen.spec import load_spec
-from tritongen.steps import ner, postprocess, qa, tokenizer
+from tritongen.steps import _common, ner, postprocess, qa, tokenizer
 from tritongen.tasks import get_task
 from tritongen.tasks.question_answering import postprocess as qa_postprocess
 from tritongen.tasks.question_answering import tokenizer as qa_tokenizer
@@ -28,7 +28,7 @@ QA_BERT = Path(__file__).parent / "assets" / "qa" / "bert"
 
 @pytest.fixture(autouse=True)
 def _stub_pb_utils(monkeypatch):
-    for module in (tokenizer, postprocess):
+    for module in (_common, tokenizer, postprocess):
         monkeypatch.setattr(module, "pb_utils", pb_stub)
 
 
@@ -180,8 +180,9 @@ def test_qa_postprocess_decodes_tokenizer_outputs_like_decode_answers(tmp_path):
     )
 
     windows = qa.encode_windows(
-        Tokenizer.from_file(str(QA_BERT / "tokenizer.json")), ["Where?", "Who?"], contexts, max_seq_len=32, doc_stride=8
-    )
+        Tokenizer.from_file(str(QA_BERT / "tokenizer.json")), ["Where?", "Who?"], contexts,
+        qa.WindowSettings(max_seq_len=32, doc_stride=8),
+    )  # fmt: skip
     width = windows.input_ids.shape[1]
     expected = qa.decode_answers(spans[:, :width, 0], spans[:, :width, 1], windows, contexts)
     assert [a.decode() for a in result.output("ANSWER").reshape(-1)] == [e["answer"] for e in expected]

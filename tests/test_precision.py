@@ -14,6 +14,7 @@ from tritongen.build.pipeline import build_repository
 from tritongen.cli import main
 from tritongen.errors import AccuracyError
 from tritongen.gates.accuracy import measure_accuracy, require_accuracy
+from tritongen.gates.parity import ReferenceModel
 from tritongen.repository.layout import step_names
 from tritongen.serve.client import infer
 from tritongen.spec import BuildSpec
@@ -180,8 +181,8 @@ def test_int8_search_refuses_with_figures_when_no_candidate_passes(tiny_factory,
 
     real = search_module.quantize_int8
 
-    def broken(prepared, target, **kwargs):
-        real(prepared, target, **kwargs)
+    def broken(prepared, target, recipe):
+        real(prepared, target, recipe)
         _perturbed(target, target, scale=0.5)
 
     monkeypatch.setattr(search_module, "quantize_int8", broken)
@@ -245,10 +246,8 @@ def test_gate_refuses_model_with_perturbed_weights(tiny_factory, tmp_path):
     texts = [
         f"review {i}: {'great' if i % 3 else 'awful'} product, would {'' if i % 2 else 'not '}buy" for i in range(60)
     ]
-    report = measure_accuracy(
-        module, AutoTokenizer.from_pretrained(str(path)), encoder, broken, gate="labels", texts=texts, max_length=64,
-        variant="broken",
-    )  # fmt: skip
+    model = ReferenceModel(module, AutoTokenizer.from_pretrained(str(path)), encoder, 64)
+    report = measure_accuracy(model, broken, gate="labels", texts=texts, variant="broken")
     assert not report.passed
     with pytest.raises(AccuracyError, match=r"accuracy gate failed: broken vs FP32 PyTorch on 60 validation texts"):
         require_accuracy(report, accept_loss=False)

@@ -51,10 +51,12 @@ def _encode(arch: str, questions: list[str], contexts: list[str], **settings) ->
         tokenizer,
         questions,
         contexts,
-        pad_id=tokenizer.token_to_id(config["pad_token"]),
-        model_max_length=config["model_max_length"],
-        cls_id=tokenizer.token_to_id(config["cls_token"]),
-        **settings,
+        qa.WindowSettings(
+            pad_id=tokenizer.token_to_id(config["pad_token"]),
+            model_max_length=config["model_max_length"],
+            cls_id=tokenizer.token_to_id(config["cls_token"]),
+            **settings,
+        ),
     )
 
 
@@ -84,7 +86,8 @@ def test_matches_v4_pipeline(arch: str, setting: str) -> None:
     windows = _encode(arch, questions, contexts, **{k: v for k, v in kwargs.items() if k in _ENCODE_KEYS})
     assert windows.num_examples == len(cases)
     start, end = _logits(arch, windows)
-    results = qa.decode_answers(start, end, windows, contexts, **{k: v for k, v in kwargs.items() if k in _DECODE_KEYS})
+    answers = qa.AnswerSettings(**{k: v for k, v in kwargs.items() if k in _DECODE_KEYS})
+    results = qa.decode_answers(start, end, windows, contexts, answers)
 
     assert len(results) == len(cases)
     for index, (got, want) in enumerate(zip(results, golden["outputs"][setting], strict=True)):
@@ -155,8 +158,8 @@ def test_top_k_above_one_gives_a_list_and_logit_width_may_exceed_windows() -> No
     windows = qa.encode_windows(tokenizer, ["Who loves coffee?"], [context])
     start, end = _logits("bert", windows)
     wide = [np.pad(a, ((0, 0), (0, 7)), constant_values=99.0) for a in (start, end)]  # bucket padding
-    narrow = qa.decode_answers(start, end, windows, [context], top_k=4)
-    assert qa.decode_answers(*wide, windows, [context], top_k=4) == narrow
+    narrow = qa.decode_answers(start, end, windows, [context], qa.AnswerSettings(top_k=4))
+    assert qa.decode_answers(*wide, windows, [context], qa.AnswerSettings(top_k=4)) == narrow
     assert isinstance(narrow[0], list) and len(narrow[0]) == 4
     assert [a["score"] for a in narrow[0]] == sorted((a["score"] for a in narrow[0]), reverse=True)
     for answer in narrow[0]:
@@ -167,7 +170,7 @@ def test_null_score_is_the_minimum_over_windows() -> None:
     """v4 keeps the smallest p_start[CLS] * p_end[CLS] of all windows as the "no answer" score."""
     tokenizer, _, _ = _checkpoint("bert")
     context = GOLDEN["checkpoints"]["bert"]["cases"][-1]["context"]
-    windows = qa.encode_windows(tokenizer, ["Where?"], [context], max_seq_len=64, doc_stride=16)
+    windows = qa.encode_windows(tokenizer, ["Where?"], [context], qa.WindowSettings(max_seq_len=64, doc_stride=16))
     assert windows.num_windows >= 3
     cls_logits = np.full(windows.num_windows, 9.0, dtype=np.float32)
     cls_logits[1] = 6.0  # neither the first nor the last window
@@ -175,7 +178,8 @@ def test_null_score_is_the_minimum_over_windows() -> None:
     logits[:, 0] = cls_logits
     allowed = (~windows.p_mask).sum(axis=1)  # context tokens + CLS
     p_cls = np.exp(cls_logits) / (np.exp(cls_logits) + allowed - 1)
-    answers = qa.decode_answers(logits, logits, windows, [context], top_k=3, handle_impossible_answer=True)[0]
+    settings = qa.AnswerSettings(top_k=3, handle_impossible_answer=True)
+    answers = qa.decode_answers(logits, logits, windows, [context], settings)[0]
     null = answers[0]
     assert (null["answer"], null["start"], null["end"]) == ("", 0, 0)
     assert null["score"] == pytest.approx(float((p_cls**2).min()), rel=1e-5)
@@ -187,7 +191,9 @@ def test_encode_restores_tokenizer_settings() -> None:
     tokenizer.enable_truncation(10)
     tokenizer.enable_padding(pad_id=0, length=12)
     before = (tokenizer.truncation, tokenizer.padding)
-    qa.encode_windows(tokenizer, ["Who?"], ["Zoë lives in São Paulo. " * 20], max_seq_len=32, doc_stride=8)
+    qa.encode_windows(
+        tokenizer, ["Who?"], ["Zoë lives in São Paulo. " * 20], qa.WindowSettings(max_seq_len=32, doc_stride=8)
+    )
     assert (tokenizer.truncation, tokenizer.padding) == before
 
 
@@ -215,26 +221,29 @@ def test_question_too_long_for_the_window_is_an_input_error() -> None:
     long_question = "where is the market and the river station " * 4  # ~70 tokens
     context = "The market is by the river. " * 20
     with pytest.raises(ValueError, match="question is too long") as info:
-        qa.encode_windows(tokenizer, ["Where?", long_question], [context, context], max_seq_len=64, doc_stride=16)
+        qa.encode_windows(
+            tokenizer, ["Where?", long_question], [context, context], qa.WindowSettings(max_seq_len=64, doc_stride=16)
+        )
     assert info.value.example_index == 1
     # room left (128 - 3 - ~70) but not more than the stride: tokenizers would panic, not raise
     with pytest.raises(ValueError, match="must be more than doc_stride=64"):
-        qa.encode_windows(tokenizer, [long_question], [context], max_seq_len=128, doc_stride=64)
+        qa.encode_windows(tokenizer, [long_question], [context], qa.WindowSettings(max_seq_len=128, doc_stride=64))
     # a context that fits needs no truncation, so v4 (and qa.py) accept the same question
-    windows = qa.encode_windows(tokenizer, [long_question], ["By the river."], max_seq_len=128, doc_stride=64)
+    wide = qa.WindowSettings(max_seq_len=128, doc_stride=64)
+    windows = qa.encode_windows(tokenizer, [long_question], ["By the river."], wide)
     assert windows.num_windows == 1
 
 
 def test_bad_settings_raise_value_error() -> None:
     tokenizer, _, _ = _checkpoint("bert")
     with pytest.raises(ValueError, match="is larger than `max_seq_len`"):
-        qa.encode_windows(tokenizer, ["q?"], ["ctx"], max_seq_len=32, doc_stride=33)
+        qa.encode_windows(tokenizer, ["q?"], ["ctx"], qa.WindowSettings(max_seq_len=32, doc_stride=33))
     windows = qa.encode_windows(tokenizer, ["q?"], ["ctx"])
     logits = np.zeros(windows.input_ids.shape, dtype=np.float32)
     with pytest.raises(ValueError, match="top_k parameter should be >= 1"):
-        qa.decode_answers(logits, logits, windows, ["ctx"], top_k=0)
+        qa.decode_answers(logits, logits, windows, ["ctx"], qa.AnswerSettings(top_k=0))
     with pytest.raises(ValueError, match="max_answer_len parameter should be >= 1"):
-        qa.decode_answers(logits, logits, windows, ["ctx"], max_answer_len=0)
+        qa.decode_answers(logits, logits, windows, ["ctx"], qa.AnswerSettings(max_answer_len=0))
     with pytest.raises(ValueError, match="contexts given"):
         qa.decode_answers(logits, logits, windows, ["ctx", "more"])
     with pytest.raises(ValueError, match="start_logits has shape"):

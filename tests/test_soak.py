@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tritongen.bench.soak import KINDS, SoakInterval, _classify, _leaks, run_soak
+from tritongen.bench.soak import KINDS, LeakRule, SoakInterval, SoakSettings, _classify, run_soak
 from tritongen.serve.server import running_server
 
 
@@ -40,9 +40,9 @@ def test_leaks_flag_growth_over_the_second_half_beyond_both_bounds():
     memory = [(100, 100), (300, 100), (500, 100), (510, 150), (512, 300)]
     intervals = [_interval(i + 1, a=a, b=b) for i, (a, b) in enumerate(memory)]
     # `a` grows 412 MiB in the first half (an arena meeting bigger batches) and is flat after; `b` keeps growing
-    assert _leaks(intervals, 1, 64, 0.2) == {"b": "100 -> 300 MiB"}
-    assert _leaks(intervals, 1, 256, 0.2) == {}
-    assert _leaks(intervals[:1], 1, 64, 0.2) == {}
+    assert LeakRule(1, 64, 0.2).leaks(intervals) == {"b": "100 -> 300 MiB"}
+    assert LeakRule(1, 256, 0.2).leaks(intervals) == {}
+    assert LeakRule(1, 64, 0.2).leaks(intervals[:1]) == {}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,8 @@ def test_twenty_seconds_of_mixed_traffic_have_no_errors_and_no_leak(served):
     That proves the harness end to end and that mixed traffic (bad requests included) makes no error; a slow
     leak needs the operator's `make soak` of minutes, and the leak rule itself is proven on figures above.
     """
-    report = run_soak("cls", grpc_port=served.grpc_port, minutes=20 / 60, concurrency=32, interval_s=5)
+    settings = SoakSettings(minutes=20 / 60, concurrency=32, interval_s=5)
+    report = run_soak("cls", grpc_port=served.endpoints.grpc_port, settings=settings)
     totals = report.totals
     assert report.errors == {}, report.to_markdown()
     assert totals["ok"] > len(KINDS) and totals["refused"] > 0, report.to_markdown()
@@ -74,7 +75,7 @@ def test_twenty_seconds_of_mixed_traffic_have_no_errors_and_no_leak(served):
 def test_soak_command_writes_its_report(served, tmp_path):
     command = [
         sys.executable, "-m", "tritongen", "soak", "--name", "cls", "--minutes", "0.1", "--interval", "3",
-        "--concurrency", "4", "--grpc-port", str(served.grpc_port), "--output", str(tmp_path),
+        "--concurrency", "4", "--grpc-port", str(served.endpoints.grpc_port), "--output", str(tmp_path),
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from transformers import AutoConfig, AutoModel, PreTrainedTokenizerFast
 
 from tests.tiny_checkpoints import HIDDEN_SIZE, corpus
 
-__all__ = ["DECODERS", "QWEN3_PROMPTS", "make_decoder_embedder"]
+__all__ = ["DECODERS", "QWEN3_PROMPTS", "decoder_embedders", "make_decoder_embedder"]
 
 DECODERS: tuple[str, ...] = ("qwen3", "gemma3_text")
 QWEN3_PROMPTS = {"query": "Instruct: Given a web search query, retrieve relevant passages\nQuery: ", "document": ""}
@@ -194,3 +195,15 @@ def make_decoder_embedder(
     AutoModel.from_config(config).eval().save_pretrained(out_dir)
     _st_files(out_dir, arch, max_length, dense, seed)
     return out_dir
+
+
+def decoder_embedders(checkpoint_cache: Callable[..., Path]) -> dict[str, Path]:
+    """The decoder embedders the tests share, by architecture, each made once per session by ``checkpoint_cache``.
+
+    Qwen3 as Qwen3-Embedding (last token, left padding, prompts); Gemma3 as EmbeddingGemma, with its two Dense
+    modules. The unit tests and the end-to-end ones ask for these two, so they are written in one place.
+    """
+    return {
+        "qwen3": checkpoint_cache(make_decoder_embedder, "qwen3"),
+        "gemma3_text": checkpoint_cache(make_decoder_embedder, "gemma3_text", dense=True),
+    }

@@ -13,16 +13,25 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
-from tritongen.bench.http_load import HttpTarget, LoadResult, interleaved_rounds, kserve_target, openai_target
+from tritongen.bench.http_load import (
+    HttpTarget,
+    InterleavedRounds,
+    Interleaving,
+    LoadResult,
+    RoundFigures,
+    interleaved_rounds,
+    kserve_target,
+    openai_target,
+)
 from tritongen.bench.process import http_process
 from tritongen.serve.server import free_port
 
@@ -80,44 +89,36 @@ def paired_latency(direct: HttpTarget, gateway: HttpTarget, texts: Sequence[str]
     )
 
 
+def _mean_ms(result: LoadResult) -> float:
+    """The mean latency of one run (NaN for a run with no answer)."""
+    return float(np.mean(result.latencies_ms)) if result.latencies_ms else float("nan")
+
+
 @dataclass(frozen=True)
-class GatewayComparison:
-    """Interleaved rounds of the ensemble direct and through the gateway, and their embeddings' agreement."""
+class GatewayComparison(InterleavedRounds):
+    """Interleaved rounds of the ensemble direct and through the gateway, and their embeddings' agreement.
+
+    ``at(concurrency)`` gives the medians of the rounds: throughputs and their ratio, latencies and what is added.
+    """
 
     name: str
     rounds: Sequence[tuple[LoadResult, LoadResult]]  # (direct, gateway) per round and concurrency
     max_abs_diff: float
     seconds: float
     paired: PairedLatency | None = None
-
-    def concurrencies(self) -> list[int]:
-        """The concurrencies measured, ascending."""
-        return sorted({direct.concurrency for direct, _ in self.rounds})
-
-    def at(self, concurrency: int) -> dict[str, float]:
-        """Medians over the rounds at ``concurrency``: throughputs and their ratio, latencies and what is added."""
-        pairs = [(a, b) for a, b in self.rounds if a.concurrency == concurrency]
-
-        def median(values: Sequence[float]) -> float:
-            return float(statistics.median(values))
-
-        def mean(result: LoadResult) -> float:
-            return float(np.mean(result.latencies_ms)) if result.latencies_ms else float("nan")
-
-        return {
-            "direct": median([a.throughput for a, _ in pairs]),
-            "gateway": median([b.throughput for _, b in pairs]),
-            "ratio": median([b.throughput / a.throughput if a.throughput else float("nan") for a, b in pairs]),
-            "direct_p50": median([a.percentile(50) for a, _ in pairs]),
-            "gateway_p50": median([b.percentile(50) for _, b in pairs]),
-            "added_p50": median([b.percentile(50) - a.percentile(50) for a, b in pairs]),
-            "added_mean": median([mean(b) - mean(a) for a, b in pairs]),
-            "errors": float(sum(a.errors + b.errors for a, b in pairs)),
-        }
+    figures: ClassVar[RoundFigures] = {
+        "direct": lambda a, b: a.throughput,
+        "gateway": lambda a, b: b.throughput,
+        "ratio": lambda a, b: b.throughput / a.throughput if a.throughput else float("nan"),
+        "direct_p50": lambda a, b: a.percentile(50),
+        "gateway_p50": lambda a, b: b.percentile(50),
+        "added_p50": lambda a, b: b.percentile(50) - a.percentile(50),
+        "added_mean": lambda a, b: _mean_ms(b) - _mean_ms(a),
+    }
 
     def to_markdown(self) -> str:
         """The summary's section on the gateway."""
-        rounds = len(self.rounds) // max(1, len(self.concurrencies()))
+        rounds = self.rounds_per_concurrency()
         lines = [
             f"## (e) the OpenAI/TEI gateway in front of `{self.name}`",
             "",
@@ -135,7 +136,7 @@ class GatewayComparison:
                 f"| {c} | {m['direct']:.1f} | {m['gateway']:.1f} | **{m['ratio']:.2f}x** | {m['direct_p50']:.2f} "
                 f"| {m['gateway_p50']:.2f} | **{m['added_p50']:+.2f}** | {m['added_mean']:+.2f} |"
             )
-        errors = sum(a.errors + b.errors for a, b in self.rounds)
+        errors = self.failed()
         if self.paired is not None:
             p = self.paired
             lines += [
@@ -156,10 +157,8 @@ def compare_with_gateway(
     name: str,
     gateway_url: str,
     texts: Sequence[str],
+    plan: Interleaving,
     *,
-    concurrencies: Sequence[int],
-    rounds: int = 3,
-    seconds: float = 15.0,
     paired_requests: int = 1000,
     progress: Callable[[str], None] = lambda _: None,
 ) -> GatewayComparison:
@@ -170,7 +169,5 @@ def compare_with_gateway(
     max_abs_diff = float(np.abs(direct.embed(sample) - gateway.embed(sample)).max())
     progress(f"  paired: {paired_requests} requests per side at concurrency 1, alternating…")
     paired = paired_latency(direct, gateway, texts, paired_requests) if paired_requests else None
-    results = interleaved_rounds(
-        direct, gateway, texts, concurrencies=concurrencies, rounds=rounds, seconds=seconds, progress=progress
-    )
-    return GatewayComparison(name, results, max_abs_diff, seconds, paired)
+    results = interleaved_rounds(direct, gateway, texts, plan, progress)
+    return GatewayComparison(name, results, max_abs_diff, plan.seconds, paired)

@@ -11,14 +11,25 @@ from __future__ import annotations
 import http.client
 import itertools
 import json
+import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-__all__ = ["HttpTarget", "LoadResult", "drive", "interleaved_rounds", "kserve_target", "openai_target"]
+__all__ = [
+    "HttpTarget",
+    "InterleavedRounds",
+    "Interleaving",
+    "LoadResult",
+    "drive",
+    "interleaved_rounds",
+    "kserve_target",
+    "openai_target",
+]
 
 
 @dataclass(frozen=True)
@@ -142,27 +153,68 @@ def drive(
     return LoadResult(target.label, concurrency, seconds, tuple(latencies), errors[0])
 
 
+@dataclass(frozen=True)
+class Interleaving:
+    """How two servers are measured side by side: ``rounds`` rounds of ``seconds`` per side at each concurrency."""
+
+    concurrencies: Sequence[int]
+    rounds: int = 3
+    seconds: float = 15.0
+
+
 def interleaved_rounds(
     first: HttpTarget,
     second: HttpTarget,
     texts: Sequence[str],
-    *,
-    concurrencies: Sequence[int],
-    rounds: int,
-    seconds: float,
+    plan: Interleaving,
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[tuple[LoadResult, LoadResult]]:
-    """Drive both targets at each concurrency, ``rounds`` times, alternating which goes first; (first, second) pairs.
+    """Drive both targets at each concurrency, ``plan.rounds`` times, either going first in turn; (first, second) pairs.
 
     Both servers are up at once, so each side meets the same machine; neither always goes first.
     """
     results = []
-    for round_index in range(rounds):
-        for concurrency in concurrencies:
+    for round_index in range(plan.rounds):
+        for concurrency in plan.concurrencies:
             order = (first, second) if round_index % 2 == 0 else (second, first)
             measured = {}
             for target in order:
-                progress(f"  round {round_index + 1}/{rounds}: {target.label} at concurrency {concurrency}…")
-                measured[id(target)] = drive(target, texts, concurrency, seconds)
+                progress(f"  round {round_index + 1}/{plan.rounds}: {target.label} at concurrency {concurrency}…")
+                measured[id(target)] = drive(target, texts, concurrency, plan.seconds)
             results.append((measured[id(first)], measured[id(second)]))
     return results
+
+
+# Named figures of one round's (first, second) pair: what a comparison takes the medians of.
+RoundFigures = Mapping[str, Callable[[LoadResult, LoadResult], float]]
+
+
+class InterleavedRounds:
+    """What a comparison reads from its interleaved rounds: ``rounds`` holds (first, second) per round and concurrency.
+
+    The gateway's and the peer's comparisons both report medians over rounds: one place computes them.
+    """
+
+    rounds: Sequence[tuple[LoadResult, LoadResult]]
+    figures: ClassVar[RoundFigures]
+
+    def concurrencies(self) -> list[int]:
+        """The concurrencies measured, ascending."""
+        return sorted({first.concurrency for first, _ in self.rounds})
+
+    def rounds_per_concurrency(self) -> int:
+        """How many rounds each concurrency had."""
+        return len(self.rounds) // max(1, len(self.concurrencies()))
+
+    def failed(self) -> int:
+        """Failed requests over every round, both sides."""
+        return sum(a.errors + b.errors for a, b in self.rounds)
+
+    def at(self, concurrency: int) -> dict[str, float]:
+        """Each of ``figures`` as its median over the rounds at ``concurrency``; ``errors``: their failed requests."""
+        pairs = [(a, b) for a, b in self.rounds if a.concurrency == concurrency]
+        medians = {
+            name: float(statistics.median([figure(a, b) for a, b in pairs])) for name, figure in self.figures.items()
+        }
+        medians["errors"] = float(sum(a.errors + b.errors for a, b in pairs))
+        return medians

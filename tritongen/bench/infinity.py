@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
-from tritongen.bench.http_load import LoadResult, interleaved_rounds, kserve_target, openai_target
+from tritongen.bench.http_load import (
+    InterleavedRounds,
+    Interleaving,
+    LoadResult,
+    RoundFigures,
+    interleaved_rounds,
+    kserve_target,
+    openai_target,
+)
 from tritongen.bench.process import http_process
 from tritongen.errors import BenchError
 from tritongen.serve.server import free_port
@@ -65,8 +73,11 @@ def _cause(log: Path) -> str:
 
 
 @dataclass(frozen=True)
-class PeerComparison:
-    """Interleaved rounds of the ensemble and the peer at each concurrency, and their embeddings' agreement."""
+class PeerComparison(InterleavedRounds):
+    """Interleaved rounds of the ensemble and the peer at each concurrency, and their embeddings' agreement.
+
+    ``at(concurrency)`` gives the medians of the rounds: throughputs, their per-round ratio, p50 and p99s.
+    """
 
     ours: str
     peer: str
@@ -74,32 +85,19 @@ class PeerComparison:
     cosine_min: float
     cosine_median: float
     seconds: float
-
-    def concurrencies(self) -> list[int]:
-        """The concurrencies measured, ascending."""
-        return sorted({ours.concurrency for ours, _ in self.rounds})
-
-    def at(self, concurrency: int) -> dict[str, float]:
-        """Medians over the rounds at ``concurrency``: throughputs, their per-round ratio, p50 and p99s."""
-        pairs = [(a, b) for a, b in self.rounds if a.concurrency == concurrency]
-
-        def median(values: Sequence[float]) -> float:
-            return float(statistics.median(values))
-
-        return {
-            "ours": median([a.throughput for a, _ in pairs]),
-            "peer": median([b.throughput for _, b in pairs]),
-            "ratio": median([a.throughput / b.throughput if b.throughput else float("nan") for a, b in pairs]),
-            "ours_p50": median([a.percentile(50) for a, _ in pairs]),
-            "peer_p50": median([b.percentile(50) for _, b in pairs]),
-            "ours_p99": median([a.percentile(99) for a, _ in pairs]),
-            "peer_p99": median([b.percentile(99) for _, b in pairs]),
-            "errors": float(sum(a.errors + b.errors for a, b in pairs)),
-        }
+    figures: ClassVar[RoundFigures] = {
+        "ours": lambda a, b: a.throughput,
+        "peer": lambda a, b: b.throughput,
+        "ratio": lambda a, b: a.throughput / b.throughput if b.throughput else float("nan"),
+        "ours_p50": lambda a, b: a.percentile(50),
+        "peer_p50": lambda a, b: b.percentile(50),
+        "ours_p99": lambda a, b: a.percentile(99),
+        "peer_p99": lambda a, b: b.percentile(99),
+    }
 
     def to_markdown(self) -> str:
         """The summary's section on the peer."""
-        rounds = len(self.rounds) // max(1, len(self.concurrencies()))
+        rounds = self.rounds_per_concurrency()
         lines = [
             f"## (d) the peer: `{self.ours}` against {self.peer}",
             "",
@@ -115,7 +113,7 @@ class PeerComparison:
                 f"| {c} | {m['ours']:.1f} | {m['peer']:.1f} | **{m['ratio']:.2f}x** | "
                 f"{m['ours_p50']:.1f} / {m['ours_p99']:.1f} | {m['peer_p50']:.1f} / {m['peer_p99']:.1f} |"
             )
-        errors = sum(a.errors + b.errors for a, b in self.rounds)
+        errors = self.failed()
         lines += [
             "",
             f"Embeddings agree: cosine min {self.cosine_min:.5f}, median {self.cosine_median:.5f} "
@@ -129,10 +127,7 @@ def compare_with_infinity(
     name: str,
     peer_url: str,
     texts: Sequence[str],
-    *,
-    concurrencies: Sequence[int],
-    rounds: int = 3,
-    seconds: float = 15.0,
+    plan: Interleaving,
     progress: Callable[[str], None] = lambda _: None,
 ) -> PeerComparison:
     """Drive the ensemble ``name`` at ``triton_url`` and infinity-emb at ``peer_url`` in interleaved rounds."""
@@ -141,9 +136,7 @@ def compare_with_infinity(
     sample = list(texts[:64])
     a, b = ours.embed(sample), peer.embed(sample)
     cosines = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-    results = interleaved_rounds(
-        ours, peer, texts, concurrencies=concurrencies, rounds=rounds, seconds=seconds, progress=progress
-    )
+    results = interleaved_rounds(ours, peer, texts, plan, progress)
     return PeerComparison(
-        name, "infinity-emb (torch engine)", results, float(cosines.min()), float(np.median(cosines)), seconds
+        name, "infinity-emb (torch engine)", results, float(cosines.min()), float(np.median(cosines)), plan.seconds
     )

@@ -65,34 +65,19 @@ def decode_request(body: bytes, header_length: str | None) -> list[str] | None:
 
 def create_app(model: str, task: str, name: str, max_length: int) -> Any:
     """The FastAPI app serving ``name`` at ``/v2/models/{name}``."""
-    from fastapi import FastAPI, HTTPException, Request
+    from fastapi import FastAPI
 
     predict = _predictor(model, task, max_length)
     app = FastAPI()
     outputs = ["LABEL", "SCORE"] if task == "classification" else ["EMBEDDING"]
-    config = {
-        "name": name,
-        "platform": "pytorch_pipeline",
-        "max_batch_size": 64,
-        "input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": [1]}],
-        "output": [{"name": o, "data_type": "TYPE_FP32", "dims": [-1]} for o in outputs],
-    }
-    empty = {"count": 0, "ns": 0}
-    stats = {
-        "model_stats": [
-            {
-                "name": name,
-                "version": "1",
-                "last_inference": 0,
-                "inference_count": 0,
-                "execution_count": 0,
-                "inference_stats": {
-                    k: empty for k in ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
-                },
-                "batch_stats": [],
-            }
-        ]
-    }
+    _add_health_routes(app, name)
+    _add_model_routes(app, name, outputs)
+    _add_infer_route(app, name, predict)
+    return app
+
+
+def _add_health_routes(app: Any, name: str) -> None:
+    """Liveness, readiness and the server's metadata, as perf_analyzer asks for them."""
 
     @app.get("/v2/health/live")
     @app.get("/v2/health/ready")
@@ -104,6 +89,41 @@ def create_app(model: str, task: str, name: str, max_length: int) -> Any:
     @app.get("/v2")
     def server_metadata() -> dict[str, Any]:
         return {"name": "fastapi-pipeline", "version": "baseline", "extensions": []}
+
+
+def _model_config(name: str, outputs: list[str]) -> dict[str, Any]:
+    """A Triton-style config of the pipeline model: one TEXT input, float outputs."""
+    return {
+        "name": name,
+        "platform": "pytorch_pipeline",
+        "max_batch_size": 64,
+        "input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": [1]}],
+        "output": [{"name": o, "data_type": "TYPE_FP32", "dims": [-1]} for o in outputs],
+    }
+
+
+def _empty_statistics(name: str) -> dict[str, Any]:
+    """The statistics API's answer with every counter at zero: perf_analyzer reads it, the baseline counts nothing."""
+    empty = {"count": 0, "ns": 0}
+    kinds = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+    return {
+        "model_stats": [
+            {
+                "name": name,
+                "version": "1",
+                "last_inference": 0,
+                "inference_count": 0,
+                "execution_count": 0,
+                "inference_stats": {k: empty for k in kinds},
+                "batch_stats": [],
+            }
+        ]
+    }
+
+
+def _add_model_routes(app: Any, name: str, outputs: list[str]) -> None:
+    """The model's metadata, config and statistics."""
+    config, stats = _model_config(name, outputs), _empty_statistics(name)
 
     @app.get(f"/v2/models/{name}")
     def metadata() -> dict[str, Any]:
@@ -125,6 +145,22 @@ def create_app(model: str, task: str, name: str, max_length: int) -> Any:
     def statistics() -> dict[str, Any]:
         return stats
 
+
+def _infer_response(name: str, count: int, result: dict[str, list[Any]]) -> dict[str, Any]:
+    """KServe v2 JSON of ``predict``'s result for ``count`` texts: labels as BYTES, the rest FP32."""
+    outputs = []
+    for key, rows in result.items():
+        width = len(rows[0]) if rows and isinstance(rows[0], list) else 1
+        flat = [v for row in rows for v in row] if width > 1 or (rows and isinstance(rows[0], list)) else rows
+        datatype = "BYTES" if key == "LABEL" else "FP32"
+        outputs.append({"name": key, "datatype": datatype, "shape": [count, width], "data": flat})
+    return {"model_name": name, "model_version": "1", "outputs": outputs}
+
+
+def _add_infer_route(app: Any, name: str, predict: Any) -> None:
+    """Inference: the texts of the request through ``predict``."""
+    from fastapi import HTTPException, Request
+
     @app.post(f"/v2/models/{name}/infer")
     @app.post(f"/v2/models/{name}/versions/1/infer")
     async def infer(request: Request) -> dict[str, Any]:
@@ -135,15 +171,7 @@ def create_app(model: str, task: str, name: str, max_length: int) -> Any:
         from starlette.concurrency import run_in_threadpool
 
         result = await run_in_threadpool(predict, texts)
-        outputs = []
-        for key, rows in result.items():
-            width = len(rows[0]) if rows and isinstance(rows[0], list) else 1
-            flat = [v for row in rows for v in row] if width > 1 or (rows and isinstance(rows[0], list)) else rows
-            datatype = "BYTES" if key == "LABEL" else "FP32"
-            outputs.append({"name": key, "datatype": datatype, "shape": [len(texts), width], "data": flat})
-        return {"model_name": name, "model_version": "1", "outputs": outputs}
-
-    return app
+        return _infer_response(name, len(texts), result)
 
 
 def main() -> None:

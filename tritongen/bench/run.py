@@ -26,6 +26,7 @@ from rich.console import Console
 
 from tritongen.bench.ceiling import measure_ceiling
 from tritongen.bench.gateway import GatewayComparison, compare_with_gateway, gateway_server
+from tritongen.bench.http_load import Interleaving
 from tritongen.bench.infinity import (
     INFINITY_VENV,
     PeerComparison,
@@ -41,7 +42,7 @@ from tritongen.data.datasets import bench_texts
 from tritongen.errors import BenchError, ServerError
 from tritongen.repository.layout import step_names
 from tritongen.repository.staging import existing_versions
-from tritongen.serve.server import TritonServer, free_port, server_environment, wait_until_ready
+from tritongen.serve.server import Endpoints, TritonServer, free_port, server_environment, wait_until_ready
 from tritongen.serve.stats import StepStats, model_stats, stats_delta
 from tritongen.spec import DynamicBatching, load_spec
 from tritongen.tasks import TASKS
@@ -66,6 +67,11 @@ class BenchOptions:
     peer_rounds: int = 3  # (d): interleaved rounds per concurrency
     peer_seconds: float = 15.0  # (d): measured seconds per side, round and concurrency
     tune: TuneGrid = field(default_factory=TuneGrid)  # instance and thread counts to sweep (tritongen.bench.tune)
+
+    @property
+    def interleaving(self) -> Interleaving:
+        """How (d) and (e) interleave their rounds with the ensemble's."""
+        return Interleaving(self.sweep.concurrency, self.peer_rounds, self.peer_seconds)
 
 
 def _build_metadata(repository: Path, name: str) -> dict[str, Any]:
@@ -125,14 +131,47 @@ def _pipeline_server(meta: Mapping[str, Any], name: str, log: Path) -> Iterator[
             process.kill()
 
 
-def _measure_peer(
-    options: BenchOptions, meta: Mapping[str, Any], triton_url: str, texts: list[str], results: Path, console: Console
-) -> PeerComparison | None:
+@dataclass(frozen=True)
+class _BenchRun:
+    """What every stage of one bench run reads, bound once: the options, the build's record, the texts, the output."""
+
+    options: BenchOptions
+    meta: Mapping[str, Any]
+    repository: Path
+    out: Path  # perf_analyzer_configs/<NAME>: the input data, and the results below
+    texts: list[str]
+    console: Console
+
+    @property
+    def results(self) -> Path:
+        """Where results and logs go."""
+        return self.out / "results"
+
+    @property
+    def input_data(self) -> Path:
+        """perf_analyzer's input data: one text per request."""
+        return self.out / "input_data.json"
+
+
+@dataclass(frozen=True)
+class _ServerFigures:
+    """What one server run measured: the Triton configurations, and the baselines that run beside them."""
+
+    points: list[PerfPoint]
+    breakdown: dict[tuple[str, int], dict[str, StepStats]]
+    ensembles: dict[tuple[str, int], StepStats]
+    peer: PeerComparison | None
+    gateway: GatewayComparison | None
+    tuning: list[TunePoint]
+
+
+def _measure_peer(run: _BenchRun, triton_url: str) -> PeerComparison | None:
     """(d) for embedding ensembles: infinity-emb beside the running Triton server, interleaved rounds.
 
     Asked for explicitly, a missing infinity venv or a non-embedding task is an error; in the default set it
     is skipped with a note, so ``make bench`` works without the extra.
     """
+    options, meta, console = run.options, run.meta, run.console
     if "infinity" not in options.baselines:
         return None
     explicit = options.baselines != DEFAULT_BASELINES
@@ -147,64 +186,46 @@ def _measure_peer(
         console.print(f"[yellow]Baseline (d) skipped[/]: {why}")
         return None
     console.print("[bold]Measuring baseline (d): infinity-emb on the same checkpoint, interleaved with the ensemble…")
-    with infinity_server(meta["checkpoint"], options.name, results / "infinity_server.log") as url:
-        return compare_with_infinity(
-            triton_url, options.name, url, texts, concurrencies=options.sweep.concurrency,
-            rounds=options.peer_rounds, seconds=options.peer_seconds, progress=console.print,
-        )  # fmt: skip
+    with infinity_server(meta["checkpoint"], options.name, run.results / "infinity_server.log") as url:
+        return compare_with_infinity(triton_url, options.name, url, run.texts, options.interleaving, console.print)
 
 
-def _measure_gateway(
-    options: BenchOptions,
-    meta: Mapping[str, Any],
-    server: TritonServer,
-    texts: list[str],
-    results: Path,
-    console: Console,
-) -> GatewayComparison | None:
+def _measure_gateway(run: _BenchRun, server: TritonServer) -> GatewayComparison | None:
     """(e) for embedding ensembles: the gateway's ``/v1/embeddings`` against Triton's HTTP API, interleaved."""
+    options = run.options
     if "gateway" not in options.baselines:
         return None
-    console.print("[bold]Measuring baseline (e): the OpenAI/TEI gateway in front of the ensemble, interleaved…")
-    repository = Path(options.repository).resolve()
-    with gateway_server(server.grpc_url, repository, results / "gateway.log", model=options.name) as url:
+    run.console.print("[bold]Measuring baseline (e): the OpenAI/TEI gateway in front of the ensemble, interleaved…")
+    with gateway_server(server.grpc_url, run.repository, run.results / "gateway.log", model=options.name) as url:
         return compare_with_gateway(
-            server.http_url, options.name, url, texts, concurrencies=options.sweep.concurrency,
-            rounds=options.peer_rounds, seconds=options.peer_seconds, progress=console.print,
-        )  # fmt: skip
+            server.http_url, options.name, url, run.texts, options.interleaving, progress=run.console.print
+        )
 
 
-def _measure_tuning(
-    plan: TunePlan | None,
-    options: BenchOptions,
-    server: TritonServer,
-    input_data: Path,
-    results: Path,
-    console: Console,
-) -> list[TunePoint]:
+def _measure_tuning(run: _BenchRun, plan: TunePlan | None, server: TritonServer) -> list[TunePoint]:
     """The tuning sweep, last in the server run (it leaves the server at its last setting)."""
     if plan is None:
         return []
     import tritonclient.http as httpclient
 
+    console = run.console
     console.print(f"[bold]Tuning: {len(plan.settings)} instance and thread settings, applied through the load API…")
     client = httpclient.InferenceServerClient(server.http_url, network_timeout=600.0)
     try:
         return tune(
-            client, plan, url=server.http_url, sweep=options.sweep, input_data=input_data, workdir=results,
-            progress=console.print,
+            client, plan, url=server.http_url, sweep=run.options.sweep, input_data=run.input_data,
+            workdir=run.results, progress=console.print,
         )  # fmt: skip
     finally:
         client.close()
 
 
-def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple[BenchReport, dict[str, Path]]:
-    """Run the sweep for the ensemble and the chosen baselines; write and return the report."""
-    console = console or Console(stderr=True)
+def _checked_metadata(options: BenchOptions, repository: Path) -> dict[str, Any]:
+    """The ensemble's ``build.json`` record, once the baselines asked for fit what it is."""
     unknown = sorted(set(options.baselines) - set(BASELINES))
     if unknown:
         raise BenchError(f"unknown baseline(s) {unknown}; choose from {list(BASELINES)}")
-    name, repository = options.name, Path(options.repository).resolve()
+    name = options.name
     meta = _build_metadata(repository, name)
     bench_tasks = sorted(name for name, task in TASKS.items() if task.bench_baselines)
     if meta["task"] not in bench_tasks:
@@ -214,68 +235,106 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
         )
     if "gateway" in options.baselines and meta["task"] != "embedding":
         raise BenchError(f"baseline gateway: `{name}` is a {meta['task']} ensemble; it drives /v1/embeddings")
-    tune_plan = TunePlan(repository, name, options.tune) if options.tune else None  # refuses a bad grid up front
-    out = Path(options.output) / name
-    results = out / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    texts = bench_texts(options.texts)
-    write_input_data(out / "input_data.json", texts)
-    write_input_data(out / "input_data_nobatch.json", texts, with_batch_dim=True)
-    (out / "sweep.json").write_text(json.dumps({**asdict(options.sweep), "texts": options.texts}, indent=1))
-    command = " ".join(["python -m tritongen bench", f"--name {name}", f"--repository {options.repository}"])
-    points: list[PerfPoint] = []
-    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        configs = {"ensemble": (name, out / "input_data.json")}
-        for other in options.compare:
-            _build_metadata(repository, other)  # fails clearly when it is missing
-            configs[other] = (other, out / "input_data.json")
-        extra = []
-        if "nobatch" in options.baselines:
-            console.print("[bold]Building baseline (b): the same ensemble without dynamic batching…")
-            spec = load_spec(None, **meta["spec"]).replace(
-                name=f"{name}_nobatch", repository=Path(tmp) / "repo", max_batch_size=0,
-                dynamic_batching=DynamicBatching(enabled=False), response_cache=False,
-            )  # fmt: skip
-            build_repository(spec, console=console)
-            configs["nobatch"] = (spec.name, out / "input_data_nobatch.json")
-            extra = [f"--model-repository={spec.repository}"]
-        server = TritonServer(
-            repository, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-            models=[model for model, _ in configs.values()], extra_args=extra,
-        )  # fmt: skip
-        console.print("[bold]Measuring the Triton configurations with perf_analyzer…")
-        with server:
-            measured, breakdown, ensembles = _measure_triton(server, configs, options.sweep, results, console)
-            peer = _measure_peer(options, meta, server.http_url, texts, results, console)
-            gateway = _measure_gateway(options, meta, server, texts, results, console)
-            tuning = _measure_tuning(tune_plan, options, server, out / "input_data.json", results, console)
-        points += measured
-    if "pipeline" in options.baselines:
-        console.print("[bold]Measuring baseline (a): transformers pipeline behind FastAPI…")
-        with _pipeline_server(meta, name, results / "pipeline_server.log") as url:
-            for concurrency in options.sweep.concurrency:
-                console.print(f"  pipeline: concurrency {concurrency}…")
-                points.append(
-                    run_perf_analyzer(
-                        "pipeline", name, url, out / "input_data.json", concurrency, options.sweep, results
-                    )
-                )
-    ceiling = []
-    if "ceiling" in options.baselines:
-        console.print("[bold]Measuring baseline (c): in-process ONNX Runtime…")
-        model_dir, tokenizer_dir = (repository / step_names(name)[step] for step in ("model", "tokenizer"))
-        served = model_dir / str(existing_versions(model_dir)[-1])
-        ceiling = measure_ceiling(
-            served / "model.onnx" if (served / "model.onnx").is_file() else served / "model.xml",
-            tokenizer_dir / str(existing_versions(tokenizer_dir)[-1]) / "tokenizer.json",
-            meta["inputs"],
-            meta["max_length"],
-            texts,
-        )
-    report = BenchReport(
-        name=name, points=points, breakdown=breakdown, ceiling=ceiling, command=command, ensembles=ensembles,
-        peer=peer, gateway=gateway, tuning=tuning, tuned_backend=tune_plan.backend if tune_plan else "",
+    return meta
+
+
+def _write_inputs(run: _BenchRun) -> None:
+    """The results folder, perf_analyzer's input data (with and without the batch dimension) and the sweep."""
+    run.results.mkdir(parents=True, exist_ok=True)
+    write_input_data(run.input_data, run.texts)
+    write_input_data(run.out / "input_data_nobatch.json", run.texts, with_batch_dim=True)
+    sweep = {**asdict(run.options.sweep), "texts": run.options.texts}
+    (run.out / "sweep.json").write_text(json.dumps(sweep, indent=1))
+
+
+def _triton_configs(run: _BenchRun, tmp: Path) -> tuple[dict[str, tuple[str, Path]], list[str]]:
+    """The configurations the server measures (name -> (model, input data)), and its extra arguments.
+
+    Baseline (b), the ensemble rebuilt without dynamic batching, is built into ``tmp`` and served beside it.
+    """
+    options, name = run.options, run.options.name
+    configs = {"ensemble": (name, run.input_data)}
+    for other in options.compare:
+        _build_metadata(run.repository, other)  # fails clearly when it is missing
+        configs[other] = (other, run.input_data)
+    if "nobatch" not in options.baselines:
+        return configs, []
+    run.console.print("[bold]Building baseline (b): the same ensemble without dynamic batching…")
+    spec = load_spec(None, **run.meta["spec"]).replace(
+        name=f"{name}_nobatch", repository=tmp / "repo", max_batch_size=0,
+        dynamic_batching=DynamicBatching(enabled=False), response_cache=False,
     )  # fmt: skip
-    paths = write_report(report, results)
+    build_repository(spec, console=run.console)
+    configs["nobatch"] = (spec.name, run.out / "input_data_nobatch.json")
+    return configs, [f"--model-repository={spec.repository}"]
+
+
+def _measure_server(run: _BenchRun, tune_plan: TunePlan | None) -> _ServerFigures:
+    """One Triton server: perf_analyzer on every configuration, then (d), (e) and the tuning sweep beside it."""
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        configs, extra = _triton_configs(run, Path(tmp))
+        server = TritonServer(
+            run.repository, Endpoints.free(), models=[model for model, _ in configs.values()], extra_args=extra
+        )
+        run.console.print("[bold]Measuring the Triton configurations with perf_analyzer…")
+        with server:
+            points, breakdown, ensembles = _measure_triton(server, configs, run.options.sweep, run.results, run.console)
+            peer = _measure_peer(run, server.http_url)
+            gateway = _measure_gateway(run, server)
+            tuning = _measure_tuning(run, tune_plan, server)
+    return _ServerFigures(points, breakdown, ensembles, peer, gateway, tuning)
+
+
+def _measure_pipeline(run: _BenchRun) -> list[PerfPoint]:
+    """Baseline (a): the transformers pipeline behind FastAPI, driven by the same perf_analyzer."""
+    options = run.options
+    if "pipeline" not in options.baselines:
+        return []
+    run.console.print("[bold]Measuring baseline (a): transformers pipeline behind FastAPI…")
+    points = []
+    with _pipeline_server(run.meta, options.name, run.results / "pipeline_server.log") as url:
+        for concurrency in options.sweep.concurrency:
+            run.console.print(f"  pipeline: concurrency {concurrency}…")
+            points.append(
+                run_perf_analyzer(
+                    "pipeline", options.name, url, run.input_data, concurrency, options.sweep, run.results
+                )
+            )
+    return points
+
+
+def _measure_in_process(run: _BenchRun) -> list[Any]:
+    """Baseline (c): the served model file in in-process ONNX Runtime (or OpenVINO), its tokenizer in front."""
+    if "ceiling" not in run.options.baselines:
+        return []
+    run.console.print("[bold]Measuring baseline (c): in-process ONNX Runtime…")
+    model_dir, tokenizer_dir = (run.repository / step_names(run.options.name)[step] for step in ("model", "tokenizer"))
+    served = model_dir / str(existing_versions(model_dir)[-1])
+    return measure_ceiling(
+        served / "model.onnx" if (served / "model.onnx").is_file() else served / "model.xml",
+        tokenizer_dir / str(existing_versions(tokenizer_dir)[-1]) / "tokenizer.json",
+        run.meta["inputs"],
+        run.meta["max_length"],
+        run.texts,
+    )
+
+
+def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple[BenchReport, dict[str, Path]]:
+    """Run the sweep for the ensemble and the chosen baselines; write and return the report."""
+    console = console or Console(stderr=True)
+    name, repository = options.name, Path(options.repository).resolve()
+    meta = _checked_metadata(options, repository)
+    tune_plan = TunePlan(repository, name, options.tune) if options.tune else None  # refuses a bad grid up front
+    run = _BenchRun(options, meta, repository, Path(options.output) / name, bench_texts(options.texts), console)
+    _write_inputs(run)
+    command = " ".join(["python -m tritongen bench", f"--name {name}", f"--repository {options.repository}"])
+    served = _measure_server(run, tune_plan)
+    points = served.points + _measure_pipeline(run)
+    report = BenchReport(
+        name=name, points=points, breakdown=served.breakdown, ceiling=_measure_in_process(run), command=command,
+        ensembles=served.ensembles, peer=served.peer, gateway=served.gateway, tuning=served.tuning,
+        tuned_backend=tune_plan.backend if tune_plan else "",
+    )  # fmt: skip
+    paths = write_report(report, run.results)
     console.print(paths["summary"].read_text())
     return report, paths

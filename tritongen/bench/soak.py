@@ -11,8 +11,8 @@ malformed requests) sent by ``concurrency`` threads, each with its own gRPC clie
 
 Each interval (a minute by default) records the requests, outcomes, p50/p99 latency of answered requests and
 the resident memory of ``tritonserver`` and of each Python step's stub processes (summed per model), read
-from ``/proc``. A process whose memory grows by more than ``leak_bound_mib`` (and ``leak_bound_ratio``) over
-the second half of the soak (from its middle interval, never before warm-up, to the last) is flagged as a leak.
+from ``/proc``. A process whose memory grows by more than :class:`LeakRule`'s bounds over the second half of
+the soak (from its middle interval, never before warm-up, to the last) is flagged as a leak.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import numpy as np
 from tritongen.errors import ServerError
 from tritongen.serve.supervisor import stubs_of
 
-__all__ = ["KINDS", "SoakInterval", "SoakReport", "process_memory", "run_soak"]
+__all__ = ["KINDS", "LeakRule", "SoakInterval", "SoakReport", "SoakSettings", "process_memory", "run_soak"]
 
 _LONG = " ".join(["The quick brown fox jumps over the lazy dog near the riverbank at dawn."] * 40)
 _NON_ASCII = "Zoë ate crème brûlée in São Paulo 🎉, 東京の学生 and Москва!"
@@ -223,19 +223,76 @@ def _ensemble_inputs(url: str, name: str) -> list[str]:
     return [tensor["name"] for tensor in config["input"] if not tensor.get("optional")]  # the texts
 
 
-def _leaks(intervals: list[SoakInterval], warmup: int, bound_mib: float, bound_ratio: float) -> dict[str, str]:
-    # The second half only (and never the warm-up): ONNX Runtime's arena grows until it has met the largest
-    # batch shape, which can take minutes of mixed traffic, and then stays flat. A leak keeps growing.
-    steady = intervals[min(max(warmup, len(intervals) // 2), len(intervals) - 1) :]
-    if len(steady) < 2:
-        return {}
-    first, last = steady[0].memory_mib, steady[-1].memory_mib
-    leaks = {}
-    for process, start in first.items():
-        end = last.get(process, start)
-        if end - start > max(bound_mib, start * bound_ratio):
-            leaks[process] = f"{start:.0f} -> {end:.0f} MiB"
-    return leaks
+@dataclass(frozen=True)
+class LeakRule:
+    """When a process's memory growth is a leak: over the second half of the soak, past warm-up, above both bounds.
+
+    Only the second half counts (and never the first ``warmup_intervals``): ONNX Runtime's arena grows until it
+    has met the largest batch shape, which can take minutes of mixed traffic, and then stays flat. A leak keeps
+    growing: by more than ``bound_mib`` and more than ``bound_ratio`` of where it started.
+    """
+
+    warmup_intervals: int = 1
+    bound_mib: float = 64.0
+    bound_ratio: float = 0.2
+
+    def describe(self) -> str:
+        """The rule in words, for the report."""
+        return f"growth over the second half above {self.bound_mib:.0f} MiB and {self.bound_ratio:.0%}"
+
+    def leaks(self, intervals: list[SoakInterval]) -> dict[str, str]:
+        """The processes that leaked over ``intervals``, with their growth (``"100 -> 300 MiB"``)."""
+        steady = intervals[min(max(self.warmup_intervals, len(intervals) // 2), len(intervals) - 1) :]
+        if len(steady) < 2:
+            return {}
+        first, last = steady[0].memory_mib, steady[-1].memory_mib
+        leaks = {}
+        for process, start in first.items():
+            end = last.get(process, start)
+            if end - start > max(self.bound_mib, start * self.bound_ratio):
+                leaks[process] = f"{start:.0f} -> {end:.0f} MiB"
+        return leaks
+
+
+@dataclass(frozen=True)
+class SoakSettings:
+    """How long and how hard to soak: ``minutes`` of ``concurrency`` clients, a report every ``interval_s``."""
+
+    minutes: float = 10.0
+    concurrency: int = 32
+    interval_s: float = 60.0
+    leak: LeakRule = LeakRule()
+
+
+class _Tally:
+    """What the traffic threads saw since the last interval, under one lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.outcomes: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.latencies: list[float] = []
+
+    def record(self, kind: str, seconds: float, error: Exception | None) -> None:
+        """Sort one answer and count it."""
+        outcome, cause = _classify(kind, error)
+        with self.lock:
+            self.outcomes[outcome] += 1
+            if cause:
+                self.errors[cause] += 1
+            if error is None:
+                self.latencies.append(seconds * 1000)
+
+    def interval(self, index: int, seconds: float, grpc_port: int) -> SoakInterval:
+        """The interval that ends now, the tally started afresh; memory is read at its end."""
+        with self.lock:
+            outcomes, errors, latencies = self.outcomes, self.errors, self.latencies
+            self.outcomes, self.errors, self.latencies = Counter(), Counter(), []
+        return SoakInterval(
+            index=index, seconds=round(seconds, 1), requests=sum(outcomes.values()), outcomes=dict(outcomes),
+            errors=dict(errors), p50_ms=_percentile(latencies, 50), p99_ms=_percentile(latencies, 99),
+            memory_mib=process_memory(grpc_port),
+        )  # fmt: skip
 
 
 def run_soak(
@@ -243,53 +300,26 @@ def run_soak(
     *,
     grpc_port: int,
     host: str = "127.0.0.1",
-    minutes: float = 10.0,
-    concurrency: int = 32,
-    interval_s: float = 60.0,
-    warmup_intervals: int = 1,
-    leak_bound_mib: float = 64.0,
-    leak_bound_ratio: float = 0.2,
+    settings: SoakSettings = SoakSettings(),
     on_interval: Callable[[SoakInterval], None] | None = None,
 ) -> SoakReport:
-    """Drive mixed traffic at ``name`` for ``minutes`` and report every ``interval_s`` seconds."""
+    """Drive mixed traffic at ``name`` for ``settings.minutes`` and report every ``settings.interval_s`` seconds."""
     url = f"{host}:{grpc_port}"
     names = _ensemble_inputs(url, name)
-    lock = threading.Lock()
-    bucket: dict[str, Any] = {"outcomes": Counter(), "errors": Counter(), "latencies": []}
-
-    def record(kind: str, seconds: float, error: Exception | None) -> None:
-        outcome, cause = _classify(kind, error)
-        with lock:
-            bucket["outcomes"][outcome] += 1
-            if cause:
-                bucket["errors"][cause] += 1
-            if error is None:
-                bucket["latencies"].append(seconds * 1000)
-
-    report = SoakReport(
-        name=name, concurrency=concurrency,
-        leak_bound=f"growth over the second half above {leak_bound_mib:.0f} MiB and {leak_bound_ratio:.0%}",
-    )  # fmt: skip
-    deadline = time.monotonic() + minutes * 60
-    with _traffic(url, name, names, concurrency, record):
+    tally = _Tally()
+    report = SoakReport(name=name, concurrency=settings.concurrency, leak_bound=settings.leak.describe())
+    deadline = time.monotonic() + settings.minutes * 60
+    with _traffic(url, name, names, settings.concurrency, tally.record):
         index = 0
         while time.monotonic() < deadline:
             started = time.monotonic()
-            time.sleep(max(0.0, min(interval_s, deadline - started)))
-            with lock:
-                taken = dict(bucket)
-                bucket.update(outcomes=Counter(), errors=Counter(), latencies=[])
+            time.sleep(max(0.0, min(settings.interval_s, deadline - started)))
             index += 1
-            interval = SoakInterval(
-                index=index, seconds=round(time.monotonic() - started, 1),
-                requests=sum(taken["outcomes"].values()), outcomes=dict(taken["outcomes"]),
-                errors=dict(taken["errors"]), p50_ms=_percentile(taken["latencies"], 50),
-                p99_ms=_percentile(taken["latencies"], 99), memory_mib=process_memory(grpc_port),
-            )  # fmt: skip
+            interval = tally.interval(index, time.monotonic() - started, grpc_port)
             report.intervals.append(interval)
             if on_interval:
                 on_interval(interval)
-    report.leaks = _leaks(report.intervals, warmup_intervals, leak_bound_mib, leak_bound_ratio)
+    report.leaks = settings.leak.leaks(report.intervals)
     return report
 
 

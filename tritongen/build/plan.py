@@ -15,13 +15,15 @@ from typing import Any
 from rich.console import Console
 
 from tritongen.configs.steps import bucket_lengths
+from tritongen.containers import container
 from tritongen.errors import StageError, TritongenError
 from tritongen.gates.accuracy import AccuracyReport, GateReference, read_texts
 from tritongen.gates.compat import ContainerReport, container_gate, container_python
+from tritongen.gates.parity import ReferenceModel
 from tritongen.gates.texts import length_texts
 from tritongen.model.checkpoint import Checkpoint
 from tritongen.model.facts import ModelFacts
-from tritongen.precision.int8_search import SearchReport
+from tritongen.precision.int8_search import SearchReport, ServedGate
 from tritongen.precision.optimize import OptimizeReport
 from tritongen.repository.layout import step_names
 from tritongen.runtimes import Runtime, get_runtime
@@ -161,16 +163,15 @@ def gate_reference(
         lengths = length_texts(validation, lambda text: not onnx.encoder.encode([text])[0].overflowing)
         texts = [*validation, *lengths.texts]
         status.update(f"Accuracy gate: FP32 PyTorch on {len(texts)} validation texts…")
-        reference = GateReference(
-            plan.module, plan.hf_tokenizer, onnx.encoder, gate=plan.bound.gate, texts=texts,
-            max_length=plan.max_length, pairs=plan.pairs(texts),
-        )  # fmt: skip
+        model = ReferenceModel(plan.module, plan.hf_tokenizer, onnx.encoder, plan.max_length)
+        reference = GateReference(model, gate=plan.bound.gate, texts=texts, pairs=plan.pairs(texts))
     return reference, f"accuracy gate texts: {len(validation)} validation texts and {lengths.describe(plan.max_length)}"
 
 
-def served_gate(plan: BuildPlan, reference: GateReference) -> Any:
+def served_gate(plan: BuildPlan, reference: GateReference) -> ServedGate | None:
     """The gate in the target container's runtime, for the INT8 search's candidates; None where it is skipped."""
     python = container_python(plan.spec.containers[0])
     if plan.runtime.container_check_skipped or not plan.spec.container_check or python is None:
         return None
-    return container_gate(reference, python)
+    runtime = f"ONNX Runtime {container(plan.spec.containers[0]).onnxruntime}"
+    return ServedGate(container_gate(reference, python), runtime)

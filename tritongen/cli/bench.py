@@ -109,13 +109,13 @@ def _show_interval(interval: Any) -> None:
 
 
 def _soak(args: argparse.Namespace) -> None:
-    from tritongen.bench.soak import run_soak, write_report
+    from tritongen.bench.soak import SoakSettings, run_soak, write_report
     from tritongen.errors import BenchError
 
+    settings = SoakSettings(minutes=args.minutes, concurrency=args.concurrency, interval_s=args.interval)
     report = run_soak(
-        args.name, grpc_port=args.grpc_port, host=args.host, minutes=args.minutes,
-        concurrency=args.concurrency, interval_s=args.interval, on_interval=_show_interval,
-    )  # fmt: skip
+        args.name, grpc_port=args.grpc_port, host=args.host, settings=settings, on_interval=_show_interval
+    )
     path = write_report(report, args.output / args.name)
     print(report.to_markdown().splitlines()[-2])
     print(report.to_markdown().splitlines()[-1])

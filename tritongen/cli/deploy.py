@@ -72,16 +72,14 @@ def _package_options(pack: argparse.ArgumentParser) -> None:
 
 
 def _package(args: argparse.Namespace) -> None:
-    from tritongen.deploy import TritonArgs, write_package
+    from tritongen.deploy import PackageOptions, TritonArgs, write_package
     from tritongen.deploy.gateway import GATEWAY_PORT
     from tritongen.deploy.package import Target, model_folders, packaged_version
 
     name, server = ensemble_name(args), TritonArgs(exit_timeout_secs=args.exit_timeout)
     target = Target.of(model_folders(args.repository, name), args.container)
-    out = write_package(
-        name, args.repository, args.output, force=args.force, args=server, image=args.image, target=target,
-        gateway=args.gateway,
-    )  # fmt: skip
+    options = PackageOptions(args=server, image=args.image, gateway=args.gateway, target=target)
+    out = write_package(name, args.repository, args.output, force=args.force, options=options)
     version = packaged_version(args.repository, name)
     device = "one GPU" if target.gpu else "no GPU (every instance runs on the CPU)"
     print(f"Packaged version {version} of `{name}` (the version the configs in {args.repository} serve)")

@@ -9,7 +9,7 @@ Prometheus and Grafana provisioning), ``manifests`` (Kubernetes and KServe YAML)
 
 from tritongen.deploy.dashboard import dashboard, dashboard_queries
 from tritongen.deploy.manifests import ManifestOptions, manifests, startup_seconds, write_manifests
-from tritongen.deploy.package import write_package
+from tritongen.deploy.package import PackageOptions, write_package
 from tritongen.deploy.plan import CapacityPlan, bench_results_path, plan_capacity
 from tritongen.deploy.triton_args import ModelControlMode, TritonArgs
 
@@ -17,6 +17,7 @@ __all__ = [
     "CapacityPlan",
     "ManifestOptions",
     "ModelControlMode",
+    "PackageOptions",
     "TritonArgs",
     "bench_results_path",
     "dashboard",

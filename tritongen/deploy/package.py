@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from tritongen.repository.layout import read_config, served_steps, step_names
 from tritongen.repository.pins import configured_version
 
 __all__ = [
+    "PackageOptions",
     "Target",
     "default_image",
     "model_folders",
@@ -253,30 +254,34 @@ def package_files(name: str, *, args: TritonArgs, image: str, target: Target, ga
     }
 
 
-def write_package(
-    name: str,
-    repository: Path,
-    output: Path | None = None,
-    *,
-    force: bool = False,
-    args: TritonArgs | None = None,
-    image: str | None = None,
-    gateway: bool = False,
-    target: Target | None = None,
-) -> Path:
-    """Write the deploy folder of ensemble ``name`` (default ``deploy/<name>``), with the gateway if asked.
+@dataclass(frozen=True)
+class PackageOptions:
+    """How the deploy folder serves the ensemble: the server's arguments, the image, the gateway, the target.
 
-    ``target`` (the container, the steps' packages, the device) defaults to the build's.
+    ``image`` defaults to :func:`default_image`; ``target`` (the container, the steps' packages, the device) to
+    the build's. With ``gateway`` the folder also holds the OpenAI/TEI gateway (:mod:`.gateway`).
     """
-    args = args or TritonArgs()
+
+    args: TritonArgs = field(default_factory=TritonArgs)
+    image: str | None = None
+    gateway: bool = False
+    target: Target | None = None
+
+
+def write_package(
+    name: str, repository: Path, output: Path | None = None, *, force: bool = False,
+    options: PackageOptions = PackageOptions(),
+) -> Path:  # fmt: skip
+    """Write the deploy folder of ensemble ``name`` (default ``deploy/<name>``) as ``options`` say."""
     folders = model_folders(repository, name)
     version = packaged_version(repository, name)
-    target = target or Target.of(folders)
-    files = package_files(name, args=args, image=image or default_image(name), target=target, gateway=gateway)
+    target = options.target or Target.of(folders)
+    image = options.image or default_image(name)
+    files = package_files(name, args=options.args, image=image, target=target, gateway=options.gateway)
     for folder in folders:  # each model folder: its config.pbtxt and the served version's folder, nothing else
         files[f"model_repository/{folder.name}/config.pbtxt"] = (folder / "config.pbtxt").read_text(encoding="utf-8")
     copies = [(folder / str(version), f"model_repository/{folder.name}/{version}") for folder in folders]
-    if gateway:
+    if options.gateway:
         copies += gateway_copies(name, folders)
     return write_folder(Path(output or Path("deploy") / name), files, copies=copies, force=force)
 

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tritongen.errors import AccuracyError, SpecError
+from tritongen.gates.parity import ReferenceModel
 from tritongen.steps._common import softmax
 from tritongen.steps.postprocess import activate
 
@@ -290,13 +291,10 @@ class GateReference:
 
     def __init__(
         self,
-        module: Any,
-        hf_tokenizer: Any,
-        encoder: Any,
+        model: ReferenceModel,
         *,
         gate: Gate | str,
         texts: Sequence[str],
-        max_length: int,
         function: str = "softmax",
         pairs: Sequence[str] | None = None,
         batch_size: int = 32,
@@ -305,30 +303,13 @@ class GateReference:
             if gate not in GATES:
                 raise SpecError(f"accuracy gate `{gate}` is unknown; expected one of {', '.join(GATES)}")
             gate = GATES[gate](function)
-        self.gate, self.encoder = gate, encoder
-        lengths = [len(e.ids) for e in encoder.encode(list(texts), None if pairs is None else list(pairs))]
+        self.gate, self.encoder = gate, model.encoder
+        lengths = [len(e.ids) for e in model.encoder.encode(list(texts), None if pairs is None else list(pairs))]
         order = np.argsort(lengths, kind="stable")
         self.chunks = [
-            self._reference_chunk(module, hf_tokenizer, order[start : start + batch_size], texts, pairs, max_length)
+            _reference_chunk(model, order[start : start + batch_size], texts, pairs)
             for start in range(0, len(order), batch_size)
         ]
-
-    def _reference_chunk(
-        self, module: Any, hf_tokenizer: Any, rows: np.ndarray, texts: Sequence[str], pairs: Sequence[str] | None,
-        max_length: int,
-    ) -> _Chunk:  # fmt: skip
-        import torch
-
-        chunk_texts = [texts[i] for i in rows]
-        chunk_pairs = None if pairs is None else [pairs[i] for i in rows]
-        segments = [chunk_texts] + ([chunk_pairs] if chunk_pairs is not None else [])
-        batch = hf_tokenizer(
-            *segments, truncation=True, max_length=max_length, padding=True, return_tensors="pt",
-            return_token_type_ids="token_type_ids" in self.encoder.input_names,
-        )  # fmt: skip
-        with torch.no_grad():
-            reference = module(**{n: batch[n] for n in self.encoder.input_names}).numpy().astype(np.float32)
-        return _Chunk(rows, chunk_texts, chunk_pairs, reference, batch["attention_mask"].numpy().astype(bool))
 
     @property
     def count(self) -> int:
@@ -388,6 +369,18 @@ class GateReference:
     def _compare(self, run: Any, variant: str) -> AccuracyReport:
         figures = [self.gate.compare(chunk.reference, run(chunk), chunk.mask) for chunk in self.chunks]
         return self.gate.report(variant, self.count, figures)
+
+
+def _reference_chunk(
+    model: ReferenceModel, rows: np.ndarray, texts: Sequence[str], pairs: Sequence[str] | None
+) -> _Chunk:
+    """FP32 PyTorch's outputs on the texts (and pairs) at ``rows``, one padded batch."""
+    chunk_texts = [texts[i] for i in rows]
+    chunk_pairs = None if pairs is None else [pairs[i] for i in rows]
+    segments = [chunk_texts] + ([chunk_pairs] if chunk_pairs is not None else [])
+    batch = model.encode(segments, padding=True)
+    reference = model.run(batch).astype(np.float32)
+    return _Chunk(rows, chunk_texts, chunk_pairs, reference, batch["attention_mask"].numpy().astype(bool))
 
 
 def _rebatch(chunks: Sequence[_Chunk], bucket: Any, *, rows: int = 32, tokens: int = 2048) -> list[_Chunk]:
@@ -454,26 +447,21 @@ def worst_of(reports: Sequence[AccuracyReport]) -> AccuracyReport:
 
 
 def measure_accuracy(
-    module: Any,
-    hf_tokenizer: Any,
-    encoder: Any,
+    model: ReferenceModel,
     onnx_path: Path,
     *,
     gate: Gate | str,
     texts: Sequence[str],
-    max_length: int,
     variant: str,
     function: str = "softmax",
     pairs: Sequence[str] | None = None,
 ) -> AccuracyReport:
-    """Compare ``onnx_path`` (served path) with ``module`` (FP32 PyTorch) on ``texts`` (one-off :class:`GateReference`).
+    """Compare ``onnx_path`` (served path) with ``model`` (FP32 PyTorch) on ``texts`` (one-off :class:`GateReference`).
 
     ``gate``: ``labels`` (argmax per text of ``function``-activated outputs), ``cosine`` (embeddings),
     ``token_labels`` (softmax argmax per real token) or ``spans`` (argmax start and end token per text).
     """
-    reference = GateReference(
-        module, hf_tokenizer, encoder, gate=gate, texts=texts, max_length=max_length, function=function, pairs=pairs
-    )
+    reference = GateReference(model, gate=gate, texts=texts, function=function, pairs=pairs)
     return reference.measure(onnx_path, variant)
 
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "VENVS",
+    "ContainerCheck",
     "ContainerReport",
     "ContainerSession",
     "check_in_container",
@@ -190,38 +191,51 @@ class ContainerReport:
         return data
 
 
-def check_in_container(
-    model: Path,
-    python: Path,
-    *,
-    feeds: list[dict[str, np.ndarray]],
-    tolerance: float,
-    reference: Any = None,
-    variant: str = "",
-    batch_dependent: bool = False,
-    container: str = "",
-) -> ContainerReport:
-    """Run ``model`` in the container's runtime.
+@dataclass(frozen=True)
+class ContainerCheck:
+    """What the served model is held to in the container's runtime.
 
     Without ``reference`` (a lossless model: FP32, fusions) every batch of ``feeds`` must give our runtime's
     outputs within ``tolerance`` (``numpy.allclose`` with ``rtol = atol = tolerance``). With a gate
-    ``reference`` (FP16, INT8) the gate is measured again with the container's runtime and must pass.
+    ``reference`` (FP16, INT8) the gate is measured again there and must pass: ``variant`` names the model,
+    ``batch_dependent`` as the gate takes it. ``container`` is the Triton release, for the report.
     """
-    with ContainerSession(model, python) as session:
-        if reference is not None:
-            report = reference.measure(session, f"{variant} in ORT {session.version}", batch_dependent=batch_dependent)
-            return ContainerReport(session.version, "gate", container, report.passed, accuracy=report)
-        import onnxruntime as ort
 
-        ours = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-        worst, passed = 0.0, True
-        for batch in feeds:
-            for mine, theirs in zip(ours.run(None, batch), session.run(None, batch)):
-                worst = max(worst, max_relative_diff(mine, theirs))
-                passed = passed and bool(np.allclose(theirs, mine, rtol=tolerance, atol=tolerance))
-        return ContainerReport(
-            session.version, "parity", container, passed, max_relative_diff=worst, tolerance=tolerance
-        )
+    feeds: list[dict[str, np.ndarray]]
+    tolerance: float
+    reference: Any = None
+    variant: str = ""
+    batch_dependent: bool = False
+    container: str = ""
+
+
+def check_in_container(model: Path, python: Path, check: ContainerCheck) -> ContainerReport:
+    """Run ``model`` in the runtime of the container venv's ``python`` and hold it to ``check``."""
+    with ContainerSession(model, python) as session:
+        if check.reference is not None:
+            report = _gate_in(session, check.reference, check.variant, check.batch_dependent)
+            return ContainerReport(session.version, "gate", check.container, report.passed, accuracy=report)
+        return _parity_in(session, model, check)
+
+
+def _parity_in(session: ContainerSession, model: Path, check: ContainerCheck) -> ContainerReport:
+    """The container's outputs on every batch of ``check.feeds`` against our runtime's."""
+    import onnxruntime as ort
+
+    ours = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    worst, passed = 0.0, True
+    for batch in check.feeds:
+        for mine, theirs in zip(ours.run(None, batch), session.run(None, batch)):
+            worst = max(worst, max_relative_diff(mine, theirs))
+            passed = passed and bool(np.allclose(theirs, mine, rtol=check.tolerance, atol=check.tolerance))
+    return ContainerReport(
+        session.version, "parity", check.container, passed, max_relative_diff=worst, tolerance=check.tolerance
+    )
+
+
+def _gate_in(session: ContainerSession, reference: Any, label: str, batch_dependent: bool) -> AccuracyReport:
+    """The accuracy gate ``reference`` measured on ``session`` (the container's runtime)."""
+    return reference.measure(session, f"{label} in ORT {session.version}", batch_dependent=batch_dependent)
 
 
 def container_gate(reference: Any, python: Path) -> Callable[[Path, str, bool], AccuracyReport]:
@@ -229,7 +243,7 @@ def container_gate(reference: Any, python: Path) -> Callable[[Path, str, bool], 
 
     def gate(model: Path, label: str, batch_dependent: bool) -> AccuracyReport:
         with ContainerSession(model, python) as session:
-            return reference.measure(session, f"{label} in ORT {session.version}", batch_dependent=batch_dependent)
+            return _gate_in(session, reference, label, batch_dependent)
 
     return gate
 

@@ -17,7 +17,15 @@ import numpy as np
 
 from tritongen.errors import ParityError
 
-__all__ = ["PARITY_TEXTS", "ParityReport", "ParityRow", "check_parity", "reference_encode", "require_parity"]
+__all__ = [
+    "PARITY_TEXTS",
+    "ParityReport",
+    "ParityRow",
+    "ReferenceModel",
+    "check_parity",
+    "reference_encode",
+    "require_parity",
+]
 
 PARITY_TEXTS: tuple[str, ...] = (
     "I love this movie!",
@@ -108,20 +116,42 @@ def _preview(text: str, width: int = 48) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
+@dataclass(frozen=True)
+class ReferenceModel:
+    """FP32 PyTorch as the gates run it: the module, the checkpoint's own tokenizer, and the served encoder.
+
+    The gates compare the served path with this one, so it is bound once per build. The reference asks
+    ``hf_tokenizer`` for exactly the inputs ``encoder`` feeds the exported model, cut at ``max_length``.
+    """
+
+    module: Any
+    hf_tokenizer: Any
+    encoder: Any
+    max_length: int
+
+    def encode(self, segments: Sequence[Any], **kwargs: Any) -> Any:
+        """The checkpoint's own tokenizer on ``segments`` (:func:`reference_encode`), cut at ``max_length``."""
+        return reference_encode(self.hf_tokenizer, self.encoder, segments, max_length=self.max_length, **kwargs)
+
+    def run(self, inputs: Any) -> np.ndarray:
+        """The module's output on ``inputs`` (those the served encoder feeds), without autograd."""
+        import torch
+
+        with torch.no_grad():
+            return self.module(**{name: inputs[name] for name in self.encoder.input_names}).numpy()
+
+
 def check_parity(
-    module: Any,
-    hf_tokenizer: Any,
-    encoder: Any,
+    model: ReferenceModel,
     onnx_path: Path,
     *,
-    max_length: int,
     tolerance: float,
     texts: Sequence[str] = PARITY_TEXTS,
     pairs: Sequence[str] | None = None,
     argmax_axis: int = -1,
     pad_to_max: bool = False,
 ) -> ParityReport:
-    """Compare the served path with PyTorch on ``texts``; return the report (never raises).
+    """Compare the served path with PyTorch (``model``) on ``texts``; return the report (never raises).
 
     Per-token outputs ([seq, ...] per text) are compared on the real tokens only; the argmax is
     taken along ``argmax_axis`` of one text's output (-1: per token for token labels; 0: the most
@@ -129,8 +159,8 @@ def check_parity(
     mask, so both paths pad every text to ``max_length`` (the reference as ``padding="max_length"``).
     """
     import onnxruntime as ort
-    import torch
 
+    encoder = model.encoder
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     encodings = encoder.encode(list(texts), None if pairs is None else list(pairs))
     exported = session.run(None, encoder.pack(encodings))[0]
@@ -139,22 +169,19 @@ def check_parity(
     second = list(pairs) if pairs is not None else [None] * len(texts)
     for text, pair, encoding, exported_row in zip(texts, second, encodings, exported):
         segments = (text,) if pair is None else (text, pair)
-        padding = {"padding": "max_length"} if pad_to_max else {}
-        reference_inputs = reference_encode(hf_tokenizer, encoder, segments, max_length=max_length, **padding)
+        reference_inputs = model.encode(segments, **({"padding": "max_length"} if pad_to_max else {}))
         served_ids = encoder.pack([encoding])["input_ids"][0].tolist() if pad_to_max else list(encoding.ids)
         if reference_inputs["input_ids"][0].tolist() != served_ids:
             mismatches.append(text)
-        feeds = {name: reference_inputs[name] for name in encoder.input_names}
-        with torch.no_grad():
-            reference = module(**feeds).numpy()[0]
+        reference = model.run(reference_inputs)[0]
         if reference.ndim >= 2:  # per-token output: the export ran on a bucket-padded batch
             exported_row = exported_row[: reference.shape[0]]
-        full_length = len(hf_tokenizer(*segments, truncation=False)["input_ids"])
+        full_length = len(model.hf_tokenizer(*segments, truncation=False)["input_ids"])
         rows.append(
             ParityRow(
                 text=text,
                 tokens=len(encoding.ids),
-                truncated=full_length > max_length,
+                truncated=full_length > model.max_length,
                 max_abs_diff=float(np.abs(reference - exported_row).max()),
                 argmax_reference=tuple(int(i) for i in np.atleast_1d(reference.argmax(axis=argmax_axis))),
                 argmax_exported=tuple(int(i) for i in np.atleast_1d(exported_row.argmax(axis=argmax_axis))),

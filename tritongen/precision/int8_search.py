@@ -28,17 +28,34 @@ import dataclasses
 import shutil
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tritongen.errors import ExportError, describe
 from tritongen.gates.accuracy import AccuracyReport, GateReference
 from tritongen.precision.int8_report import SPEED_BATCHES, Candidate, SearchReport, Trial
-from tritongen.precision.optimize import HISTOGRAM_TEXTS, prepare_for_quantization, quantize_int8, weight_matmuls
+from tritongen.precision.optimize import (
+    HISTOGRAM_TEXTS,
+    Int8Recipe,
+    prepare_for_quantization,
+    quantize_int8,
+    weight_matmuls,
+)
 from tritongen.precision.sensitivity import build_switch_model, measure_sensitivity, rank_layers
 from tritongen.precision.smoothquant import SMOOTHING_TEXTS, smooth_activations
 
-__all__ = ["SCHEMES", "Candidate", "SearchReport", "Trial", "search_int8", "smallest_passing"]
+__all__ = [
+    "SCHEMES",
+    "Candidate",
+    "SearchFeedback",
+    "SearchReport",
+    "SearchSettings",
+    "ServedGate",
+    "Trial",
+    "search_int8",
+    "smallest_passing",
+]
 
 SCHEMES = ("dynamic", "static")  # expected speed on the CPU execution provider, fastest first
 SENSITIVITY_TEXTS = 32  # texts nearest the decision boundary, for the per-layer measurements
@@ -74,56 +91,82 @@ def smallest_passing(limit: int, passes: Callable[[int], bool]) -> int | None:
     return passed
 
 
+def _quiet(line: str) -> None:
+    """Say nothing."""
+
+
+@dataclass(frozen=True)
+class ServedGate:
+    """The gate again in the runtime that will serve the model: the container's ONNX Runtime (``gates.compat``).
+
+    ``measure(path, label, batch_dependent)`` gates a candidate that passed here; it must pass there as well, and
+    the trial records both runtimes' figures. ``runtime`` names that runtime in the report.
+    """
+
+    measure: Callable[[Path, str, bool], AccuracyReport]
+    runtime: str | None = None
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """What one INT8 search measures with and may try, bound once per build.
+
+    ``reference`` is the gate; ``encoder`` the served tokenizer; ``calibration`` the calibration texts.
+    ``schemes`` are the schemes allowed, fastest first (one when the user pinned it); ``symmetric`` gives int8
+    activations for TensorRT. ``baseline`` is the FP32 model speeds are compared with (default: the source,
+    which may carry fusions), timed on ``speed_texts``. When nothing passes, the most accurate candidate is
+    written only with ``accept_loss``. ``curve`` adds candidates after the choice, for the model card's
+    trade-off curve only. ``served``, when set, gates every candidate that passed here again where it will run.
+    """
+
+    reference: GateReference
+    encoder: Any
+    calibration: Sequence[str]
+    schemes: Sequence[str] = SCHEMES
+    symmetric: bool = False
+    baseline: Path | None = None
+    speed_texts: Sequence[str] = ()
+    accept_loss: bool = False
+    curve: bool = True
+    served: ServedGate | None = None
+
+
+@dataclass(frozen=True)
+class SearchFeedback:
+    """What a search of minutes shows while it runs.
+
+    ``status`` gets what the search is doing now (a spinner's text); ``announce`` gets one line per candidate
+    as it is decided, with its figures.
+    """
+
+    status: Callable[[str], None] = _quiet
+    announce: Callable[[str], None] = _quiet
+
+
 def search_int8(
-    source: Path,
-    target: Path,
-    *,
-    reference: GateReference,
-    encoder: Any,
-    calibration: Sequence[str],
-    baseline: Path | None = None,
-    schemes: Sequence[str] = SCHEMES,
-    symmetric: bool = False,
-    speed_texts: Sequence[str] = (),
-    accept_loss: bool = False,
-    curve: bool = True,
-    progress: Callable[[str], None] = lambda message: None,
-    served_gate: Callable[[Path, str, bool], AccuracyReport] | None = None,
-    served_runtime: str | None = None,
-    announce: Callable[[str], None] = lambda line: None,
+    source: Path, target: Path, settings: SearchSettings, feedback: SearchFeedback = SearchFeedback()
 ) -> SearchReport:
     """Write the first int8 quantisation of ``source`` (in expected speed order) that passes the gate to ``target``.
 
-    ``reference`` is the gate; ``schemes`` the schemes allowed, fastest first (one when the user pinned
-    it); ``symmetric`` gives int8 activations for TensorRT. ``baseline`` is the FP32 model speeds are
-    compared with (default ``source``, which may carry fusions). When nothing passes, ``chosen`` is the
-    most accurate candidate, written only with ``accept_loss``; ``SearchReport.failure`` is the error.
-    ``curve`` adds candidates after the choice, for the model card's trade-off curve only.
-    ``served_gate(path, label, batch_dependent)`` measures a candidate that passed here again in the runtime
-    that will serve it (the container's ONNX Runtime, ``tritongen.gates.compat``); it must pass there as well, and
-    the trial records both runtimes' figures, and ``served_runtime`` names that runtime in the report.
-    ``progress`` gets what the search is doing now (a spinner's text); ``announce`` gets one line per
-    candidate as it is decided, with its figures, so a search of minutes shows where it stands.
+    When nothing passes, ``chosen`` is the most accurate candidate, written only with ``settings.accept_loss``;
+    ``SearchReport.failure`` is the error.
     """
     work = target.resolve().parent / "_int8_search"
     work.mkdir(parents=True, exist_ok=True)
     try:
-        search = _Search(
-            source, work, reference, encoder, calibration, symmetric=symmetric, progress=progress,
-            served_gate=served_gate, served_runtime=served_runtime, announce=announce,
-        )  # fmt: skip
-        chosen = search.run(schemes)
-        if chosen is not None and curve and CURVE_FLOAT_COUNTS:
+        search = _Search(source, work, settings, feedback)
+        chosen = search.run(settings.schemes)
+        if chosen is not None and settings.curve and CURVE_FLOAT_COUNTS:
             try:
-                search.explore(chosen, schemes)
+                search.explore(chosen, settings.schemes)
             except Exception as exc:  # the curve only informs; a quantiser failure there must not lose the choice
                 search.report.notes.append(f"The trade-off curve stopped early: {describe(exc)}.")
         report = search.report
         report.chosen = chosen or (report.best() if report.trials else None)
         report.notes += search.notes()
-        progress("INT8 search: timing the candidates against FP32…")
-        _time_trials(report, baseline or source, encoder, speed_texts)
-        if report.chosen is not None and (report.chosen.passed or accept_loss):
+        feedback.status("INT8 search: timing the candidates against FP32…")
+        _time_trials(report, settings.baseline or source, settings.encoder, settings.speed_texts)
+        if report.chosen is not None and (report.chosen.passed or settings.accept_loss):
             shutil.copyfile(report.chosen.path, target)
         return report
     finally:
@@ -133,37 +176,23 @@ def search_int8(
 class _Search:
     """The state of one search: the prepared model, its weight MatMuls, and every trial so far."""
 
-    def __init__(
-        self,
-        source: Path,
-        work: Path,
-        reference: GateReference,
-        encoder: Any,
-        calibration: Sequence[str],
-        *,
-        symmetric: bool,
-        progress: Callable[[str], None],
-        served_gate: Callable[[Path, str, bool], AccuracyReport] | None = None,
-        served_runtime: str | None = None,
-        announce: Callable[[str], None] = lambda line: None,
-    ) -> None:
+    def __init__(self, source: Path, work: Path, settings: SearchSettings, feedback: SearchFeedback) -> None:
         import onnxruntime as ort
 
-        self.work, self.reference, self.encoder, self.symmetric = work, reference, encoder, symmetric
-        self.served_gate, self.failed_there = served_gate, 0
+        self.work, self.settings, self.feedback, self.failed_there = work, settings, feedback, 0
+        calibration = settings.calibration
         self.calibration = list(calibration[:: -(-len(calibration) // CALIBRATION_TEXTS) or 1])  # spread over the file
-        self.progress, self.announce = progress, announce
-        progress("INT8 search: preparing the model…")
+        feedback.status("INT8 search: preparing the model…")
         self.prepared = prepare_for_quantization(source, work)
         self.report = SearchReport(
             layers=weight_matmuls(self.prepared), runtime=f"ONNX Runtime {ort.__version__}",
-            served_runtime=served_runtime if served_gate is not None else None,
+            served_runtime=settings.served.runtime if settings.served is not None else None,
         )  # fmt: skip
         if not self.report.layers:
             raise ExportError("the model has no MatMul with a constant weight, which is what int8 quantises")
-        announce(
+        feedback.announce(
             f"INT8 search: {len(self.report.layers)} weight MatMuls; candidates in expected speed order, each gated "
-            f"on {reference.count} validation texts; the first that passes is served"
+            f"on {settings.reference.count} validation texts; the first that passes is served"
         )
         self._smoothed: Path | None = None
 
@@ -184,7 +213,7 @@ class _Search:
                 f"{min(len(self.calibration), SMOOTHING_TEXTS)} calibration texts (ONNX Runtime's own SmoothQuant "
                 "needs Intel Neural Compressor, which is not installed)."
             )
-        if self.served_gate is not None:
+        if self.settings.served is not None:
             notes.append(
                 "Every candidate that passed here was gated again in the serving runtime (the target Triton "
                 f"container's ONNX Runtime); {self.failed_there} passed here and failed there."
@@ -214,10 +243,10 @@ class _Search:
         if not smooth:
             return self.prepared
         if self._smoothed is None:
-            self.progress("INT8 search: balancing activations (SmoothQuant)…")
+            self.feedback.status("INT8 search: balancing activations (SmoothQuant)…")
             self._smoothed = self.work / "smoothed.onnx"
             smooth_activations(
-                self.prepared, self._smoothed, nodes=self.nodes, encoder=self.encoder, texts=self.calibration,
+                self.prepared, self._smoothed, nodes=self.nodes, encoder=self.settings.encoder, texts=self.calibration,
                 alpha=SMOOTHING_ALPHA,
             )  # fmt: skip
         return self._smoothed
@@ -225,23 +254,24 @@ class _Search:
     def attempt(self, candidate: Candidate) -> Trial:
         """Build ``candidate`` for real and gate it on the full validation set; announce its figures."""
         start = time.perf_counter()
-        self.progress(f"INT8 search: {candidate.label} (candidate {len(self.report.trials) + 1})…")
+        self.feedback.status(f"INT8 search: {candidate.label} (candidate {len(self.report.trials) + 1})…")
         path = self.work / f"candidate_{len(self.report.trials)}.onnx"
         int8_nodes = [node for node in self.nodes if node not in set(candidate.float_nodes)]
-        quantize_int8(
-            self.float_model(candidate.smooth), path, scheme=candidate.scheme, nodes=int8_nodes, encoder=self.encoder,
-            texts=self.calibration, symmetric=self.symmetric, calibration=candidate.calibration,
+        recipe = Int8Recipe(
+            candidate.scheme, int8_nodes, self.settings.encoder, self.calibration, self.settings.symmetric,
+            candidate.calibration,
         )  # fmt: skip
+        quantize_int8(self.float_model(candidate.smooth), path, recipe)
         dynamic = candidate.scheme == "dynamic"
-        accuracy = self.reference.measure(path, f"INT8 {candidate.label}", batch_dependent=dynamic)
-        there = None
-        if accuracy.passed and self.served_gate is not None:  # what serves it must pass too
-            self.progress(f"INT8 search: {candidate.label} in {self.report.served_runtime or 'the serving runtime'}…")
-            there = self.served_gate(path, f"INT8 {candidate.label}", dynamic)
+        accuracy = self.settings.reference.measure(path, f"INT8 {candidate.label}", batch_dependent=dynamic)
+        there, served = None, self.settings.served
+        if accuracy.passed and served is not None:  # what serves it must pass too
+            self.feedback.status(f"INT8 search: {candidate.label} in {served.runtime or 'the serving runtime'}…")
+            there = served.measure(path, f"INT8 {candidate.label}", dynamic)
             if not there.passed:
                 self.failed_there += 1
         trial = Trial(candidate, accuracy, path, container=there, seconds=time.perf_counter() - start)
-        self.announce(self.report.trial_line(trial))
+        self.feedback.announce(self.report.trial_line(trial))
         self.report.trials.append(trial)
         return trial
 
@@ -276,18 +306,20 @@ class _Search:
         """The weight MatMuls, the most sensitive first, measured (once) on ``base``'s whole int8 model."""
         if not self.report.sensitivity:
             whole = next(t for t in self.report.trials if t.candidate == base)  # built before any layer search
-            self.progress("INT8 search: building the sensitivity model…")
+            self.feedback.status("INT8 search: building the sensitivity model…")
             switch = build_switch_model(
                 self.float_model(base.smooth), whole.path, self.work / "switch.onnx", scheme=base.scheme
             )
             sensitivities = measure_sensitivity(
-                switch, self.report.layers, self.reference.subset(SENSITIVITY_TEXTS), batch_dependent=False,
-                progress=lambda message: self.progress(f"INT8 search: {message}…"),
+                switch, self.report.layers, self.settings.reference.subset(SENSITIVITY_TEXTS), batch_dependent=False,
+                progress=lambda message: self.feedback.status(f"INT8 search: {message}…"),
             )  # fmt: skip
             self.report.sensitivity = rank_layers(sensitivities)
             switch.path.unlink(missing_ok=True)
             top = ", ".join(item.layer.layer for item in self.report.sensitivity[:3])
-            self.announce(f"INT8 search: {len(sensitivities)} weight MatMuls ranked by sensitivity; the most: {top}")
+            self.feedback.announce(
+                f"INT8 search: {len(sensitivities)} weight MatMuls ranked by sensitivity; the most: {top}"
+            )
         return [item.layer.node for item in self.report.sensitivity]
 
     @staticmethod

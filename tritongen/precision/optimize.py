@@ -32,6 +32,7 @@ from tritongen.model.checkpoint import Checkpoint
 __all__ = [
     "CALIBRATION_METHODS",
     "HISTOGRAM_TEXTS",
+    "Int8Recipe",
     "OptimizeReport",
     "WeightMatMul",
     "int8_weights_saturate",
@@ -222,79 +223,99 @@ def int8_weights_saturate(cpuinfo: str | None = None) -> bool:
     return not any(flag in flags for flag in _VNNI_FLAGS)
 
 
-def quantize_int8(
-    prepared: Path,
-    target: Path,
-    *,
-    scheme: str,
-    nodes: Sequence[str],
-    encoder: Any = None,
-    texts: Sequence[str] = (),
-    symmetric: bool = False,
-    calibration: str = "minmax",
-) -> None:
-    """Quantise the weight MatMuls ``nodes`` of ``prepared`` (``prepare_for_quantization``) to int8 into ``target``.
+@dataclass(frozen=True)
+class Int8Recipe:
+    """One int8 model to make: the scheme, the weight MatMuls it quantises, and (static) how it is calibrated.
 
     ``scheme`` ``dynamic``: int8 weights per output channel ahead of time, activations quantised per batch
     at run time (no calibration). ``static``: QDQ with per-channel int8 weights and activations calibrated
-    on ``texts`` with ``calibration`` (``minmax`` streams every text; ``entropy`` and ``percentile``
-    histograms hold their activations, so they see a bounded sample), uint8 activations or, with
-    ``symmetric``, int8 ones as TensorRT takes explicit INT8. Weights are 7-bit where
-    :func:`int8_weights_saturate` says this CPU's kernels would saturate on 8-bit ones.
+    on ``texts`` (encoded by ``encoder``) with ``calibration`` (``minmax`` streams every text; ``entropy``
+    and ``percentile`` histograms hold their activations, so they see a bounded sample), uint8 activations
+    or, with ``symmetric``, int8 ones as TensorRT takes explicit INT8.
     """
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
-    if not nodes:
+    scheme: str
+    nodes: Sequence[str]
+    encoder: Any = None
+    texts: Sequence[str] = ()
+    symmetric: bool = False
+    calibration: str = "minmax"
+
+
+def quantize_int8(prepared: Path, target: Path, recipe: Int8Recipe) -> None:
+    """Quantise ``prepared`` (``prepare_for_quantization``) as ``recipe`` says into ``target``.
+
+    Weights are 7-bit where :func:`int8_weights_saturate` says this CPU's kernels would saturate on 8-bit ones.
+    """
+    if not recipe.nodes:
         raise ExportError("int8 quantisation was given no weight MatMul to quantise")
-    if calibration not in CALIBRATION_METHODS:
-        raise ExportError(f"calibration `{calibration}` is unknown; expected one of {', '.join(CALIBRATION_METHODS)}")
+    if recipe.calibration not in CALIBRATION_METHODS:
+        raise ExportError(
+            f"calibration `{recipe.calibration}` is unknown; expected one of {', '.join(CALIBRATION_METHODS)}"
+        )
     # The calibrators print their progress to stdout: keep the build's console for the build.
     with _working_directory(target.parent), contextlib.redirect_stdout(io.StringIO()):
-        if scheme == "dynamic":
-            quantize_dynamic(
-                str(prepared),
-                str(target),
-                weight_type=QuantType.QInt8,
-                op_types_to_quantize=["MatMul"],
-                nodes_to_quantize=list(nodes),
-                per_channel=True,
-                reduce_range=int8_weights_saturate(),
-                extra_options=_UNTYPED_IS_FLOAT,
-            )
+        if recipe.scheme == "dynamic":
+            _quantize_dynamic(prepared, target, recipe.nodes)
             return
-        if not texts:
-            raise ExportError("int8 static quantisation needs calibration texts; the calibration set is empty")
-        histogram = calibration != "minmax"
-        width = min(_HISTOGRAM_WIDTH, encoder.max_length) if histogram else None
-        reader = _calibration_reader(encoder, texts[:HISTOGRAM_TEXTS] if histogram else texts, width=width)
-        quantize_static(
-            str(prepared),
-            str(target),
-            reader,
-            quant_format=QuantFormat.QDQ,
-            op_types_to_quantize=["MatMul"],
-            nodes_to_quantize=list(nodes),
-            per_channel=True,
-            reduce_range=int8_weights_saturate(),
-            calibrate_method={
-                "minmax": CalibrationMethod.MinMax,
-                "entropy": CalibrationMethod.Entropy,
-                "percentile": CalibrationMethod.Percentile,
-            }[calibration],
-            activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            extra_options={
-                "ActivationSymmetric": symmetric,
-                "WeightSymmetric": True,
-                # MatMul weights are [in, out]: quantise per output channel (the default axis is 0).
-                "QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
-                # The products stay float: re-quantising them adds error and Q/DQ pairs and saves nothing.
-                "OpTypesToExcludeOutputQuantization": ["MatMul"],
-                **_UNTYPED_IS_FLOAT,
-                **({"CalibPercentile": 99.999} if calibration == "percentile" else {}),
-            },
-        )
-    _float_for_other_readers(target, nodes)
+        _quantize_static(prepared, target, recipe)
+    _float_for_other_readers(target, recipe.nodes)
+
+
+def _quantize_dynamic(prepared: Path, target: Path, nodes: Sequence[str]) -> None:
+    """Int8 weights of ``nodes`` ahead of time; activations quantised per batch at run time."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        str(prepared),
+        str(target),
+        weight_type=QuantType.QInt8,
+        op_types_to_quantize=["MatMul"],
+        nodes_to_quantize=list(nodes),
+        per_channel=True,
+        reduce_range=int8_weights_saturate(),
+        extra_options=_UNTYPED_IS_FLOAT,
+    )
+
+
+def _quantize_static(prepared: Path, target: Path, recipe: Int8Recipe) -> None:
+    """QDQ around the int8 MatMuls, activation ranges calibrated on the recipe's texts."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    if not recipe.texts:
+        raise ExportError("int8 static quantisation needs calibration texts; the calibration set is empty")
+    histogram = recipe.calibration != "minmax"
+    width = min(_HISTOGRAM_WIDTH, recipe.encoder.max_length) if histogram else None
+    reader = _calibration_reader(
+        recipe.encoder, recipe.texts[:HISTOGRAM_TEXTS] if histogram else recipe.texts, width=width
+    )
+    quantize_static(
+        str(prepared),
+        str(target),
+        reader,
+        quant_format=QuantFormat.QDQ,
+        op_types_to_quantize=["MatMul"],
+        nodes_to_quantize=list(recipe.nodes),
+        per_channel=True,
+        reduce_range=int8_weights_saturate(),
+        calibrate_method={
+            "minmax": CalibrationMethod.MinMax,
+            "entropy": CalibrationMethod.Entropy,
+            "percentile": CalibrationMethod.Percentile,
+        }[recipe.calibration],
+        activation_type=QuantType.QInt8 if recipe.symmetric else QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        extra_options={
+            "ActivationSymmetric": recipe.symmetric,
+            "WeightSymmetric": True,
+            # MatMul weights are [in, out]: quantise per output channel (the default axis is 0).
+            "QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
+            # The products stay float: re-quantising them adds error and Q/DQ pairs and saves nothing.
+            "OpTypesToExcludeOutputQuantization": ["MatMul"],
+            **_UNTYPED_IS_FLOAT,
+            **({"CalibPercentile": 99.999} if recipe.calibration == "percentile" else {}),
+        },
+    )
 
 
 def _float_for_other_readers(path: Path, nodes: Sequence[str]) -> None:

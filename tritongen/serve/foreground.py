@@ -25,7 +25,7 @@ from types import FrameType
 from tritongen.errors import ServerError
 from tritongen.serve.admin import AdminClient, http_headers, restricted_args, serving_key
 from tritongen.serve.health import HealthEndpoint, check, find_ensembles
-from tritongen.serve.server import TritonServer
+from tritongen.serve.server import Endpoints, TritonServer
 from tritongen.serve.supervisor import Supervisor
 
 __all__ = ["ServeOptions", "serve"]
@@ -48,6 +48,11 @@ class ServeOptions:
     supervise: bool = True
     probe_timeout: float = 10.0
     admin_key_file: Path | None = None  # None: TRITONGEN_ADMIN_KEY, else a fresh key beside the repository
+
+    @property
+    def endpoints(self) -> Endpoints:
+        """Where tritonserver listens."""
+        return Endpoints(self.host, self.http_port, self.grpc_port, self.metrics_port)
 
 
 class _Interrupted(BaseException):
@@ -93,10 +98,7 @@ def serve(options: ServeOptions, *, log: Callable[[str], None] = print) -> None:
     key, key_file = serving_key(options.repository, options.admin_key_file)
     server = TritonServer(
         options.repository,
-        host=options.host,
-        http_port=options.http_port,
-        grpc_port=options.grpc_port,
-        metrics_port=options.metrics_port,
+        options.endpoints,
         cache_size=options.cache_size,
         exit_timeout=options.grace_period,
         extra_args=restricted_args(key),
@@ -123,7 +125,7 @@ def serve(options: ServeOptions, *, log: Callable[[str], None] = print) -> None:
         health = f", health http://{options.host}:{endpoint.port}/healthz" if endpoint else ""
         log(
             f"Triton is serving {options.repository} — HTTP {server.http_url}, gRPC {server.grpc_url}, "
-            f"metrics {server.host}:{server.metrics_port}{health} (log: {server.log_file}). "
+            f"metrics {options.host}:{options.metrics_port}{health} (log: {server.log_file}). "
             f"Ctrl-C or SIGTERM stops it ({options.grace_period}s grace)."
         )
         if key_file is not None:

@@ -25,7 +25,9 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tritongen.errors import ServerError
 from tritongen.runtimes import RUNTIMES
@@ -35,6 +37,7 @@ REMOTE_SCHEMES = ("s3://", "gs://", "as://")  # repositories tritonserver reads 
 
 __all__ = [
     "REMOTE_SCHEMES",
+    "Endpoints",
     "TritonServer",
     "free_port",
     "prepare_runtime",
@@ -157,35 +160,24 @@ def wait_until_ready(
         time.sleep(0.25)
 
 
-class TritonServer:
-    """A tritonserver process serving one repository; use as a context manager."""
+@dataclass(frozen=True)
+class Endpoints:
+    """Where a tritonserver listens: one host, and a port for each of HTTP, gRPC and metrics."""
 
-    def __init__(
-        self,
-        repository: Path | str,
-        *,
-        host: str = "127.0.0.1",
-        http_port: int = 8000,
-        grpc_port: int = 8001,
-        metrics_port: int = 8002,
-        cache_size: int = 0,
-        models: Sequence[str] | None = None,
-        log_file: Path | None = None,
-        exit_timeout: int = 10,
-        extra_args: Sequence[str] = (),
-    ) -> None:
-        # A local folder, or a remote repository URL tritonserver reads itself (s3://, gs://, as://).
-        remote = str(repository).startswith(REMOTE_SCHEMES)
-        self.repository: Path | str = str(repository) if remote else Path(repository).resolve()
-        self.host = host
-        self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
-        self.cache_size = cache_size
-        self.models = list(models) if models is not None else ["*"]
-        self.exit_timeout = exit_timeout
-        self.extra_args = list(extra_args)
-        self._own_log = log_file is None
-        self.log_file = log_file or Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
-        self.process: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+
+    @classmethod
+    def free(cls, host: str = "127.0.0.1") -> Endpoints:
+        """Ports that are free right now on ``host`` (tests and the bench run beside other servers)."""
+        return cls(host, free_port(host), free_port(host), free_port(host))
+
+    @property
+    def ports(self) -> tuple[int, int, int]:
+        """The HTTP, gRPC and metrics ports."""
+        return self.http_port, self.grpc_port, self.metrics_port
 
     @property
     def http_url(self) -> str:
@@ -197,20 +189,57 @@ class TritonServer:
         """``host:port`` of the gRPC endpoint."""
         return f"{self.host}:{self.grpc_port}"
 
+
+class TritonServer:
+    """A tritonserver process serving one repository; use as a context manager."""
+
+    def __init__(
+        self,
+        repository: Path | str,
+        endpoints: Endpoints = Endpoints(),
+        *,
+        cache_size: int = 0,
+        models: Sequence[str] | None = None,
+        log_file: Path | None = None,
+        exit_timeout: int = 10,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        # A local folder, or a remote repository URL tritonserver reads itself (s3://, gs://, as://).
+        remote = str(repository).startswith(REMOTE_SCHEMES)
+        self.repository: Path | str = str(repository) if remote else Path(repository).resolve()
+        self.endpoints = endpoints
+        self.cache_size = cache_size
+        self.models = list(models) if models is not None else ["*"]
+        self.exit_timeout = exit_timeout
+        self.extra_args = list(extra_args)
+        self._own_log = log_file is None
+        self.log_file = log_file or Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP endpoint."""
+        return self.endpoints.http_url
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of the gRPC endpoint."""
+        return self.endpoints.grpc_url
+
     def command(self) -> list[str]:
         """The tritonserver command line."""
-        runtime = prepare_runtime()
+        runtime, at = prepare_runtime(), self.endpoints
         cmd = [
             str(triton_paths()["binary"]),
             f"--model-repository={self.repository}",
             f"--backend-directory={runtime / 'backends'}",
             f"--cache-directory={runtime / 'caches'}",
-            f"--http-address={self.host}",
-            f"--http-port={self.http_port}",
-            f"--grpc-address={self.host}",
-            f"--grpc-port={self.grpc_port}",
-            f"--metrics-address={self.host}",
-            f"--metrics-port={self.metrics_port}",
+            f"--http-address={at.host}",
+            f"--http-port={at.http_port}",
+            f"--grpc-address={at.host}",
+            f"--grpc-port={at.grpc_port}",
+            f"--metrics-address={at.host}",
+            f"--metrics-port={at.metrics_port}",
             "--allow-metrics=true",
             "--allow-gpu-metrics=false",
             f"--exit-timeout-secs={self.exit_timeout}",
@@ -226,10 +255,11 @@ class TritonServer:
         """Start the server and block until it reports ready; raise ServerError otherwise."""
         if isinstance(self.repository, Path) and not self.repository.is_dir():
             raise ServerError("model repository {path} does not exist; build one first", path=self.repository)
-        for port in (self.http_port, self.grpc_port, self.metrics_port):
+        host = self.endpoints.host
+        for port in self.endpoints.ports:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                if sock.connect_ex((self.host, port)) == 0:
-                    raise ServerError(f"port {port} on {self.host} is already in use; choose other ports")
+                if sock.connect_ex((host, port)) == 0:
+                    raise ServerError(f"port {port} on {host} is already in use; choose other ports")
         with open(self.log_file, "wb") as log:
             self.process = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, env=server_environment(), start_new_session=True
@@ -290,11 +320,7 @@ class TritonServer:
 
 
 @contextlib.contextmanager
-def running_server(repository: Path | str, **kwargs: object) -> Iterator[TritonServer]:
-    """Start a server on free ports and stop it afterwards."""
-    ports = {key: free_port() for key in ("http_port", "grpc_port", "metrics_port")}
-    ports.update({k: v for k, v in kwargs.items() if k in ports})  # type: ignore[misc]
-    rest = {k: v for k, v in kwargs.items() if k not in ports}
-    server = TritonServer(repository, **ports, **rest)  # type: ignore[arg-type]
-    with server:
+def running_server(repository: Path | str, **settings: Any) -> Iterator[TritonServer]:
+    """Start a server on free ports and stop it afterwards; ``settings`` are :class:`TritonServer`'s."""
+    with TritonServer(repository, Endpoints.free(), **settings) as server:
         yield server

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # outside the server: importable for tests and build-time checks
+    pb_utils = None
+
 __all__ = [
+    "PerRequestStep",
     "decode_texts",
     "input_error",
     "model_parameters",
@@ -17,6 +24,7 @@ __all__ = [
     "read_json",
     "resolve_version_file",
     "respond_per_request",
+    "settings_kept",
     "softmax",
     "token_metadata",
 ]
@@ -79,6 +87,24 @@ def respond_per_request(
     return responses
 
 
+class PerRequestStep:
+    """A step that answers each request on its own: one request's windows (or pairs) belong together.
+
+    The tokenizer steps that cut requests into windows and the postprocess steps that merge them back both
+    answer this way; each mixes it in before its own step base, so this ``execute`` is the one served.
+    """
+
+    output_names: list[str]
+
+    def process_request(self, request: Any) -> dict[str, np.ndarray]:
+        """The outputs of one request; a ValueError becomes that request's input error."""
+        raise NotImplementedError
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """One response per request."""
+        return respond_per_request(pb_utils, requests, self.output_names, self.process_request)
+
+
 def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
     """Numerically stable softmax over ``axis``; float16/bfloat16 (and ints) go to float32, -inf entries to 0.
 
@@ -89,6 +115,28 @@ def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
         logits = logits.astype(np.float32)
     exp = np.exp(logits - logits.max(axis=axis, keepdims=True))
     return exp / exp.sum(axis=axis, keepdims=True)
+
+
+@contextlib.contextmanager
+def settings_kept(tokenizer: Any) -> Iterator[Any]:
+    """``tokenizer`` with padding off, for encodings each padded later; its own truncation and padding come back after.
+
+    The steps and the gates share one ``tokenizers.Tokenizer`` per model, so a caller that cuts or pads
+    differently (NER and QA windows) must leave it as it found it.
+    """
+    saved_truncation, saved_padding = tokenizer.truncation, tokenizer.padding
+    try:
+        tokenizer.no_padding()
+        yield tokenizer
+    finally:
+        if saved_truncation is None:
+            tokenizer.no_truncation()
+        else:
+            tokenizer.enable_truncation(**saved_truncation)
+        if saved_padding is None:
+            tokenizer.no_padding()
+        else:
+            tokenizer.enable_padding(**saved_padding)
 
 
 def _span(n: int, width: int, side: str) -> slice:

@@ -50,20 +50,22 @@ import numpy as np
 
 try:
     from _common import pack_encodings as _pack_inputs
-    from _common import softmax, token_metadata
+    from _common import settings_kept, softmax, token_metadata
 except ImportError:  # outside the server
     from tritongen.steps._common import pack_encodings as _pack_inputs
-    from tritongen.steps._common import softmax, token_metadata
+    from tritongen.steps._common import settings_kept, softmax, token_metadata
 
 __all__ = [
     "STRATEGIES",
     "WORD_STRATEGIES",
+    "Aggregation",
     "TokenVocab",
     "aggregate",
     "aggregate_batch",
     "aggregate_windows",
     "encode_tokens",
     "encode_windows",
+    "encoded_row",
     "merge_overlapping",
     "pack_encodings",
     "softmax",
@@ -158,6 +160,16 @@ def _default_pad_id(tokenizer: Any) -> int:
     return 0
 
 
+def _encode_truncated(tokenizer: Any, texts: list[str], max_length: int, stride: int) -> list[Any]:
+    """``texts`` encoded as the pipeline does: cut at ``max_length`` (overflow kept with ``stride``), no padding.
+
+    The tokenizer's own truncation and padding settings are restored afterwards.
+    """
+    with settings_kept(tokenizer):
+        tokenizer.enable_truncation(int(max_length), stride=int(stride), strategy="longest_first", direction="right")
+        return tokenizer.encode_batch(texts, add_special_tokens=True) if texts else []
+
+
 def encode_tokens(
     tokenizer: Any,
     texts: Sequence[str],
@@ -184,25 +196,18 @@ def encode_tokens(
     if not all(isinstance(text, str) for text in texts):
         raise ValueError("encode_tokens() takes a list of strings")
     pad = _default_pad_id(tokenizer) if pad_id is None else int(pad_id)
-    saved_truncation, saved_padding = tokenizer.truncation, tokenizer.padding
-    try:
-        tokenizer.no_padding()
-        tokenizer.enable_truncation(int(max_length), stride=0, strategy="longest_first", direction="right")
-        encodings = tokenizer.encode_batch(texts, add_special_tokens=True) if texts else []
-    finally:
-        if saved_truncation is None:
-            tokenizer.no_truncation()
-        else:
-            tokenizer.enable_truncation(**saved_truncation)
-        if saved_padding is not None:
-            tokenizer.enable_padding(**saved_padding)
-
+    encodings = _encode_truncated(tokenizer, texts, max_length, stride=0)
     return pack_encodings(encodings, max((len(enc.ids) for enc in encodings), default=0), pad, pad_type_id)
 
 
 def pack_encodings(encodings: Sequence[Any], width: int, pad_id: int, pad_type_id: int = 0) -> dict[str, np.ndarray]:
     """Model inputs and token metadata of ``encodings``, right-padded to ``width`` (see ``encode_tokens``)."""
     return {**_pack_inputs(encodings, width, pad_id, pad_type_id), **token_metadata(encodings, width)}
+
+
+def encoded_row(encoded: Mapping[str, np.ndarray], row: int) -> dict[str, np.ndarray]:
+    """Row ``row`` of every array of ``encoded`` (``encode_tokens``' output): one text's tokens, for ``aggregate``."""
+    return {key: array[row] for key, array in encoded.items()}
 
 
 def encode_windows(
@@ -224,18 +229,7 @@ def encode_windows(
         raise ValueError(
             f"stride {stride} must be >= 0 and below the {room} text tokens of a {max_length}-token window"
         )
-    saved_truncation, saved_padding = tokenizer.truncation, tokenizer.padding
-    try:
-        tokenizer.no_padding()
-        tokenizer.enable_truncation(int(max_length), stride=int(stride), strategy="longest_first", direction="right")
-        encodings = tokenizer.encode_batch(texts, add_special_tokens=True) if texts else []
-    finally:
-        if saved_truncation is None:
-            tokenizer.no_truncation()
-        else:
-            tokenizer.enable_truncation(**saved_truncation)
-        if saved_padding is not None:
-            tokenizer.enable_padding(**saved_padding)
+    encodings = _encode_truncated(tokenizer, texts, max_length, stride)
     windows, owners = [], []
     for index, encoding in enumerate(encodings):
         for window in [encoding, *encoding.overflowing]:
@@ -364,70 +358,101 @@ def _plain(entity: dict[str, Any]) -> dict[str, Any]:
     return {key: (value.item() if isinstance(value, np.generic) else value) for key, value in entity.items()}
 
 
-def aggregate(
-    logits: np.ndarray,
-    offsets: np.ndarray | None,
-    special_mask: np.ndarray,
-    word_ids: np.ndarray | None,
-    input_ids: np.ndarray,
-    text: str,
-    id2label: Mapping[int, str] | Mapping[str, str] | Sequence[str],
-    *,
-    strategy: str = "simple",
-    ignore_labels: Iterable[str] | None = ("O",),
-    tokenizer: Any = None,
-) -> list[dict[str, Any]]:
-    """Return the pipeline's entities for one text (one row of ``encode_tokens``' arrays and its logits).
+@dataclass(frozen=True)
+class Aggregation:
+    """How one model's token scores become entities: its labels, the strategy, the labels left out, its vocabulary.
 
-    ``logits`` [seq, num_labels]; ``offsets`` [seq, 2] (None: no offsets, like a slow tokenizer: ``start``
-    and ``end`` are None and only ``none``/``simple`` are allowed); ``special_mask``, ``input_ids`` [seq];
-    ``word_ids`` [seq] is accepted but unused (see the module docstring). Padding must be marked special
-    (``encode_tokens`` does). ``tokenizer`` is a ``tokenizers.Tokenizer`` or, better in a server, a
-    ``TokenVocab`` built once. ``ignore_labels`` None means ``("O",)``; an empty tuple keeps everything.
-
-    ``none`` returns ``{entity, score, index, word, start, end}`` per token, the others
-    ``{entity_group, score, word, start, end}`` per entity, as Python scalars.
+    Bound once per model (:meth:`of`), then handed to every ``aggregate`` call.
     """
-    name = _strategy(strategy)
-    if name in WORD_STRATEGIES and offsets is None:
-        raise ValueError(
-            f"aggregation strategy {name!r} needs word information (character offsets), which this tokenizer "
-            'does not give; use "simple" or "none", or a fast tokenizer'
-        )
-    vocab = _vocab(tokenizer)
-    if isinstance(id2label, Mapping):
-        labels = {int(key): value for key, value in id2label.items()}
-    else:
-        labels = dict(enumerate(id2label))
-    ignore = ("O",) if ignore_labels is None else tuple(ignore_labels)
 
+    labels: Mapping[int, str]
+    vocab: TokenVocab
+    strategy: str = "simple"
+    ignore: tuple[str, ...] = ("O",)
+
+    @classmethod
+    def of(
+        cls,
+        id2label: Mapping[int, str] | Mapping[str, str] | Sequence[str],
+        *,
+        strategy: str = "simple",
+        ignore_labels: Iterable[str] | None = ("O",),
+        tokenizer: Any = None,
+    ) -> Aggregation:
+        """Bind ``id2label`` (keys as ints or JSON strings, or a list in id order) and the rest.
+
+        ``tokenizer`` is a ``tokenizers.Tokenizer`` or, better in a server, a ``TokenVocab`` built once.
+        ``ignore_labels`` None means ``("O",)``; an empty tuple keeps everything.
+        """
+        if isinstance(id2label, Mapping):
+            labels = {int(key): value for key, value in id2label.items()}
+        else:
+            labels = dict(enumerate(id2label))
+        ignore = ("O",) if ignore_labels is None else tuple(ignore_labels)
+        return cls(labels, _vocab(tokenizer), strategy, ignore)
+
+
+def _checked_tokens(
+    logits: np.ndarray, tokens: Mapping[str, Any]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """``logits``, ``input_ids``, ``special_mask`` and ``offsets`` (or None) of one text, shapes checked."""
     logits = np.asarray(logits)
     if logits.ndim != 2:
         raise ValueError(f"logits must be [seq, num_labels], got shape {logits.shape}")
     seq = logits.shape[0]
-    input_ids = np.asarray(input_ids).reshape(-1)
-    special_mask = np.asarray(special_mask).reshape(-1)
+    input_ids = np.asarray(tokens["input_ids"]).reshape(-1)
+    special_mask = np.asarray(tokens["special_mask"]).reshape(-1)
+    offsets = tokens.get("offsets")
     if offsets is not None:
         offsets = np.asarray(offsets).reshape(-1, 2)
     for array_name, array in (("input_ids", input_ids), ("special_mask", special_mask), ("offsets", offsets)):
         if array is not None and len(array) != seq:
             raise ValueError(f"{array_name} has {len(array)} tokens but logits have {seq}")
+    return logits, input_ids, special_mask, offsets
 
+
+def _token_entities(pre_entities: list[dict[str, Any]], labels: Mapping[int, str]) -> list[dict[str, Any]]:
+    """One entity per token, its best label (the ``none`` and ``simple`` strategies)."""
+    entities = []
+    for pre in pre_entities:
+        idx = int(pre["scores"].argmax())
+        entities.append(
+            {
+                "entity": labels[idx],
+                "score": pre["scores"][idx],
+                "index": pre["index"],
+                "word": pre["word"],
+                "start": pre["start"],
+                "end": pre["end"],
+            }
+        )
+    return entities
+
+
+def aggregate(
+    logits: np.ndarray, tokens: Mapping[str, Any], text: str, aggregation: Aggregation
+) -> list[dict[str, Any]]:
+    """Return the pipeline's entities for one text: its row of ``encode_tokens``' arrays (``tokens``) and its logits.
+
+    ``logits`` [seq, num_labels]; ``tokens`` holds ``input_ids`` and ``special_mask`` [seq] and ``offsets``
+    [seq, 2] (absent or None: no offsets, like a slow tokenizer: ``start`` and ``end`` are None and only
+    ``none``/``simple`` are allowed); ``word_ids`` may be there but is unused (see the module docstring).
+    Padding must be marked special (``encode_tokens`` does). ``encoded_row`` takes one row of a batch.
+
+    ``none`` returns ``{entity, score, index, word, start, end}`` per token, the others
+    ``{entity_group, score, word, start, end}`` per entity, as Python scalars.
+    """
+    name = _strategy(aggregation.strategy)
+    if name in WORD_STRATEGIES and tokens.get("offsets") is None:
+        raise ValueError(
+            f"aggregation strategy {name!r} needs word information (character offsets), which this tokenizer "
+            'does not give; use "simple" or "none", or a fast tokenizer'
+        )
+    vocab, labels, ignore = aggregation.vocab, aggregation.labels, aggregation.ignore
+    logits, input_ids, special_mask, offsets = _checked_tokens(logits, tokens)
     pre_entities = _gather_pre_entities(text, input_ids, softmax(logits), offsets, special_mask, vocab)
     if name in ("none", "simple"):
-        entities = []
-        for pre in pre_entities:
-            idx = int(pre["scores"].argmax())
-            entities.append(
-                {
-                    "entity": labels[idx],
-                    "score": pre["scores"][idx],
-                    "index": pre["index"],
-                    "word": pre["word"],
-                    "start": pre["start"],
-                    "end": pre["end"],
-                }
-            )
+        entities = _token_entities(pre_entities, labels)
     else:
         entities = _aggregate_words(pre_entities, name, labels, vocab)
     if name != "none":
@@ -463,11 +488,7 @@ def aggregate_windows(
     encoded: Mapping[str, np.ndarray],
     owners: np.ndarray,
     texts: Sequence[str],
-    id2label: Mapping[int, str] | Mapping[str, str] | Sequence[str],
-    *,
-    strategy: str = "simple",
-    ignore_labels: Iterable[str] | None = ("O",),
-    tokenizer: Any = None,
+    aggregation: Aggregation,
 ) -> list[list[dict[str, Any]]]:
     """Entities of every text from its windows (``encode_windows``), merged as the strided pipeline merges them.
 
@@ -475,48 +496,21 @@ def aggregate_windows(
     of overlapping entities, the longest (``merge_overlapping``). With ``none`` (which the pipeline does not
     allow with a stride) windows must not overlap, and the tokens of every window are listed in order.
     """
-    name = _strategy(strategy)
-    vocab = _vocab(tokenizer)
+    name = _strategy(aggregation.strategy)
     owners = np.asarray(owners).reshape(-1)
     results = []
     for example, text in enumerate(texts):
         rows = np.flatnonzero(owners == example)
         entities = []
         for row in rows:
-            window = {key: encoded[key][row] for key in ("offsets", "special_mask", "word_ids", "input_ids")}
-            entities += aggregate(
-                logits[row], **window, text=text, id2label=id2label, strategy=name, ignore_labels=ignore_labels,
-                tokenizer=vocab,
-            )  # fmt: skip
+            entities += aggregate(logits[row], encoded_row(encoded, row), text, aggregation)
         results.append(merge_overlapping(entities) if len(rows) > 1 and name != "none" else entities)
     return results
 
 
 def aggregate_batch(
-    logits: np.ndarray,
-    encoded: Mapping[str, np.ndarray],
-    texts: Sequence[str],
-    id2label: Mapping[int, str] | Mapping[str, str] | Sequence[str],
-    *,
-    strategy: str = "simple",
-    ignore_labels: Iterable[str] | None = ("O",),
-    tokenizer: Any = None,
+    logits: np.ndarray, encoded: Mapping[str, np.ndarray], texts: Sequence[str], aggregation: Aggregation
 ) -> list[list[dict[str, Any]]]:
     """``aggregate`` for every row of a batch: ``logits`` [batch, seq, labels], ``encoded`` from ``encode_tokens``."""
-    _strategy(strategy)
-    vocab = _vocab(tokenizer)
-    return [
-        aggregate(
-            logits[row],
-            encoded["offsets"][row],
-            encoded["special_mask"][row],
-            encoded["word_ids"][row],
-            encoded["input_ids"][row],
-            text,
-            id2label,
-            strategy=strategy,
-            ignore_labels=ignore_labels,
-            tokenizer=vocab,
-        )
-        for row, text in enumerate(texts)
-    ]
+    _strategy(aggregation.strategy)
+    return [aggregate(logits[row], encoded_row(encoded, row), text, aggregation) for row, text in enumerate(texts)]

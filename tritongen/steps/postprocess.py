@@ -21,21 +21,9 @@ except ImportError:  # outside the server: importable for tests and build-time c
     pb_utils = None
 
 try:
-    from _common import (
-        model_parameters,
-        read_json,
-        resolve_version_file,
-        respond_per_request,
-        softmax,
-    )
+    from _common import PerRequestStep, model_parameters, read_json, resolve_version_file, softmax
 except ImportError:
-    from tritongen.steps._common import (
-        model_parameters,
-        read_json,
-        resolve_version_file,
-        respond_per_request,
-        softmax,
-    )
+    from tritongen.steps._common import PerRequestStep, model_parameters, read_json, resolve_version_file, softmax
 
 __all__ = [
     "BatchedPostprocess",
@@ -153,13 +141,5 @@ class BatchedPostprocess(TritonPythonModel):
         return responses
 
 
-class RequestPostprocess(TritonPythonModel):
+class RequestPostprocess(PerRequestStep, TritonPythonModel):
     """A postprocess step that decodes one request at a time (its windows belong together)."""
-
-    def process_request(self, request: Any) -> dict[str, np.ndarray]:
-        """The outputs of one request; a ValueError becomes that request's input error."""
-        raise NotImplementedError
-
-    def execute(self, requests: list[Any]) -> list[Any]:
-        """One response per request."""
-        return respond_per_request(pb_utils, requests, self.output_names, self.process_request)

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 try:
-    from _common import pack_encodings, softmax
+    from _common import pack_encodings, settings_kept, softmax, token_metadata
 except ImportError:  # outside the server
-    from tritongen.steps._common import pack_encodings, softmax
+    from tritongen.steps._common import pack_encodings, settings_kept, softmax, token_metadata
 
 if TYPE_CHECKING:  # the module itself needs only numpy; callers hand in a tokenizers.Tokenizer
     from tokenizers import Encoding, Tokenizer
@@ -43,8 +43,10 @@ __all__ = [
     "DEFAULT_MAX_ANSWER_LEN",
     "DEFAULT_MAX_QUESTION_LEN",
     "DEFAULT_MAX_SEQ_LEN",
+    "AnswerSettings",
     "QAInputError",
     "QAWindows",
+    "WindowSettings",
     "check_example",
     "decode_answers",
     "encode_windows",
@@ -171,20 +173,9 @@ def _first_special_id(tokenizer: Tokenizer) -> int | None:
     return None
 
 
-def encode_windows(
-    tokenizer: Tokenizer,
-    questions: Sequence[str],
-    contexts: Sequence[str],
-    *,
-    max_seq_len: int | None = None,
-    doc_stride: int | None = None,
-    max_question_len: int = DEFAULT_MAX_QUESTION_LEN,
-    pad_id: int = 0,
-    pad_type_id: int = 0,
-    model_max_length: int | None = None,
-    cls_id: int | str | None = "auto",
-) -> QAWindows:
-    """Split each (question, context) pair into v4's overlapping windows; see ``QAWindows``.
+@dataclass(frozen=True)
+class WindowSettings:
+    """How (question, context) pairs become windows: v4's window length and overlap, the model's pad and CLS ids.
 
     ``max_seq_len``/``doc_stride`` left as None take v4's defaults (``resolve_window_sizes``): 384/128
     for a model that takes at least 384 tokens, else ``model_max_length`` and half of it.
@@ -194,10 +185,19 @@ def encode_windows(
     ``pad_id`` should be the model's pad token id (RoBERTa-likes derive position ids from it).
     ``cls_id`` is v4's ``tokenizer.cls_token_id``: tokens with this id stay answerable in ``p_mask``;
     "auto" takes the special token the post-processor puts first in a pair, None disables it.
-
-    The tokenizer's own truncation and padding settings are restored before returning.
     """
-    del max_question_len  # fast-tokenizer path of v4: unused (see above)
+
+    max_seq_len: int | None = None
+    doc_stride: int | None = None
+    max_question_len: int = DEFAULT_MAX_QUESTION_LEN
+    pad_id: int = 0
+    pad_type_id: int = 0
+    model_max_length: int | None = None
+    cls_id: int | str | None = "auto"
+
+
+def _checked_pairs(questions: Sequence[str], contexts: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The pairs as lists; ``QAInputError`` for a bad pair or unequal lengths, as v4 checks them."""
     questions, contexts = list(questions), list(contexts)
     if len(questions) != len(contexts):
         raise QAInputError(f"Questions and contexts don't have the same lengths ({len(questions)} != {len(contexts)})")
@@ -205,29 +205,27 @@ def encode_windows(
         raise QAInputError("no (question, context) pairs given")
     for index, (question, context) in enumerate(zip(questions, contexts, strict=True)):
         check_example(question, context, index)
-    max_seq_len, doc_stride = resolve_window_sizes(max_seq_len, doc_stride, model_max_length)
+    return questions, contexts
 
-    saved_truncation, saved_padding = tokenizer.truncation, tokenizer.padding
-    try:
-        tokenizer.no_padding()
+
+def encode_windows(
+    tokenizer: Tokenizer, questions: Sequence[str], contexts: Sequence[str], settings: WindowSettings = WindowSettings()
+) -> QAWindows:
+    """Split each (question, context) pair into v4's overlapping windows (see ``QAWindows``) as ``settings`` say.
+
+    The tokenizer's own truncation and padding settings are restored before returning.
+    """
+    questions, contexts = _checked_pairs(questions, contexts)
+    max_seq_len, doc_stride = resolve_window_sizes(settings.max_seq_len, settings.doc_stride, settings.model_max_length)
+    with settings_kept(tokenizer):
         tokenizer.no_truncation()
-        if cls_id == "auto":
-            cls_id = _first_special_id(tokenizer)
+        cls_id = _first_special_id(tokenizer) if settings.cls_id == "auto" else settings.cls_id
         # tokenizers panics (an uncatchable-by-`except Exception` PanicException) if the stride is not
         # below the room left for the context, and raises if there is no room at all; v4 simply fails
         # there. Find those pairs first and report them as input errors.
         _check_room(tokenizer, questions, contexts, max_seq_len, doc_stride)
         tokenizer.enable_truncation(max_seq_len, stride=doc_stride, strategy="only_second", direction="right")
         encodings = tokenizer.encode_batch(list(zip(questions, contexts, strict=True)))
-    finally:
-        if saved_truncation is None:
-            tokenizer.no_truncation()
-        else:
-            tokenizer.enable_truncation(**saved_truncation)
-        if saved_padding is None:
-            tokenizer.no_padding()
-        else:
-            tokenizer.enable_padding(**saved_padding)
 
     # v4 (`return_overflowing_tokens=True`): the first window is the encoding itself, the next ones its
     # `overflowing` list, in context order.
@@ -237,7 +235,11 @@ def encode_windows(
         for window in (enc, *enc.overflowing):
             windows.append(window)
             owners.append(index)
-    return _pack(windows, owners, len(questions), max_seq_len, doc_stride, pad_id, pad_type_id, cls_id)
+    arrays = _pack(windows, settings, cls_id)
+    return QAWindows(
+        **arrays, example_index=np.asarray(owners, dtype=np.int64), num_examples=len(questions),
+        max_seq_len=max_seq_len, doc_stride=doc_stride,
+    )  # fmt: skip
 
 
 def _check_room(
@@ -260,51 +262,31 @@ def _check_room(
             )
 
 
-def _pack(
-    windows: list[Encoding],
-    owners: list[int],
-    num_examples: int,
-    max_seq_len: int,
-    doc_stride: int,
-    pad_id: int,
-    pad_type_id: int,
-    cls_id: int | None,
-) -> QAWindows:
-    rows = len(windows)
+def _pack(windows: list[Encoding], settings: WindowSettings, cls_id: int | None) -> dict[str, np.ndarray]:
+    """The windows' arrays of ``QAWindows``, padded into one batch (``cls_id`` resolved from ``settings``'s)."""
     width = max(len(w.ids) for w in windows)
-    packed = pack_encodings(windows, width, pad_id, pad_type_id)
-    input_ids, attention, types = packed["input_ids"], packed["attention_mask"], packed["token_type_ids"]
-    offsets = np.zeros((rows, width, 2), dtype=np.int64)
-    sequence_ids = np.full((rows, width), -1, dtype=np.int64)
-    word_ids = np.full((rows, width), -1, dtype=np.int64)
-    lengths = np.zeros(rows, dtype=np.int64)
+    packed = pack_encodings(windows, width, settings.pad_id, settings.pad_type_id)
+    metadata = token_metadata(windows, width)
+    input_ids, attention = packed["input_ids"], packed["attention_mask"]
+    sequence_ids = np.full((len(windows), width), -1, dtype=np.int64)
     for row, w in enumerate(windows):
-        n = len(w.ids)
-        lengths[row] = n
-        if n:
-            offsets[row, :n] = np.asarray(w.offsets, dtype=np.int64).reshape(n, 2)
-        sequence_ids[row, :n] = [-1 if s is None else s for s in w.sequence_ids]
-        word_ids[row, :n] = [-1 if x is None else x for x in w.word_ids]
+        sequence_ids[row, : len(w.ids)] = [-1 if s is None else s for s in w.sequence_ids]
     # v4: p_mask is 1 wherever the sequence id is not 1 (question, special tokens), then 0 again for every
     # token whose id equals cls_token_id. There is no padding in v4 (one window per forward pass).
     p_mask = sequence_ids != 1
     if cls_id is not None:
         p_mask &= input_ids != cls_id
     p_mask |= attention == 0
-    return QAWindows(
-        input_ids=input_ids,
-        attention_mask=attention,
-        token_type_ids=types,
-        example_index=np.asarray(owners, dtype=np.int64),
-        lengths=lengths,
-        offsets=offsets,
-        sequence_ids=sequence_ids,
-        word_ids=word_ids,
-        p_mask=p_mask,
-        num_examples=num_examples,
-        max_seq_len=max_seq_len,
-        doc_stride=doc_stride,
-    )
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention,
+        "token_type_ids": packed["token_type_ids"],
+        "lengths": np.array([len(w.ids) for w in windows], dtype=np.int64),
+        "offsets": metadata["offsets"],
+        "sequence_ids": sequence_ids,
+        "word_ids": metadata["word_ids"],
+        "p_mask": p_mask,
+    }
 
 
 def pad_windows(windows: QAWindows, width: int, *, pad_id: int = 0, pad_type_id: int = 0) -> QAWindows:
@@ -406,16 +388,96 @@ def _char_span(windows: QAWindows, row: int, s: int, e: int, align_to_words: boo
     return int(offsets[s, 0]), int(offsets[e, 1])
 
 
+@dataclass(frozen=True)
+class AnswerSettings:
+    """How answers are chosen, as v4's pipeline takes them: how many, how long, whether "no answer" may win.
+
+    ``align_to_words`` grows a span to whole words (as far as they lie inside the window).
+    """
+
+    top_k: int = 1
+    max_answer_len: int = DEFAULT_MAX_ANSWER_LEN
+    handle_impossible_answer: bool = False
+    align_to_words: bool = True
+
+
+@dataclass(frozen=True)
+class _Probabilities:
+    """v4's per-window start and end probabilities, the tokens allowed in an answer, and the "no answer" scores."""
+
+    start: np.ndarray
+    end: np.ndarray
+    allowed: np.ndarray
+    null: np.ndarray  # p_start[0] * p_end[0] per window (token 0 = CLS)
+
+    @classmethod
+    def of(cls, start_logits: np.ndarray, end_logits: np.ndarray, windows: QAWindows) -> _Probabilities:
+        """Start and end softmaxed over each window, tokens outside the context (``p_mask``) pushed to -10000."""
+        allowed = ~windows.p_mask & (windows.attention_mask != 0)
+        start = _window_probabilities(start_logits, allowed)
+        end = _window_probabilities(end_logits, allowed)
+        return cls(start, end, allowed, start[:, 0] * end[:, 0])
+
+
+def _checked_logits(
+    start_logits: np.ndarray, end_logits: np.ndarray, windows: QAWindows, contexts: list[str], settings: AnswerSettings
+) -> tuple[np.ndarray, np.ndarray]:
+    """Both logits as float32 at the windows' width; ``QAInputError`` for bad settings, contexts or shapes."""
+    if settings.top_k < 1:
+        raise QAInputError(f"top_k parameter should be >= 1 (got {settings.top_k})")
+    if settings.max_answer_len < 1:
+        raise QAInputError(f"max_answer_len parameter should be >= 1 (got {settings.max_answer_len})")
+    if len(contexts) != windows.num_examples:
+        raise QAInputError(f"{len(contexts)} contexts given for {windows.num_examples} pairs")
+    width = windows.input_ids.shape[1]
+    start_logits = np.asarray(start_logits, dtype=np.float32)
+    end_logits = np.asarray(end_logits, dtype=np.float32)
+    for name, logits in (("start_logits", start_logits), ("end_logits", end_logits)):
+        if logits.ndim != 2 or logits.shape[0] != windows.num_windows or logits.shape[1] < width:
+            raise QAInputError(
+                f"{name} has shape {logits.shape}, expected ({windows.num_windows}, >={width}) for these windows"
+            )
+    return start_logits[:, :width], end_logits[:, :width]
+
+
+def _pair_answers(
+    windows: QAWindows, example: int, context: str, probabilities: _Probabilities, settings: AnswerSettings
+) -> dict | list[dict]:
+    """The answer of pair ``example`` over all its windows (see ``decode_answers``)."""
+    pre_top_k = settings.top_k * 2 + 10 if settings.align_to_words else settings.top_k  # v4: spares for merging
+    answers: list[dict] = []
+    by_text: dict[str, dict] = {}  # v4 `get_answer`: first answer whose text matches, ignoring case
+    min_null_score: float = _NO_NULL_SCORE
+    for row in windows.windows_of(example):
+        n = int(windows.lengths[row])
+        if settings.handle_impossible_answer:
+            min_null_score = min(min_null_score, float(probabilities.null[row]))
+        ps, pe = probabilities.start[row, :n].copy(), probabilities.end[row, :n].copy()
+        ps[0] = pe[0] = 0.0  # v4 "Mask CLS": position 0, after the null score was taken
+        allowed = probabilities.allowed[row, :n]
+        starts, ends, scores = _top_spans(ps, pe, pre_top_k, settings.max_answer_len, allowed)
+        for s, e, score in zip(starts, ends, scores, strict=True):
+            char_start, char_end = _char_span(windows, row, int(s), int(e), settings.align_to_words)
+            text = context[char_start:char_end]
+            key = text.lower()
+            if key in by_text:
+                by_text[key]["score"] += float(score)
+            else:
+                answer = {"score": float(score), "start": char_start, "end": char_end, "answer": text}
+                by_text[key] = answer
+                answers.append(answer)
+    if settings.handle_impossible_answer:
+        answers.append({"score": min_null_score, "start": 0, "end": 0, "answer": ""})
+    best = sorted(answers, key=lambda a: a["score"], reverse=True)[: settings.top_k]
+    return best[0] if len(best) == 1 else best
+
+
 def decode_answers(
     start_logits: np.ndarray,
     end_logits: np.ndarray,
     windows: QAWindows,
     contexts: Sequence[str],
-    *,
-    top_k: int = 1,
-    max_answer_len: int = DEFAULT_MAX_ANSWER_LEN,
-    handle_impossible_answer: bool = False,
-    align_to_words: bool = True,
+    settings: AnswerSettings = AnswerSettings(),
 ) -> list[dict | list[dict]]:
     """Return the v4 pipeline's answer for every pair: ``{"score", "start", "end", "answer"}``.
 
@@ -432,53 +494,9 @@ def decode_answers(
     merged into the first one seen, their scores added; with ``handle_impossible_answer`` the empty answer
     with the minimum "no answer" score is appended; the stable sort by score keeps the best ``top_k``.
     """
-    if top_k < 1:
-        raise QAInputError(f"top_k parameter should be >= 1 (got {top_k})")
-    if max_answer_len < 1:
-        raise QAInputError(f"max_answer_len parameter should be >= 1 (got {max_answer_len})")
     contexts = list(contexts)
-    if len(contexts) != windows.num_examples:
-        raise QAInputError(f"{len(contexts)} contexts given for {windows.num_examples} pairs")
-    width = windows.input_ids.shape[1]
-    start_logits = np.asarray(start_logits, dtype=np.float32)
-    end_logits = np.asarray(end_logits, dtype=np.float32)
-    for name, logits in (("start_logits", start_logits), ("end_logits", end_logits)):
-        if logits.ndim != 2 or logits.shape[0] != windows.num_windows or logits.shape[1] < width:
-            raise QAInputError(
-                f"{name} has shape {logits.shape}, expected ({windows.num_windows}, >={width}) for these windows"
-            )
-    start_logits, end_logits = start_logits[:, :width], end_logits[:, :width]
-
-    allowed = ~windows.p_mask & (windows.attention_mask != 0)
-    p_start = _window_probabilities(start_logits, allowed)
-    p_end = _window_probabilities(end_logits, allowed)
-    null_scores = p_start[:, 0] * p_end[:, 0]
-    pre_top_k = top_k * 2 + 10 if align_to_words else top_k  # v4: spare candidates for word merging
-
-    results: list[dict | list[dict]] = []
-    for example, context in enumerate(contexts):
-        answers: list[dict] = []
-        by_text: dict[str, dict] = {}  # v4 `get_answer`: first answer whose text matches, ignoring case
-        min_null_score: float = _NO_NULL_SCORE
-        for row in windows.windows_of(example):
-            n = int(windows.lengths[row])
-            if handle_impossible_answer:
-                min_null_score = min(min_null_score, float(null_scores[row]))
-            ps, pe = p_start[row, :n].copy(), p_end[row, :n].copy()
-            ps[0] = pe[0] = 0.0  # v4 "Mask CLS": position 0, after the null score was taken
-            starts, ends, scores = _top_spans(ps, pe, pre_top_k, max_answer_len, allowed[row, :n])
-            for s, e, score in zip(starts, ends, scores, strict=True):
-                char_start, char_end = _char_span(windows, row, int(s), int(e), align_to_words)
-                text = context[char_start:char_end]
-                key = text.lower()
-                if key in by_text:
-                    by_text[key]["score"] += float(score)
-                else:
-                    answer = {"score": float(score), "start": char_start, "end": char_end, "answer": text}
-                    by_text[key] = answer
-                    answers.append(answer)
-        if handle_impossible_answer:
-            answers.append({"score": min_null_score, "start": 0, "end": 0, "answer": ""})
-        best = sorted(answers, key=lambda a: a["score"], reverse=True)[:top_k]
-        results.append(best[0] if len(best) == 1 else best)
-    return results
+    start_logits, end_logits = _checked_logits(start_logits, end_logits, windows, contexts, settings)
+    probabilities = _Probabilities.of(start_logits, end_logits, windows)
+    return [
+        _pair_answers(windows, example, context, probabilities, settings) for example, context in enumerate(contexts)
+    ]

@@ -32,22 +32,22 @@ except ImportError:  # outside the server: importable for tests and build-time c
 
 try:
     from _common import (
+        PerRequestStep,
         decode_texts,
         input_error,
         model_parameters,
         pack_encodings,
         resolve_version_file,
-        respond_per_request,
         token_metadata,
     )
 except ImportError:
     from tritongen.steps._common import (
+        PerRequestStep,
         decode_texts,
         input_error,
         model_parameters,
         pack_encodings,
         resolve_version_file,
-        respond_per_request,
         token_metadata,
     )
 
@@ -220,13 +220,5 @@ class TritonPythonModel:
         return responses
 
 
-class WindowedTokenizer(TritonPythonModel):
-    """A tokenizer step that turns each request into its own set of windows (one response per request)."""
-
-    def process_request(self, request: Any) -> dict[str, np.ndarray]:
-        """The arrays of one request; a ValueError becomes that request's input error."""
-        raise NotImplementedError
-
-    def execute(self, requests: list[Any]) -> list[Any]:
-        """Answer each request on its own: its windows are one batch for the model step."""
-        return respond_per_request(pb_utils, requests, self.output_names, self.process_request)
+class WindowedTokenizer(PerRequestStep, TritonPythonModel):
+    """A tokenizer step that turns each request into its own set of windows: one batch for the model step."""

@@ -203,10 +203,10 @@ class TextInputs(Modality):
         return {name: {1: "sequence"} for name in plan.inputs}
 
     def parity(self, plan: BuildView, encoder: Any, onnx_path: Path) -> ParityReport:
-        from tritongen.gates.parity import PARITY_TEXTS, check_parity
+        from tritongen.gates.parity import PARITY_TEXTS, ReferenceModel, check_parity
 
         return check_parity(
-            plan.module, plan.hf_tokenizer, encoder, onnx_path, max_length=plan.max_length,
+            ReferenceModel(plan.module, plan.hf_tokenizer, encoder, plan.max_length), onnx_path,
             tolerance=plan.spec.parity_tolerance, pairs=plan.pairs(PARITY_TEXTS),
             argmax_axis=plan.bound.gate.parity_argmax_axis, pad_to_max="attention_mask" not in plan.inputs,
         )  # fmt: skip

@@ -22,11 +22,11 @@ from tritongen.build.plan import (
     stage,
     variant_name,
 )
-from tritongen.containers import Container, container
+from tritongen.containers import Container
 from tritongen.errors import AccuracyError, ParityError
 from tritongen.gates.accuracy import require_accuracy
-from tritongen.gates.compat import ContainerReport, check_in_container
-from tritongen.precision.int8_search import search_int8
+from tritongen.gates.compat import ContainerCheck, ContainerReport, check_in_container
+from tritongen.precision.int8_search import SearchFeedback, SearchSettings, search_int8
 from tritongen.precision.optimize import int8_weights_saturate, optimize_model
 
 __all__ = ["container_check", "optimise"]
@@ -53,16 +53,15 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
     optimized.steps.append(gate_line)
     search = None
     if spec.precision == "int8":
-        served_runtime = f"ONNX Runtime {container(spec.containers[0]).onnxruntime}"
+        settings = SearchSettings(
+            reference, onnx.encoder, calibration, schemes=runtime.int8_schemes(spec.quantization),
+            symmetric=runtime.symmetric_int8, baseline=onnx.fp32_path,
+            speed_texts=validation[:: max(1, len(validation) // 24)], accept_loss=spec.accept_accuracy_loss,
+            curve=spec.int8_curve, served=served_gate(plan, reference),
+        )  # fmt: skip
         with console.status("INT8 search…") as status, stage("INT8 search"):
-            search = search_int8(
-                target, target, baseline=onnx.fp32_path, reference=reference, encoder=onnx.encoder,
-                calibration=calibration, schemes=runtime.int8_schemes(spec.quantization),
-                symmetric=runtime.symmetric_int8,
-                speed_texts=validation[:: max(1, len(validation) // 24)], accept_loss=spec.accept_accuracy_loss,
-                curve=spec.int8_curve, progress=status.update, served_gate=served_gate(plan, reference),
-                served_runtime=served_runtime, announce=lambda line: print_line(console, line),
-            )  # fmt: skip
+            feedback = SearchFeedback(status.update, lambda line: print_line(console, line))
+            search = search_int8(target, target, settings, feedback)
         search.notes.insert(0, f"Calibration texts: {calibration_source}.")
         console.print(Markdown(search.to_markdown()))
         if search.chosen is None or not (search.chosen.passed or spec.accept_accuracy_loss):
@@ -95,11 +94,11 @@ def container_check(
         console.status(f"Checking the served model in ONNX Runtime {target.onnxruntime} (Triton {target.release})…"),
         stage("container check"),
     ):
-        report = check_in_container(
-            onnx.target, python, feeds=feeds, tolerance=spec.parity_tolerance,
-            reference=variant.reference if lossy and variant is not None else None,
+        check = ContainerCheck(
+            feeds, spec.parity_tolerance, reference=variant.reference if lossy and variant is not None else None,
             variant=variant_name(spec, variant), batch_dependent=spec.precision == "int8", container=target.release,
         )  # fmt: skip
+        report = check_in_container(onnx.target, python, check)
     console.print(report.summary())
     if not report.passed and not (lossy and spec.accept_accuracy_loss):
         error = AccuracyError if lossy else ParityError

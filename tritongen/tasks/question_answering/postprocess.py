@@ -39,8 +39,10 @@ class TritonPythonModel(RequestPostprocess):
 
     def setup(self, params: dict[str, str], args: dict[str, str]) -> None:
         """Read the longest answer and whether "no answer" may win."""
-        self.max_answer_len = int(params.get("max_answer_len", "15"))
-        self.handle_impossible_answer = params.get("handle_impossible_answer", "false") == "true"
+        self.answers = qa.AnswerSettings(
+            max_answer_len=int(params.get("max_answer_len", "15")),
+            handle_impossible_answer=params.get("handle_impossible_answer", "false") == "true",
+        )
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """The best answer of every pair of one request."""
@@ -61,8 +63,5 @@ class TritonPythonModel(RequestPostprocess):
             max_seq_len=attention.shape[1],
             doc_stride=0,
         )
-        answers = qa.decode_answers(
-            spans[..., 0], spans[..., 1], windows, contexts,
-            max_answer_len=self.max_answer_len, handle_impossible_answer=self.handle_impossible_answer,
-        )  # fmt: skip
+        answers = qa.decode_answers(spans[..., 0], spans[..., 1], windows, contexts, self.answers)
         return answer_arrays(answers)

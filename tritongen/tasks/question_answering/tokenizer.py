@@ -27,21 +27,20 @@ class TritonPythonModel(WindowedTokenizer):
 
     def setup(self, params: dict[str, str]) -> None:
         """Read the window length and overlap, the CLS id and the most windows per request."""
-        self.max_seq_len = int(params["max_seq_len"])
-        self.doc_stride = int(params["doc_stride"])
+        self.windowing = qa.WindowSettings(
+            max_seq_len=int(params["max_seq_len"]), doc_stride=int(params["doc_stride"]),
+            pad_id=self.encoder.pad_id, pad_type_id=self.encoder.pad_type_id,
+            cls_id=int(params["cls_id"]) if params.get("cls_id", "") != "" else None,
+        )  # fmt: skip
         self.max_windows = int(params["max_windows"])
-        self.cls_id = int(params["cls_id"]) if params.get("cls_id", "") != "" else None
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """All windows of one request, padded to a length bucket."""
         questions = self.texts(request, "QUESTION")
         contexts = self.texts(request, "CONTEXT")
         encoder = self.encoder
-        windows = qa.encode_windows(
-            encoder.tokenizer, questions, contexts, max_seq_len=self.max_seq_len, doc_stride=self.doc_stride,
-            pad_id=encoder.pad_id, pad_type_id=encoder.pad_type_id, cls_id=self.cls_id,
-        )  # fmt: skip
-        check_windows(windows.num_windows, self.max_windows, self.max_seq_len, "contexts")
+        windows = qa.encode_windows(encoder.tokenizer, questions, contexts, self.windowing)
+        check_windows(windows.num_windows, self.max_windows, windows.max_seq_len, "contexts")
         windows = qa.pad_windows(
             windows, encoder.bucket(windows.input_ids.shape[1]), pad_id=encoder.pad_id, pad_type_id=encoder.pad_type_id
         )

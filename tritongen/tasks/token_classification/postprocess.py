@@ -31,19 +31,18 @@ class TritonPythonModel(RequestPostprocess):
         """Read the labels, the strategy and the tokenizer's vocabulary."""
         from tokenizers import Tokenizer
 
-        self.label_names = self.labels(params, args)
-        self.strategy = params.get("aggregation_strategy", "simple")
         path = resolve_version_file(args, params.get("tokenizer_file", "tokenizer.json"))
         unk_token = params.get("unk_token") or None
-        self.vocab = ner.TokenVocab.from_tokenizer(Tokenizer.from_file(str(path)), unk_token=unk_token)
+        vocab = ner.TokenVocab.from_tokenizer(Tokenizer.from_file(str(path)), unk_token=unk_token)
+        strategy = params.get("aggregation_strategy", "simple")
+        self.aggregation = ner.Aggregation.of(self.labels(params, args), strategy=strategy, tokenizer=vocab)
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """The entities of every text of one request."""
         texts = decode_texts(input_array(request, "TEXT"), "TEXT")
         encoded = {name: input_array(request, name) for name in ("input_ids", "special_mask", "word_ids", "offsets")}
         entities = ner.aggregate_windows(
-            input_array(request, "logits"), encoded, input_array(request, "window_example"), texts, self.label_names,
-            strategy=self.strategy, tokenizer=self.vocab,
-        )  # fmt: skip
+            input_array(request, "logits"), encoded, input_array(request, "window_example"), texts, self.aggregation
+        )
         rows = [[json.dumps(row, ensure_ascii=False).encode("utf-8")] for row in entities]
         return {"ENTITIES": np.array(rows, dtype=np.object_)}
