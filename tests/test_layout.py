@@ -130,3 +130,22 @@ def test_light_commands_load_no_build_machinery_when_imported():
     loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     forbidden = BUILD_MACHINERY + HEAVY_LIBRARIES
     assert [m for m in loaded if any(m == f or m.startswith(f + ".") for f in forbidden)] == []
+
+
+MAX_PARAMETERS = 7  # self and cls not counted; *args and **kwargs count one each
+MAX_LINES = 80
+
+
+def test_functions_stay_short_when_written_in_the_package():
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            args = node.args
+            names = [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if a.arg not in ("self", "cls")]
+            count = len(names) + bool(args.vararg) + bool(args.kwarg)
+            lines = node.end_lineno - node.lineno + 1
+            if count > MAX_PARAMETERS or lines > MAX_LINES:
+                long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}: {count} parameters, {lines} lines")
+    assert long == []
