@@ -5,6 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CONTAINER_VENVS := .venv-containers
 INFINITY_VENV ?= .venv-infinity
+ST_VENV ?= .venv-st
 MODEL ?= sentence-transformers/all-MiniLM-L6-v2
 NAME ?= minilm
 TASK ?=
@@ -50,7 +51,7 @@ PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(
 ADMIN_KEY_ARGS := $(if $(ADMIN_KEY_FILE),--admin-key-file "$(ADMIN_KEY_FILE)")
 
 .DEFAULT_GOAL := help
-.PHONY: help venv compat-venv infinity-venv repo serve gateway health rollout rollback infer engine bench soak publish package manifests test check lint \
+.PHONY: help venv compat-venv infinity-venv st-venv repo serve gateway health rollout rollback infer engine bench soak publish package manifests test check lint \
 	clean
 
 help: ## show this help
@@ -78,7 +79,19 @@ $(INFINITY_VENV)/.installed:
 	$(INFINITY_VENV)/bin/pip install --quiet "infinity-emb[torch,server]==0.0.78" "numpy<2"
 	touch $@
 
+# The bench's other peer: the 40-line script (tritongen/bench/st_fastapi.py), sentence-transformers' ONNX backend
+# quantized for this CPU behind FastAPI. torch first, so that pip keeps its CPU wheel; sentence-transformers 6
+# needs transformers 5, which no optimum-onnx release accepts yet, so 5.7 is the newest whose [onnx] installs.
+$(ST_VENV)/.installed:
+	$(PYTHON) -m venv $(ST_VENV)
+	$(ST_VENV)/bin/pip install --quiet torch==2.13.0
+	$(ST_VENV)/bin/pip install --quiet "sentence-transformers[onnx]==5.7.0" transformers==4.57.6 optimum==2.1.0 \
+		optimum-onnx==0.1.0 onnxruntime==1.32.0 fastapi==0.165.0 uvicorn==0.54.0
+	touch $@
+
 infinity-venv: $(INFINITY_VENV)/.installed ## the bench's baseline (d): infinity-emb 0.0.78 (torch 2.13 CPU) in .venv-infinity
+
+st-venv: $(ST_VENV)/.installed ## the bench's script peer: sentence-transformers 5.7 ONNX INT8 + FastAPI in .venv-st
 
 compat-venv: $(CONTAINER_VENVS)/.installed ## create the per-container venvs: each supported Triton release's runtimes and step packages
 

@@ -28,7 +28,7 @@ from tritongen.bench.http_load import (
     kserve_target,
     openai_target,
 )
-from tritongen.bench.process import http_process
+from tritongen.bench.process import http_process, venv_executable
 from tritongen.errors import BenchError
 from tritongen.serve.server import free_port
 
@@ -38,14 +38,8 @@ INFINITY_VENV = Path(".venv-infinity")
 
 
 def infinity_executable() -> Path | None:
-    """``infinity_emb`` of the infinity venv (in the working folder, else beside this source tree), or None.
-
-    The venv counts once ``make infinity-venv`` finished it (its ``.installed`` marker), not half-installed.
-    """
-    for root in (Path.cwd() / INFINITY_VENV, Path(__file__).resolve().parents[2] / INFINITY_VENV):
-        if (root / "bin" / "infinity_emb").is_file() and (root / ".installed").is_file():
-            return root / "bin" / "infinity_emb"
-    return None
+    """``infinity_emb`` of the infinity venv once ``make infinity-venv`` finished it, or None."""
+    return venv_executable(INFINITY_VENV, "infinity_emb")
 
 
 @contextlib.contextmanager
@@ -61,15 +55,8 @@ def infinity_server(checkpoint: str, name: str, log: Path, *, batch_size: int = 
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1",
            "INFINITY_ANONYMOUS_USAGE_STATS": "0"}  # fmt: skip
-    with http_process(command, port, log, what="infinity-emb", env=env, timeout=300, reason=lambda: _cause(log)) as url:
+    with http_process(command, port, log, what="infinity-emb", env=env, timeout=300) as url:
         yield url
-
-
-def _cause(log: Path) -> str:
-    """The log's last exception line (``ValueError: ...``), where infinity-emb says why it stopped."""
-    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    causes = [line for line in lines if "Error:" in line or "Exception:" in line]
-    return (causes or lines or [""])[-1][:300]
 
 
 @dataclass(frozen=True)

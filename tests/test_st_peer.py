@@ -1,0 +1,69 @@
+"""The script peer: sentence-transformers' ONNX backend, INT8 for this CPU, behind FastAPI, in its own venv."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.test_e2e import _sentence_embeddings
+from tritongen.bench.http_load import openai_target
+from tritongen.bench.st_peer import ST_PATH, ST_SCRIPT, st_executable, st_server
+
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(st_executable() is None, reason="no .venv-st (make st-venv)")]
+
+TEXTS = [
+    "I love this movie!",
+    "The service was slow and the food arrived cold.",
+    "Café au lait — naïve façade in Zürich",
+    "hello",
+    "a very long review that keeps going " * 60,
+]
+
+
+def _script_processes() -> dict[int, str]:
+    """pid -> command line of every running copy of the script."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or not a process
+            continue
+        if str(ST_SCRIPT).encode() in argv:
+            found[int(proc.name)] = b" ".join(argv).decode(errors="replace")
+    return found
+
+
+def _post(url: str, body: dict) -> dict:
+    host, port = url.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        connection.request("POST", ST_PATH, json.dumps(body), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        assert response.status == 200, response.read()[:300]
+        return json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def test_st_server_embeds_like_pytorch_and_leaves_nothing_running_when_quantized_for_this_cpu(minilm_path, tmp_path):
+    before = set(_script_processes())
+    with st_server(minilm_path, tmp_path / "st.log") as url:
+        ours = {pid: argv for pid, argv in _script_processes().items() if pid not in before}
+        assert len(ours) == 1, ours
+        got = openai_target("st", url, "minilm", path=ST_PATH).embed(TEXTS)  # as the bench drives it
+        answer = _post(url, {"input": "hello", "model": "minilm"})  # a bare string, as OpenAI allows
+    assert "INT8 (" in (tmp_path / "st.log").read_text()  # quantized for this CPU's instruction set
+    assert got.shape == (len(TEXTS), 384)
+    expected = _sentence_embeddings(minilm_path, TEXTS, max_length=256)
+    cosines = np.sum(got * expected, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
+    assert cosines.min() >= 0.95, dict(zip(TEXTS, cosines.round(4)))
+    assert answer["object"] == "list" and answer["model"] == "minilm"
+    assert [(d["object"], d["index"]) for d in answer["data"]] == [("embedding", 0)]
+    np.testing.assert_allclose(answer["data"][0]["embedding"], got[TEXTS.index("hello")], atol=1e-5)
+    assert set(_script_processes()) - before == set()
+    cache = Path(next(iter(ours.values())).split("--cache ", 1)[1].split(" ", 1)[0])
+    assert not cache.exists() and not (minilm_path / "onnx").exists()  # it wrote to a temp dir, now removed
