@@ -10,10 +10,10 @@ import tempfile
 from pathlib import Path
 
 from tritongen.bench.overload import HEADER, run_burst
-from tritongen.build.pipeline import build_repository
+from tritongen.builder.pipeline import build_repository
+from tritongen.buildspec import BuildSpec, DynamicBatching, QueuePolicy
 from tritongen.model.checkpoint import bundled_minilm
 from tritongen.serve.server import running_server
-from tritongen.spec import BuildSpec, DynamicBatching, QueuePolicy
 
 
 def main() -> None:

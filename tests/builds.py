@@ -87,7 +87,7 @@ class Built:
 
     name: str
     repository: Path
-    result: Any  # tritongen.build.pipeline.BuildResult
+    result: Any  # tritongen.builder.pipeline.BuildResult
     key: str
     checked: tuple[str, ...] = ()  # the containers whose runtimes the build's container check ran
 
@@ -127,7 +127,7 @@ class Builds:
         checked in more containers serves one asking for fewer (its model files are the same; only build.json
         records more), so neither the check nor the containers are part of the key.
         """
-        from tritongen.spec import load_spec
+        from tritongen.buildspec import load_spec
 
         settings = {"container_check": False, **spec_settings(settings)}
         spec = load_spec(None, model=str(model), name=name, repository=self.root / "unused", **settings)
@@ -140,7 +140,7 @@ class Builds:
             repository = self.root / f"{name}-{key}{suffix}"
 
             def build(folder: Path) -> Any:
-                from tritongen.build.pipeline import build_repository
+                from tritongen.builder.pipeline import build_repository
 
                 result = None
                 for _ in range(versions):
@@ -232,9 +232,9 @@ def memoized_exports(root: Path) -> Iterator[None]:
     """
     import numpy as np
 
-    import tritongen.build.pipeline
+    import tritongen.builder.pipeline
 
-    real_stage, real_export = tritongen.build.pipeline.export, tritongen.build.pipeline.export_onnx
+    real_stage, real_export = tritongen.builder.pipeline.export, tritongen.builder.pipeline.export_onnx
     building: dict[str, str] = {}
 
     def stage(plan: Any, work: Any, console: Any) -> Any:
@@ -265,8 +265,8 @@ def memoized_exports(root: Path) -> Iterator[None]:
         shutil.copyfile(_once(root / key, make), path)
 
     export.real = real_export  # type: ignore[attr-defined]  # for a test that breaks the export itself
-    tritongen.build.pipeline.export, tritongen.build.pipeline.export_onnx = stage, export
+    tritongen.builder.pipeline.export, tritongen.builder.pipeline.export_onnx = stage, export
     try:
         yield
     finally:
-        tritongen.build.pipeline.export, tritongen.build.pipeline.export_onnx = real_stage, real_export
+        tritongen.builder.pipeline.export, tritongen.builder.pipeline.export_onnx = real_stage, real_export

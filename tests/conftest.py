@@ -93,7 +93,7 @@ def _refuse_heavy_work_in_the_fast_loop():
     import transformers
 
     import tests.deployment
-    import tritongen.build.pipeline
+    import tritongen.builder.pipeline
     import tritongen.model.export
     import tritongen.serve.server
 
@@ -107,7 +107,7 @@ def _refuse_heavy_work_in_the_fast_loop():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(refuse("loading a model")))
         patch.setattr(transformers.PreTrainedModel, "save_pretrained", refuse("saving a model"))
-        for module in (tritongen.model.export, tritongen.build.pipeline):
+        for module in (tritongen.model.export, tritongen.builder.pipeline):
             patch.setattr(module, "export_onnx", refuse("exporting a model"))
         patch.setattr(tritongen.serve.server.TritonServer, "command", refuse("starting tritonserver"))
         patch.setattr(tests.deployment.ServeProcess, "command", refuse("starting `tritongen serve`"))

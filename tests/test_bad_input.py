@@ -244,12 +244,12 @@ STAGE_FAILURES = {
 def test_build_exits_2_with_one_line_naming_the_stage_when_it_fails_inside(
     stage, tiny_factory, tmp_path, capsys, monkeypatch
 ):
-    import tritongen.build.pipeline
+    import tritongen.builder.pipeline
 
     # The session's export cache (tests/builds.py) would hand back an export made earlier and skip the export's
     # own runs that the breakers count: this build exports for real.
-    real = getattr(tritongen.build.pipeline.export_onnx, "real", tritongen.build.pipeline.export_onnx)
-    monkeypatch.setattr(tritongen.build.pipeline, "export_onnx", real)
+    real = getattr(tritongen.builder.pipeline.export_onnx, "real", tritongen.builder.pipeline.export_onnx)
+    monkeypatch.setattr(tritongen.builder.pipeline, "export_onnx", real)
     breaker, options = STAGE_FAILURES[stage]
     breaker(monkeypatch)
     repo = tmp_path / "repo"
@@ -264,9 +264,10 @@ def test_build_exits_2_with_one_line_naming_the_stage_when_it_fails_inside(
 
 
 def test_cli_reports_an_internal_error_in_one_line_without_traceback(tmp_path, capsys, monkeypatch):
-    import tritongen.spec
+    import tritongen.buildspec
 
-    monkeypatch.setattr(tritongen.spec, "load_spec", _raise_on_call(1, None, ZeroDivisionError("division by zero")))
+    broken = _raise_on_call(1, None, ZeroDivisionError("division by zero"))
+    monkeypatch.setattr(tritongen.buildspec, "load_spec", broken)
     code = main(["build", "--model", str(tmp_path), "--repository", str(tmp_path / "repo")])
     err = capsys.readouterr().err
     assert code == 1

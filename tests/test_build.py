@@ -8,10 +8,10 @@ import onnx
 import pytest
 
 from tests.tiny_checkpoints import ARCHITECTURES
-from tritongen.build.pipeline import build_repository
+from tritongen.builder.pipeline import build_repository
+from tritongen.buildspec import BuildSpec
 from tritongen.errors import ParityError
 from tritongen.model.export import onnx_io
-from tritongen.spec import BuildSpec
 
 # Models that embed no second segment: no token-type table (DistilBERT, MPNet), one type (RoBERTa, XLM-R), or
 # type_vocab_size 0 (DeBERTa-v3 layout); ModernBERT and EuroBERT take no type ids at all.

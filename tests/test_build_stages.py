@@ -8,11 +8,11 @@ import json
 import pytest
 from rich.console import Console
 
-from tritongen.build.pipeline import exported, inspect, optimise, parity, publish, render, write
-from tritongen.build.plan import BuildPlan
+from tritongen.builder.pipeline import exported, inspect, optimise, parity, publish, render, write
+from tritongen.builder.plan import BuildPlan
+from tritongen.buildspec import BuildSpec
 from tritongen.errors import ParityError
 from tritongen.repository.staging import staging
-from tritongen.spec import BuildSpec
 
 
 @pytest.fixture(scope="module")

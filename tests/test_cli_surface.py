@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from tests.test_layout import BUILD_MACHINERY, HEAVY_LIBRARIES
+from tritongen.buildspec import DEFAULT_NAME, BuildSpec
 from tritongen.cli import _parser
-from tritongen.spec import DEFAULT_NAME, BuildSpec
 
 MAKEFILE_NAME = re.search(r"^NAME \?= (\S+)$", open("Makefile").read(), re.M)
 

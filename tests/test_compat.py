@@ -97,10 +97,10 @@ def test_every_emitted_variant_passes_in_every_container_runtime(minilm_variant,
 def test_a_model_the_container_runtime_disagrees_with_is_refused_and_nothing_is_published(
     tiny_factory, tmp_path, monkeypatch
 ):
-    from tritongen.build.pipeline import build_repository
+    from tritongen.builder.pipeline import build_repository
+    from tritongen.buildspec import BuildSpec
     from tritongen.errors import ParityError
     from tritongen.gates import compat
-    from tritongen.spec import BuildSpec
 
     real_run = compat.ContainerSession.run
     monkeypatch.setattr(compat.ContainerSession, "run", lambda self, n, f: [o + 0.01 for o in real_run(self, n, f)])
@@ -114,8 +114,8 @@ def test_a_model_the_container_runtime_disagrees_with_is_refused_and_nothing_is_
 def test_the_check_is_skipped_and_recorded_when_turned_off(tiny_factory, tmp_path):
     import json
 
-    from tritongen.build.pipeline import build_repository
-    from tritongen.spec import BuildSpec
+    from tritongen.builder.pipeline import build_repository
+    from tritongen.buildspec import BuildSpec
 
     spec = BuildSpec(model=str(tiny_factory("bert")), name="m", repository=tmp_path, container_check=False)
     build_repository(spec)

@@ -15,12 +15,12 @@ from rich.console import Console
 from tests import pb_stub
 from tests.pb_stub import Request, texts
 from tests.tiny_decoders import QWEN3_PROMPTS, decoder_embedders
-from tritongen.build.pipeline import exported, fold, inspect, parity, render
+from tritongen.builder.pipeline import exported, fold, inspect, parity, render
+from tritongen.buildspec import BuildSpec
 from tritongen.errors import CheckpointError, UnsupportedModelError
 from tritongen.gates.parity import ReferenceModel, check_parity
 from tritongen.model.checkpoint import inspect_checkpoint
 from tritongen.repository.staging import staging
-from tritongen.spec import BuildSpec
 from tritongen.steps import postprocess, tokenizer
 from tritongen.steps.backends.onnxruntime import model as ort_model
 from tritongen.steps.tokenizer import TextEncoder

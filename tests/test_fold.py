@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from tests.tiny_variants import make_multilabel_classifier
-from tritongen.build.pipeline import build_repository
+from tritongen.builder.pipeline import build_repository
+from tritongen.buildspec import load_spec
 from tritongen.model.fold import classification_tail, fold_graph, prove
 from tritongen.pooling.heads import embedding_tail
 from tritongen.repository.layout import served_steps
 from tritongen.serve.client import infer
-from tritongen.spec import load_spec
 from tritongen.tasks import reference_postprocess
 
 LABELS = ["négatif", "neutral", "positive 🎉"]

@@ -6,11 +6,11 @@ import shutil
 
 import pytest
 
+from tritongen.buildspec import load_spec
 from tritongen.cli import main
 from tritongen.errors import SpecError
 from tritongen.repository.layout import read_config
 from tritongen.serve.foreground import gpu_models, has_gpu
-from tritongen.spec import load_spec
 
 
 def test_device_gpu_fills_what_a_gpu_node_wants_where_the_spec_leaves_it_open():

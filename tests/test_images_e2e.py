@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from tests.tiny_images import make_image_checkpoint
-from tritongen.build.pipeline import build_repository
+from tritongen.builder.pipeline import build_repository
+from tritongen.buildspec import load_spec
 from tritongen.errors import SpecError
 from tritongen.gates.image_parity import parity_images, reference_image
-from tritongen.spec import load_spec
 
 pytestmark = pytest.mark.e2e
 

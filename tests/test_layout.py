@@ -26,12 +26,12 @@ LIGHT_MODULES = (
     "tritongen.repository.pins",
 )
 BUILD_MACHINERY = (
-    "tritongen.build",
+    "tritongen.builder",
     "tritongen.configs.steps",
     "tritongen.gates",
     "tritongen.model",
     "tritongen.precision",
-    "tritongen.spec",
+    "tritongen.buildspec",
     "tritongen.tasks",
 )
 HEAVY_LIBRARIES = ("torch", "transformers", "onnx", "onnxruntime", "openvino", "nncf")

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from tests.tiny_ner import make_token_classifier
+from tritongen.buildspec import load_spec
 from tritongen.errors import ServerError
 from tritongen.model.checkpoint import inspect_checkpoint
 from tritongen.serve.client import infer
-from tritongen.spec import load_spec
 from tritongen.tasks import detect_task
 
 QA_ASSETS = Path(__file__).parent / "assets" / "qa"

@@ -12,11 +12,11 @@ from tokenizers import Tokenizer
 
 from tests import pb_stub
 from tests.pb_stub import Request, texts
+from tritongen.buildspec import load_spec
 from tritongen.configs.render import render_all
 from tritongen.configs.steps import step_configs
 from tritongen.errors import SpecError
 from tritongen.model.checkpoint import Checkpoint, Pooling
-from tritongen.spec import load_spec
 from tritongen.steps import _common, ner, postprocess, qa, tokenizer
 from tritongen.tasks import get_task
 from tritongen.tasks.question_answering import postprocess as qa_postprocess

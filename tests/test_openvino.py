@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from tritongen.build.pipeline import build_repository
+from tritongen.builder.pipeline import build_repository
+from tritongen.buildspec import BuildSpec, load_spec
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.containers import container as container_of
 from tritongen.data.datasets import bench_texts
@@ -15,7 +16,6 @@ from tritongen.errors import AccuracyError, SpecError
 from tritongen.gates.compat import container_python
 from tritongen.runtimes.openvino.ir import backend_properties, cpu_precisions
 from tritongen.serve.client import infer
-from tritongen.spec import BuildSpec, load_spec
 from tritongen.steps.backends.onnxruntime.model import TritonPythonModel as OnnxRuntimeModel
 from tritongen.steps.backends.openvino.model import TritonPythonModel as OpenVinoModel
 

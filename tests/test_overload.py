@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tritongen.bench.overload import HEADER, run_burst
-from tritongen.spec import DynamicBatching, QueuePolicy
+from tritongen.buildspec import DynamicBatching, QueuePolicy
 
 pytestmark = pytest.mark.e2e
 

@@ -10,14 +10,14 @@ import pytest
 from onnx import numpy_helper
 
 from tests.conftest import GATED_TEXTS
-from tritongen.build.pipeline import build_repository
+from tritongen.builder.pipeline import build_repository
+from tritongen.buildspec import BuildSpec
 from tritongen.cli import main
 from tritongen.errors import AccuracyError
 from tritongen.gates.accuracy import measure_accuracy, require_accuracy
 from tritongen.gates.parity import ReferenceModel
 from tritongen.repository.layout import step_names
 from tritongen.serve.client import infer
-from tritongen.spec import BuildSpec
 from tritongen.steps.tokenizer import TextEncoder
 from tritongen.tasks import get_task
 

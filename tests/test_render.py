@@ -8,12 +8,19 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from tritongen.buildspec import (
+    BuildSpec,
+    DynamicBatching,
+    InstanceGroup,
+    QueuePolicy,
+    TensorRTAccelerator,
+    VersionPolicy,
+)
 from tritongen.configs.render import parse_config, render_all, validate_ensemble
 from tritongen.configs.steps import step_configs
 from tritongen.errors import ConfigValidationError
 from tritongen.model.checkpoint import Checkpoint, Pooling
 from tritongen.repository.layout import step_names
-from tritongen.spec import BuildSpec, DynamicBatching, InstanceGroup, QueuePolicy, TensorRTAccelerator, VersionPolicy
 from tritongen.tasks import get_task
 
 GOLDEN = Path(__file__).parent / "assets" / "golden"
@@ -160,7 +167,7 @@ def test_step_names_follow_the_ensemble_name():
 def test_queue_limit_is_the_model_steps_alone_eight_batches_by_default_and_zero_lifts_it(tiny_factory):
     from rich.console import Console
 
-    from tritongen.build.pipeline import inspect, render
+    from tritongen.builder.pipeline import inspect, render
 
     console = Console(quiet=True)
     spec = BuildSpec(model=str(tiny_factory("bert")), name="q", max_batch_size=16)

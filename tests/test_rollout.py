@@ -27,13 +27,13 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.deployment import ROOT, ServeProcess, deployment_pids
-from tritongen.build.pipeline import build_repository
+from tritongen.builder.pipeline import build_repository
+from tritongen.buildspec import BuildSpec
 from tritongen.cli import main
 from tritongen.repository.canary import CANARY_FILE
 from tritongen.serve.admin import default_key_file, grpc_headers, http_headers
 from tritongen.serve.server import server_environment
 from tritongen.serve.supervisor import STUB_NAME
-from tritongen.spec import BuildSpec
 
 pytestmark = pytest.mark.e2e
 

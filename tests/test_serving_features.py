@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tritongen.buildspec import DynamicBatching, InstanceGroup, OnnxRuntimeSettings, QueuePolicy, VersionPolicy
 from tritongen.serve.client import infer
 from tritongen.serve.stats import model_stats, stats_delta
-from tritongen.spec import DynamicBatching, InstanceGroup, OnnxRuntimeSettings, QueuePolicy, VersionPolicy
 
 pytestmark = pytest.mark.e2e
 

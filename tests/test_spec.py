@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tritongen.buildspec import DEFAULT_NAME, BuildSpec, DynamicBatching, InstanceGroup, load_spec
 from tritongen.errors import SpecError
-from tritongen.spec import DEFAULT_NAME, BuildSpec, DynamicBatching, InstanceGroup, load_spec
 
 
 def test_load_spec_defaults_when_only_model_given():

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tritongen.buildspec import load_spec
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import SpanGate
 from tritongen.model.checkpoint import Checkpoint, Pooling
-from tritongen.spec import load_spec
 from tritongen.tasks import TASKS, TaskPlan, get_task
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.test_render import INPUTS, _checkpoint
+from tritongen.buildspec import BuildSpec, InstanceGroup
 from tritongen.cli import main
 from tritongen.configs.render import render_all
 from tritongen.configs.steps import step_configs
@@ -18,7 +19,6 @@ from tritongen.runtimes.tensorrt.engine import (
     gpu_compute_capability,
     plan_profiles,
 )
-from tritongen.spec import BuildSpec, InstanceGroup
 from tritongen.tasks import get_task
 
 
@@ -92,7 +92,7 @@ def test_engine_command_exits_2_without_a_tensorrt_build(tmp_path, capsys):
 @pytest.mark.skipif(gpu_compute_capability() is None, reason="needs an NVIDIA GPU")
 def test_engine_builds_on_gpu(tmp_path, tiny_factory):
     pytest.importorskip("tensorrt")
-    from tritongen.build.pipeline import build_repository
+    from tritongen.builder.pipeline import build_repository
 
     repo = tmp_path / "repo"
     build_repository(

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from tests.toy_runtime.single_thread import MARKER, SingleThread
+from tritongen.buildspec import load_spec
 from tritongen.errors import SpecError
 from tritongen.repository.layout import read_config
 from tritongen.runtimes import RUNTIMES, get_runtime, register_runtime, runtime_names
 from tritongen.serve.client import infer
-from tritongen.spec import load_spec
 
 TEXTS = ["hello world", "Ünïcödé and emoji 🎉", "word " * 100, ""]
 

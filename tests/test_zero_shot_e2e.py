@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from tests.tiny_zeroshot import make_nli_checkpoint
+from tritongen.buildspec import load_spec
 from tritongen.cli import main
 from tritongen.errors import ServerError, SpecError
 from tritongen.model.checkpoint import inspect_checkpoint
 from tritongen.serve.client import infer
-from tritongen.spec import load_spec
 from tritongen.steps import zero_shot
 from tritongen.tasks import detect_task
 

@@ -37,14 +37,14 @@ from tritongen.bench.infinity import (
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_input_data
 from tritongen.bench.report import BenchReport, write_report
 from tritongen.bench.tune import TuneGrid, TunePlan, TunePoint, tune
-from tritongen.build.pipeline import build_repository
+from tritongen.builder.pipeline import build_repository
+from tritongen.buildspec import DynamicBatching, load_spec
 from tritongen.data.datasets import bench_texts
 from tritongen.errors import BenchError, ServerError
 from tritongen.repository.layout import step_names
 from tritongen.repository.staging import existing_versions
 from tritongen.serve.server import Endpoints, TritonServer, free_port, server_environment, wait_until_ready
 from tritongen.serve.stats import StepStats, model_stats, stats_delta
-from tritongen.spec import DynamicBatching, load_spec
 from tritongen.tasks import TASKS
 
 __all__ = ["BenchOptions", "run_bench"]

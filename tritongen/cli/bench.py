@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _bench_options(bench: argparse.ArgumentParser) -> None:
-    from tritongen.spec import DEFAULT_NAME
+    from tritongen.buildspec import DEFAULT_NAME
 
     bench.add_argument("--name", default=DEFAULT_NAME)
     bench.add_argument("--repository", type=Path, default=Path("model_repository"))
@@ -85,7 +85,7 @@ def _bench(args: argparse.Namespace) -> None:
 
 
 def _soak_options(soak: argparse.ArgumentParser) -> None:
-    from tritongen.spec import DEFAULT_NAME
+    from tritongen.buildspec import DEFAULT_NAME
 
     soak.add_argument("--name", default=DEFAULT_NAME)
     soak.add_argument("--minutes", type=float, default=10.0)

@@ -1,4 +1,4 @@
-"""``build``: a Triton ensemble repository from a checkpoint (:func:`tritongen.build.pipeline.build_repository`).
+"""``build``: a Triton ensemble repository from a checkpoint (:func:`tritongen.builder.pipeline.build_repository`).
 
 Every option overrides the same key of the YAML spec; the spec, the task registry and the runtimes are loaded
 only when this command is used.
@@ -21,15 +21,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace) -> None:
-    from tritongen.build.pipeline import build_repository
-    from tritongen.spec import load_spec
+    from tritongen.builder.pipeline import build_repository
+    from tritongen.buildspec import load_spec
 
     build_repository(load_spec(args.spec, **_spec_overrides(args)))
 
 
 def _spec_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The spec keys the options give, by name (``None``: not given, the spec's or the default value stands)."""
-    from tritongen.spec.sections import legacy_settings
+    from tritongen.buildspec.sections import legacy_settings
 
     return dict(
         model=args.model,
@@ -105,7 +105,7 @@ def _build_options(build: argparse.ArgumentParser) -> None:
 
 
 def _add_source_options(build: argparse.ArgumentParser) -> None:
-    from tritongen.spec import DEFAULT_NAME
+    from tritongen.buildspec import DEFAULT_NAME
     from tritongen.tasks import TASKS
 
     build.add_argument("--spec", type=Path, help="YAML build spec; options given here override it")
@@ -218,7 +218,7 @@ def _add_runtime_options(build: argparse.ArgumentParser) -> None:
 
 
 def _add_task_options(build: argparse.ArgumentParser) -> None:
-    from tritongen.spec.sections import SECTIONS
+    from tritongen.buildspec.sections import SECTIONS
 
     for settings in SECTIONS.values():  # each task's own flags (their old flat spec names)
         for dest, options in settings.cli_flags.items():

@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _publish_options(pub: argparse.ArgumentParser) -> None:
-    from tritongen.spec import DEFAULT_NAME
+    from tritongen.buildspec import DEFAULT_NAME
 
     pub.add_argument("--name", default=DEFAULT_NAME)
     pub.add_argument("--repository", type=Path, default=Path("model_repository"))
@@ -55,8 +55,8 @@ def _publish(args: argparse.Namespace) -> None:
 
 
 def _package_options(pack: argparse.ArgumentParser) -> None:
+    from tritongen.buildspec import DEFAULT_NAME
     from tritongen.containers import container_names
-    from tritongen.spec import DEFAULT_NAME
 
     add_name(pack, DEFAULT_NAME)
     pack.add_argument("--repository", type=Path, default=Path("model_repository"))
@@ -91,8 +91,8 @@ def _package(args: argparse.Namespace) -> None:
 
 
 def _manifests_options(man: argparse.ArgumentParser) -> None:
+    from tritongen.buildspec import DEFAULT_NAME
     from tritongen.containers import container_names
-    from tritongen.spec import DEFAULT_NAME
 
     add_name(man, DEFAULT_NAME)
     man.add_argument("--to", required=True, help="s3://bucket/prefix the pods read the model repository from")
@@ -155,7 +155,7 @@ def _manifests(args: argparse.Namespace) -> None:
 
 
 def _plan_options(plan: argparse.ArgumentParser) -> None:
-    from tritongen.spec import DEFAULT_NAME
+    from tritongen.buildspec import DEFAULT_NAME
 
     plan.add_argument("--qps", type=float, required=True, help="target requests per second")
     plan.add_argument("--p99-ms", type=float, required=True, help="target p99 latency in ms")

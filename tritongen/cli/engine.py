@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _engine_options(engine: argparse.ArgumentParser) -> None:
-    from tritongen.spec import DEFAULT_NAME
+    from tritongen.buildspec import DEFAULT_NAME
 
     engine.add_argument("--name", default=DEFAULT_NAME)
     engine.add_argument("--repository", type=Path, default=Path("model_repository"))

@@ -93,7 +93,7 @@ def _serve(args: argparse.Namespace) -> None:
 
 
 def _switch_options(switch: argparse.ArgumentParser, command: str) -> None:
-    from tritongen.spec import DEFAULT_NAME
+    from tritongen.buildspec import DEFAULT_NAME
 
     switch.add_argument("--name", default=DEFAULT_NAME, help="ensemble name")
     if command == "rollout":
@@ -155,7 +155,7 @@ def _health(args: argparse.Namespace) -> int:
 
 
 def _infer_options(inf: argparse.ArgumentParser) -> None:
-    from tritongen.spec import DEFAULT_NAME
+    from tritongen.buildspec import DEFAULT_NAME
 
     inf.add_argument("--name", default=DEFAULT_NAME)
     inf.add_argument("--text", action="append", help="text to send (repeat for a batch)")

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritongen import spec as specs
+from tritongen import buildspec as specs
+from tritongen.buildspec import BuildSpec
 from tritongen.configs.model_config import (
     DynamicBatching,
     EnsembleStep,
@@ -28,7 +29,6 @@ from tritongen.configs.model_config import (
 )
 from tritongen.repository.layout import step_names
 from tritongen.runtimes import get_runtime
-from tritongen.spec import BuildSpec
 from tritongen.tasks import TaskPlan
 
 __all__ = ["ModelStep", "bucket_lengths", "step_configs"]

@@ -27,7 +27,7 @@ __all__ = ["ModelStepView", "Runtime", "SpecView"]
 
 
 class SpecView(Protocol):
-    """What a runtime reads of the build spec (``tritongen.spec.BuildSpec`` is one)."""
+    """What a runtime reads of the build spec (``tritongen.buildspec.BuildSpec`` is one)."""
 
     @property
     def precision(self) -> str: ...  # noqa: D102

@@ -3,7 +3,7 @@
 A task folder holds its entry (``__init__.py``: a :class:`Task` subclass registered with
 :func:`register_task`) and its step modules (``tokenizer.py``, ``postprocess.py``) when the shared ones
 (``tritongen.steps``) do not fit. A task with settings of its own names their class, which lives with the
-spec's other sections in ``tritongen.spec.sections``. See docs/tasks.md, "Adding a task".
+spec's other sections in ``tritongen.buildspec.sections``. See docs/tasks.md, "Adding a task".
 """
 
 from __future__ import annotations

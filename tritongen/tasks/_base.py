@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from tritongen.buildspec.sections import TaskSettings
 from tritongen.errors import CapabilityError, CheckpointError, UnsupportedModelError
 from tritongen.gates.accuracy import Gate, LabelGate
-from tritongen.spec.sections import TaskSettings
 from tritongen.tasks._inputs import Modality, TextInputs
 from tritongen.tasks._tensors import TRUNCATED, TensorSpec
 
 if TYPE_CHECKING:
     import torch
 
+    from tritongen.buildspec import BuildSpec
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.model.fold import GraphTail
-    from tritongen.spec import BuildSpec
 
 __all__ = ["NO_TOKENIZER_LIMIT", "TRUNCATED", "Binding", "Task", "TaskPlan", "TensorSpec", "reference_postprocess"]
 

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tritongen.buildspec.sections import ImagesSettings
 from tritongen.errors import CheckpointError, SpecError, UnsupportedModelError
 from tritongen.runtimes import get_runtime
-from tritongen.spec.sections import ImagesSettings
 from tritongen.steps.image import ImageEncoder, ImageSettings
 from tritongen.tasks._inputs import BuildView, Modality
 from tritongen.tasks._tensors import TensorSpec
@@ -21,10 +21,10 @@ from tritongen.tasks._tensors import TensorSpec
 if TYPE_CHECKING:
     import torch
 
+    from tritongen.buildspec import BuildSpec
     from tritongen.gates.parity import ParityReport
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.model.facts import ModelFacts
-    from tritongen.spec import BuildSpec
 
 __all__ = ["IMAGE", "ImageInputs", "ImagesSettings", "image_settings", "image_size", "pixel_module"]
 

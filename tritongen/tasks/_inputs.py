@@ -17,11 +17,11 @@ from tritongen.errors import CheckpointError, UnsupportedModelError
 from tritongen.tasks._tensors import TensorSpec
 
 if TYPE_CHECKING:
+    from tritongen.buildspec import BuildSpec
     from tritongen.gates.accuracy import Gate
     from tritongen.gates.parity import ParityReport
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.model.facts import ModelFacts
-    from tritongen.spec import BuildSpec
 
 __all__ = ["BoundView", "BuildView", "Modality", "TextInputs"]
 
@@ -42,7 +42,7 @@ class BoundView(Protocol):
 
 
 class BuildView(Protocol):
-    """What the build's plan shows the tasks' hooks; ``tritongen.build.plan.BuildPlan`` is one.
+    """What the build's plan shows the tasks' hooks; ``tritongen.builder.plan.BuildPlan`` is one.
 
     Declared here, at the tasks' level, so that a task reads the plan without importing the build above it.
     """

@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markdown import Markdown
 
-from tritongen.build.plan import (
+from tritongen.builder.plan import (
     BuildPlan,
     Export,
     Variant,

@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markdown import Markdown
 
-from tritongen.build.plan import BuildPlan, Export, Variant, gate_reference, gate_texts, stage
+from tritongen.builder.plan import BuildPlan, Export, Variant, gate_reference, gate_texts, stage
 from tritongen.containers import Container
 from tritongen.errors import AccuracyError
 from tritongen.gates.accuracy import worst_of

@@ -22,9 +22,9 @@ from tritongen.tasks.image_embedding import IMAGE_TEXT_MODELS
 if TYPE_CHECKING:
     import torch
 
+    from tritongen.buildspec import BuildSpec
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.model.facts import ModelFacts
-    from tritongen.spec import BuildSpec
 
 __all__ = ["ImageEmbeddingText", "TextTowerInputs"]
 

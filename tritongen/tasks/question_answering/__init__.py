@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tritongen.buildspec.sections import QuestionAnsweringSettings
 from tritongen.errors import UnsupportedModelError
 from tritongen.gates.accuracy import SpanGate
-from tritongen.spec.sections import QuestionAnsweringSettings
 from tritongen.steps.qa import QAInputError, resolve_window_sizes
 from tritongen.tasks._base import (
     TOKEN_METADATA,
@@ -27,8 +27,8 @@ from tritongen.tasks._registry import register_task
 if TYPE_CHECKING:
     import torch
 
+    from tritongen.buildspec import BuildSpec
     from tritongen.model.checkpoint import Checkpoint
-    from tritongen.spec import BuildSpec
 
 __all__ = ["QuestionAnswering", "QuestionAnsweringSettings"]
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tritongen.buildspec.sections import TokenClassificationSettings
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import TokenLabelGate
-from tritongen.spec.sections import TokenClassificationSettings
 from tritongen.tasks._base import (
     TOKEN_METADATA,
     WINDOW_EXAMPLE,
@@ -26,8 +26,8 @@ from tritongen.tasks._registry import register_task
 if TYPE_CHECKING:
     import torch
 
+    from tritongen.buildspec import BuildSpec
     from tritongen.model.checkpoint import Checkpoint
-    from tritongen.spec import BuildSpec
 
 __all__ = ["TokenClassification", "TokenClassificationSettings", "ner_stride"]
 

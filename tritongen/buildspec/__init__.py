@@ -16,11 +16,11 @@ from typing import Any, Literal
 
 import yaml
 
+from tritongen.buildspec.sections import SECTIONS, TaskSettings, legacy_settings
 from tritongen.configs.model_config import InstanceGroup, QueuePolicy  # the same sections as Triton's config
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.errors import SpecError
 from tritongen.runtimes import get_runtime
-from tritongen.spec.sections import SECTIONS, TaskSettings, legacy_settings
 from tritongen.steps.ner import STRATEGIES
 
 __all__ = [

@@ -9,7 +9,7 @@ import datetime as _dt
 from collections.abc import Sequence
 from typing import Any
 
-from tritongen.build.plan import BuildPlan, Variant, variant_name
+from tritongen.builder.plan import BuildPlan, Variant, variant_name
 from tritongen.gates.parity import ParityReport
 from tritongen.model.checkpoint import Checkpoint
 from tritongen.model.fold import FoldReport

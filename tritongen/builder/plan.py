@@ -1,6 +1,6 @@
 """What every build stage shares: the plan decided once, what the export produced, and how stages report.
 
-:class:`BuildPlan` is what :func:`tritongen.build.pipeline.inspect` decides and every later stage reads; the
+:class:`BuildPlan` is what :func:`tritongen.builder.pipeline.inspect` decides and every later stage reads; the
 runtimes' stages (``tritongen.runtimes``) read it too, so it lives here, below both.
 """
 
@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from tritongen.buildspec import BuildSpec
 from tritongen.configs.steps import bucket_lengths
 from tritongen.containers import container
 from tritongen.errors import StageError, TritongenError
@@ -27,7 +28,6 @@ from tritongen.precision.int8_search import SearchReport, ServedGate
 from tritongen.precision.optimize import OptimizeReport
 from tritongen.repository.layout import step_names
 from tritongen.runtimes import Runtime, get_runtime
-from tritongen.spec import BuildSpec
 from tritongen.tasks import Task, TaskPlan
 
 __all__ = [

@@ -24,8 +24,8 @@ from rich.markdown import Markdown
 from tritonclient.grpc import model_config_pb2 as mc
 
 from tritongen import steps
-from tritongen.build.card import SEARCH_PLOT, model_card, required
-from tritongen.build.plan import (
+from tritongen.builder.card import SEARCH_PLOT, model_card, required
+from tritongen.builder.plan import (
     BuildPlan,
     ContainerChecks,
     Export,
@@ -33,6 +33,7 @@ from tritongen.build.plan import (
     stage,
     variant_name,
 )
+from tritongen.buildspec import BuildSpec
 from tritongen.configs.render import render_all
 from tritongen.configs.steps import step_configs
 from tritongen.errors import (
@@ -55,7 +56,6 @@ from tritongen.repository.canary import CANARY_FILE
 from tritongen.repository.canary import record as record_canary
 from tritongen.repository.layout import served_steps
 from tritongen.repository.staging import Staging, staging
-from tritongen.spec import BuildSpec
 from tritongen.tasks import Task, detect_task, get_task, reference_postprocess
 from tritongen.tasks._base import NO_TOKENIZER_LIMIT
 
