@@ -13,9 +13,19 @@ from typing import Any
 
 from tritongen.configs.model_config import ModelConfig
 from tritongen.errors import SpecError
-from tritongen.runtimes import ModelStepView, Runtime, SpecView
+from tritongen.runtimes import BuildStages, ModelStepView, Runtime, SpecView
 
 MARKER = "single_thread.txt"  # what write_files leaves beside the model, to show the build called it
+
+
+class SingleThreadStages(BuildStages):
+    """Its build stages: the export served as it is, and a marker file beside the model."""
+
+    def optimise(self, plan: Any, onnx: Any, console: Any) -> None:
+        shutil.copyfile(onnx.fp32_path, onnx.target)  # served as exported: no variant to gate
+
+    def write_files(self, plan: Any, version_dir: Path) -> None:
+        (version_dir / MARKER).write_text(f"{plan.spec.name}: one thread\n", encoding="utf-8")
 
 
 class SingleThread(Runtime):
@@ -28,6 +38,7 @@ class SingleThread(Runtime):
     thread_parameter = "intra_op_thread_count"
     container_check_skipped = "the toy runtime is not in any container"
     fold_refused = "the toy runtime serves the export alone"
+    stages = SingleThreadStages()  # a runtime may carry its stages itself
 
     def check_spec(self, spec: SpecView) -> None:
         if spec.precision != "fp32" or spec.optimize:
@@ -41,9 +52,3 @@ class SingleThread(Runtime):
             instance_group=step.instances(),
             parameters={self.thread_parameter: "1"},
         )
-
-    def optimise(self, plan: Any, onnx: Any, console: Any) -> None:
-        shutil.copyfile(onnx.fp32_path, onnx.target)  # served as exported: no variant to gate
-
-    def write_files(self, plan: Any, version_dir: Path) -> None:
-        (version_dir / MARKER).write_text(f"{plan.spec.name}: one thread\n", encoding="utf-8")

@@ -56,6 +56,7 @@ from tritongen.repository.canary import CANARY_FILE
 from tritongen.repository.canary import record as record_canary
 from tritongen.repository.layout import served_steps
 from tritongen.repository.staging import Staging, staging
+from tritongen.runtimes import stages as _runtime_stages  # noqa: F401  (attaches the runtimes' build stages)
 from tritongen.tasks import Task, detect_task, get_task, reference_postprocess
 from tritongen.tasks._base import NO_TOKENIZER_LIMIT
 
@@ -210,7 +211,7 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
 
     ONNX Runtime's INT8 searches for the fastest quantisation that passes the gate (``tritongen.precision``).
     """
-    return plan.runtime.optimise(plan, onnx, console)
+    return plan.stages.optimise(plan, onnx, console)
 
 
 def container_check(plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console) -> ContainerChecks:
@@ -233,7 +234,7 @@ def container_check(plan: BuildPlan, onnx: Export, variant: Variant | None, cons
             console.print(f"[yellow]Container runtime check skipped[/]: {why}")
             checks[release] = {"skipped": why}
         else:
-            checks[release] = plan.runtime.container_check(plan, onnx, variant, console, release, python)
+            checks[release] = plan.stages.container_check(plan, onnx, variant, console, release, python)
     return checks
 
 
@@ -354,7 +355,7 @@ def write(
     spec, names = plan.spec, plan.names
     for step, (text, _) in configs.items():
         work.write_config(names[step], text)
-    plan.runtime.write_files(plan, work.version_dir(names["model"]))
+    plan.stages.write_files(plan, work.version_dir(names["model"]))
     folding = folding or FoldReport(False, "not tried")
     _write_python_steps(plan, work, folded=folding.folded)
     card_dir = work.version_dir(names["ensemble"])

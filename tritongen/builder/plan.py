@@ -17,7 +17,7 @@ from rich.console import Console
 from tritongen.buildspec import BuildSpec
 from tritongen.configs.steps import bucket_lengths
 from tritongen.containers import container
-from tritongen.errors import StageError, TritongenError
+from tritongen.errors import SpecError, StageError, TritongenError
 from tritongen.gates.accuracy import AccuracyReport, GateReference, read_texts
 from tritongen.gates.compat import ContainerReport, container_gate, container_python
 from tritongen.gates.parity import ReferenceModel
@@ -27,7 +27,7 @@ from tritongen.model.facts import ModelFacts
 from tritongen.precision.int8_search import SearchReport, ServedGate
 from tritongen.precision.optimize import OptimizeReport
 from tritongen.repository.layout import step_names
-from tritongen.runtimes import Runtime, get_runtime
+from tritongen.runtimes import BuildStages, Runtime, get_runtime
 from tritongen.tasks import Task, TaskPlan
 
 __all__ = [
@@ -69,6 +69,14 @@ class BuildPlan:
     def runtime(self) -> Runtime:
         """The model step's runtime (the registry's entry for ``spec.runtime``)."""
         return get_runtime(self.spec.runtime)
+
+    @property
+    def stages(self) -> BuildStages:
+        """The runtime's build stages (stage 4, stage 5, its files)."""
+        stages = self.runtime.stages
+        if stages is None:
+            raise SpecError(f"runtime `{self.runtime.name}` has no build stages registered")
+        return stages
 
     @property
     def max_length(self) -> int:

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 # The built-in runtimes register themselves on import.
 from tritongen.runtimes import onnxruntime, openvino, tensorrt
-from tritongen.runtimes.base import ModelStepView, Runtime, SpecView
-from tritongen.runtimes.registry import RUNTIMES, get_runtime, register_runtime, runtime_names, runtime_of_backend
+from tritongen.runtimes.base import BuildStages, ModelStepView, Runtime, SpecView
+from tritongen.runtimes.registry import (
+    RUNTIMES,
+    get_runtime,
+    register_runtime,
+    register_stages,
+    runtime_names,
+    runtime_of_backend,
+)
 
 __all__ = [
-    "RUNTIMES", "ModelStepView", "Runtime", "SpecView", "get_runtime", "onnxruntime", "openvino", "register_runtime",
-    "runtime_names", "runtime_of_backend", "tensorrt",
+    "RUNTIMES", "BuildStages", "ModelStepView", "Runtime", "SpecView", "get_runtime", "onnxruntime", "openvino",
+    "register_runtime", "register_stages", "runtime_names", "runtime_of_backend", "tensorrt",
 ]  # fmt: skip

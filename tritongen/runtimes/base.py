@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from tritongen.configs.model_config import InstanceGroup, ModelConfig, Tensor
 
-__all__ = ["ModelStepView", "Runtime", "SpecView"]
+__all__ = ["BuildStages", "ModelStepView", "Runtime", "SpecView"]
 
 
 class SpecView(Protocol):
@@ -62,8 +62,30 @@ class ModelStepView(Protocol):
     def instances(self) -> InstanceGroup: ...  # noqa: D102
 
 
+class BuildStages:
+    """A runtime's part of the build: stage 4 (optimise and gate), stage 5 (the container check) and its files.
+
+    A built-in runtime's stages live in its folder's ``stages.py`` and attach themselves to the runtime with
+    ``@register_stages`` when the build imports ``tritongen.runtimes.stages``: they use the build's plan, which
+    the runtime itself sits below. A runtime may also carry its stages itself (``Runtime.stages``).
+    """
+
+    def optimise(self, plan: Any, onnx: Any, console: Console) -> Any:
+        """Build stage 4: the served model from the FP32 export, gated; None when the export is served as is."""
+        raise NotImplementedError
+
+    def container_check(self, plan: Any, onnx: Any, variant: Any, console: Console, release: str, python: Path) -> Any:
+        """Build stage 5 in one container (``release``, its venv's ``python``): a ContainerReport, or why skipped."""
+        raise NotImplementedError
+
+    def write_files(self, plan: Any, version_dir: Path) -> None:
+        """Files the model step needs beside its model (the TensorRT engine's build plan)."""
+
+
 class Runtime:
-    """Base of a runtime entry: declarative class attributes, and hooks for the spec, the build and the bench."""
+    """Base of a runtime entry: declarative class attributes, and hooks for the spec, the configs and the bench."""
+
+    stages: BuildStages | None = None  # set by ``register_stages`` (or by the runtime itself)
 
     name: ClassVar[str]  # the spec's ``runtime`` value
     title: ClassVar[str]  # for people: "ONNX Runtime"
@@ -116,14 +138,3 @@ class Runtime:
             return []
         section, key = self.thread_setting
         return [f"{section}:", f"  {key}: {threads}"]
-
-    def optimise(self, plan: Any, onnx: Any, console: Console) -> Any:
-        """Build stage 4: the served model from the FP32 export, gated; None when the export is served as is."""
-        raise NotImplementedError
-
-    def container_check(self, plan: Any, onnx: Any, variant: Any, console: Console, release: str, python: Path) -> Any:
-        """Build stage 5 in one container (``release``, its venv's ``python``): a ContainerReport, or why skipped."""
-        raise NotImplementedError
-
-    def write_files(self, plan: Any, version_dir: Path) -> None:
-        """Files the model step needs beside its model (the TensorRT engine's build plan)."""

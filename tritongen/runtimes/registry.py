@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from tritongen.errors import SpecError
-from tritongen.runtimes.base import Runtime
+from collections.abc import Callable
 
-__all__ = ["RUNTIMES", "get_runtime", "register_runtime", "runtime_names", "runtime_of_backend"]
+from tritongen.errors import SpecError
+from tritongen.runtimes.base import BuildStages, Runtime
+
+__all__ = ["RUNTIMES", "get_runtime", "register_runtime", "register_stages", "runtime_names", "runtime_of_backend"]
 
 RUNTIMES: dict[str, Runtime] = {}
 
@@ -32,3 +34,13 @@ def runtime_names() -> tuple[str, ...]:
 def runtime_of_backend(backend: str) -> Runtime | None:
     """The runtime whose model step a config's ``backend`` (or ``platform``) names; None for any other."""
     return next((r for r in RUNTIMES.values() if r.backend == backend), None)
+
+
+def register_stages(runtime: type[Runtime]) -> Callable[[type[BuildStages]], type[BuildStages]]:
+    """Class decorator: ``runtime``'s build stages (its folder's ``stages.py``), attached to its registry entry."""
+
+    def attach(cls: type[BuildStages]) -> type[BuildStages]:
+        RUNTIMES[runtime.name].stages = cls()
+        return cls
+
+    return attach

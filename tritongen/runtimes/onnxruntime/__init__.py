@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen.runtimes.base import ModelStepView, Runtime
 from tritongen.runtimes.registry import register_runtime
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from tritongen.configs.model_config import ModelConfig, TensorRTAccelerator
 
 __all__ = ["OnnxRuntime"]
@@ -49,17 +46,6 @@ class OnnxRuntime(Runtime):
             optimization=OnnxRuntimeOptimization(ort.graph_optimization_level, _tensorrt_accelerator(step)),
             parameters=parameters,
         )
-
-    def optimise(self, plan: Any, onnx: Any, console: Console) -> Any:
-        from tritongen.runtimes.onnxruntime.stages import optimise
-
-        return optimise(plan, onnx, console)
-
-    def container_check(self, plan: Any, onnx: Any, variant: Any, console: Console, release: str, python: Path) -> Any:
-        from tritongen.containers import container
-        from tritongen.runtimes.onnxruntime.stages import container_check
-
-        return container_check(plan, onnx, variant, console, container(release), python)
 
 
 def _tensorrt_accelerator(step: ModelStepView) -> TensorRTAccelerator | None:

@@ -22,14 +22,17 @@ from tritongen.builder.plan import (
     stage,
     variant_name,
 )
-from tritongen.containers import Container
+from tritongen.containers import Container, container
 from tritongen.errors import AccuracyError, ParityError
 from tritongen.gates.accuracy import require_accuracy
 from tritongen.gates.compat import ContainerCheck, ContainerReport, check_in_container
 from tritongen.precision.int8_search import SearchFeedback, SearchSettings, search_int8
 from tritongen.precision.optimize import int8_weights_saturate, optimize_model
+from tritongen.runtimes.base import BuildStages
+from tritongen.runtimes.onnxruntime import OnnxRuntime
+from tritongen.runtimes.registry import register_stages
 
-__all__ = ["container_check", "optimise"]
+__all__ = ["OnnxRuntimeStages", "container_check", "optimise"]
 
 
 def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
@@ -104,3 +107,16 @@ def container_check(
         error = AccuracyError if lossy else ParityError
         raise error(f"{report.summary()}; nothing was published (serve it elsewhere with --no-container-check)")
     return report
+
+
+@register_stages(OnnxRuntime)
+class OnnxRuntimeStages(BuildStages):
+    """ONNX Runtime's stages 4 and 5."""
+
+    def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
+        return optimise(plan, onnx, console)
+
+    def container_check(
+        self, plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console, release: str, python: Path
+    ) -> ContainerReport | dict[str, str]:
+        return container_check(plan, onnx, variant, console, container(release), python)

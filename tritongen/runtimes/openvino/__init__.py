@@ -5,8 +5,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from tritongen.errors import SpecError
 from tritongen.runtimes.base import ModelStepView, Runtime, SpecView
@@ -14,8 +13,6 @@ from tritongen.runtimes.openvino.ir import IR_FILE
 from tritongen.runtimes.registry import register_runtime
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from tritongen.configs.model_config import ModelConfig
 
 __all__ = ["OpenVino"]
@@ -74,14 +71,3 @@ class OpenVino(Runtime):
             instance_group=step.instances(),
             parameters=parameters,
         )
-
-    def optimise(self, plan: Any, onnx: Any, console: Console) -> Any:
-        from tritongen.runtimes.openvino.stages import optimise
-
-        return optimise(plan, onnx, console)
-
-    def container_check(self, plan: Any, onnx: Any, variant: Any, console: Console, release: str, python: Path) -> Any:
-        from tritongen.containers import container
-        from tritongen.runtimes.openvino.stages import container_check
-
-        return container_check(plan, onnx, variant, console, container(release), python)

@@ -12,11 +12,13 @@ from rich.console import Console
 from rich.markdown import Markdown
 
 from tritongen.builder.plan import BuildPlan, Export, Variant, gate_reference, gate_texts, stage
-from tritongen.containers import Container
+from tritongen.containers import Container, container
 from tritongen.errors import AccuracyError
 from tritongen.gates.accuracy import worst_of
 from tritongen.gates.compat import ContainerReport, ContainerSession
 from tritongen.precision.optimize import OptimizeReport
+from tritongen.runtimes.base import BuildStages
+from tritongen.runtimes.openvino import OpenVino
 from tritongen.runtimes.openvino.ir import (
     IR_FILE,
     OpenVinoSession,
@@ -25,8 +27,9 @@ from tritongen.runtimes.openvino.ir import (
     openvino_version,
     quantize_ir,
 )
+from tritongen.runtimes.registry import register_stages
 
-__all__ = ["container_check", "optimise"]
+__all__ = ["OpenVinoStages", "container_check", "optimise"]
 
 
 def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant:
@@ -102,3 +105,16 @@ def container_check(
     runtime, precisions = reports[0].variant.split(" in ")[-1], "/".join(p.upper() for p in cpu_precisions())
     worst = dataclasses.replace(worst_of(reports), variant=f"{precisions} in {runtime}")
     return ContainerReport(runtime, "gate", target.release, worst.passed, accuracy=worst)
+
+
+@register_stages(OpenVino)
+class OpenVinoStages(BuildStages):
+    """OpenVINO's stages 4 and 5."""
+
+    def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
+        return optimise(plan, onnx, console)
+
+    def container_check(
+        self, plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console, release: str, python: Path
+    ) -> ContainerReport | dict[str, str]:
+        return container_check(plan, onnx, variant, console, container(release), python)

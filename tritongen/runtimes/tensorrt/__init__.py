@@ -5,16 +5,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tritongen.errors import SpecError
 from tritongen.runtimes.base import ModelStepView, Runtime, SpecView
 from tritongen.runtimes.registry import register_runtime
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from tritongen.configs.model_config import ModelConfig
 
 __all__ = ["TensorRT"]
@@ -63,23 +60,3 @@ class TensorRT(Runtime):
             cc_model_filenames=cc_model_filenames(),
             instance_group=dataclasses.replace(step.instances(), profiles=profiles),
         )
-
-    def optimise(self, plan: Any, onnx: Any, console: Console) -> Any:
-        """The ONNX model the plan is built from, optimised and gated as for ONNX Runtime (INT8: symmetric QDQ)."""
-        from tritongen.runtimes.onnxruntime.stages import optimise
-
-        return optimise(plan, onnx, console)
-
-    def write_files(self, plan: Any, version_dir: Path) -> None:
-        """``engine.json``: how ``tritongen engine`` builds the plan on the GPU node."""
-        from tritongen.runtimes.tensorrt.engine import EnginePlan, builder_flags, cc_model_filenames, plan_profiles
-
-        spec = plan.spec
-        engine = EnginePlan(
-            inputs=plan.inputs,
-            profiles=plan_profiles(plan.buckets, spec.max_batch_size),
-            flags=builder_flags(spec.precision),
-            workspace_bytes=spec.tensorrt.max_workspace_size_bytes,
-            cc_model_filenames=cc_model_filenames(),
-        )
-        (version_dir / "engine.json").write_text(engine.to_json())
