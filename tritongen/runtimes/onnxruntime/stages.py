@@ -22,7 +22,7 @@ from tritongen.builder.plan import (
     stage,
     variant_name,
 )
-from tritongen.containers import Container, container
+from tritongen.containers import container
 from tritongen.errors import AccuracyError, ParityError
 from tritongen.gates.accuracy import require_accuracy
 from tritongen.gates.compat import ContainerCheck, ContainerReport, check_in_container
@@ -32,81 +32,7 @@ from tritongen.runtimes.base import BuildStages
 from tritongen.runtimes.onnxruntime import OnnxRuntime
 from tritongen.runtimes.registry import register_stages
 
-__all__ = ["OnnxRuntimeStages", "container_check", "optimise"]
-
-
-def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
-    """Stage 4 for an ONNX model step: optimise/convert the FP32 export and gate it; None when FP32 is served as is.
-
-    INT8 searches for the fastest quantisation that passes the gate (``tritongen.precision.int8_search``).
-    """
-    spec, target, runtime = plan.spec, onnx.target, plan.runtime
-    if spec.precision == "fp32" and not spec.optimize:
-        shutil.copyfile(onnx.fp32_path, target)
-        return None
-    validation, calibration, calibration_source = gate_texts(spec)
-    with (
-        console.status(f"Optimising ({spec.precision}, fusions {'on' if spec.optimize else 'off'})…"),
-        stage("optimisation"),
-    ):
-        optimized = optimize_model(
-            onnx.fp32_path, target, plan.checkpoint, precision=spec.precision, fuse=spec.optimize
-        )
-    reference, gate_line = gate_reference(plan, onnx, console, validation)
-    optimized.steps.append(gate_line)
-    search = None
-    if spec.precision == "int8":
-        settings = SearchSettings(
-            reference, onnx.encoder, calibration, schemes=runtime.int8_schemes(spec.quantization),
-            symmetric=runtime.symmetric_int8, baseline=onnx.fp32_path,
-            speed_texts=validation[:: max(1, len(validation) // 24)], accept_loss=spec.accept_accuracy_loss,
-            curve=spec.int8_curve, served=served_gate(plan, reference),
-        )  # fmt: skip
-        with console.status("INT8 search…") as status, stage("INT8 search"):
-            feedback = SearchFeedback(status.update, lambda line: print_line(console, line))
-            search = search_int8(target, target, settings, feedback)
-        search.notes.insert(0, f"Calibration texts: {calibration_source}.")
-        console.print(Markdown(search.to_markdown()))
-        if search.chosen is None or not (search.chosen.passed or spec.accept_accuracy_loss):
-            raise search.failure()
-        accuracy = search.chosen.gated
-        kept = search.layer_names(search.chosen.candidate.float_nodes)
-        bits = "7-bit (no VNNI here: 8-bit ones saturate the int8 kernels)" if int8_weights_saturate() else "8-bit"
-        optimized.steps.append(
-            f"int8 {search.chosen.candidate.label}: {search.chosen.candidate.why} "
-            f"({len(search.layers) - len(kept)} of {len(search.layers)} weight MatMuls in int8, per-channel {bits} "
-            "weights; "
-            f"chosen by the INT8 search below, {len(search.trials)} candidates measured)"
-        )
-    else:
-        with console.status(f"Accuracy gate on {reference.count} validation texts…"), stage("accuracy gate"):
-            accuracy = reference.measure(target, variant_name(spec))
-    console.print(Markdown(accuracy.to_markdown(accepted=spec.accept_accuracy_loss)))
-    require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)
-    return Variant(optimized, accuracy, search, reference)
-
-
-def container_check(
-    plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console, target: Container, python: Path
-) -> ContainerReport:
-    """Stage 5 for an ONNX model: our runtime's outputs (lossless) or the gate (FP16, INT8) in the container's."""
-    spec = plan.spec
-    feeds = plan.task.modality.feeds(plan, onnx.encoder)
-    lossy = variant is not None and spec.precision != "fp32"
-    with (
-        console.status(f"Checking the served model in ONNX Runtime {target.onnxruntime} (Triton {target.release})…"),
-        stage("container check"),
-    ):
-        check = ContainerCheck(
-            feeds, spec.parity_tolerance, reference=variant.reference if lossy and variant is not None else None,
-            variant=variant_name(spec, variant), batch_dependent=spec.precision == "int8", container=target.release,
-        )  # fmt: skip
-        report = check_in_container(onnx.target, python, check)
-    console.print(report.summary())
-    if not report.passed and not (lossy and spec.accept_accuracy_loss):
-        error = AccuracyError if lossy else ParityError
-        raise error(f"{report.summary()}; nothing was published (serve it elsewhere with --no-container-check)")
-    return report
+__all__ = ["OnnxRuntimeStages"]
 
 
 @register_stages(OnnxRuntime)
@@ -114,9 +40,76 @@ class OnnxRuntimeStages(BuildStages):
     """ONNX Runtime's stages 4 and 5."""
 
     def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
-        return optimise(plan, onnx, console)
+        """Stage 4 for an ONNX model step: optimise/convert the FP32 export and gate it; None when FP32 is served as is.
+
+        INT8 searches for the fastest quantisation that passes the gate (``tritongen.precision.int8_search``).
+        """
+        spec, target, runtime = plan.spec, onnx.target, plan.runtime
+        if spec.precision == "fp32" and not spec.optimize:
+            shutil.copyfile(onnx.fp32_path, target)
+            return None
+        validation, calibration, calibration_source = gate_texts(spec)
+        with (
+            console.status(f"Optimising ({spec.precision}, fusions {'on' if spec.optimize else 'off'})…"),
+            stage("optimisation"),
+        ):
+            optimized = optimize_model(
+                onnx.fp32_path, target, plan.checkpoint, precision=spec.precision, fuse=spec.optimize
+            )
+        reference, gate_line = gate_reference(plan, onnx, console, validation)
+        optimized.steps.append(gate_line)
+        search = None
+        if spec.precision == "int8":
+            settings = SearchSettings(
+                reference, onnx.encoder, calibration, schemes=runtime.int8_schemes(spec.quantization),
+                symmetric=runtime.symmetric_int8, baseline=onnx.fp32_path,
+                speed_texts=validation[:: max(1, len(validation) // 24)], accept_loss=spec.accept_accuracy_loss,
+                curve=spec.int8_curve, served=served_gate(plan, reference),
+            )  # fmt: skip
+            with console.status("INT8 search…") as status, stage("INT8 search"):
+                feedback = SearchFeedback(status.update, lambda line: print_line(console, line))
+                search = search_int8(target, target, settings, feedback)
+            search.notes.insert(0, f"Calibration texts: {calibration_source}.")
+            console.print(Markdown(search.to_markdown()))
+            if search.chosen is None or not (search.chosen.passed or spec.accept_accuracy_loss):
+                raise search.failure()
+            accuracy = search.chosen.gated
+            kept = search.layer_names(search.chosen.candidate.float_nodes)
+            bits = "7-bit (no VNNI here: 8-bit ones saturate the int8 kernels)" if int8_weights_saturate() else "8-bit"
+            optimized.steps.append(
+                f"int8 {search.chosen.candidate.label}: {search.chosen.candidate.why} "
+                f"({len(search.layers) - len(kept)} of {len(search.layers)} weight MatMuls in int8, per-channel {bits} "
+                "weights; "
+                f"chosen by the INT8 search below, {len(search.trials)} candidates measured)"
+            )
+        else:
+            with console.status(f"Accuracy gate on {reference.count} validation texts…"), stage("accuracy gate"):
+                accuracy = reference.measure(target, variant_name(spec))
+        console.print(Markdown(accuracy.to_markdown(accepted=spec.accept_accuracy_loss)))
+        require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)
+        return Variant(optimized, accuracy, search, reference)
 
     def container_check(
         self, plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console, release: str, python: Path
-    ) -> ContainerReport | dict[str, str]:
-        return container_check(plan, onnx, variant, console, container(release), python)
+    ) -> ContainerReport:
+        """Stage 5 for an ONNX model: our runtime's outputs (lossless) or the gate (FP16, INT8) in the container's."""
+        target = container(release)
+        spec = plan.spec
+        feeds = plan.task.modality.feeds(plan, onnx.encoder)
+        lossy = variant is not None and spec.precision != "fp32"
+        with (
+            console.status(
+                f"Checking the served model in ONNX Runtime {target.onnxruntime} (Triton {target.release})…"
+            ),
+            stage("container check"),
+        ):
+            check = ContainerCheck(
+                feeds, spec.parity_tolerance, reference=variant.reference if lossy and variant is not None else None,
+                variant=variant_name(spec, variant), batch_dependent=spec.precision == "int8", container=target.release,
+            )  # fmt: skip
+            report = check_in_container(onnx.target, python, check)
+        console.print(report.summary())
+        if not report.passed and not (lossy and spec.accept_accuracy_loss):
+            error = AccuracyError if lossy else ParityError
+            raise error(f"{report.summary()}; nothing was published (serve it elsewhere with --no-container-check)")
+        return report

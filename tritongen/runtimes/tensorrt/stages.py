@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.console import Console
-
-from tritongen.builder.plan import BuildPlan, Export, Variant
-from tritongen.runtimes.base import BuildStages
-from tritongen.runtimes.onnxruntime.stages import optimise
+from tritongen.builder.plan import BuildPlan
+from tritongen.runtimes.onnxruntime.stages import OnnxRuntimeStages
 from tritongen.runtimes.registry import register_stages
 from tritongen.runtimes.tensorrt import TensorRT
 from tritongen.runtimes.tensorrt.engine import EnginePlan, builder_flags, cc_model_filenames, plan_profiles
@@ -17,11 +14,8 @@ __all__ = ["TensorRTStages"]
 
 
 @register_stages(TensorRT)
-class TensorRTStages(BuildStages):
-    """Stage 4 as ONNX Runtime's (INT8: symmetric QDQ, the runtime says); no container check (a plan)."""
-
-    def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
-        return optimise(plan, onnx, console)
+class TensorRTStages(OnnxRuntimeStages):
+    """Stage 4 as ONNX Runtime's (INT8: symmetric QDQ, as the runtime says); no container check (a plan)."""
 
     def write_files(self, plan: BuildPlan, version_dir: Path) -> None:
         """``engine.json``: how ``tritongen engine`` builds the plan on the GPU node."""
