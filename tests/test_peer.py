@@ -12,6 +12,7 @@ from tritongen.bench.http_load import drive, kserve_target
 from tritongen.bench.infinity import infinity_executable
 from tritongen.bench.perf import Sweep
 from tritongen.bench.run import BenchOptions, run_bench
+from tritongen.bench.st_peer import st_executable
 from tritongen.errors import BenchError
 from tritongen.serve.client import infer
 
@@ -78,3 +79,20 @@ def test_bench_measures_infinity_beside_the_ensemble_in_interleaved_rounds(repo,
         figures = peer.at(concurrency)
         assert figures["ours"] > 0 and figures["peer"] > 0 and figures["errors"] == 0
     assert "## (d) the peer: `peer_emb` against infinity-emb (torch engine)" in paths["summary"].read_text()
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(st_executable() is None, reason="no .venv-st (make st-venv)")
+def test_bench_measures_the_script_beside_the_ensemble_when_asked(repo, tmp_path):
+    options = BenchOptions(
+        name="peer_emb", repository=repo, output=tmp_path, baselines=("script",),
+        sweep=Sweep(concurrency=(2,), fixed_requests=8), texts=16, peer_rounds=1, peer_seconds=1.0,
+    )  # fmt: skip
+    report, paths = run_bench(options)
+    script = report.script
+    assert script is not None and script.concurrencies() == [2] and len(script.rounds) == 1
+    assert script.at(2)["ours"] > 0 and script.at(2)["peer"] > 0 and script.at(2)["errors"] == 0
+    # Its dynamic INT8 against our FP32 build: close, but not the same model.
+    assert 0.95 <= script.cosine_min < 0.9999
+    summary = paths["summary"].read_text()
+    assert "## (f) the script: `peer_emb` against sentence-transformers ONNX INT8 + FastAPI (the script)" in summary

@@ -20,6 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from tritongen.bench.http_load import (
+    HttpTarget,
     InterleavedRounds,
     Interleaving,
     LoadResult,
@@ -32,7 +33,10 @@ from tritongen.bench.process import http_process, venv_executable
 from tritongen.errors import BenchError
 from tritongen.serve.server import free_port
 
-__all__ = ["INFINITY_VENV", "PeerComparison", "compare_with_infinity", "infinity_executable", "infinity_server"]
+__all__ = [
+    "INFINITY_VENV", "PeerComparison", "compare_with_infinity", "compare_with_peer", "infinity_executable",
+    "infinity_server",
+]  # fmt: skip
 
 INFINITY_VENV = Path(".venv-infinity")
 
@@ -72,6 +76,7 @@ class PeerComparison(InterleavedRounds):
     cosine_min: float
     cosine_median: float
     seconds: float
+    heading: str = "(d) the peer"  # the report's section: (d) infinity-emb, (f) the script
     figures: ClassVar[RoundFigures] = {
         "ours": lambda a, b: a.throughput,
         "peer": lambda a, b: b.throughput,
@@ -86,7 +91,7 @@ class PeerComparison(InterleavedRounds):
         """The summary's section on the peer."""
         rounds = self.rounds_per_concurrency()
         lines = [
-            f"## (d) the peer: `{self.ours}` against {self.peer}",
+            f"## {self.heading}: `{self.ours}` against {self.peer}",
             "",
             f"Both servers up at once, one HTTP/JSON load generator (one text per request, keep-alive clients), "
             f"{rounds} interleaved rounds of {self.seconds:.0f} s per side and concurrency; medians.",
@@ -109,6 +114,25 @@ class PeerComparison(InterleavedRounds):
         return "\n".join(lines) + "\n"
 
 
+def compare_with_peer(
+    ours: HttpTarget,
+    peer: HttpTarget,
+    texts: Sequence[str],
+    plan: Interleaving,
+    progress: Callable[[str], None] = lambda _: None,
+    heading: str = "(d) the peer",
+) -> PeerComparison:
+    """Drive the ensemble (``ours``) and a peer in interleaved rounds; their embeddings' agreement on the texts."""
+    sample = list(texts[:64])
+    a, b = ours.embed(sample), peer.embed(sample)
+    cosines = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    results = interleaved_rounds(ours, peer, texts, plan, progress)
+    return PeerComparison(
+        ours.label.strip("`"), peer.label, results, float(cosines.min()), float(np.median(cosines)), plan.seconds,
+        heading,
+    )  # fmt: skip
+
+
 def compare_with_infinity(
     triton_url: str,
     name: str,
@@ -119,11 +143,5 @@ def compare_with_infinity(
 ) -> PeerComparison:
     """Drive the ensemble ``name`` at ``triton_url`` and infinity-emb at ``peer_url`` in interleaved rounds."""
     ours = kserve_target(f"`{name}`", triton_url, name)
-    peer = openai_target("infinity-emb", peer_url, name)
-    sample = list(texts[:64])
-    a, b = ours.embed(sample), peer.embed(sample)
-    cosines = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-    results = interleaved_rounds(ours, peer, texts, plan, progress)
-    return PeerComparison(
-        name, "infinity-emb (torch engine)", results, float(cosines.min()), float(np.median(cosines)), plan.seconds
-    )
+    peer = openai_target("infinity-emb (torch engine)", peer_url, name)
+    return compare_with_peer(ours, peer, texts, plan, progress)

@@ -35,6 +35,7 @@ class BenchReport:
     ensembles: Mapping[tuple[str, int], StepStats] = field(default_factory=dict)  # the ensemble's own counters
     peer: PeerComparison | None = None  # (d) infinity-emb, interleaved rounds
     gateway: GatewayComparison | None = None  # (e) the OpenAI/TEI gateway against Triton's HTTP API
+    script: PeerComparison | None = None  # (f) the sentence-transformers ONNX INT8 + FastAPI script
     tuning: list[TunePoint] = field(default_factory=list)  # the instance/thread sweep, the built setting first
     tuned_backend: str = ""  # the model step's backend (which spec section holds its threads)
 
@@ -196,6 +197,8 @@ def summary_markdown(report: BenchReport) -> str:
         lines += ["", report.peer.to_markdown().rstrip("\n")]
     if report.gateway is not None:
         lines += ["", report.gateway.to_markdown().rstrip("\n")]
+    if report.script is not None:
+        lines += ["", report.script.to_markdown().rstrip("\n")]
     for budget in report.budgets(1):
         lines += [
             "",

@@ -36,6 +36,7 @@ from tritongen.bench.infinity import (
 )
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_input_data
 from tritongen.bench.report import BenchReport, write_report
+from tritongen.bench.st_peer import ST_VENV, compare_with_script, st_executable, st_server
 from tritongen.bench.tune import TuneGrid, TunePlan, TunePoint, tune
 from tritongen.builder.pipeline import build_repository
 from tritongen.buildspec import DynamicBatching, load_spec
@@ -49,8 +50,9 @@ from tritongen.tasks import TASKS
 
 __all__ = ["BenchOptions", "run_bench"]
 
-BASELINES = ("pipeline", "nobatch", "ceiling", "infinity", "gateway")
-DEFAULT_BASELINES = BASELINES[:4]  # (e), the gateway, only when asked: it measures the gateway, not the ensemble
+BASELINES = ("pipeline", "nobatch", "ceiling", "infinity", "gateway", "script")
+# (e), the gateway, only when asked: it measures the gateway, not the ensemble.
+DEFAULT_BASELINES = ("pipeline", "nobatch", "ceiling", "infinity", "script")
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,24 @@ class _ServerFigures:
     peer: PeerComparison | None
     gateway: GatewayComparison | None
     tuning: list[TunePoint]
+    script: PeerComparison | None = None
+
+
+def _peer_skipped(run: _BenchRun, baseline: str, venv: Path, ready: bool) -> bool:
+    """Whether the embedding peer ``baseline`` cannot run; asked for explicitly, that is an error, else a note."""
+    options, meta = run.options, run.meta
+    if baseline not in options.baselines:
+        return True
+    why = (
+        f"`{options.name}` is a {meta['task']} ensemble; the peer serves embeddings" if meta["task"] != "embedding"
+        else f"no {venv} (`make {venv.name.removeprefix('.venv-')}-venv` creates it)" if not ready
+        else ""
+    )  # fmt: skip
+    if why and options.baselines != DEFAULT_BASELINES:
+        raise BenchError(f"baseline {baseline}: {why}")
+    if why:
+        run.console.print(f"[yellow]Baseline {baseline} skipped[/]: {why}")
+    return bool(why)
 
 
 def _measure_peer(run: _BenchRun, triton_url: str) -> PeerComparison | None:
@@ -172,22 +192,21 @@ def _measure_peer(run: _BenchRun, triton_url: str) -> PeerComparison | None:
     is skipped with a note, so ``make bench`` works without the extra.
     """
     options, meta, console = run.options, run.meta, run.console
-    if "infinity" not in options.baselines:
-        return None
-    explicit = options.baselines != DEFAULT_BASELINES
-    why = (
-        f"`{options.name}` is a {meta['task']} ensemble; infinity-emb serves embeddings" if meta["task"] != "embedding"
-        else f"no {INFINITY_VENV} (`make infinity-venv` creates it)" if infinity_executable() is None
-        else ""
-    )  # fmt: skip
-    if why:
-        if explicit:
-            raise BenchError(f"baseline infinity: {why}")
-        console.print(f"[yellow]Baseline (d) skipped[/]: {why}")
+    if _peer_skipped(run, "infinity", INFINITY_VENV, infinity_executable() is not None):
         return None
     console.print("[bold]Measuring baseline (d): infinity-emb on the same checkpoint, interleaved with the ensemble…")
     with infinity_server(meta["checkpoint"], options.name, run.results / "infinity_server.log") as url:
         return compare_with_infinity(triton_url, options.name, url, run.texts, options.interleaving, console.print)
+
+
+def _measure_script(run: _BenchRun, triton_url: str) -> PeerComparison | None:
+    """(f) for embedding ensembles: the sentence-transformers ONNX INT8 + FastAPI script, interleaved rounds."""
+    options, meta, console = run.options, run.meta, run.console
+    if _peer_skipped(run, "script", ST_VENV, st_executable() is not None):
+        return None
+    console.print("[bold]Measuring baseline (f): the sentence-transformers script, interleaved with the ensemble…")
+    with st_server(meta["checkpoint"], run.results / "script_server.log") as url:
+        return compare_with_script(triton_url, options.name, url, run.texts, options.interleaving, console.print)
 
 
 def _measure_gateway(run: _BenchRun, server: TritonServer) -> GatewayComparison | None:
@@ -280,9 +299,10 @@ def _measure_server(run: _BenchRun, tune_plan: TunePlan | None) -> _ServerFigure
         with server:
             points, breakdown, ensembles = _measure_triton(server, configs, run.options.sweep, run.results, run.console)
             peer = _measure_peer(run, server.http_url)
+            script = _measure_script(run, server.http_url)
             gateway = _measure_gateway(run, server)
             tuning = _measure_tuning(run, tune_plan, server)
-    return _ServerFigures(points, breakdown, ensembles, peer, gateway, tuning)
+    return _ServerFigures(points, breakdown, ensembles, peer, gateway, tuning, script)
 
 
 def _measure_pipeline(run: _BenchRun) -> list[PerfPoint]:
@@ -333,6 +353,7 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
     report = BenchReport(
         name=name, points=points, breakdown=served.breakdown, ceiling=_measure_in_process(run), command=command,
         ensembles=served.ensembles, peer=served.peer, gateway=served.gateway, tuning=served.tuning,
+        script=served.script,
         tuned_backend=tune_plan.backend if tune_plan else "",
     )  # fmt: skip
     paths = write_report(report, run.results)

@@ -12,14 +12,16 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from tritongen.bench.http_load import Interleaving, kserve_target, openai_target
+from tritongen.bench.infinity import PeerComparison, compare_with_peer
 from tritongen.bench.process import http_process, venv_executable
 from tritongen.errors import BenchError
 from tritongen.serve.server import free_port
 
-__all__ = ["ST_PATH", "ST_SCRIPT", "ST_VENV", "st_executable", "st_server"]
+__all__ = ["ST_PATH", "ST_SCRIPT", "ST_VENV", "compare_with_script", "st_executable", "st_server"]
 
 ST_VENV = Path(".venv-st")
 ST_SCRIPT = Path(__file__).with_name("st_fastapi.py")
@@ -53,3 +55,17 @@ def st_server(checkpoint: str | Path, log: Path, *, quantize: bool = True, threa
                "HF_HOME": str(Path(scratch) / "hf"), "TMPDIR": scratch}  # fmt: skip
         with http_process(command, port, log, what="the script peer", env=env, timeout=300) as url:
             yield url
+
+
+def compare_with_script(
+    triton_url: str,
+    name: str,
+    script_url: str,
+    texts: Sequence[str],
+    plan: Interleaving,
+    progress: Callable[[str], None] = lambda _: None,
+) -> PeerComparison:
+    """Drive the ensemble ``name`` and the script in interleaved rounds, one HTTP/JSON text per request each."""
+    ours = kserve_target(f"`{name}`", triton_url, name)
+    script = openai_target("sentence-transformers ONNX INT8 + FastAPI (the script)", script_url, name, path=ST_PATH)
+    return compare_with_peer(ours, script, texts, plan, progress, heading="(f) the script")

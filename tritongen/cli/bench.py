@@ -43,7 +43,8 @@ def _bench_options(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--compare", help="comma-separated other ensembles to measure in the same run")
     bench.add_argument(
         "--baselines",
-        help="comma-separated subset of pipeline,nobatch,ceiling,infinity,gateway (default: all available but gateway)",
+        help="comma-separated subset of pipeline,nobatch,ceiling,infinity,gateway,script "
+        "(default: all available but gateway)",
     )
     tuning = bench.add_argument_group(
         "tuning sweep", "measure these settings too, applied to the running server; the report names the best"
