@@ -146,22 +146,22 @@ def step_configs(
         **_padding(tokenizer_facts),
         **plan.tokenizer_parameters,
     }
+    batching = _python_batching(spec, plan)
     configs = {
         "tokenizer": _python_step(
-            spec, plan, names, "tokenizer", (wiring.tokenizer_in, wiring.tokenizer_out), parameters
+            spec, names, "tokenizer", (wiring.tokenizer_in, wiring.tokenizer_out), parameters, batching
         ),
         "model": get_runtime(spec.runtime).model_config(model_step),
-        "postprocess": _python_step(
-            spec, plan, names, "postprocess", (wiring.post_in, wiring.post_out), plan.postprocess_parameters
-        ),
-        "ensemble": _ensemble(spec, plan, wiring, folded=folded),
     }
-    if folded:
-        del configs["postprocess"]
+    if not folded:
+        configs["postprocess"] = _python_step(
+            spec, names, "postprocess", (wiring.post_in, wiring.post_out), plan.postprocess_parameters, batching
+        )
+    configs["ensemble"] = _ensemble(spec, wiring, batching["max_batch_size"], folded=folded)
     return configs
 
 
-def _python_steps(spec: BuildSpec, plan: TaskPlan) -> dict[str, Any]:
+def _python_batching(spec: BuildSpec, plan: TaskPlan) -> dict[str, Any]:
     """The batching both Python steps share (and the ensemble's ``max_batch_size``).
 
     The Python steps are cheap: they batch whatever is queued, never wait for more and shed nothing (the queue
@@ -178,16 +178,16 @@ def _python_steps(spec: BuildSpec, plan: TaskPlan) -> dict[str, Any]:
 
 def _python_step(
     spec: BuildSpec,
-    plan: TaskPlan,
     names: Mapping[str, str],
     step: str,
     tensors: tuple[tuple[Tensor, ...], tuple[Tensor, ...]],
     parameters: Mapping[str, object],
+    batching: Mapping[str, Any],
 ) -> ModelConfig:
     """The tokenizer or postprocess step: a Python-backend model with its ``tensors`` (inputs, outputs)."""
     groups = {"tokenizer": spec.tokenizer_instances, "postprocess": spec.postprocess_instances}
     return ModelConfig(
-        **_python_steps(spec, plan),
+        **batching,
         name=names[step],
         comment=_comment(names[step], step, names["ensemble"]),
         backend="python",
@@ -198,7 +198,7 @@ def _python_step(
     )
 
 
-def _ensemble(spec: BuildSpec, plan: TaskPlan, wiring: _Wiring, *, folded: bool) -> ModelConfig:
+def _ensemble(spec: BuildSpec, wiring: _Wiring, max_batch_size: int, *, folded: bool) -> ModelConfig:
     """The endpoint clients call: the steps in order, each mapped to its neighbours' tensors."""
     names = wiring.names
     steps = (
@@ -213,7 +213,7 @@ def _ensemble(spec: BuildSpec, plan: TaskPlan, wiring: _Wiring, *, folded: bool)
         name=names["ensemble"],
         comment=f"{names['ensemble']}: the endpoint clients call (generated; edit the build spec instead).",
         platform="ensemble",
-        max_batch_size=_python_steps(spec, plan)["max_batch_size"],
+        max_batch_size=max_batch_size,
         inputs=wiring.text_in,
         outputs=wiring.ensemble_out,
         response_cache=spec.response_cache,
