@@ -129,7 +129,9 @@ class Builds:
         """
         from tritongen.buildspec import load_spec
 
-        settings = {"container_check": False, **spec_settings(settings)}
+        # One model instance unless a test asks for more: the CPU default's second instance is one more stub
+        # process per ensemble on the shared server (the default itself is built by the CLI tests).
+        settings = {"container_check": False, "model_instances": {"count": 1}, **spec_settings(settings)}
         spec = load_spec(None, model=str(model), name=name, repository=self.root / "unused", **settings)
         ignored = ("repository", "container_check", "containers")
         key = _key({k: v for k, v in spec.to_dict().items() if k not in ignored}, versions)

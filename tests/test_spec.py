@@ -63,7 +63,7 @@ def test_load_spec_raises_when_file_missing(tmp_path):
 def test_example_spec_lists_every_setting_at_its_default():
     path = Path(__file__).parent.parent / "examples" / "deploy.yaml"
     spec = load_spec(path)
-    defaults = BuildSpec(model=spec.model)
+    defaults = load_spec(None, model=spec.model)  # the dataclass's, and the CPU sizing filled in for this machine
     assert dataclasses.replace(spec, task_settings={}) == defaults  # what it claims: the defaults
     assert all(settings == type(settings)() for settings in spec.task_settings.values())
     assert spec.model == "sentence-transformers/all-MiniLM-L6-v2" and spec.name == DEFAULT_NAME == "minilm"
@@ -104,3 +104,24 @@ def test_the_batcher_waits_by_default_only_where_the_model_step_is_a_gpu():
         model="m", model_instances={"kind": "KIND_GPU"}, dynamic_batching={"max_queue_delay_microseconds": 0}
     )
     assert gpu_zero.queue_delay_us == 0  # an explicit 0 is kept
+
+
+def test_a_cpu_build_is_sized_for_its_cores_where_the_spec_leaves_it_open():
+    # Two instances of cores // 2 explicit threads: the measured winner on this 2-core machine.
+    for cores, threads in ((1, 1), (2, 1), (16, 8)):
+        spec = load_spec(None, model="m", cpu_cores=cores)
+        assert spec.model_instances.count == (1 if cores == 1 else 2)
+        assert spec.onnxruntime.intra_op_threads == threads
+    # An explicit count or thread setting is the user's sizing: nothing is filled in beside it.
+    spec = load_spec(None, model="m", cpu_cores=16, model_instances={"count": 3})
+    assert (spec.model_instances.count, spec.onnxruntime.intra_op_threads) == (3, 0)
+    spec = load_spec(None, model="m", cpu_cores=16, onnxruntime={"intra_op_threads": 4})
+    assert (spec.model_instances.count, spec.onnxruntime.intra_op_threads) == (1, 4)
+    # A GPU build and the other runtimes keep their own defaults.
+    assert load_spec(None, model="m", device="gpu").model_instances.count == 1
+    assert load_spec(None, model="m", runtime="openvino").model_instances.count == 1
+
+
+def test_cpu_cores_must_be_a_whole_number():
+    with pytest.raises(SpecError, match="cpu_cores must be a whole number >= 1"):
+        load_spec(None, model="m", cpu_cores=0)

@@ -13,6 +13,7 @@ from tritongen.builder.plan import BuildPlan, Variant, variant_name
 from tritongen.gates.parity import ParityReport
 from tritongen.model.checkpoint import Checkpoint
 from tritongen.model.fold import FoldReport
+from tritongen.runtimes.registry import get_runtime
 
 __all__ = ["SEARCH_PLOT", "model_card", "required"]
 
@@ -61,6 +62,7 @@ def model_card(
     ]
     lines += bound.card_lines
     lines.append(f"- served model: {variant_name(spec, variant)} ({spec.runtime} runtime)")
+    lines.append(_sizing_line(spec))
     if folding is not None:
         lines.append(folding.card_line())
     card = "\n".join(lines) + "\n\n## Parity of the FP32 export\n\n" + report.to_markdown()
@@ -73,6 +75,18 @@ def model_card(
         if variant.search is not None:
             card += "\n" + variant.search.to_markdown(SEARCH_PLOT)
     return card
+
+
+def _sizing_line(spec: Any) -> str:
+    """The card's line on the model step's instances and threads, and the CPU node they were sized for."""
+    group = spec.model_instances
+    setting = get_runtime(spec.runtime).thread_setting
+    threads = getattr(getattr(spec, setting[0]), setting[1]) if setting else 0
+    line = f"- model step: {group.count} instance(s) on {'GPU' if group.kind == 'KIND_GPU' else 'CPU'}"
+    line += f", {threads} thread(s) each" if threads else ", the runtime's default threads"
+    if spec.cpu_cores:
+        line += f"; sized for a {spec.cpu_cores}-core node (`cpu_cores`, `--cpu-cores` for another)"
+    return line
 
 
 def _remote_code_line(checkpoint: Checkpoint) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +141,9 @@ class BuildSpec:
     # Where the model step runs: "gpu" builds for a GPU node (KIND_GPU instances, ONNX Runtime's TensorRT
     # accelerator at FP16, and the FP16 model gated), "cpu" for a CPU node; None: as model_instances says.
     device: Literal["cpu", "gpu"] | None = None
+    # The cores of the CPU node the model step is sized for where the spec leaves its instances and threads open
+    # (Runtime.cpu_defaults); None: this machine's usable cores, recorded here when the spec is loaded.
+    cpu_cores: int | None = None
     container_check: bool = True
     # Fold the postprocess step into the served graph where the task can and the fold proves itself
     # (tritongen.model.fold): one Python hop fewer per request. Off by default: measured interleaved here, the folded
@@ -194,7 +198,13 @@ def _validate(spec: BuildSpec) -> None:
     _check_parity_tolerance(spec)
 
 
+def _check_cpu_cores(cores: object) -> None:
+    if cores is not None and (not isinstance(cores, int) or isinstance(cores, bool) or cores < 1):
+        raise SpecError(f"cpu_cores must be a whole number >= 1 (the CPU node's cores), got {cores!r}")
+
+
 def _check_device(spec: BuildSpec) -> None:
+    _check_cpu_cores(spec.cpu_cores)
     if spec.device not in (None, "cpu", "gpu"):
         raise SpecError(f"device must be cpu or gpu, got {spec.device}")
     kinds = {g.kind for g in (spec.tokenizer_instances, spec.model_instances, spec.postprocess_instances)}
@@ -409,10 +419,27 @@ def load_spec(path: Path | None = None, **overrides: Any) -> BuildSpec:
 
 
 def _device_defaults(data: dict[str, Any]) -> dict[str, Any]:
-    """``device: gpu`` fills what a GPU node wants wherever the spec leaves it open (an explicit value wins)."""
+    """The device fills what its node wants wherever the spec leaves it open (an explicit value wins).
+
+    ``device: gpu``: KIND_GPU instances, FP16 and the runtime's GPU settings. A CPU build (``device: cpu``, or
+    none and no KIND_GPU model instances): the runtime's instances and threads for ``cpu_cores`` cores.
+    """
+    runtime = get_runtime(data.get("runtime", BuildSpec.runtime))
     if data.get("device") != "gpu":
-        return data
+        if (data.get("model_instances") or {}).get("kind", "KIND_CPU") != "KIND_CPU":
+            return data
+        _check_cpu_cores(data.get("cpu_cores"))
+        data = {**data, "cpu_cores": data.get("cpu_cores") or usable_cores()}  # recorded: the node it is sized for
+        return runtime.cpu_defaults(data, data["cpu_cores"])
     data = dict(data)
     data["model_instances"] = {"kind": "KIND_GPU", **(data.get("model_instances") or {})}
     data.setdefault("precision", "fp16")
-    return get_runtime(data.get("runtime", BuildSpec.runtime)).gpu_defaults(data)
+    return runtime.gpu_defaults(data)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, as a container's cpuset limits it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

@@ -60,6 +60,7 @@ def _spec_overrides(args: argparse.Namespace) -> dict[str, Any]:
         container_check=args.container_check,
         containers=args.containers,
         device=args.device,
+        cpu_cores=args.cpu_cores,
         fold=args.fold,
         trust_remote_code=args.trust_remote_code,
         max_length=args.max_length,
@@ -177,6 +178,13 @@ def _add_variant_options(build: argparse.ArgumentParser) -> None:
         choices=["cpu", "gpu"],
         help="the node it serves on: gpu builds KIND_GPU instances with ONNX Runtime's TensorRT accelerator at FP16 "
         "(FP16 gated here); default cpu, or as the spec's model_instances say",
+    )
+    build.add_argument(
+        "--cpu-cores",
+        type=int,
+        metavar="N",
+        help="size the CPU model step for a node of N cores where the spec leaves it open (ONNX Runtime: 2 "
+        "instances of N // 2 threads); default: this machine's cores",
     )
     build.add_argument(
         "--container",

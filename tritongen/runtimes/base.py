@@ -111,6 +111,10 @@ class Runtime:
         """What ``device: gpu`` fills in for this runtime where the spec mapping ``data`` leaves it open."""
         return data
 
+    def cpu_defaults(self, data: dict[str, Any], cores: int) -> dict[str, Any]:
+        """What a CPU build for ``cores`` cores fills in where the spec mapping ``data`` leaves it open."""
+        return data
+
     def int8_schemes(self, quantization: str) -> tuple[str, ...]:
         """The INT8 schemes the search tries: the one asked for, else every one (``auto``)."""
         from tritongen.precision.int8_search import SCHEMES
