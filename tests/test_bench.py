@@ -23,6 +23,8 @@ def test_bench_smoke_runs_perf_analyzer_and_writes_report(tmp_path, tiny_factory
         # A fixed number of requests, no stability criterion: the smoke run proves the harness, not a quiet machine.
         sweep=Sweep(concurrency=(1, 4), fixed_requests=24),
         texts=32,
+        tail=True,  # every request of a 3-second run at concurrency 4 traced
+        peer_seconds=3.0,
     )
     report, paths = run_bench(options)
     configs = {(p.config, p.concurrency) for p in report.points}
@@ -50,6 +52,14 @@ def test_bench_smoke_runs_perf_analyzer_and_writes_report(tmp_path, tiny_factory
     assert paths["plot"].stat().st_size > 10_000
     summary = paths["summary"].read_text()
     assert "## Ratios at concurrency 4" in summary and "clf_model" in summary
+    tail = report.tail  # from Triton's own per-request traces
+    assert tail is not None and tail.requests >= 100 and tail.tail >= 1
+    assert [row[0] for row in tail.rows()] == [
+        "http", *(f"clf_{s} {part}" for s in ("tokenizer", "model", "postprocess") for part in ("queue", "compute")),
+        "between steps",
+    ]
+    assert tail.median["clf_model compute"] > 0 and tail.batch[0] >= 1
+    assert "### Where the slowest requests wait" in summary
     data = tmp_path / "pa" / "clf"
     assert (data / "input_data.json").is_file() and (data / "sweep.json").is_file()
     # perf_analyzer's own CSV is kept next to the report and parses the same way

@@ -11,6 +11,7 @@ from tritongen.bench.ceiling import CeilingPoint
 from tritongen.bench.gateway import GatewayComparison
 from tritongen.bench.infinity import PeerComparison
 from tritongen.bench.perf import PerfPoint
+from tritongen.bench.tail import TailReport
 from tritongen.bench.tune import TunePoint, best, ratios
 from tritongen.serve.stats import StepStats
 
@@ -37,6 +38,7 @@ class BenchReport:
     gateway: GatewayComparison | None = None  # (e) the OpenAI/TEI gateway against Triton's HTTP API
     script: PeerComparison | None = None  # (f) the sentence-transformers ONNX INT8 + FastAPI script
     tuning: list[TunePoint] = field(default_factory=list)  # the instance/thread sweep, the built setting first
+    tail: TailReport | None = None  # the slowest 1% of traced requests against the median (tritongen.bench.tail)
     tuned_backend: str = ""  # the model step's backend (which spec section holds its threads)
 
     def budgets(self, concurrency: int = 1) -> list[LatencyBudget]:
@@ -199,6 +201,8 @@ def summary_markdown(report: BenchReport) -> str:
         lines += ["", report.gateway.to_markdown().rstrip("\n")]
     if report.script is not None:
         lines += ["", report.script.to_markdown().rstrip("\n")]
+    if report.tail is not None:
+        lines += ["", report.tail.to_markdown().rstrip("\n")]
     for budget in report.budgets(1):
         lines += [
             "",

@@ -26,7 +26,7 @@ from rich.console import Console
 
 from tritongen.bench.ceiling import measure_ceiling
 from tritongen.bench.gateway import GatewayComparison, compare_with_gateway, gateway_server
-from tritongen.bench.http_load import Interleaving
+from tritongen.bench.http_load import Interleaving, drive, kserve_target
 from tritongen.bench.infinity import (
     INFINITY_VENV,
     PeerComparison,
@@ -37,6 +37,7 @@ from tritongen.bench.infinity import (
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_input_data
 from tritongen.bench.report import BenchReport, write_report
 from tritongen.bench.st_peer import ST_VENV, compare_with_script, st_executable, st_server
+from tritongen.bench.tail import TailReport, read_traces, tail_report, trace_arguments, tracing
 from tritongen.bench.tune import TuneGrid, TunePlan, TunePoint, tune
 from tritongen.builder.pipeline import build_repository
 from tritongen.buildspec import DynamicBatching, load_spec
@@ -69,6 +70,7 @@ class BenchOptions:
     peer_rounds: int = 3  # (d): interleaved rounds per concurrency
     peer_seconds: float = 15.0  # (d): measured seconds per side, round and concurrency
     tune: TuneGrid = field(default_factory=TuneGrid)  # instance and thread counts to sweep (tritongen.bench.tune)
+    tail: bool = False  # trace every request of one run at the top concurrency: where the slowest 1% wait
 
     @property
     def interleaving(self) -> Interleaving:
@@ -166,6 +168,7 @@ class _ServerFigures:
     gateway: GatewayComparison | None
     tuning: list[TunePoint]
     script: PeerComparison | None = None
+    tail: TailReport | None = None
 
 
 def _peer_skipped(run: _BenchRun, baseline: str, venv: Path, ready: bool) -> bool:
@@ -219,6 +222,23 @@ def _measure_gateway(run: _BenchRun, server: TritonServer) -> GatewayComparison 
         return compare_with_gateway(
             server.http_url, options.name, url, run.texts, options.interleaving, progress=run.console.print
         )
+
+
+def _measure_tail(run: _BenchRun, server: TritonServer, trace_file: Path) -> TailReport | None:
+    """Every request of one HTTP/JSON run at the top concurrency traced; the slowest 1% against the median."""
+    options = run.options
+    if not options.tail:
+        return None
+    concurrency = max(options.sweep.concurrency)
+    run.console.print(f"[bold]Tracing every request for {options.peer_seconds:.0f} s at concurrency {concurrency}…")
+    target = kserve_target("ensemble", server.http_url, options.name)
+    with tracing(server.http_url):
+        load = drive(target, run.texts, concurrency, options.peer_seconds)
+    names = step_names(options.name)
+    steps = [names[step] for step in ("tokenizer", "model", "postprocess") if step in names]
+    requests = read_traces(trace_file, options.name, steps)
+    label = f"`{options.name}` at concurrency {concurrency} (p99 {load.percentile(99):.1f} ms at the client)"
+    return tail_report(requests, label)
 
 
 def _measure_tuning(run: _BenchRun, plan: TunePlan | None, server: TritonServer) -> list[TunePoint]:
@@ -292,17 +312,20 @@ def _measure_server(run: _BenchRun, tune_plan: TunePlan | None) -> _ServerFigure
     """One Triton server: perf_analyzer on every configuration, then (d), (e) and the tuning sweep beside it."""
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         configs, extra = _triton_configs(run, Path(tmp))
+        trace_file = Path(tmp) / "trace.json"
+        extra += trace_arguments(trace_file) if run.options.tail else []
         server = TritonServer(
             run.repository, Endpoints.free(), models=[model for model, _ in configs.values()], extra_args=extra
         )
         run.console.print("[bold]Measuring the Triton configurations with perf_analyzer…")
         with server:
             points, breakdown, ensembles = _measure_triton(server, configs, run.options.sweep, run.results, run.console)
+            tail = _measure_tail(run, server, trace_file)
             peer = _measure_peer(run, server.http_url)
             script = _measure_script(run, server.http_url)
             gateway = _measure_gateway(run, server)
             tuning = _measure_tuning(run, tune_plan, server)
-    return _ServerFigures(points, breakdown, ensembles, peer, gateway, tuning, script)
+    return _ServerFigures(points, breakdown, ensembles, peer, gateway, tuning, script, tail)
 
 
 def _measure_pipeline(run: _BenchRun) -> list[PerfPoint]:
@@ -353,7 +376,7 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
     report = BenchReport(
         name=name, points=points, breakdown=served.breakdown, ceiling=_measure_in_process(run), command=command,
         ensembles=served.ensembles, peer=served.peer, gateway=served.gateway, tuning=served.tuning,
-        script=served.script,
+        script=served.script, tail=served.tail,
         tuned_backend=tune_plan.backend if tune_plan else "",
     )  # fmt: skip
     paths = write_report(report, run.results)

@@ -46,6 +46,12 @@ def _bench_options(bench: argparse.ArgumentParser) -> None:
         help="comma-separated subset of pipeline,nobatch,ceiling,infinity,gateway,script "
         "(default: all available but gateway)",
     )
+    bench.add_argument(
+        "--tail",
+        action="store_true",
+        help="also trace every request of one run at the top concurrency (Triton's trace API) and show where the "
+        "slowest 1%% wait, step by step",
+    )
     tuning = bench.add_argument_group(
         "tuning sweep", "measure these settings too, applied to the running server; the report names the best"
     )
@@ -75,6 +81,7 @@ def _bench(args: argparse.Namespace) -> None:
         sweep=sweep,
         texts=args.texts,
         compare=tuple(n for n in (args.compare or "").split(",") if n),
+        tail=args.tail,
         tune=TuneGrid(
             tokenizer=tuple(ints(args.tokenizer_instances) or ()),
             model=tuple(ints(args.model_instances) or ()),
