@@ -167,6 +167,19 @@ def test_postprocess_step_combines_each_requests_windows_then_normalises(tmp_pat
     np.testing.assert_allclose(response.output("EMBEDDING"), expected, rtol=1e-6)
 
 
+def test_build_refuses_chunk_under_a_name_served_truncating(tiny_factory, builds, tmp_path):
+    from rich.console import Console
+
+    from tritongen.builder.pipeline import build_repository
+
+    checkpoint = tiny_factory("bert", "embedding")
+    repository = builds.copy(builds(checkpoint, "bert_emb"), into=tmp_path / "repo")
+    spec = load_spec(None, model=str(checkpoint), name="bert_emb", repository=repository, long_text="chunk")
+    with pytest.raises(SpecError, match="served by versions that do not split texts into windows and this build does"):
+        build_repository(spec, console=Console(quiet=True))
+    assert sorted(p.name for p in (repository / "bert_emb").iterdir()) == ["1", "config.pbtxt"]
+
+
 # --- the served ensemble -------------------------------------------------------------------------------------------
 
 
