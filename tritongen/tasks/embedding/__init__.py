@@ -73,9 +73,15 @@ class Embedding(Task):
     matryoshka_model_types: ClassVar[tuple[str, ...]] = ("gemma3_text", "qwen3")
 
     def for_settings(self, settings: TaskSettings) -> Task:
-        """Texts in windows (:class:`ChunkedEmbedding`) with ``long_text: chunk``."""
-        chunked = isinstance(settings, EmbeddingSettings) and settings.long_text == "chunk"
-        return ChunkedEmbedding() if chunked else self
+        """Texts in windows (:class:`ChunkedEmbedding`) with ``long_text: chunk``.
+
+        A task built on this entry (another output than ``EMBEDDING``) does not know how to combine windows.
+        """
+        if not (isinstance(settings, EmbeddingSettings) and settings.long_text == "chunk"):
+            return self
+        if type(self) is not Embedding:
+            raise SpecError(f"embedding long_text chunk is for the embedding task, not {self.name}; use truncate")
+        return ChunkedEmbedding()
 
     def matryoshka(self, checkpoint: Checkpoint) -> bool:
         """Whether the build offers ``DIMENSIONS``."""
