@@ -69,6 +69,7 @@ def built(tiny_factory, checkpoint_cache, builds):
     return {
         "cls": builds(tiny_factory("bert", "classification"), "cls"),
         "emb": builds(tiny_factory("roberta", "embedding"), "roberta_emb"),
+        "emb_chunk": builds(tiny_factory("bert", "embedding"), "bert_emb_chunk", embedding={"long_text": "chunk"}),
         "ner": builds(checkpoint_cache(make_token_classifier, "bert", seed=1), "ner_bert_simple"),
         "qa": builds(QA_ASSETS / "bert", "qa_bert"),
         "zeroshot": builds(
@@ -81,7 +82,7 @@ def built(tiny_factory, checkpoint_cache, builds):
 
 
 @pytest.mark.parametrize("release", list(CONTAINERS))
-@pytest.mark.parametrize("name", ["cls", "emb", "ner", "qa", "zeroshot", "rerank", "vit", "clip"])
+@pytest.mark.parametrize("name", ["cls", "emb", "emb_chunk", "ner", "qa", "zeroshot", "rerank", "vit", "clip"])
 @pytest.mark.parametrize("step", ["tokenizer", "postprocess"])
 def test_step_initialises_and_runs_with_only_numpy_tokenizers_and_pillow(built, tmp_path, name, step, release):
     python = _steps_python(release)

@@ -54,7 +54,7 @@ from tritongen.model.fold import FOLD_TOLERANCE, FoldReport, fold_graph, prove
 from tritongen.precision.int8_search import SearchReport
 from tritongen.repository.canary import CANARY_FILE
 from tritongen.repository.canary import record as record_canary
-from tritongen.repository.layout import served_steps
+from tritongen.repository.layout import served_steps, served_windows
 from tritongen.repository.staging import Staging, staging
 from tritongen.runtimes import stages as _runtime_stages  # noqa: F401  (attaches the runtimes' build stages)
 from tritongen.tasks import Task, detect_task, get_task, reference_postprocess
@@ -161,6 +161,7 @@ def inspect(spec: BuildSpec, console: Console) -> BuildPlan:
         hf_tokenizer=hf_tokenizer,
         module=module,
     )
+    _same_windows(plan)
     console.print(
         f"[bold]{checkpoint.path}[/]: {checkpoint.model_type}, task {task.name}, max length {plan.max_length} "
         f"(model: {facts.position_limit}, {facts.limit_source}), inputs {', '.join(plan.inputs)}"
@@ -332,6 +333,23 @@ def _same_shape(plan: BuildPlan, served: tuple[str, ...] | None, *, folded: bool
         raise SpecError(
             f"`{plan.spec.name}` is served with its postprocess folded into the graph, but this build cannot fold "
             f"({why}); build it under a new --name"
+        )
+
+
+def _same_windows(plan: BuildPlan) -> None:
+    """Refuse a version that splits texts into windows where the versions already built do not, or the other way.
+
+    A request is then a different number of model rows with other tensors between the steps, and the versions of
+    one name share step folders and are switched step by step (``tritongen rollout``): an embedding's
+    ``long_text`` stays what its name was first built with.
+    """
+    served = served_windows(plan.spec.repository, plan.spec.name)
+    windowed = any(t.name == "window_example" for t in plan.bound.tokenizer_outputs)
+    if served is not None and served != windowed:
+        how = ("split texts into windows", "does not") if served else ("do not split texts into windows", "does")
+        raise SpecError(
+            f"`{plan.spec.name}` is served by versions that {how[0]} and this build {how[1]} (embedding long_text); "
+            "build it under a new --name"
         )
 
 

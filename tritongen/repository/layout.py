@@ -13,7 +13,7 @@ from typing import Any
 
 from tritongen.errors import RepositoryError, describe
 
-__all__ = ["config_json", "read_config", "served_steps", "step_names"]
+__all__ = ["config_json", "read_config", "served_steps", "served_windows", "step_names"]
 
 
 def step_names(name: str) -> dict[str, str]:
@@ -60,3 +60,14 @@ def served_steps(repository: Path, name: str) -> tuple[str, ...] | None:
     if not wired or None in wired:
         raise RepositoryError(f"{{path}} is not an ensemble of `{name}`'s steps; rebuild it", path=path)
     return tuple(step for step in wired if step is not None)
+
+
+def served_windows(repository: Path, name: str) -> bool | None:
+    """Whether the ensemble ``name`` in ``repository`` splits texts into windows; None when it is not built there.
+
+    Its tokenizer step's ``config.pbtxt`` says so: a windowing tokenizer emits ``window_example``.
+    """
+    path = Path(repository) / step_names(name)["tokenizer"] / "config.pbtxt"
+    if not path.is_file():
+        return None
+    return any(output.name == "window_example" for output in read_config(path).output)

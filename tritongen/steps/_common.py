@@ -18,6 +18,8 @@ except ImportError:  # outside the server: importable for tests and build-time c
 __all__ = [
     "PerRequestStep",
     "decode_texts",
+    "encode_truncated",
+    "encode_windows",
     "input_error",
     "model_parameters",
     "pack_encodings",
@@ -137,6 +139,45 @@ def settings_kept(tokenizer: Any) -> Iterator[Any]:
             tokenizer.no_padding()
         else:
             tokenizer.enable_padding(**saved_padding)
+
+
+def encode_truncated(tokenizer: Any, texts: list[str], max_length: int, stride: int) -> list[Any]:
+    """``texts`` cut at ``max_length`` tokens, the overflow kept as windows sharing ``stride`` tokens; no padding.
+
+    The tokenizer's own truncation and padding settings are restored afterwards.
+    """
+    with settings_kept(tokenizer):
+        tokenizer.enable_truncation(int(max_length), stride=int(stride), strategy="longest_first", direction="right")
+        return tokenizer.encode_batch(texts, add_special_tokens=True) if texts else []
+
+
+def encode_windows(
+    tokenizer: Any, texts: Sequence[str], *, max_length: int, stride: int
+) -> tuple[list[Any], np.ndarray]:
+    """Split each text into overlapping windows: encodings, and the text each belongs to.
+
+    This is what ``pipeline("token-classification")(text, stride=stride)`` feeds the model, and what the
+    chunked embeddings embed: the fast tokenizer truncates at ``max_length`` with ``return_overflowing_tokens``
+    and ``stride``, so a long text becomes windows of ``max_length`` tokens (each with the special tokens the
+    model expects around it) whose neighbours share ``stride`` tokens; a short text is one window, the same
+    encoding as plain truncation gives. Offsets stay offsets into the whole text. The tokenizer's own
+    truncation and padding settings are restored afterwards.
+    """
+    texts = list(texts)
+    if not all(isinstance(text, str) for text in texts):
+        raise ValueError("encode_windows() takes a list of strings")
+    room = max_length - tokenizer.num_special_tokens_to_add(False)
+    if not 0 <= stride < room:
+        raise ValueError(
+            f"stride {stride} must be >= 0 and below the {room} text tokens of a {max_length}-token window"
+        )
+    encodings = encode_truncated(tokenizer, texts, max_length, stride)
+    windows, owners = [], []
+    for index, encoding in enumerate(encodings):
+        for window in [encoding, *encoding.overflowing]:
+            windows.append(window)
+            owners.append(index)
+    return windows, np.asarray(owners, dtype=np.int64)
 
 
 def _span(n: int, width: int, side: str) -> slice:

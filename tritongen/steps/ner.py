@@ -49,11 +49,11 @@ from typing import Any
 import numpy as np
 
 try:
+    from _common import encode_truncated, encode_windows, softmax, token_metadata
     from _common import pack_encodings as _pack_inputs
-    from _common import settings_kept, softmax, token_metadata
 except ImportError:  # outside the server
+    from tritongen.steps._common import encode_truncated, encode_windows, softmax, token_metadata
     from tritongen.steps._common import pack_encodings as _pack_inputs
-    from tritongen.steps._common import settings_kept, softmax, token_metadata
 
 __all__ = [
     "STRATEGIES",
@@ -160,16 +160,6 @@ def _default_pad_id(tokenizer: Any) -> int:
     return 0
 
 
-def _encode_truncated(tokenizer: Any, texts: list[str], max_length: int, stride: int) -> list[Any]:
-    """``texts`` encoded as the pipeline does: cut at ``max_length`` (overflow kept with ``stride``), no padding.
-
-    The tokenizer's own truncation and padding settings are restored afterwards.
-    """
-    with settings_kept(tokenizer):
-        tokenizer.enable_truncation(int(max_length), stride=int(stride), strategy="longest_first", direction="right")
-        return tokenizer.encode_batch(texts, add_special_tokens=True) if texts else []
-
-
 def encode_tokens(
     tokenizer: Any,
     texts: Sequence[str],
@@ -196,7 +186,7 @@ def encode_tokens(
     if not all(isinstance(text, str) for text in texts):
         raise ValueError("encode_tokens() takes a list of strings")
     pad = _default_pad_id(tokenizer) if pad_id is None else int(pad_id)
-    encodings = _encode_truncated(tokenizer, texts, max_length, stride=0)
+    encodings = encode_truncated(tokenizer, texts, max_length, stride=0)
     return pack_encodings(encodings, max((len(enc.ids) for enc in encodings), default=0), pad, pad_type_id)
 
 
@@ -208,34 +198,6 @@ def pack_encodings(encodings: Sequence[Any], width: int, pad_id: int, pad_type_i
 def encoded_row(encoded: Mapping[str, np.ndarray], row: int) -> dict[str, np.ndarray]:
     """Row ``row`` of every array of ``encoded`` (``encode_tokens``' output): one text's tokens, for ``aggregate``."""
     return {key: array[row] for key, array in encoded.items()}
-
-
-def encode_windows(
-    tokenizer: Any, texts: Sequence[str], *, max_length: int, stride: int
-) -> tuple[list[Any], np.ndarray]:
-    """Split each text into the pipeline's windows (``stride``): encodings, and the text each belongs to.
-
-    This is what ``pipeline("token-classification")(text, stride=stride)`` feeds the model: the fast
-    tokenizer truncates at ``max_length`` with ``return_overflowing_tokens=True`` and ``stride``, so a long
-    text becomes windows of ``max_length`` tokens (special tokens included) whose neighbours share
-    ``stride`` tokens; a short text is one window. Offsets stay offsets into the whole text. The
-    tokenizer's own truncation and padding settings are restored afterwards.
-    """
-    texts = list(texts)
-    if not all(isinstance(text, str) for text in texts):
-        raise ValueError("encode_windows() takes a list of strings")
-    room = max_length - tokenizer.num_special_tokens_to_add(False)
-    if not 0 <= stride < room:
-        raise ValueError(
-            f"stride {stride} must be >= 0 and below the {room} text tokens of a {max_length}-token window"
-        )
-    encodings = _encode_truncated(tokenizer, texts, max_length, stride)
-    windows, owners = [], []
-    for index, encoding in enumerate(encodings):
-        for window in [encoding, *encoding.overflowing]:
-            windows.append(window)
-            owners.append(index)
-    return windows, np.asarray(owners, dtype=np.int64)
 
 
 # --------------------------------------------------------------------------------------------------

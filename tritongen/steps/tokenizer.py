@@ -34,6 +34,7 @@ try:
     from _common import (
         PerRequestStep,
         decode_texts,
+        encode_windows,
         input_error,
         model_parameters,
         pack_encodings,
@@ -44,6 +45,7 @@ except ImportError:
     from tritongen.steps._common import (
         PerRequestStep,
         decode_texts,
+        encode_windows,
         input_error,
         model_parameters,
         pack_encodings,
@@ -178,7 +180,8 @@ class TritonPythonModel:
             out.append(self.prompts.get(name, "") + text)
         return out
 
-    def _read(self, request: Any) -> tuple[list[str], list[str] | None]:
+    def read(self, request: Any) -> tuple[list[str], list[str] | None]:
+        """The request's texts (prompted where the model has prompts) and second segments (None: no pairs)."""
         texts = self.texts(request, "TEXT")
         if self.prompts:
             texts = self.prompted(request, texts)
@@ -198,7 +201,7 @@ class TritonPythonModel:
         batches: list[tuple[int, list[str], list[str] | None]] = []
         for index, request in enumerate(requests):
             try:
-                texts, pairs = self._read(request)
+                texts, pairs = self.read(request)
             except ValueError as exc:
                 responses[index] = pb_utils.InferenceResponse(error=input_error(pb_utils, str(exc)))
                 continue
@@ -222,3 +225,16 @@ class TritonPythonModel:
 
 class WindowedTokenizer(PerRequestStep, TritonPythonModel):
     """A tokenizer step that turns each request into its own set of windows: one batch for the model step."""
+
+    max_windows: int  # the most windows one request may need (the model step's batch), read in ``setup``
+
+    def windows(self, texts: Sequence[str], stride: int, what: str = "texts") -> tuple[list[Any], np.ndarray]:
+        """``texts`` as overlapping windows of the model's length sharing ``stride`` tokens, and each one's text.
+
+        A request needing more than ``max_windows`` windows is refused (ValueError: its input error).
+        """
+        windows, owners = encode_windows(
+            self.encoder.tokenizer, texts, max_length=self.encoder.max_length, stride=stride
+        )
+        check_windows(len(windows), self.max_windows, self.encoder.max_length, what)
+        return windows, owners

@@ -94,7 +94,8 @@ class Task:
     # TokenLabelGate (argmax per token) or SpanGate (the argmax start and end token per text).
     gate: ClassVar[type[Gate]] = LabelGate
     # Whether a text longer than the model loses its tail (classification and embeddings, as the transformers
-    # pipeline and sentence-transformers do): the ensemble then says so per text in ``TRUNCATED``.
+    # pipeline and sentence-transformers do): the ensemble then says so per text in ``TRUNCATED``. The ensemble
+    # has ``TRUNCATED`` wherever the tokenizer step emits it (chunked embeddings: always false).
     truncates: ClassVar[bool] = True
     # Whether ``tritongen bench`` can compare it with its baselines (one TEXT in, a pipeline to compare with).
     bench_baselines: ClassVar[bool] = False
@@ -132,6 +133,12 @@ class Task:
         ``special_tokens`` (the count added to one text). Bad task settings raise here, before any export.
         """
         settings = self.settings(spec)
+        entry = self.for_settings(settings)
+        if entry is not self:
+            return entry.bind(
+                spec, checkpoint, inputs=inputs, row_length=row_length, position_limit=position_limit,
+                tokenizer_max=tokenizer_max, tokenizer_facts=tokenizer_facts,
+            )  # fmt: skip
         facts = dict(tokenizer_facts or {})
         if row_length is None:
             if position_limit is None:
@@ -154,7 +161,7 @@ class Task:
             onnx_output=TensorSpec(self.onnx_output, "TYPE_FP32", self.onnx_output_dims(checkpoint)),
             postprocess_inputs=tuple(self.postprocess_inputs(checkpoint)),
             postprocess_outputs=tuple(post_out),
-            ensemble_outputs=tuple(post_out + ([TRUNCATED] if self.truncates else [])),
+            ensemble_outputs=tuple(post_out + ([TRUNCATED] if TRUNCATED in token_tensors + extra else [])),
             tokenizer_parameters=tokenizer_settings,
             postprocess_parameters={"task": self.name, **self.postprocess_parameters(checkpoint), **post_settings},
             card_lines=tuple(self.card_lines(binding)),
@@ -171,6 +178,13 @@ class Task:
             tokenizer_inputs=tuple(self.tokenizer_inputs(checkpoint)),
             modality=self.modality,
         )
+
+    def for_settings(self, settings: TaskSettings) -> Task:
+        """The entry that builds with ``settings``: this one, or a variant of it (embeddings of long texts in windows).
+
+        :meth:`bind` binds the variant, so its class attributes and hooks shape the plan.
+        """
+        return self
 
     def settings(self, spec: BuildSpec) -> TaskSettings:
         """The task's section of ``spec`` (its defaults when the spec has none)."""

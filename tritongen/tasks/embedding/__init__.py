@@ -3,6 +3,10 @@
 Pooling (mean, CLS, max, last token) and the Dense modules after it run inside the exported graph; the
 normalisation and the Matryoshka truncation (``DIMENSIONS``) in the postprocess step. Prompts declared in
 ``config_sentence_transformers.json`` are prepended by the tokenizer step (``PROMPT_NAME``).
+
+A text longer than the model is cut there (``long_text: truncate``, ``TRUNCATED`` says so) or, with
+``long_text: chunk``, embedded in overlapping windows (:class:`ChunkedEmbedding`) whose pooled embeddings the
+postprocess step averages, weighted by the text tokens of each window, before it normalises.
 """
 
 from __future__ import annotations
@@ -10,22 +14,46 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from tritongen.buildspec.sections import EmbeddingSettings, TaskSettings
+from tritongen.errors import SpecError
 from tritongen.gates.accuracy import CosineGate
 from tritongen.pooling.methods import pooling_method
-from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, load_pretrained
+from tritongen.tasks._base import (
+    TRUNCATED,
+    WINDOW_EXAMPLE,
+    Binding,
+    Task,
+    TensorSpec,
+    exportable,
+    load_pretrained,
+    max_windows,
+)
 from tritongen.tasks._registry import register_task
 
 if TYPE_CHECKING:
     import torch
 
+    from tritongen.buildspec import BuildSpec
     from tritongen.model.checkpoint import Checkpoint, Dense
     from tritongen.model.fold import GraphTail
 
-__all__ = ["DIMENSIONS", "PROMPT_NAME", "Embedding"]
+__all__ = ["DIMENSIONS", "PROMPT_NAME", "WINDOW_TOKENS", "ChunkedEmbedding", "Embedding", "chunk_overlap"]
 
 # Optional per-request inputs (a client that sends neither gets the checkpoint's defaults).
 PROMPT_NAME = TensorSpec("PROMPT_NAME", "TYPE_STRING", (1,), optional=True)
 DIMENSIONS = TensorSpec("DIMENSIONS", "TYPE_INT32", (1,), optional=True)
+# Chunked builds: the text tokens (special tokens not counted) of each window, its weight in its text's mean.
+WINDOW_TOKENS = TensorSpec("window_tokens", "TYPE_INT64", (1,))
+
+
+def chunk_overlap(settings: EmbeddingSettings | BuildSpec, window: int) -> int:
+    """Tokens neighbouring windows of a chunked text share: ``chunk_overlap``, else a quarter window (at most 128).
+
+    ``settings`` may be a whole build spec (its ``embedding`` section).
+    """
+    if not isinstance(settings, EmbeddingSettings):
+        settings = Embedding().settings(settings)
+    return settings.chunk_overlap if settings.chunk_overlap is not None else min(window // 4, 128)
 
 
 @register_task
@@ -38,9 +66,22 @@ class Embedding(Task):
     gate = CosineGate
     bench_baselines = True
     postprocess_step = "tritongen.tasks.embedding.postprocess"
+    section = "embedding"
+    Settings = EmbeddingSettings
     # Families trained with a Matryoshka loss (Qwen3-Embedding, EmbeddingGemma): their embeddings can be cut to
     # their first N values, so the ensemble takes an optional DIMENSIONS (and EMBEDDING has a variable width).
     matryoshka_model_types: ClassVar[tuple[str, ...]] = ("gemma3_text", "qwen3")
+
+    def for_settings(self, settings: TaskSettings) -> Task:
+        """Texts in windows (:class:`ChunkedEmbedding`) with ``long_text: chunk``.
+
+        A task built on this entry (another output than ``EMBEDDING``) does not know how to combine windows.
+        """
+        if not (isinstance(settings, EmbeddingSettings) and settings.long_text == "chunk"):
+            return self
+        if type(self) is not Embedding:
+            raise SpecError(f"embedding long_text chunk is for the embedding task, not {self.name}; use truncate")
+        return ChunkedEmbedding()
 
     def matryoshka(self, checkpoint: Checkpoint) -> bool:
         """Whether the build offers ``DIMENSIONS``."""
@@ -127,6 +168,61 @@ class Embedding(Task):
         module = exportable(model, pool)
         module.dense = dense  # registered, so the Dense weights travel with the exported module
         return module
+
+
+class ChunkedEmbedding(Embedding):
+    """Embeddings of long texts in windows (``long_text: chunk``): nothing is truncated.
+
+    The tokenizer step splits each request's texts into overlapping windows of the model's length, each with the
+    special tokens the model expects (``[CLS] ... [SEP]``); one request's windows go to the model step as one
+    batch, which the model step's dynamic batcher joins with other requests' (as token classification's windows).
+    The postprocess step averages each text's pooled window embeddings weighted by the text tokens of each
+    window, then normalises and cuts (``DIMENSIONS``) as for a truncated text. Bound by :meth:`Embedding.bind`
+    for that setting; not registered.
+    """
+
+    batched_io = False  # one text becomes as many model rows as it has windows
+    truncates = False
+    tokenizer_step = "tritongen.tasks.embedding.tokenizer"
+
+    def for_settings(self, settings: TaskSettings) -> Task:
+        return self
+
+    def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [TRUNCATED, WINDOW_EXAMPLE, WINDOW_TOKENS]  # TRUNCATED: always false, the contract kept
+
+    def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [*super().postprocess_inputs(checkpoint), WINDOW_EXAMPLE, WINDOW_TOKENS]
+
+    def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
+        if bound.spec.fold:
+            raise SpecError(
+                "embedding long_text chunk averages each text's windows in the postprocess step, which fold "
+                "removes: build with fold off, or with long_text truncate"
+            )
+        overlap = chunk_overlap(bound.settings, bound.row_length)
+        room = bound.row_length - int(bound.facts.get("special_tokens", "0"))
+        if overlap >= room:
+            raise SpecError(
+                f"embedding chunk_overlap {overlap} must be below the {room} text tokens of a "
+                f"{bound.row_length}-token window; lower it"
+            )
+        tokenizer, postprocess = super().step_parameters(bound)
+        return {**tokenizer, "stride": str(overlap), **max_windows(bound.spec)}, postprocess
+
+    def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
+        return None  # combining a text's windows is per-request logic
+
+    def card_lines(self, bound: Binding) -> list[str]:
+        overlap = chunk_overlap(bound.settings, bound.row_length)
+        normalised = ", then L2-normalised" if bound.checkpoint.pooling.normalize else ""
+        return [
+            *super().card_lines(bound),
+            f"- long texts (long_text chunk): windows of {bound.row_length} tokens, special tokens in each, "
+            f"neighbours sharing {overlap} tokens; `EMBEDDING` is the mean of a text's pooled window embeddings "
+            f"weighted by each window's text tokens (special tokens not counted){normalised}; `TRUNCATED` is "
+            f"always false; one request's windows are one model batch (at most max_batch_size)",
+        ]
 
 
 def _encoder_class(checkpoint: Checkpoint) -> Any:

@@ -4,6 +4,9 @@ L2-normalised when the checkpoint's sentence-transformers files ask for it (para
 the build offers ``DIMENSIONS`` (Matryoshka-trained families), a request may ask for the first N values of
 its embeddings, renormalised (when the checkpoint normalises), as sentence-transformers' ``truncate_dim``
 does; an N outside 1..width is that request's INVALID_ARG error.
+
+A chunked build (``long_text: chunk``) also takes ``window_example`` and ``window_tokens``: each text's
+pooled window embeddings are first combined into one (:func:`combine_windows`), then normalised and cut.
 """
 
 from __future__ import annotations
@@ -19,13 +22,30 @@ except ImportError:  # outside the server: importable for tests and build-time c
     pb_utils = None
 
 try:  # in the server: the shared modules are copied next to this model.py
-    from _common import input_error
+    from _common import respond_per_request
     from postprocess import BatchedPostprocess, input_array, l2_normalize, truncate
 except ImportError:
-    from tritongen.steps._common import input_error
+    from tritongen.steps._common import respond_per_request
     from tritongen.steps.postprocess import BatchedPostprocess, input_array, l2_normalize, truncate
 
-__all__ = ["TritonPythonModel", "truncate"]
+__all__ = ["TritonPythonModel", "combine_windows", "truncate"]
+
+
+def combine_windows(vectors: np.ndarray, owners: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """One vector per text: the mean of its windows' ``vectors`` weighted by their text ``tokens``.
+
+    ``owners`` [W] is the text of each window (0..N-1, every text has at least one), ``tokens`` [W] the tokens
+    of each window that are not special tokens (tokens two windows share count in both). A window weighs at
+    least 1 (an empty text's one window), and a text of one window keeps its vector exactly. Computed in
+    float64, returned as float32 [N, D]; normalising is the caller's.
+    """
+    owners = np.asarray(owners).reshape(-1)
+    weights = np.maximum(np.asarray(tokens).reshape(-1), 1).astype(np.float64)
+    count = int(owners.max()) + 1 if owners.size else 0
+    sums = np.zeros((count, vectors.shape[-1]), dtype=np.float64)
+    np.add.at(sums, owners, weights[:, None] * vectors.astype(np.float64))
+    totals = np.bincount(owners, weights=weights, minlength=count)
+    return (sums / totals[:, None]).astype(np.float32)
 
 
 def requested_dimensions(array: np.ndarray | None) -> int | None:
@@ -42,9 +62,11 @@ class TritonPythonModel(BatchedPostprocess):
     """The embedding postprocess step of the ensemble."""
 
     def setup(self, params: dict[str, str], args: dict[str, str]) -> None:
-        """Read whether to normalise, and whether requests may carry ``DIMENSIONS``."""
+        """Read whether to normalise, whether requests may carry ``DIMENSIONS``, and whether texts come in windows."""
         self.normalize = params.get("normalize", "false") == "true"
-        self.dimensions = "DIMENSIONS" in getattr(self, "input_names", ())  # the fold proof calls setup alone
+        names = getattr(self, "input_names", ())  # the fold proof calls setup alone
+        self.dimensions = "DIMENSIONS" in names
+        self.windowed = "window_example" in names
 
     def initialize(self, args: dict[str, str]) -> None:
         """Read the inputs the step takes, then the base's settings."""
@@ -55,26 +77,22 @@ class TritonPythonModel(BatchedPostprocess):
         """The pooled vectors, normalised when asked."""
         return {"EMBEDDING": l2_normalize(values) if self.normalize else values.astype(np.float32)}
 
+    def process_request(self, request: Any) -> dict[str, np.ndarray]:
+        """One request's embeddings: its windows combined (chunked builds), then cut to its ``DIMENSIONS``."""
+        values = input_array(request, self.input_name)
+        if self.windowed:
+            owners, tokens = input_array(request, "window_example"), input_array(request, "window_tokens")
+            values = combine_windows(values, owners, tokens)
+        dims = requested_dimensions(_optional_input(request, "DIMENSIONS")) if self.dimensions else None
+        if dims is not None:
+            return {"EMBEDDING": np.ascontiguousarray(truncate(values, dims, normalize=self.normalize))}
+        return self.process(values)
+
     def execute(self, requests: list[Any]) -> list[Any]:
-        """Without ``DIMENSIONS`` all requests as one array; with it, each request cut to its own width."""
-        if not self.dimensions:
+        """All requests as one array; with ``DIMENSIONS`` or windows, each request on its own."""
+        if not (self.dimensions or self.windowed):
             return super().execute(requests)
-        arrays = [input_array(r, self.input_name) for r in requests]
-        merged = self.process(np.concatenate(arrays, axis=0))["EMBEDDING"]
-        responses = []
-        start = 0
-        for request, array in zip(requests, arrays):
-            rows = merged[start : start + array.shape[0]]
-            start += array.shape[0]
-            try:
-                dims = requested_dimensions(_optional_input(request, "DIMENSIONS"))
-                vectors = rows if dims is None else truncate(array, dims, normalize=self.normalize)
-            except ValueError as exc:
-                responses.append(pb_utils.InferenceResponse(error=input_error(pb_utils, str(exc))))
-                continue
-            tensor = pb_utils.Tensor("EMBEDDING", np.ascontiguousarray(vectors, dtype=np.float32))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[tensor]))
-        return responses
+        return respond_per_request(pb_utils, requests, self.output_names, self.process_request)
 
 
 def _optional_input(request: Any, name: str) -> np.ndarray | None:

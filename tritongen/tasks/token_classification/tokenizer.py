@@ -14,10 +14,10 @@ import numpy as np
 
 try:  # in the server: the shared modules are copied next to this model.py
     import ner
-    from tokenizer import WindowedTokenizer, check_windows
+    from tokenizer import WindowedTokenizer
 except ImportError:
     from tritongen.steps import ner
-    from tritongen.steps.tokenizer import WindowedTokenizer, check_windows
+    from tritongen.steps.tokenizer import WindowedTokenizer
 
 __all__ = ["TritonPythonModel"]
 
@@ -33,10 +33,7 @@ class TritonPythonModel(WindowedTokenizer):
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """All windows of one request (long texts split with ``stride``), padded to a length bucket."""
         texts = self.texts(request, "TEXT")
-        windows, owners = ner.encode_windows(
-            self.encoder.tokenizer, texts, max_length=self.encoder.max_length, stride=self.stride
-        )
-        check_windows(len(windows), self.max_windows, self.encoder.max_length, "texts")
+        windows, owners = self.windows(texts, self.stride)
         width = self.encoder.bucket(max((len(w.ids) for w in windows), default=1))
         arrays = ner.pack_encodings(windows, width, self.encoder.pad_id, self.encoder.pad_type_id)
         arrays["window_example"] = owners.reshape(-1, 1)
