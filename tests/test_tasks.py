@@ -34,6 +34,7 @@ def test_registry_holds_one_entry_per_task_folder():
         "image-embedding-text",
         "question-answering",
         "reranking",
+        "sparse-embedding",
         "text-pair-classification",
         "token-classification",
         "zero-shot-classification",
