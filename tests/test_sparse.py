@@ -8,12 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests import pb_stub
 from tritongen.buildspec import load_spec
 from tritongen.buildspec.sections import SparseSettings
 from tritongen.errors import SpecError, UnsupportedModelError
 from tritongen.model.checkpoint import Checkpoint, Pooling, Splade, _read_pooling
+from tritongen.steps import postprocess
 from tritongen.steps.sparse import pad_rows, token_weights, vocabulary_rows
 from tritongen.tasks import detect_task, get_task
+from tritongen.tasks.multi_embedding import postprocess as multi_postprocess
 from tritongen.tasks.sparse_embedding import postprocess as sparse_postprocess
 
 SPLADE_POOLING = "sentence_transformers.sparse_encoder.models.SpladePooling"  # the 5.0 name; 5.4 moved it to modules
@@ -115,3 +118,50 @@ def test_sparse_postprocess_pads_each_request_to_its_own_longest_text():
     first, second = step.process(weights, [2, 1])
     assert first["SPARSE_INDICES"].tolist() == [[0, -1, -1], [0, 1, 2]]
     assert second["SPARSE_INDICES"].tolist() == [[2]] and second["SPARSE_VALUES"].tolist() == [[2.0]]
+
+
+def test_detect_picks_multi_embedding_when_both_head_files_sit_beside_the_encoder(tmp_path):
+    config = {"model_type": "xlm-roberta", "architectures": ["XLMRobertaModel"], "hidden_size": 32}
+    checkpoint = Checkpoint(path=tmp_path, config=config, pooling=Pooling(from_sentence_transformers=True))
+    (tmp_path / "sparse_linear.pt").write_bytes(b"")
+    assert detect_task(checkpoint).name == "embedding"  # one head file is not BGE-M3
+    (tmp_path / "colbert_linear.pt").write_bytes(b"")
+    assert detect_task(checkpoint).name == "multi-embedding"
+
+
+def _m3_step() -> multi_postprocess.TritonPythonModel:
+    step = multi_postprocess.TritonPythonModel()
+    step.setup({"hidden_size": "2", "colbert_dim": "3", "unused_token_ids": "[0, 1, 2, 3]"}, {})
+    step.input_name, step.output_names = "token_vectors", list(multi_postprocess.SPARSE + multi_postprocess.COLBERT)
+    return step
+
+
+def _m3_request() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two texts: <s> 7 9 7 </s> and <s> </s> <pad> <pad> <pad>; each token row [sparse, v0, v1, v2]."""
+    packed = np.zeros((2, 5, 4), dtype=np.float32)
+    packed[0] = [[5, 3, 4, 0], [0.5, 1, 0, 0], [0, 0, 2, 0], [0.75, 0, 0, 3], [9, 0, 0, 4]]
+    packed[1, :2] = [[5, 0, 2, 0], [1, 1, 0, 0]]
+    ids = np.array([[0, 7, 9, 7, 2], [0, 2, 1, 1, 1]])
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])
+    return packed, ids, mask
+
+
+def test_multi_postprocess_gives_bge_m3_outputs_padded_within_the_request():
+    out = _m3_step().process(*_m3_request(), {"EMBEDDING", *multi_postprocess.SPARSE, *multi_postprocess.COLBERT})
+    np.testing.assert_allclose(out["EMBEDDING"], [[0.6, 0.8], [0.0, 1.0]])
+    assert out["SPARSE_INDICES"].tolist() == [[7], [-1]] and out["SPARSE_VALUES"].tolist() == [[0.75], [0.0]]
+    assert out["COLBERT_LENGTH"].tolist() == [[4], [1]] and out["COLBERT"].shape == (2, 4, 3)
+    np.testing.assert_allclose(out["COLBERT"][0], [[1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 1]])
+    np.testing.assert_allclose(out["COLBERT"][1], [[1, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]])
+
+
+def test_multi_postprocess_computes_only_the_outputs_a_request_asks_for(monkeypatch):
+    for module in (multi_postprocess, postprocess):
+        monkeypatch.setattr(module, "pb_utils", pb_stub)
+    packed, ids, mask = _m3_request()
+    tensors = {"token_vectors": packed, "input_ids": ids, "attention_mask": mask}
+    step = _m3_step()
+    monkeypatch.setattr(step, "colbert", lambda *a: pytest.fail("COLBERT was not asked for"))
+    (response,) = step.execute([pb_stub.Request(tensors, requested=("SPARSE_VALUES",))])
+    assert [t.name() for t in response.output_tensors] == ["SPARSE_VALUES"]
+    assert response.output("SPARSE_VALUES").tolist() == [[0.75], [0.0]]

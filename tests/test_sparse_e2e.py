@@ -1,7 +1,8 @@
 """Sparse and multi-vector embedders through the real server, against their formulas in PyTorch.
 
 One build per kind from the tiny checkpoints of ``tests/tiny_sparse.py``: a SPLADE ``BertForMaskedLM`` with
-sentence-transformers' SparseEncoder files (detected as ``sparse-embedding``). Every request mixes short, empty,
+sentence-transformers' SparseEncoder files (detected as ``sparse-embedding``), and an XLM-R with BGE-M3's head
+files (detected as ``multi-embedding``), against FlagEmbedding's formulas. Every request mixes short, empty,
 non-ASCII and truncated texts, so its rows are padded both in the model step and in the sparse outputs.
 """
 
@@ -10,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.tiny_sparse import make_splade
+from tests.tiny_sparse import make_bge_m3, make_splade
 
 TOLERANCE = 1e-4
+M3_OUTPUTS = ["EMBEDDING", "SPARSE_INDICES", "SPARSE_VALUES", "COLBERT", "COLBERT_LENGTH", "TRUNCATED"]
 TEXTS = ["hello world", "", "Café au lait, naïve Ünïcödé 🎉 and emoji", "word " * 100, "ok ok ok ok"]
 
 
@@ -68,3 +70,63 @@ def test_sparse_embedding_matches_splade_formula_when_request_mixes_lengths(chec
     expected = [(np.flatnonzero(row), row[np.flatnonzero(row)]) for row in reference]
     _assert_sparse_rows(answer["SPARSE_INDICES"], answer["SPARSE_VALUES"], expected)
     assert answer["TRUNCATED"].reshape(-1).tolist() == [False, False, False, True, False]
+
+
+def _bge_m3_reference(path, texts: list[str], max_length: int) -> list[dict]:
+    """BGEM3FlagModel's three outputs, one text at a time: CLS normalised; relu(sparse_linear) per token, the max
+    per token id without the cls, eos, pad and unk ids (``_process_token_weights``); colbert_linear of the tokens
+    after the first, normalised."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModel.from_pretrained(str(path)).eval()
+    heads = {}
+    for name in ("sparse_linear", "colbert_linear"):
+        state = torch.load(str(path / f"{name}.pt"), map_location="cpu", weights_only=True)
+        heads[name] = torch.nn.Linear(state["weight"].shape[1], state["weight"].shape[0])
+        heads[name].load_state_dict(state)
+    special = tokenizer.special_tokens_map
+    unused = {tokenizer.convert_tokens_to_ids(special[t]) for t in ("cls_token", "eos_token", "pad_token", "unk_token")}
+    rows = []
+    for text in texts:
+        batch = tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
+        with torch.no_grad():
+            hidden = model(**batch).last_hidden_state[0]
+            weights = torch.relu(heads["sparse_linear"](hidden)).squeeze(-1).tolist()
+            colbert = torch.nn.functional.normalize(heads["colbert_linear"](hidden[1:]), dim=-1).numpy()
+        lexical: dict[int, float] = {}
+        for weight, token in zip(weights, batch["input_ids"][0].tolist()):
+            if token not in unused and weight > 0:
+                lexical[token] = max(weight, lexical.get(token, 0.0))
+        ordered = sorted(lexical)
+        rows.append({
+            "dense": torch.nn.functional.normalize(hidden[0], dim=-1).numpy(),
+            "sparse": (np.array(ordered, dtype=np.int64), np.array([lexical[i] for i in ordered], dtype=np.float32)),
+            "colbert": colbert,
+        })  # fmt: skip
+    return rows
+
+
+@pytest.mark.e2e
+def test_multi_embedding_matches_bge_m3_formulas_and_answers_requested_subsets(checkpoint_cache, builds, shared_server):
+    checkpoint = checkpoint_cache(make_bge_m3, colbert_dim=24)  # a ColBERT width other than the hidden size
+    built = builds(checkpoint, "bge_m3")  # detected from the head files
+    assert built.result.task == "multi-embedding"
+    url = shared_server.serve(built).grpc_url
+    answer = _grpc_infer(url, "bge_m3", TEXTS, M3_OUTPUTS)
+    reference = _bge_m3_reference(checkpoint, TEXTS, built.result.max_length)
+
+    np.testing.assert_allclose(answer["EMBEDDING"], [r["dense"] for r in reference], atol=TOLERANCE, rtol=0)
+    _assert_sparse_rows(answer["SPARSE_INDICES"], answer["SPARSE_VALUES"], [r["sparse"] for r in reference])
+    lengths = [len(r["colbert"]) for r in reference]
+    assert answer["COLBERT_LENGTH"].reshape(-1).tolist() == lengths
+    assert answer["COLBERT"].shape == (len(TEXTS), max(lengths), 24)
+    for row, expected in zip(answer["COLBERT"], reference):
+        np.testing.assert_allclose(row[: len(expected["colbert"])], expected["colbert"], atol=TOLERANCE, rtol=0)
+        assert not row[len(expected["colbert"]) :].any()
+    assert answer["TRUNCATED"].reshape(-1).tolist() == [False, False, False, True, False]
+
+    subset = _grpc_infer(url, "bge_m3", TEXTS[:2], ["COLBERT_LENGTH", "SPARSE_VALUES"])
+    assert sorted(subset) == ["COLBERT_LENGTH", "SPARSE_VALUES"]
+    assert subset["COLBERT_LENGTH"].reshape(-1).tolist() == lengths[:2]

@@ -32,6 +32,7 @@ def test_registry_holds_one_entry_per_task_folder():
         "image-classification",
         "image-embedding",
         "image-embedding-text",
+        "multi-embedding",
         "question-answering",
         "reranking",
         "sparse-embedding",

@@ -35,6 +35,7 @@ __all__ = [
     "GateReference",
     "LabelGate",
     "SpanGate",
+    "TokenCosineGate",
     "TokenLabelGate",
     "default_texts",
     "measure_accuracy",
@@ -240,7 +241,20 @@ class CosineGate(Gate):
         )  # fmt: skip
 
 
-GATES: dict[str, type[Gate]] = {gate.name: gate for gate in (LabelGate, CosineGate, TokenLabelGate, SpanGate)}
+class TokenCosineGate(CosineGate):
+    """Per-token vectors (multi-vector embeddings): each text's worst cosine with FP32 over its real tokens."""
+
+    name = "token_cosine"
+
+    def compare(self, reference: np.ndarray, candidate: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The smallest cosine per text (the candidate cut to the reference's tokens)."""
+        (cosine,) = super().compare(reference, candidate[:, : mask.shape[1]], mask)
+        return (np.where(mask, cosine, np.inf).min(-1),)
+
+
+GATES: dict[str, type[Gate]] = {
+    gate.name: gate for gate in (LabelGate, CosineGate, TokenLabelGate, SpanGate, TokenCosineGate)
+}
 
 
 def read_texts(path: Path | None, which: str) -> list[str]:
