@@ -8,10 +8,15 @@ non-ASCII and truncated texts, so its rows are padded both in the model step and
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 
 from tests.tiny_sparse import make_bge_m3, make_splade
+from tritongen.bench.st_peer import st_executable
 
 TOLERANCE = 1e-4
 M3_OUTPUTS = ["EMBEDDING", "SPARSE_INDICES", "SPARSE_VALUES", "COLBERT", "COLBERT_LENGTH", "TRUNCATED"]
@@ -70,6 +75,44 @@ def test_sparse_embedding_matches_splade_formula_when_request_mixes_lengths(chec
     expected = [(np.flatnonzero(row), row[np.flatnonzero(row)]) for row in reference]
     _assert_sparse_rows(answer["SPARSE_INDICES"], answer["SPARSE_VALUES"], expected)
     assert answer["TRUNCATED"].reshape(-1).tolist() == [False, False, False, True, False]
+
+
+# sentence-transformers' own SparseEncoder on the checkpoint, in .venv-st: one JSON row of (indices, values) per text.
+_SPARSE_ENCODER = """
+import json, sys
+import numpy as np
+from sentence_transformers import SparseEncoder
+rows = SparseEncoder(sys.argv[1], device="cpu").encode(json.loads(sys.argv[2]), convert_to_tensor=True)
+rows = rows.to_dense().numpy()
+print(json.dumps([[np.flatnonzero(r).tolist(), r[np.flatnonzero(r)].tolist()] for r in rows]))
+"""
+
+
+@pytest.mark.skipif(st_executable() is None, reason="no .venv-st (make st-venv)")
+def test_splade_module_matches_sparse_encoder_when_layout_asks_sum_and_log1p_relu(checkpoint_cache, tmp_path):
+    """The layout read and the pooling in the graph are sentence-transformers' own, on its non-default settings."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from tritongen.model.checkpoint import inspect_checkpoint
+    from tritongen.tasks import get_task
+
+    checkpoint = checkpoint_cache(make_splade, strategy="sum", activation="log1p_relu")
+    copy = shutil.copytree(checkpoint, tmp_path / "splade")
+    config = json.loads((copy / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"  # the venv's transformers 4 has no TokenizersBackend
+    (copy / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    command = [str(st_executable()), "-c", _SPARSE_ENCODER, str(copy), json.dumps(TEXTS)]
+    expected = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+
+    module = get_task("sparse-embedding").load_module(inspect_checkpoint(checkpoint))
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    for text, (indices, values) in zip(TEXTS, expected):
+        batch = tokenizer(text, truncation=True, max_length=64, return_tensors="pt")
+        with torch.no_grad():
+            row = module(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])[0].numpy()
+        assert np.flatnonzero(row).tolist() == indices
+        np.testing.assert_allclose(row[indices], values, atol=TOLERANCE, rtol=1e-5)  # sums of up to 64 tokens
 
 
 def _bge_m3_reference(path, texts: list[str], max_length: int) -> list[dict]:
