@@ -12,6 +12,7 @@ from tests import pb_stub
 from tritongen.buildspec import load_spec
 from tritongen.buildspec.sections import SparseSettings
 from tritongen.errors import SpecError, UnsupportedModelError
+from tritongen.gates.accuracy import TokenCosineGate
 from tritongen.model.checkpoint import Checkpoint, Pooling, Splade, _read_pooling
 from tritongen.steps import postprocess
 from tritongen.steps.sparse import pad_rows, token_weights, vocabulary_rows
@@ -165,3 +166,13 @@ def test_multi_postprocess_computes_only_the_outputs_a_request_asks_for(monkeypa
     (response,) = step.execute([pb_stub.Request(tensors, requested=("SPARSE_VALUES",))])
     assert [t.name() for t in response.output_tensors] == ["SPARSE_VALUES"]
     assert response.output("SPARSE_VALUES").tolist() == [[0.75], [0.0]]
+
+
+def test_token_cosine_gate_takes_each_texts_worst_real_token_and_ignores_padding():
+    reference = np.array([[[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]], [[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]])
+    candidate = np.concatenate([reference, np.zeros((2, 2, 2))], axis=1)  # served at a wider bucket
+    candidate[0, 1] = [1.0, 1.0]  # 45 degrees off on a real token
+    candidate[1, 2] = [-1.0, 0.0]  # wrong on padding only
+    mask = np.array([[True, True, True], [True, False, False]])
+    (cosine,) = TokenCosineGate().compare(reference, candidate, mask)
+    np.testing.assert_allclose(cosine, [np.sqrt(0.5), 1.0])
