@@ -11,7 +11,8 @@ another token's ColBERT vector), with ``input_ids`` and ``attention_mask``. Per 
 - ``COLBERT``: the ColBERT vectors of the real tokens after the first, each L2-normalised, padded with zero rows to
   the request's longest; ``COLBERT_LENGTH``: how many are real.
 
-A request may ask for any of these outputs (Triton's requested outputs); only those are computed.
+A client may ask the ensemble for any of these outputs (Triton's requested outputs). The step computes only those
+its own request names; Triton's ensemble names every output it maps, so there it computes them all.
 """
 
 from __future__ import annotations
