@@ -87,6 +87,10 @@ class MultiEmbedding(Task):
             f"{_colbert_dim(bound.checkpoint)} values each, normalised",
         ]
 
+    def max_length(self, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None) -> int:
+        limit = super().max_length(checkpoint, position_limit, tokenizer_max)
+        return min(limit, checkpoint.pooling.max_seq_length or limit)  # BGE-M3's sentence-transformers files: 8192
+
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
         from transformers import AutoModel
 
@@ -169,5 +173,5 @@ def _unused_ids(checkpoint: Checkpoint) -> list[int]:
     from tritongen.tasks._inputs import TextInputs
 
     tokenizer = TextInputs().load(checkpoint)
-    tokens = [getattr(tokenizer, role) for role in UNUSED_TOKENS]
-    return sorted({int(tokenizer.convert_tokens_to_ids(str(t))) for t in tokens if t is not None})
+    named = tokenizer.special_tokens_map
+    return sorted({int(tokenizer.convert_tokens_to_ids(str(named[role]))) for role in UNUSED_TOKENS if role in named})
