@@ -112,7 +112,8 @@ def test_build_exits_2_when_task_unsupported(minilm_copy, tmp_path, capsys):
     assert code == 2
     assert message == (
         "error: task `translation` is not supported; supported: classification, embedding, image-classification, "
-        "image-embedding, image-embedding-text, question-answering, reranking, text-pair-classification, "
+        "image-embedding, image-embedding-text, multi-embedding, question-answering, reranking, sparse-embedding, "
+        "text-pair-classification, "
         "token-classification, zero-shot-classification"
     )
 

@@ -18,8 +18,8 @@ from tritongen.steps.ner import STRATEGIES
 
 __all__ = [
     "DEFAULT_INSTRUCTION", "LONG_TEXT", "SECTIONS", "ClassificationSettings", "EmbeddingSettings", "ImagesSettings",
-    "QuestionAnsweringSettings",
-    "RerankingSettings", "TaskSettings", "TokenClassificationSettings", "ZeroShotSettings", "legacy_settings",
+    "QuestionAnsweringSettings", "RerankingSettings", "SparseSettings", "TaskSettings", "TokenClassificationSettings",
+    "ZeroShotSettings", "legacy_settings",
 ]  # fmt: skip
 
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"  # reranking
@@ -247,11 +247,36 @@ class ImagesSettings(TaskSettings):
             raise SpecError(f"images.max_pixels must be at least 1, got {self.max_pixels}")
 
 
+@dataclass(frozen=True)
+class SparseSettings(TaskSettings):
+    """The ``sparse`` section: which weights of a sparse embedding the postprocess step keeps.
+
+    Read by ``sparse-embedding`` and by the sparse output of ``multi-embedding``. By default every non-zero weight.
+    """
+
+    section: ClassVar[str] = "sparse"
+
+    top_k: int = 0  # at most this many weights per text, the largest (0: no limit)
+    threshold: float = 0.0  # only weights above this
+
+    legacy_names: ClassVar[dict[str, str]] = {"sparse_top_k": "top_k", "sparse_threshold": "threshold"}
+    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
+        "sparse_top_k": {"type": int, "help": "sparse embeddings: at most this many weights per text (default 0: all)"},
+        "sparse_threshold": {"type": float, "help": "sparse embeddings: only weights above this (default 0)"},
+    }
+
+    def validate(self) -> None:
+        if self.top_k < 0:
+            raise SpecError(f"sparse top_k must be >= 0 (0: no limit), got {self.top_k}")
+        if self.threshold < 0:
+            raise SpecError(f"sparse threshold must be >= 0, got {self.threshold}")
+
+
 SECTIONS: dict[str, type[TaskSettings]] = {
     cls.section: cls
     for cls in (
         ClassificationSettings, QuestionAnsweringSettings, TokenClassificationSettings, ZeroShotSettings,
-        RerankingSettings, EmbeddingSettings, ImagesSettings,
+        RerankingSettings, EmbeddingSettings, ImagesSettings, SparseSettings,
     )
 }  # fmt: skip
 

@@ -35,6 +35,7 @@ __all__ = [
     "GateReference",
     "LabelGate",
     "SpanGate",
+    "TokenCosineGate",
     "TokenLabelGate",
     "default_texts",
     "measure_accuracy",
@@ -238,6 +239,19 @@ class CosineGate(Gate):
             variant=variant, gate=self.name, texts=texts, cosine_mean=float(cosine.mean()),
             cosine_min=float(cosine.min()), loss=float(1.0 - cosine.mean()),
         )  # fmt: skip
+
+
+class TokenCosineGate(CosineGate):
+    """Per-token vectors (multi-vector embeddings): each text's worst cosine with FP32 over its real tokens.
+
+    Its figures are the cosine gate's (the mean and the minimum over texts), so it reports as ``cosine``; a task
+    names the class, and the spec's gate names (:data:`GATES`) keep ``cosine`` for whole-text vectors.
+    """
+
+    def compare(self, reference: np.ndarray, candidate: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The smallest cosine per text (the candidate cut to the reference's tokens)."""
+        (cosine,) = super().compare(reference, candidate[:, : mask.shape[1]], mask)
+        return (np.where(mask, cosine, np.inf).min(-1),)
 
 
 GATES: dict[str, type[Gate]] = {gate.name: gate for gate in (LabelGate, CosineGate, TokenLabelGate, SpanGate)}

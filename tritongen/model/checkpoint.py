@@ -18,6 +18,7 @@ __all__ = [
     "Checkpoint",
     "Dense",
     "Pooling",
+    "Splade",
     "bundled_minilm",
     "inspect_checkpoint",
     "resolve_checkpoint",
@@ -44,6 +45,14 @@ class Dense:
 
 
 @dataclass(frozen=True)
+class Splade:
+    """A sentence-transformers ``SpladePooling`` module: MLM logits -> one weight per vocabulary entry."""
+
+    strategy: str = "max"  # max | sum, over the real tokens
+    activation: str = "relu"  # relu: log(1 + relu(x)); log1p_relu: log(1 + log(1 + relu(x)))
+
+
+@dataclass(frozen=True)
 class Pooling:
     """Sentence-embedding pooling, as the checkpoint's sentence-transformers files declare it."""
 
@@ -55,6 +64,7 @@ class Pooling:
     # config_sentence_transformers.json: prompt name -> text prepended before tokenising, and the default's name
     prompts: tuple[tuple[str, str], ...] = ()
     default_prompt_name: str | None = None
+    splade: Splade | None = None  # a SparseEncoder's SpladePooling (then there is no dense pooling)
 
     def width(self, hidden_size: int) -> int:
         """The embedding's width: the last Dense module's, else the encoder's hidden size."""
@@ -167,11 +177,13 @@ def _read_pooling(path: Path) -> Pooling:
     if not modules_file.is_file():
         return Pooling()
     modules = _read_json(modules_file)
-    mode, normalize, dense = "mean", False, []
+    mode, normalize, dense, splade = "mean", False, [], None
     for module in modules:
         kind = str(module.get("type", ""))
         folder = path / module.get("path", "")
-        if kind.endswith("Pooling"):
+        if kind.endswith("SpladePooling"):
+            splade = _read_splade(folder / "config.json")
+        elif kind.endswith("Pooling"):
             mode = _pooling_mode(_read_json(folder / "config.json"))
         elif kind.endswith("Dense"):
             dense.append(_read_dense(folder))
@@ -192,7 +204,26 @@ def _read_pooling(path: Path) -> Pooling:
         dense=tuple(dense),
         prompts=prompts,
         default_prompt_name=default_prompt,
+        splade=splade,
     )
+
+
+_SPLADE_STRATEGIES = ("max", "sum")
+_SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
+
+
+def _read_splade(path: Path) -> Splade:
+    """A SpladePooling module's strategy and activation (sentence-transformers' defaults where it has no config)."""
+    config = _read_json(path) if path.is_file() else {}
+    strategy = str(config.get("pooling_strategy", "max"))
+    activation = str(config.get("activation_function", "relu"))
+    if strategy not in _SPLADE_STRATEGIES or activation not in _SPLADE_ACTIVATIONS:
+        raise UnsupportedModelError(
+            f"SpladePooling {{path}} has pooling_strategy `{strategy}` and activation_function `{activation}`; "
+            f"supported: {' or '.join(_SPLADE_STRATEGIES)}, and {' or '.join(_SPLADE_ACTIVATIONS)}",
+            path=path,
+        )
+    return Splade(strategy, activation)
 
 
 def _pooling_mode(pool_cfg: dict[str, Any]) -> str:

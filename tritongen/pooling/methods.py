@@ -14,7 +14,7 @@ from tritongen.errors import UnsupportedModelError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["METHODS", "pooling_method"]
+__all__ = ["METHODS", "pooling_method", "splade"]
 
 Method = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]  # (hidden [B, T, H], mask [B, T]) -> [B, H]
 
@@ -55,3 +55,20 @@ def pooling_method(name: str) -> Method:
         raise UnsupportedModelError(
             f"pooling `{name}` is not supported; supported: {', '.join(sorted(METHODS))}"
         ) from None
+
+
+def splade(
+    logits: torch.Tensor, attention_mask: torch.Tensor, strategy: str = "max", activation: str = "relu"
+) -> torch.Tensor:
+    """sentence-transformers' SpladePooling: ``log(1 + relu(logits))`` per real token, then max or sum over tokens.
+
+    ``logits`` are the MLM head's, [B, T, V]; the result is one weight per vocabulary entry, [B, V]. Padding
+    counts as weight 0, which changes neither the max (every weight is >= 0) nor the sum. ``log1p_relu`` (the
+    OpenSearch models) applies ``log1p`` once more.
+    """
+    import torch
+
+    weights = torch.log1p(torch.relu(logits * attention_mask.unsqueeze(-1).to(logits.dtype)))
+    if activation == "log1p_relu":
+        weights = torch.log1p(weights)
+    return weights.amax(dim=1) if strategy == "max" else weights.sum(dim=1)

@@ -1,0 +1,100 @@
+"""Multi-embedding postprocess step: the packed token rows -> dense, sparse and ColBERT outputs (BGE-M3).
+
+Reads ``token_vectors`` ([texts, tokens, 1 + width]: each token's sparse weight, then token 0's hidden state or
+another token's ColBERT vector), with ``input_ids`` and ``attention_mask``. Per text, as FlagEmbedding's
+``BGEM3FlagModel``:
+
+- ``EMBEDDING``: the first token's hidden state, L2-normalised;
+- ``SPARSE_INDICES``/``SPARSE_VALUES``: the real tokens' weights, the max per token id, leaving out the ids in
+  ``unused_token_ids`` (cls, eos, pad, unk) and zeros, then the ``top_k``/``threshold`` settings; padded within
+  the request with index -1 and value 0;
+- ``COLBERT``: the ColBERT vectors of the real tokens after the first, each L2-normalised, padded with zero rows to
+  the request's longest; ``COLBERT_LENGTH``: how many are real.
+
+A client may ask the ensemble for any of these outputs (Triton's requested outputs). The step computes only those
+its own request names; Triton's ensemble names every output it maps, so there it computes them all.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+try:
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # outside the server: importable for tests and build-time checks
+    pb_utils = None
+
+try:  # in the server: the shared modules are copied next to this model.py
+    from _common import input_error
+    from postprocess import TritonPythonModel as PostprocessBase
+    from postprocess import input_array, l2_normalize
+    from sparse import pad_rows, token_weights
+except ImportError:
+    from tritongen.steps._common import input_error
+    from tritongen.steps.postprocess import TritonPythonModel as PostprocessBase
+    from tritongen.steps.postprocess import input_array, l2_normalize
+    from tritongen.steps.sparse import pad_rows, token_weights
+
+__all__ = ["TritonPythonModel"]
+
+SPARSE = ("SPARSE_INDICES", "SPARSE_VALUES")
+COLBERT = ("COLBERT", "COLBERT_LENGTH")
+
+
+class TritonPythonModel(PostprocessBase):
+    """The multi-embedding postprocess step of the ensemble."""
+
+    def setup(self, params: dict[str, str], args: dict[str, str]) -> None:
+        """Read the widths, the token ids the sparse side leaves out, and which weights to keep."""
+        self.hidden = int(params["hidden_size"])
+        self.colbert_dim = int(params["colbert_dim"])
+        self.unused = tuple(json.loads(params.get("unused_token_ids", "[]")))
+        self.top_k = int(params.get("top_k", "0"))
+        self.threshold = float(params.get("threshold", "0"))
+
+    def process(self, packed: np.ndarray, ids: np.ndarray, mask: np.ndarray, wanted: set[str]) -> dict[str, np.ndarray]:
+        """The ``wanted`` outputs of one request's texts."""
+        packed = np.asarray(packed, dtype=np.float32)
+        tokens = packed.shape[1]
+        real = np.asarray(mask)[:, :tokens] > 0
+        outputs: dict[str, np.ndarray] = {}
+        if "EMBEDDING" in wanted:
+            outputs["EMBEDDING"] = l2_normalize(packed[:, 0, 1 : 1 + self.hidden])
+        if wanted & set(SPARSE):
+            ids = np.asarray(ids)[:, :tokens]
+            rows = [
+                token_weights(packed[i, real[i], 0], ids[i, real[i]], self.unused, top_k=self.top_k,
+                              threshold=self.threshold)
+                for i in range(len(packed))
+            ]  # fmt: skip
+            outputs["SPARSE_INDICES"], outputs["SPARSE_VALUES"] = pad_rows(rows)
+        if wanted & set(COLBERT):
+            outputs["COLBERT"], outputs["COLBERT_LENGTH"] = self.colbert(packed, real)
+        return outputs
+
+    def colbert(self, packed: np.ndarray, real: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each text's normalised ColBERT vectors (its real tokens after the first), zero rows to the longest."""
+        vectors = [l2_normalize(packed[i, 1:, 1 : 1 + self.colbert_dim][real[i, 1:]]) for i in range(len(packed))]
+        lengths = np.array([[len(v)] for v in vectors], dtype=np.int32).reshape(-1, 1)
+        padded = np.zeros((len(vectors), max([1, *lengths.reshape(-1)]), self.colbert_dim), dtype=np.float32)
+        for i, rows in enumerate(vectors):
+            padded[i, : len(rows)] = rows
+        return padded, lengths
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        """One response per request, with the outputs it asked for."""
+        responses = []
+        for request in requests:
+            names = [n for n in self.output_names if n in set(request.requested_output_names())] or self.output_names
+            try:
+                arrays = [input_array(request, name) for name in (self.input_name, "input_ids", "attention_mask")]
+                outputs = self.process(*arrays, set(names))
+            except ValueError as exc:
+                responses.append(pb_utils.InferenceResponse(error=input_error(pb_utils, str(exc))))
+                continue
+            tensors = [pb_utils.Tensor(name, outputs[name]) for name in names]
+            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+        return responses
