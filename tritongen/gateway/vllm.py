@@ -49,9 +49,12 @@ async def score_pairs(gateway: Gateway, model: ModelInfo, left: list[str], right
     if model.why_not("rerank") is None:
         result = await gateway.infer(model, {"TEXT": left, "TEXT_PAIR": right}, ["SCORE"])
         return result["SCORE"].reshape(-1).tolist()
-    vectors, _ = await gateway.embed(model, [*left, *right])
+    texts = list(dict.fromkeys([*left, *right]))  # each text embedded once (one query against many, usually)
+    vectors, _ = await gateway.embed(model, texts)
     unit = l2_normalise(vectors.astype(np.float64))
-    return np.einsum("ij,ij->i", unit[: len(left)], unit[len(left) :]).astype(np.float32).tolist()
+    row = {text: i for i, text in enumerate(texts)}
+    cosines = np.einsum("ij,ij->i", unit[[row[t] for t in left]], unit[[row[t] for t in right]])
+    return cosines.astype(np.float32).tolist()
 
 
 def _envelope(prefix: str, model: ModelInfo, data: list[dict], usage: dict[str, int]) -> dict[str, Any]:
