@@ -136,6 +136,12 @@ def direct(served, name: str, texts: list[str], **pairs) -> list[dict]:
     return infer(texts, name=name, url=served[0].grpc_url, inputs=pairs or None)
 
 
+def _tei_error(answer: object, error_type: str) -> str:
+    assert isinstance(answer, dict) and answer.keys() == {"error", "error_type"}, answer
+    assert answer["error_type"] == error_type, answer
+    return answer["error"]
+
+
 def _error(answer: object) -> dict:
     assert isinstance(answer, dict) and set(answer) == {"error"}, answer
     assert set(answer["error"]) == {"message", "type", "param", "code"}, answer
@@ -260,8 +266,8 @@ def test_embeddings_errors_surface_as_openai_exceptions_with_the_message(client)
         client.embeddings.create(model="nope", input="x")
     with pytest.raises(openai.BadRequestError, match="cannot serve /v1/embeddings: it outputs no EMBEDDING"):
         client.embeddings.create(model=CLS, input="x")
-    with pytest.raises(openai.BadRequestError, match="token ids"):
-        client.embeddings.create(model=EMB, input=[[1, 2, 3]])
+    with pytest.raises(openai.BadRequestError, match="holds the id 100257"):  # tiktoken's, not this model's
+        client.embeddings.create(model=EMB, input=[[9906, 100257]])
 
 
 @pytest.mark.e2e
@@ -295,7 +301,7 @@ def test_embed_matches_triton_and_normalises_when_asked(gateway, served):
     status, answer = post(gateway, "/embed", {"inputs": TEXTS[0], "model": RAW})
     np.testing.assert_allclose(answer, raw[:1] / np.linalg.norm(raw[:1]), atol=1e-6)
     status, answer = post(gateway, "/embed", {"inputs": "x", "model": EMB, "normalize": False})
-    assert status == 400 and "normalize: false" in _error(answer)["message"]
+    assert status == 422 and "normalize: false" in _tei_error(answer, "Validation")
 
 
 @pytest.mark.e2e
@@ -308,9 +314,9 @@ def test_embed_splits_into_max_batch_size_requests_when_given_more_texts(gateway
 
 
 @pytest.mark.e2e
-def test_embed_refuses_long_text_with_413_when_truncate_is_false(gateway, served):
+def test_embed_refuses_long_text_with_422_when_truncate_is_false(gateway, served):
     status, answer = post(gateway, "/embed", {"inputs": ["fine", LONG], "model": EMB})
-    assert status == 413 and "item 1 is longer than the model's 64 tokens" in _error(answer)["message"]
+    assert status == 422 and "item 1 is longer than the model's 64 tokens" in _tei_error(answer, "Validation")
     status, answer = post(gateway, "/embed", {"inputs": [LONG], "model": EMB, "truncate": True})
     assert status == 200
     np.testing.assert_allclose(answer, [direct(served, EMB, [LONG])[0]["EMBEDDING"]], atol=1e-7)
@@ -326,7 +332,7 @@ def test_rerank_sorts_triton_scores_when_given_texts(gateway, served):
     np.testing.assert_allclose([r["score"] for r in answer], sorted(scores, reverse=True), atol=1e-7)
     assert [r["text"] for r in answer] == [TEXTS[r["index"]] for r in answer]
     status, answer = post(gateway, "/rerank", {"query": query, "texts": TEXTS, "raw_scores": True})
-    assert status == 400 and _error(answer)["param"] == "raw_scores"
+    assert status == 422 and "`raw_scores` is not served" in _tei_error(answer, "Validation")
 
 
 @pytest.mark.e2e
@@ -345,7 +351,7 @@ def test_predict_returns_all_labels_sorted_when_given_texts_or_pairs(gateway, se
     score = direct(served, RERANK, ["a query"], TEXT_PAIR=["a text"])[0]["SCORE"]
     assert status == 200 and len(pair) == 1 and pair[0]["score"] == pytest.approx(score, abs=1e-7)
     status, answer = post(gateway, "/predict", {"inputs": TEXTS})
-    assert status == 400 and "several ensembles can serve /predict" in _error(answer)["message"]
+    assert status == 422 and "several ensembles can serve /predict" in _tei_error(answer, "Validation")
 
 
 @pytest.mark.e2e
@@ -366,18 +372,40 @@ def test_tokenize_matches_transformers_when_given_texts(gateway, checkpoints):
     assert [t["id"] for t in plain[0]] == tokenizer(TEXTS[0], add_special_tokens=False)["input_ids"]
 
 
+def _message(answer: object, family: str) -> str:
+    """The message of an error of ``family``'s shape (asserting the shape)."""
+    if family == "tei":
+        assert isinstance(answer, dict) and answer.keys() == {"error", "error_type"}, answer
+        return answer["error"]
+    if family == "cohere":
+        assert isinstance(answer, dict) and answer.keys() == {"message"}, answer
+        return answer["message"]
+    error = _error(answer)
+    if family == "vllm":  # vLLM's ErrorInfo: the error class and the HTTP status as `code`
+        assert error["type"].endswith("Error") and isinstance(error["code"], int), answer
+    return error["message"]
+
+
 @pytest.mark.e2e
-def test_gateway_answers_openai_errors_when_request_is_bad(gateway):
-    for path, body, status, fragment in [
-        ("/v1/embeddings", b"{not json", 400, "not valid JSON"),
-        ("/v1/embeddings", {"input": "x", "model": EMB, "encoding_format": "int8"}, 400, "encoding_format"),
-        ("/rerank", {"query": "q", "texts": [], "model": RERANK}, 400, "non-empty list"),
-        ("/rerank", {"query": "q", "texts": ["a"], "model": CLS}, 400, "needs a text-pair scorer"),
-        ("/predict", {"inputs": "x", "model": RERANK}, 400, "[text, text_pair]"),
-        ("/nowhere", {}, 404, "no route /nowhere"),
+def test_gateway_answers_each_apis_error_shape_and_status_when_request_is_bad(gateway):
+    for path, body, status, family, fragment in [
+        ("/v1/embeddings", b"{not json", 400, "openai", "not valid JSON"),
+        ("/v1/embeddings", {"input": "x", "model": EMB, "encoding_format": "int8"}, 400, "openai", "encoding_format"),
+        ("/rerank", {"query": "q", "texts": [], "model": RERANK}, 400, "tei", "cannot be empty"),
+        ("/rerank", {"query": "q", "texts": ["a"], "model": CLS}, 424, "tei", "needs a text-pair scorer"),
+        ("/predict", {"inputs": "x", "model": RERANK}, 422, "tei", "[text, text_pair]"),
+        ("/embed_all", {"inputs": "x", "model": EMB}, 424, "tei", "not per-token embeddings"),
+        ("/similarity", {"inputs": {"source_sentence": "a", "sentences": []}, "model": EMB}, 400, "tei", "empty"),
+        ("/score", {"text_1": ["a", "b"], "text_2": ["c", "d", "e"], "model": RERANK}, 400, "vllm", "give one"),
+        ("/classify", {"input": "x", "model": "nope"}, 404, "vllm", "`nope` does not exist"),
+        ("/v1/rerank", {"query": "q", "documents": ["a"], "model": EMB}, 400, "vllm", "needs a text-pair scorer"),
+        ("/v2/embed", {"texts": ["a"], "model": EMB, "embedding_types": ["int8"]}, 400, "cohere", "embedding_types"),
+        ("/v2/rerank", {"query": "q", "model": RERANK}, 400, "cohere", "`documents`"),
+        ("/nowhere", {}, 404, "openai", "no route /nowhere"),
     ]:
         got, answer = post(gateway, path, body)
-        assert got == status and fragment in _error(answer)["message"], (path, answer)
+        assert got == status and fragment in _message(answer, family), (path, got, answer)
+    assert get(gateway, "/health") == (200, {"status": "ok"})  # still up
 
 
 @pytest.mark.e2e
@@ -389,6 +417,122 @@ def test_gateway_answers_503_when_triton_is_down(tmp_path):
     assert status == 503 and _error(answer)["type"] == "server_error"
     assert "not reachable" in answer["error"]["message"] or "unavailable" in answer["error"]["message"].lower()
     assert health[0] == 503 and _error(health[1])["message"] == f"the Triton server at {closed} is not ready"
+
+
+# -- the other APIs: Hugging Face's InferenceClient, token ids, Cohere's SDK, vLLM and Jina ---------------------
+
+
+@pytest.mark.e2e
+def test_hf_inference_client_gets_triton_values_when_pointed_at_a_models_root(
+    gateway, served, checkpoints, monkeypatch
+):
+    from huggingface_hub import InferenceClient, constants
+
+    # the hub's offline mode (set for every test) blocks any URL; the client is given one and asks nothing else
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+    root = f"http://{gateway[0]}/models"
+    embedder = InferenceClient(model=f"{root}/{EMB}", token=KEY, provider="hf-inference")
+    expected = np.array([row["EMBEDDING"] for row in direct(served, EMB, TEXTS)])
+    np.testing.assert_allclose(embedder.feature_extraction(TEXTS[0]), expected[:1], atol=1e-6)
+    similarities = embedder.sentence_similarity(TEXTS[0], other_sentences=TEXTS[1:])
+    np.testing.assert_allclose(similarities, expected[1:] @ expected[0], atol=1e-6)  # the embeddings are unit
+    labels = list(json.loads((checkpoints[CLS] / "config.json").read_text())["id2label"].values())
+    probabilities = np.array(direct(served, CLS, TEXTS[:1])[0]["PROBABILITIES"])
+    top = InferenceClient(model=f"{root}/{CLS}", token=KEY).text_classification(TEXTS[0])
+    assert (top.label, top.score) == (labels[int(probabilities.argmax())], pytest.approx(probabilities.max(), abs=1e-7))
+    info = embedder.get_endpoint_info()
+    assert info["model_id"] == EMB and info["model_type"] == {"embedding": {"pooling": "unknown"}}
+    assert info["max_input_length"] == 64 and info["max_batch_requests"] == 64
+
+
+@pytest.mark.e2e
+def test_embeddings_of_token_ids_equal_their_texts_when_the_ids_are_the_models(client, checkpoints):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoints[EMB]))
+    texts = TEXTS[:2]
+    by_text = client.embeddings.create(model=EMB, input=texts, encoding_format="float")
+    with_special = [tokenizer(t)["input_ids"] for t in texts]
+    by_ids = client.embeddings.create(model=EMB, input=with_special, encoding_format="float")
+    np.testing.assert_allclose([d.embedding for d in by_ids.data], [d.embedding for d in by_text.data], atol=1e-6)
+    assert by_ids.usage.prompt_tokens == by_text.usage.prompt_tokens
+    one = client.embeddings.create(model=EMB, input=tokenizer(texts[0], add_special_tokens=False)["input_ids"])
+    np.testing.assert_allclose(one.data[0].embedding, by_text.data[0].embedding, atol=1e-6)
+
+
+@pytest.mark.e2e
+def test_cohere_client_embeds_and_reranks_with_triton_values_when_pointed_at_the_gateway(gateway, served):
+    import cohere
+
+    co = cohere.ClientV2(base_url=f"http://{gateway[0]}", api_key=KEY)
+    embedded = co.embed(model=EMB, texts=TEXTS, input_type="search_document", embedding_types=["float"])
+    expected = np.array([row["EMBEDDING"] for row in direct(served, EMB, TEXTS)])
+    np.testing.assert_allclose(embedded.embeddings.float_, expected, atol=1e-7)
+    assert embedded.texts == TEXTS
+    query = "a film I loved"
+    scores = [row["SCORE"] for row in direct(served, RERANK, [query] * len(TEXTS), TEXT_PAIR=TEXTS)]
+    ranked = co.rerank(model=RERANK, query=query, documents=TEXTS, top_n=2)
+    order = sorted(range(len(TEXTS)), key=lambda i: -scores[i])[:2]
+    assert [r.index for r in ranked.results] == order
+    np.testing.assert_allclose([r.relevance_score for r in ranked.results], [scores[i] for i in order], atol=1e-7)
+    with pytest.raises(cohere.BadRequestError, match="embedding_types"):
+        co.embed(model=EMB, texts=TEXTS, input_type="search_query", embedding_types=["int8"])
+
+
+@pytest.mark.e2e
+def test_vllm_score_and_classify_and_jina_rerank_match_triton_when_called(gateway, served, checkpoints):
+    query = "a film I loved"
+    scores = [row["SCORE"] for row in direct(served, RERANK, [query] * len(TEXTS), TEXT_PAIR=TEXTS)]
+    status, answer = post(gateway, "/score", {"model": RERANK, "text_1": query, "text_2": TEXTS})
+    assert status == 200 and answer["object"] == "list" and answer["model"] == RERANK
+    assert [(d["index"], d["object"]) for d in answer["data"]] == [(i, "score") for i in range(len(TEXTS))]
+    np.testing.assert_allclose([d["score"] for d in answer["data"]], scores, atol=1e-7)
+    status, answer = post(gateway, "/v1/score", {"model": RERANK, "queries": [query] * 2, "documents": TEXTS[:2]})
+    np.testing.assert_allclose([d["score"] for d in answer["data"]], scores[:2], atol=1e-7)
+    vectors = np.array([row["EMBEDDING"] for row in direct(served, EMB, TEXTS)])
+    status, answer = post(gateway, "/score", {"model": EMB, "text_1": TEXTS[0], "text_2": TEXTS[1:]})
+    np.testing.assert_allclose([d["score"] for d in answer["data"]], vectors[1:] @ vectors[0], atol=1e-6)
+    documents = [{"text": t} for t in TEXTS]
+    status, answer = post(gateway, "/v1/rerank", {"model": RERANK, "query": query, "documents": documents, "top_n": 3})
+    order = sorted(range(len(TEXTS)), key=lambda i: -scores[i])[:3]
+    assert status == 200 and [r["index"] for r in answer["results"]] == order
+    assert [r["document"]["text"] for r in answer["results"]] == [TEXTS[i] for i in order]
+    np.testing.assert_allclose([r["relevance_score"] for r in answer["results"]], [scores[i] for i in order], atol=1e-7)
+    status, answer = post(gateway, "/v1/rerank", {"query": query, "documents": TEXTS, "return_documents": False})
+    assert status == 200 and all(r.keys() == {"index", "relevance_score"} for r in answer["results"])
+    probabilities = np.array([row["PROBABILITIES"] for row in direct(served, CLS, TEXTS)])
+    status, answer = post(gateway, "/classify", {"model": CLS, "input": TEXTS})
+    assert status == 200 and [d["num_classes"] for d in answer["data"]] == [3] * len(TEXTS)
+    np.testing.assert_allclose([d["probs"] for d in answer["data"]], probabilities, atol=1e-7)
+    labels = list(json.loads((checkpoints[CLS] / "config.json").read_text())["id2label"].values())
+    assert [d["label"] for d in answer["data"]] == [labels[i] for i in probabilities.argmax(axis=1)]
+
+
+@pytest.mark.e2e
+def test_tei_similarity_decode_info_and_root_answer_as_tei_when_called(gateway, served, checkpoints):
+    from transformers import AutoTokenizer
+
+    vectors = np.array([row["EMBEDDING"] for row in direct(served, EMB, TEXTS)])
+    body = {"inputs": {"source_sentence": TEXTS[0], "sentences": TEXTS[1:]}, "model": EMB}
+    status, answer = post(gateway, "/similarity", body)
+    assert status == 200
+    np.testing.assert_allclose(answer, vectors[1:] @ vectors[0], atol=1e-6)
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoints[CLS]))
+    ids = [tokenizer(t)["input_ids"] for t in TEXTS]
+    status, answer = post(gateway, "/decode", {"ids": ids, "model": CLS})
+    assert status == 200 and answer == tokenizer.batch_decode(ids, skip_special_tokens=True)
+    status, answer = get(gateway, f"/info?model={CLS}", key=KEY)
+    labels = json.loads((checkpoints[CLS] / "config.json").read_text())["id2label"]
+    assert status == 200 and answer["model_type"] == {
+        "classifier": {"id2label": labels, "label2id": {v: int(k) for k, v in labels.items()}}
+    }
+    status, answer = post(gateway, "/", {"inputs": TEXTS, "model": EMB})
+    assert status == 200 and answer == post(gateway, "/embed", {"inputs": TEXTS, "model": EMB})[1]
+    status, answer = post(gateway, "/", {"query": "a film I loved", "texts": TEXTS, "model": RERANK})
+    assert status == 200 and [r["index"] for r in answer] == [
+        r["index"] for r in post(gateway, "/rerank", {"query": "a film I loved", "texts": TEXTS})[1]
+    ]
 
 
 # -- the bench's baseline (e) -----------------------------------------------------------------------------------

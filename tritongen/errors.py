@@ -197,9 +197,10 @@ class DeployError(TritongenError):
 
 
 class GatewayError(TritongenError):
-    """One request to the OpenAI/TEI gateway failed; the client gets it in the OpenAI error format.
+    """One request to the gateway failed; the client gets it in the error shape of its route's API.
 
-    ``status`` is the HTTP status; ``type``, ``param`` and ``code`` are the OpenAI error body's fields.
+    ``status`` is the HTTP status; ``type``, ``param`` and ``code`` are the OpenAI error body's fields, from
+    which :func:`tritongen.gateway.errors.error_response` writes the TEI, vLLM and Cohere shapes.
     """
 
     def __init__(

@@ -1,18 +1,28 @@
-"""Every gateway failure as one OpenAI-format error: ``{"error": {"message", "type", "param", "code"}}``.
+"""Every gateway failure as the error its API family's clients parse, and never a traceback.
 
-:class:`~tritongen.errors.GatewayError` carries the HTTP status and the body's fields, :func:`error_response`
-writes it, and :func:`from_triton` maps what Triton's gRPC API answered (its status code) onto one, so no route
-ever lets a traceback out.
+:class:`~tritongen.errors.GatewayError` carries the HTTP status and OpenAI's body fields; :func:`error_response`
+writes it in the shape of the route's family (:class:`Family`):
+
+- OpenAI: ``{"error": {"message", "type", "param", "code"}}``, the status as raised;
+- TEI (1.9): ``{"error", "error_type"}``; a field TEI would reject is 422 ``Validation`` (an empty list 400
+  ``Empty``), a model of the wrong type 424 ``Backend``, as TEI's router answers them;
+- vLLM: ``{"error": {"message", "type", "param", "code"}}`` with ``type`` the error class vLLM names
+  (``BadRequestError``...) and ``code`` the HTTP status;
+- Cohere: ``{"message"}``, the status as raised.
+
+:func:`from_triton` maps what Triton's gRPC API answered (its status code) onto a ``GatewayError``.
 """
 
 from __future__ import annotations
+
+import enum
 
 from pydantic_core import to_json
 from starlette.responses import Response
 
 from tritongen.errors import GatewayError
 
-__all__ = ["error_response", "from_triton", "model_not_found", "unavailable", "unsupported_route"]
+__all__ = ["Family", "error_response", "from_triton", "model_not_found", "unavailable", "unsupported_route"]
 
 # gRPC status -> (HTTP status, OpenAI error type). Triton answers a bad request with INVALID_ARGUMENT, an
 # overloaded or stopping server with UNAVAILABLE; a server that is down never answers (UNAVAILABLE too).
@@ -26,11 +36,54 @@ _GRPC_STATUS = {
 }
 
 
-def error_response(error: GatewayError) -> Response:
-    """The JSON response a client sees for ``error``."""
-    body = {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
-    headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
-    return Response(to_json(body), error.status, headers, media_type="application/json")
+class Family(enum.Enum):
+    """The API a route belongs to, which decides the shape of its errors."""
+
+    OPENAI = "openai"
+    TEI = "tei"
+    VLLM = "vllm"
+    COHERE = "cohere"
+
+
+# TEI's ErrorType by the status the gateway raised; 400 and 413 are TEI's Validation (422 since TEI 1.9).
+_TEI_TYPE = {400: "Validation", 404: "Validation", 413: "Validation", 429: "Overloaded", 503: "Unhealthy"}
+# vLLM's ErrorInfo.type: the name of the error class for the status.
+_VLLM_TYPE = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    404: "NotFoundError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+    503: "ServiceUnavailableError",
+}
+
+
+def _tei(error: GatewayError) -> tuple[int, dict]:
+    if error.code == "unsupported_model":  # TEI: "Model is not a classifier model", 424
+        return 424, {"error": error.message, "error_type": "Backend"}
+    if error.code == "empty":
+        return 400, {"error": error.message, "error_type": "Empty"}
+    kind = _TEI_TYPE.get(error.status, "Backend")
+    return (422 if kind == "Validation" and error.status != 404 else error.status), {
+        "error": error.message,
+        "error_type": kind,
+    }
+
+
+def error_response(error: GatewayError, family: Family = Family.OPENAI) -> Response:
+    """The JSON response a client of ``family`` sees for ``error``; a missing or wrong key is OpenAI's 401 on all."""
+    status = 400 if error.status == 413 and family in (Family.VLLM, Family.COHERE) else error.status
+    if family is Family.TEI and status != 401:
+        status, body = _tei(error)
+    elif family is Family.VLLM and status != 401:
+        kind = _VLLM_TYPE.get(status, "InternalServerError")
+        body = {"error": {"message": error.message, "type": kind, "param": error.param, "code": status}}
+    elif family is Family.COHERE and status != 401:
+        body = {"message": error.message}
+    else:
+        body = {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return Response(to_json(body), status, headers, media_type="application/json")
 
 
 def from_triton(model: str, status: str | None, message: str | None) -> GatewayError:

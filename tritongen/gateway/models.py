@@ -25,7 +25,7 @@ from tritongen.gateway.errors import model_not_found, unsupported_route
 __all__ = ["ROUTES", "Catalogue", "Fetch", "ModelInfo", "Names", "describe_models"]
 
 # Route -> what it needs of an ensemble, for the 400 that says why an ensemble cannot serve it.
-ROUTES = ("embeddings", "rerank", "predict", "tokenize")
+ROUTES = ("embeddings", "rerank", "predict", "tokenize", "sparse", "score", "text")
 _REFRESH_INTERVAL_S = 1.0  # health probes and /v1/models calls share one read of the configs a second
 
 
@@ -49,6 +49,16 @@ class ModelInfo:
     labels: tuple[str, ...] | None = None
     tokenizer: Any = None  # tokenizers.Tokenizer, truncating as the tokenizer step does
     steps: tuple[str, ...] = field(default=())
+    max_length: int | None = None  # the tokenizer step's, where its config says
+
+    @property
+    def kind(self) -> str:
+        """TEI's model type: ``reranker``, ``classifier``, ``sparse`` (SPLADE pooling) or ``embedding``."""
+        if self.why_not("rerank") is None:
+            return "reranker"
+        if "PROBABILITIES" in self.outputs:
+            return "classifier"
+        return "sparse" if self.why_not("sparse") is None else "embedding"
 
     @property
     def num_labels(self) -> int | None:
@@ -72,6 +82,16 @@ class ModelInfo:
             return None if "PROBABILITIES" in self.outputs else "it outputs no PROBABILITIES (it is no classifier)"
         if route == "tokenize":
             return None if self.tokenizer is not None else "the gateway cannot read its tokenizer step's tokenizer.json"
+        if route == "sparse":
+            if "SPARSE_INDICES" in self.outputs and "SPARSE_VALUES" in self.outputs:
+                return None
+            return "it outputs no SPARSE_INDICES and SPARSE_VALUES (it is not a sparse embedding model)"
+        if route == "score":
+            if self.why_not("rerank") is None or "EMBEDDING" in self.outputs:
+                return None
+            return "scoring needs a one-score text-pair model or an embedder (whose cosine it takes)"
+        if route == "text":
+            return None
         raise ValueError(f"unknown route {route!r}")
 
 
@@ -128,7 +148,7 @@ def describe_models(
         if config.platform != "ensemble":
             continue
         steps = tuple(step.model_name for step in config.ensemble_scheduling.step)
-        normalized, labels, tokenizer = None, None, None
+        normalized, labels, tokenizer, max_length = None, None, None, None
         for step in steps:
             if step not in configs:
                 continue
@@ -138,6 +158,8 @@ def describe_models(
             labels_path = _step_file(repository, step, versions.get(step), params.get("labels_file", ""))
             if labels_path is not None:
                 labels = tuple(json.loads(labels_path.read_text(encoding="utf-8")))
+            if params.get("max_length", "").isdigit() and max_length is None:
+                max_length = int(params["max_length"])
             if "tokenizer_file" in params and "max_length" in params and tokenizer is None:
                 tokenizer = _load_tokenizer(
                     _step_file(repository, step, versions.get(step), params["tokenizer_file"]), params["max_length"]
@@ -151,6 +173,7 @@ def describe_models(
             labels,
             tokenizer,
             steps,
+            max_length,
         )
     return models
 

@@ -14,104 +14,138 @@ from typing import Any
 from tritongen.errors import GatewayError
 
 __all__ = [
+    "MAX_INPUTS",
     "EmbedRequest",
     "EmbeddingsRequest",
     "PredictRequest",
     "RerankRequest",
     "TokenizeRequest",
+    "bad",
+    "body_object",
+    "dimensions_field",
+    "model_name",
+    "optional",
     "parse_embed",
     "parse_embeddings",
     "parse_predict",
     "parse_rerank",
     "parse_tokenize",
+    "text_list",
+    "token_ids",
+    "truncation_direction",
 ]
 
 MAX_INPUTS = 2048  # OpenAI's limit on inputs per embeddings request
 
 
-def _bad(message: str, param: str | None = None) -> GatewayError:
-    return GatewayError(400, message, param=param, code="invalid_request")
+def bad(message: str, param: str | None = None, code: str = "invalid_request") -> GatewayError:
+    """A 400 that names the field (``param``)."""
+    return GatewayError(400, message, param=param, code=code)
 
 
-def _object(body: bytes) -> dict[str, Any]:
+def body_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise _bad(f"the request body is not valid JSON ({exc})") from None
+        raise bad(f"the request body is not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise _bad("the request body must be a JSON object")
+        raise bad("the request body must be a JSON object")
     return data
 
 
-def _texts(data: dict[str, Any], key: str) -> tuple[list[str], bool]:
+def text_list(data: dict[str, Any], key: str) -> tuple[list[str], bool]:
     """A string or a non-empty list of strings; also whether it was one string."""
     value = data.get(key)
     if isinstance(value, str):
         return [value], True
     if value is None:
-        raise _bad(f"`{key}` is required", key)
-    if not isinstance(value, list) or not value:
-        raise _bad(f"`{key}` must be a string or a non-empty list of strings", key)
+        raise bad(f"`{key}` is required", key)
+    if not isinstance(value, list):
+        raise bad(f"`{key}` must be a string or a non-empty list of strings", key)
+    if not value:
+        raise bad(f"`{key}` cannot be empty: give a string or a non-empty list of strings", key, code="empty")
     if any(isinstance(v, int) or (isinstance(v, list) and v and isinstance(v[0], int)) for v in value):
-        raise _bad(f"`{key}` holds token ids; this gateway takes text only (the ensemble tokenizes)", key)
+        raise bad(f"`{key}` holds token ids; this gateway takes text only (the ensemble tokenizes)", key)
     if not all(isinstance(v, str) for v in value):
-        raise _bad(f"`{key}` must be a string or a list of strings", key)
+        raise bad(f"`{key}` must be a string or a list of strings", key)
     if len(value) > MAX_INPUTS:
-        raise _bad(f"`{key}` has {len(value)} items; at most {MAX_INPUTS} per request", key)
+        raise bad(f"`{key}` has {len(value)} items; at most {MAX_INPUTS} per request", key)
     return value, False
 
 
-def _optional(data: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+def optional(data: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    """``data[key]`` if it is of ``kind``, ``default`` if absent or null; a 400 otherwise."""
     value = data.get(key, default)
     if value is None:
         return default
     # bool is an int in Python: a bool where an int is wanted (or the reverse) is refused
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise _bad(f"`{key}` must be {'a boolean' if kind is bool else f'of type {kind.__name__}'}", key)
+        raise bad(f"`{key}` must be {'a boolean' if kind is bool else f'of type {kind.__name__}'}", key)
     return value
 
 
-def _model(data: dict[str, Any]) -> str | None:
-    model = _optional(data, "model", str, None)
+def model_name(data: dict[str, Any]) -> str | None:
+    """The ``model`` field, None if absent or empty."""
+    model = optional(data, "model", str, None)
     return model or None
 
 
-def _dimensions(data: dict[str, Any]) -> int | None:
-    dimensions = _optional(data, "dimensions", int, None)
+def dimensions_field(data: dict[str, Any]) -> int | None:
+    """``dimensions``: at least 1 where given."""
+    dimensions = optional(data, "dimensions", int, None)
     if dimensions is not None and dimensions < 1:
-        raise _bad("`dimensions` must be at least 1", "dimensions")
+        raise bad("`dimensions` must be at least 1", "dimensions")
     return dimensions
 
 
-def _truncation_direction(data: dict[str, Any]) -> None:
-    direction = _optional(data, "truncation_direction", str, "right")
+def truncation_direction(data: dict[str, Any]) -> None:
+    """TEI's ``truncation_direction``: only ``right`` (the ensemble cuts the end)."""
+    direction = optional(data, "truncation_direction", str, "right")
     if direction.lower() != "right":
-        raise _bad(
+        raise bad(
             "`truncation_direction` must be `right`: the ensemble truncates the end of a text", "truncation_direction"
         )
 
 
+def token_ids(value: Any, key: str) -> list[list[int]] | None:
+    """OpenAI's token-id input, ``[int, ...]`` or ``[[int, ...], ...]``, as rows; None for any other value."""
+    if not isinstance(value, list) or not value:
+        return None
+    rows = [value] if all(_is_id(v) for v in value) else value
+    if not all(isinstance(row, list) and row and all(_is_id(v) for v in row) for row in rows):
+        return None
+    if len(rows) > MAX_INPUTS:
+        raise bad(f"`{key}` has {len(rows)} items; at most {MAX_INPUTS} per request", key)
+    return rows
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 @dataclass(frozen=True)
 class EmbeddingsRequest:
-    """OpenAI ``POST /v1/embeddings``."""
+    """OpenAI ``POST /v1/embeddings``: ``texts``, or token-id rows in ``ids`` (``texts`` then empty)."""
 
     model: str | None
     texts: list[str]
     dimensions: int | None
     base64: bool
     prompt_name: str | None
+    ids: list[list[int]] | None = None
 
 
 def parse_embeddings(body: bytes) -> EmbeddingsRequest:
     """Parse ``{input, model, dimensions, encoding_format, user}`` (``user`` is ignored)."""
-    data = _object(body)
-    texts, _ = _texts(data, "input")
-    encoding = _optional(data, "encoding_format", str, "float")
+    data = body_object(body)
+    ids = token_ids(data.get("input"), "input")
+    texts = [] if ids is not None else text_list(data, "input")[0]
+    encoding = optional(data, "encoding_format", str, "float")
     if encoding not in ("float", "base64"):
-        raise _bad("`encoding_format` must be `float` or `base64`", "encoding_format")
-    return EmbeddingsRequest(
-        _model(data), texts, _dimensions(data), encoding == "base64", _optional(data, "prompt_name", str, None)
-    )
+        raise bad("`encoding_format` must be `float` or `base64`", "encoding_format")
+    prompt_name = optional(data, "prompt_name", str, None)
+    return EmbeddingsRequest(model_name(data), texts, dimensions_field(data), encoding == "base64", prompt_name, ids)
 
 
 @dataclass(frozen=True)
@@ -129,17 +163,17 @@ class EmbedRequest:
 
 def parse_embed(body: bytes) -> EmbedRequest:
     """Parse ``{inputs, normalize, truncate, truncation_direction, dimensions, prompt_name}``."""
-    data = _object(body)
-    texts, single = _texts(data, "inputs")
-    _truncation_direction(data)
+    data = body_object(body)
+    texts, single = text_list(data, "inputs")
+    truncation_direction(data)
     return EmbedRequest(
-        _model(data),
+        model_name(data),
         texts,
         single,
-        _optional(data, "normalize", bool, True),
-        _optional(data, "truncate", bool, False),
-        _dimensions(data),
-        _optional(data, "prompt_name", str, None),
+        optional(data, "normalize", bool, True),
+        optional(data, "truncate", bool, False),
+        dimensions_field(data),
+        optional(data, "prompt_name", str, None),
     )
 
 
@@ -156,22 +190,22 @@ class RerankRequest:
 
 def parse_rerank(body: bytes) -> RerankRequest:
     """Parse ``{query, texts, raw_scores, return_text, truncate}``."""
-    data = _object(body)
+    data = body_object(body)
     query = data.get("query")
     if not isinstance(query, str):
-        raise _bad("`query` is required and must be a string", "query")
-    texts, _ = _texts(data, "texts")
-    _truncation_direction(data)
-    if _optional(data, "raw_scores", bool, False):
-        raise _bad(
+        raise bad("`query` is required and must be a string", "query")
+    texts, _ = text_list(data, "texts")
+    truncation_direction(data)
+    if optional(data, "raw_scores", bool, False):
+        raise bad(
             "`raw_scores` is not served: the ensemble returns the model's activated score, not its logit", "raw_scores"
         )
     return RerankRequest(
-        _model(data),
+        model_name(data),
         query,
         texts,
-        _optional(data, "return_text", bool, False),
-        _optional(data, "truncate", bool, False),
+        optional(data, "return_text", bool, False),
+        optional(data, "truncate", bool, False),
     )
 
 
@@ -198,16 +232,16 @@ class PredictRequest:
             else:
                 rows, single = [_row(v) for v in value], False
         else:
-            raise _bad("`inputs` is required: a string, a pair, or a non-empty list of them", "inputs")
+            raise bad("`inputs` is required: a string, a pair, or a non-empty list of them", "inputs")
         if len(rows) > MAX_INPUTS:
-            raise _bad(f"`inputs` has {len(rows)} items; at most {MAX_INPUTS} per request", "inputs")
+            raise bad(f"`inputs` has {len(rows)} items; at most {MAX_INPUTS} per request", "inputs")
         texts, pairs = [text for text, _ in rows], [pair for _, pair in rows]
         if pair_model:
             if any(p is None for p in pairs):
-                raise _bad("this model classifies text pairs: give each input as [text, text_pair]", "inputs")
+                raise bad("this model classifies text pairs: give each input as [text, text_pair]", "inputs")
             return texts, [p or "" for p in pairs], single
         if any(p is not None for p in pairs):
-            raise _bad("this model classifies single texts, not pairs", "inputs")
+            raise bad("this model classifies single texts, not pairs", "inputs")
         return texts, None, single
 
 
@@ -216,16 +250,16 @@ def _row(item: Any) -> tuple[str, str | None]:
         return item, None
     if isinstance(item, list) and len(item) in (1, 2) and all(isinstance(s, str) for s in item):
         return item[0], (item[1] if len(item) == 2 else None)
-    raise _bad("each item of `inputs` must be a string, [text] or [text, text_pair]", "inputs")
+    raise bad("each item of `inputs` must be a string, [text] or [text, text_pair]", "inputs")
 
 
 def parse_predict(body: bytes) -> PredictRequest:
     """Parse ``{inputs, raw_scores, truncate}``."""
-    data = _object(body)
-    _truncation_direction(data)
-    if _optional(data, "raw_scores", bool, False):
-        raise _bad("`raw_scores` is not served: the ensemble returns probabilities, not logits", "raw_scores")
-    return PredictRequest(_model(data), data.get("inputs"), _optional(data, "truncate", bool, False))
+    data = body_object(body)
+    truncation_direction(data)
+    if optional(data, "raw_scores", bool, False):
+        raise bad("`raw_scores` is not served: the ensemble returns probabilities, not logits", "raw_scores")
+    return PredictRequest(model_name(data), data.get("inputs"), optional(data, "truncate", bool, False))
 
 
 @dataclass(frozen=True)
@@ -240,6 +274,6 @@ class TokenizeRequest:
 
 def parse_tokenize(body: bytes) -> TokenizeRequest:
     """Parse ``{inputs, add_special_tokens}``."""
-    data = _object(body)
-    texts, single = _texts(data, "inputs")
-    return TokenizeRequest(_model(data), texts, single, _optional(data, "add_special_tokens", bool, True))
+    data = body_object(body)
+    texts, single = text_list(data, "inputs")
+    return TokenizeRequest(model_name(data), texts, single, optional(data, "add_special_tokens", bool, True))

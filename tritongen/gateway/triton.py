@@ -38,6 +38,20 @@ def _input(name: str, datatype: str, values: Sequence[Any]) -> InferInput:
     return tensor
 
 
+def _stack(chunks: list[np.ndarray]) -> np.ndarray:
+    """The chunks' rows as one array; variable-width rows (sparse outputs) padded as the ensembles pad them.
+
+    The sparse contract pads a request's rows with index -1 and value 0, so each chunk is as wide as its
+    widest row; the narrower chunks are padded the same way (-1 for integers, 0 for floats).
+    """
+    width = max(chunk.shape[1:] for chunk in chunks)
+    if all(chunk.shape[1:] == width for chunk in chunks) or len(width) != 1:
+        return np.concatenate(chunks)
+    fill = -1 if np.issubdtype(chunks[0].dtype, np.integer) else 0
+    padded = [np.pad(c, ((0, 0), (0, width[0] - c.shape[1])), constant_values=fill) for c in chunks]
+    return np.concatenate(padded)
+
+
 class TritonClient:
     """Async gRPC client of one Triton server; :meth:`close` it when done."""
 
@@ -111,7 +125,7 @@ class TritonClient:
             return await self._infer_chunk(model, inputs, outputs, range(rows))
         chunks = [range(start, min(start + step, rows)) for start in range(0, rows, step)]
         results = await asyncio.gather(*(self._infer_chunk(model, inputs, outputs, c) for c in chunks))
-        return {name: np.concatenate([r[name] for r in results]) for name in outputs}
+        return {name: _stack([r[name] for r in results]) for name in outputs}
 
     async def _infer_chunk(
         self, model: ModelInfo, inputs: Mapping[str, Sequence[Any]], outputs: Sequence[str], rows: range

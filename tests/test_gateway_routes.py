@@ -1,0 +1,200 @@
+"""The gateway's routes against a fake of Triton's gRPC API: the sparse contract, each family's error shape, ids.
+
+The real clients against the real server are in tests/test_gateway.py; these check, fast, what no ensemble the
+tests build can show there (the sparse outputs, which another task builds) and the rules behind every route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from starlette.requests import Request
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+from tritonclient.grpc import model_config_pb2 as mc
+
+from tests.test_gateway_discovery import FakeGrpc, _client
+from tritongen.gateway import cohere, openai, tei, tei_info, vllm
+from tritongen.gateway.core import Gateway, GatewayOptions
+from tritongen.gateway.errors import Family
+from tritongen.gateway.models import ModelInfo, Tensor
+from tritongen.gateway.schemas import parse_embeddings
+from tritongen.gateway.tokens import decode, texts_from_ids
+
+_TYPES = {"BYTES": mc.TYPE_STRING, "INT64": mc.TYPE_INT64, "FP32": mc.TYPE_FP32, "BOOL": mc.TYPE_BOOL}
+
+
+def _ensemble(name: str, inputs: dict[str, tuple], outputs: dict[str, tuple], batch: int = 2) -> mc.ModelConfig:
+    return mc.ModelConfig(
+        name=name,
+        platform="ensemble",
+        max_batch_size=batch,
+        input=[mc.ModelInput(name=n, data_type=_TYPES[t], dims=list(d)) for n, (t, d) in inputs.items()],
+        output=[mc.ModelOutput(name=n, data_type=_TYPES[t], dims=list(d)) for n, (t, d) in outputs.items()],
+    )
+
+
+TEXT = {"TEXT": ("BYTES", (1,))}
+SERVED = {
+    "splade": (
+        _ensemble("splade", TEXT, {"SPARSE_INDICES": ("INT64", (-1,)), "SPARSE_VALUES": ("FP32", (-1,))}),
+        ["1"],
+    ),
+    "emb": (_ensemble("emb", TEXT, {"EMBEDDING": ("FP32", (4,))}, batch=64), ["1"]),
+}
+
+
+class FakeInfer(FakeGrpc):
+    """Triton's answers: each request's rows from ``answer(model, rows, first_row)``, by output name."""
+
+    def __init__(self, answer) -> None:
+        super().__init__(SERVED)
+        self.answer, self.rows_seen = answer, 0
+        self.requests: list[int] = []
+
+    async def infer(self, model_name, inputs, outputs=None, client_timeout=None):
+        rows = inputs[0].shape()[0]
+        self.requests.append(rows)
+        arrays = self.answer(model_name, rows, self.rows_seen)
+        self.rows_seen += rows
+        return SimpleNamespace(as_numpy=arrays.__getitem__)
+
+
+def _sparse(model_name: str, rows: int, first: int) -> dict[str, np.ndarray]:
+    """Row ``r`` (of the whole request) has ``r + 1`` weights at indices 10, 20, ...; a request pads to its widest."""
+    width = first + rows
+    indices = np.full((rows, width), -1, np.int64)
+    values = np.zeros((rows, width), np.float32)
+    for r in range(rows):
+        kept = first + r + 1
+        indices[r, :kept] = np.arange(1, kept + 1) * 10
+        values[r, :kept] = np.arange(1, kept + 1) / 4
+    return {"SPARSE_INDICES": indices, "SPARSE_VALUES": values}
+
+
+def _embedding(model_name: str, rows: int, first: int) -> dict[str, np.ndarray]:
+    vectors = np.arange(first, first + rows, dtype=np.float32)[:, None] + np.array([1, 2, 3, 4], np.float32)
+    return {"EMBEDDING": vectors / np.linalg.norm(vectors, axis=1, keepdims=True)}
+
+
+def _gateway(answer) -> Gateway:
+    gateway = Gateway(GatewayOptions(repository=None))
+    gateway.client = _client(FakeInfer(answer))
+    gateway.catalogue._names = lambda: asyncio.sleep(0, result=sorted(SERVED))
+    return gateway
+
+
+def _call(gateway: Gateway, handler, family: Family, body: object, **path_params) -> tuple[int, object]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}
+    scope["path_params"] = path_params
+
+    async def receive():
+        return {"type": "http.request", "body": data, "more_body": False}
+
+    response = asyncio.run(gateway.endpoint(lambda r: handler(gateway, r), family)(Request(scope, receive)))
+    return response.status_code, json.loads(response.body)
+
+
+def test_embed_sparse_answers_tei_pairs_when_chunks_pad_to_different_widths():
+    gateway = _gateway(_sparse)
+    status, answer = _call(gateway, tei.embed_sparse, Family.TEI, {"inputs": ["a", "b", "c"], "model": "splade"})
+    assert status == 200 and gateway.client._client.requests == [2, 1]  # max_batch_size 2: widths 2 and 3
+    assert answer == [
+        [{"index": 10 * (k + 1), "value": (k + 1) / 4} for k in range(n)] for n in (1, 2, 3)
+    ]  # the -1 padding is dropped
+    status, root = _call(gateway, tei.root, Family.TEI, {"inputs": "a"}, model="splade")
+    assert status == 200 and root == [[{"index": 10 * (k + 1), "value": (k + 1) / 4} for k in range(4)]]  # row 3
+
+
+def test_embed_sparse_is_tei_424_when_the_model_is_not_sparse():
+    status, answer = _call(_gateway(_sparse), tei.embed_sparse, Family.TEI, {"inputs": "a", "model": "emb"})
+    assert status == 424 and answer["error_type"] == "Backend"
+    assert "no SPARSE_INDICES and SPARSE_VALUES" in answer["error"]
+
+
+def test_info_describes_the_model_type_when_asked():
+    gateway = _gateway(_sparse)
+    asyncio.run(gateway.catalogue.refresh())
+    info = tei_info.info_of(gateway.catalogue.models["splade"])
+    assert info["model_type"] == {"embedding": {"pooling": "splade"}} and info["max_batch_requests"] == 2
+    info = tei_info.info_of(gateway.catalogue.models["emb"])
+    assert info["model_type"] == {"embedding": {"pooling": "unknown"}} and info["model_dtype"] == "float32"
+
+
+@pytest.mark.parametrize(
+    ("handler", "family", "body", "status", "shape"),
+    [
+        (tei.embed, Family.TEI, {"inputs": "a", "normalize": 1}, 422, {"error", "error_type"}),
+        (tei.embed, Family.TEI, {"inputs": []}, 400, {"error", "error_type"}),
+        (vllm.score, Family.VLLM, {"text_1": ["a", "b"], "text_2": ["c", "d", "e"]}, 400, {"error"}),
+        (cohere.embed, Family.COHERE, {"texts": ["a"], "embedding_types": ["int8"]}, 400, {"message"}),
+        (cohere.rerank, Family.COHERE, {"query": "q", "documents": [{"txt": "a"}]}, 400, {"message"}),
+        (openai.embeddings, Family.OPENAI, {"input": [[1, "a"]]}, 400, {"error"}),
+    ],
+)
+def test_bad_requests_get_their_family_error_shape_when_refused(handler, family, body, status, shape):
+    got, answer = _call(_gateway(_embedding), handler, family, body)
+    assert got == status and set(answer) == shape, answer
+    if family is Family.TEI:
+        assert answer["error_type"] == ("Empty" if status == 400 else "Validation")
+    if family is Family.VLLM:
+        assert answer["error"]["type"] == "BadRequestError" and answer["error"]["code"] == 400
+
+
+def test_score_takes_the_cosine_of_embeddings_when_the_model_is_an_embedder():
+    status, answer = _call(_gateway(_embedding), vllm.score, Family.VLLM, {"text_1": "q", "text_2": ["a", "b"]})
+    vectors = _embedding("emb", 3, 0)["EMBEDDING"]  # one request: q, a, b
+    assert status == 200 and answer["object"] == "list" and [d["index"] for d in answer["data"]] == [0, 1]
+    np.testing.assert_allclose([d["score"] for d in answer["data"]], vectors[1:] @ vectors[0], atol=1e-6)
+
+
+def _wordpiece() -> Tokenizer:
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "hello": 4, "world": 5, "##s": 6}
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    tokenizer.add_special_tokens(["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
+    tokenizer.enable_truncation(3)  # as the catalogue loads it: at the model's max_length
+    return tokenizer
+
+
+def _model(tokenizer) -> ModelInfo:
+    return ModelInfo(
+        "emb", 64, {"TEXT": Tensor("BYTES", (1,))}, {"EMBEDDING": Tensor("FP32", (4,))}, tokenizer=tokenizer
+    )
+
+
+def test_token_ids_decode_to_text_when_they_round_trip_with_or_without_special_tokens():
+    model = _model(_wordpiece())
+    assert texts_from_ids(model, [[4, 5], [2, 5, 4, 6, 3], [4, 5, 4, 5, 4]], "input") == [
+        "hello world",
+        "world hellos",
+        "hello world hello world hello",  # longer than max_length: checked untruncated
+    ]
+    assert decode(model, [[2, 4, 3]], skip_special_tokens=False) == ["[CLS] hello [SEP]"]
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [([[6, 4]], "do not encode back"), ([[1]], "do not encode back"), ([[4, 70000]], "holds the id 70000")],
+    ids=["continuation-first", "unknown", "outside-vocabulary"],
+)
+def test_token_ids_are_refused_when_they_are_not_this_tokenizers(ids, message):
+    from tritongen.errors import GatewayError
+
+    with pytest.raises(GatewayError, match=message) as caught:
+        texts_from_ids(_model(_wordpiece()), ids, "input")
+    assert caught.value.status == 400 and caught.value.param == "input"
+
+
+def test_embeddings_parse_token_ids_as_rows_when_given_ints_or_lists_of_ints():
+    assert parse_embeddings(b'{"input": [4, 5]}').ids == [[4, 5]]
+    assert parse_embeddings(b'{"input": [[4], [5, 4]]}').ids == [[4], [5, 4]]
+    assert parse_embeddings(b'{"input": ["hello"]}').ids is None

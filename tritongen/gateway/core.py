@@ -1,0 +1,241 @@
+"""The gateway's shared state and plumbing: the Triton client, the catalogue, the key, and the helpers the routes share.
+
+Each API family's routes are a module of their own (:mod:`~tritongen.gateway.openai`,
+:mod:`~tritongen.gateway.tei`, :mod:`~tritongen.gateway.vllm`, :mod:`~tritongen.gateway.cohere`); each route
+parses its body, resolves the ensemble through :class:`Gateway`, calls it over the one gRPC channel and writes
+JSON, and every failure leaves in its family's error shape (:mod:`tritongen.gateway.errors`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from pydantic_core import to_json
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tritongen.errors import GatewayError, describe
+from tritongen.gateway.auth import check_key
+from tritongen.gateway.discovery import local_folder, served_names
+from tritongen.gateway.errors import Family, error_response, unavailable
+from tritongen.gateway.models import Catalogue, ModelInfo
+from tritongen.gateway.triton import TritonClient
+
+__all__ = ["Gateway", "GatewayOptions", "json_response", "l2_normalise"]
+
+_UNIT_NORM_TOLERANCE = 1e-3
+
+
+@dataclass(frozen=True)
+class GatewayOptions:
+    """Where Triton is, what the gateway may read, and its defaults.
+
+    ``repository`` is the one Triton serves, as ``serve`` was given it. Where it is a folder here, the gateway
+    reads its ensembles' names, tokenizers and labels from it; otherwise (a remote URL, another machine's
+    folder, None) it lists the ensembles with Triton's repository index, which needs the admin key
+    (``admin_key_file``, else ``$TRITONGEN_ADMIN_KEY``, else the file ``serve`` writes beside the repository).
+    """
+
+    triton_url: str = "127.0.0.1:8001"
+    repository: Path | str | None = Path("model_repository")
+    model: str | None = None  # the default ensemble of every route it can serve
+    api_key: str | None = None
+    timeout_s: float = 60.0
+    admin_key_file: Path | None = None
+
+
+def json_response(payload: object, status: int = 200) -> Response:
+    """``payload`` as a JSON response."""
+    # pydantic_core's serialiser (Rust, shortest round-trip floats) writes a 384-float embedding about 10x
+    # faster than the json module; it is installed with pydantic.
+    return Response(to_json(payload), status, media_type="application/json")
+
+
+def l2_normalise(vectors: np.ndarray) -> np.ndarray:
+    """Each row at unit length (an all-zero row stays zero)."""
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def _unit(model: ModelInfo, vectors: np.ndarray) -> bool:
+    if model.normalized is not None:
+        return model.normalized
+    return bool(np.all(np.abs(np.linalg.norm(vectors, axis=1) - 1.0) < _UNIT_NORM_TOLERANCE))
+
+
+class Gateway:
+    """The routes' state: the Triton client, the catalogue and the key."""
+
+    def __init__(self, options: GatewayOptions) -> None:
+        self.options = options
+        self._key = options.api_key.encode() if options.api_key else None
+        self.client: TritonClient | None = None
+        self.catalogue = Catalogue(self._names, self._configs, local_folder(options.repository), options.model)
+
+    async def _names(self) -> list[str]:
+        assert self.client is not None
+        return await served_names(self.client, self.options.repository, self.options.admin_key_file)
+
+    async def _configs(self, names: Collection[str]) -> tuple[dict, dict]:
+        assert self.client is not None
+        return await self.client.configs(names)
+
+    # -- plumbing -------------------------------------------------------------------------------------------
+
+    @property
+    def triton(self) -> TritonClient:
+        """The open client (the lifespan opens it before the first request)."""
+        assert self.client is not None
+        return self.client
+
+    def route(
+        self,
+        path: str,
+        handler: Callable[[Gateway, Request], Awaitable[Response]],
+        family: Family,
+        method: str = "POST",
+    ) -> Route:
+        """A route at ``path`` answered by ``handler(self, request)``, its errors in ``family``'s shape."""
+        return Route(path, self.endpoint(functools.partial(handler, self), family), methods=[method])
+
+    async def model_for(self, request: Request, name: str | None, route: str, label: str) -> ModelInfo:
+        """The ensemble ``name`` (or the default) for ``route``; a route served at ``/models/{model}/...`` names it."""
+        return await self.catalogue.resolve(request.path_params.get("model") or name, route, label)
+
+    def endpoint(
+        self, handler: Callable[[Request], Awaitable[Response]], family: Family = Family.OPENAI, *, auth: bool = True
+    ) -> Callable:
+        """``handler`` with the key check, and every failure as an error of ``family``'s shape."""
+
+        async def run(request: Request) -> Response:
+            try:
+                if auth and self._key is not None:
+                    check_key(self._key, request.headers.get("authorization"))
+                return await handler(request)
+            except GatewayError as exc:
+                if exc.code == "model_not_found" or "unknown model" in exc.message:  # unloaded or renamed: re-read
+                    with contextlib.suppress(GatewayError):
+                        await self.catalogue.refresh(force=False)
+                return error_response(exc, family)
+            except Exception as exc:  # a bug of ours: one line in the log, no traceback to the client
+                print(f"gateway: internal error on {request.url.path}: {describe(exc)}", file=sys.stderr, flush=True)
+                internal = GatewayError(500, f"internal error: {describe(exc)}", type="server_error")
+                return error_response(internal, family)
+
+        return run
+
+    async def infer(
+        self, model: ModelInfo, inputs: dict, outputs: list[str], *, truncated: bool = False
+    ) -> dict[str, np.ndarray]:
+        """Run ``model``; with ``truncated``, also ask for ``TRUNCATED`` where the ensemble has it."""
+        assert self.client is not None
+        if truncated and "TRUNCATED" in model.outputs:
+            outputs = [*outputs, "TRUNCATED"]
+        return await self.client.infer(model, inputs, outputs)
+
+    @staticmethod
+    def refuse_truncated(model: ModelInfo, result: dict[str, np.ndarray], field: str) -> None:
+        """TEI's ``truncate: false``: a text longer than the model is an error (413), not silently cut."""
+        truncated = result.get("TRUNCATED")
+        if truncated is None or not truncated.any():
+            return
+        index = int(np.flatnonzero(truncated.reshape(-1))[0])
+        limit = model.tokenizer.truncation["max_length"] if model.tokenizer is not None else None
+        longer = f"longer than the model's {limit} tokens" if limit else "longer than the model takes"
+        raise GatewayError(
+            413,
+            f"`{field}` item {index} is {longer}; send `truncate: true` to use its first tokens",
+            param=field,
+            code="input_too_long",
+        )
+
+    def usage(self, model: ModelInfo, texts: list) -> dict[str, int]:
+        """OpenAI's usage: the tokens of ``texts`` (strings or pairs) by the ensemble's tokenizer (0 if unread)."""
+        tokens = sum(len(e.ids) for e in model.tokenizer.encode_batch(texts)) if model.tokenizer is not None else 0
+        return {"prompt_tokens": tokens, "total_tokens": tokens}
+
+    async def embed(
+        self,
+        model: ModelInfo,
+        texts: list[str],
+        dimensions: int | None = None,
+        prompt_name: str | None = None,
+        *,
+        truncated: bool = False,
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The embeddings of ``texts``, shortened to ``dimensions`` by the ensemble or here (renormalised)."""
+        width = model.outputs["EMBEDDING"].dims[-1]
+        if dimensions is not None and width > 0 and dimensions > width:
+            raise GatewayError(
+                400,
+                f"`dimensions` is {dimensions}, but `{model.name}` embeds into {width}",
+                param="dimensions",
+                code="invalid_dimensions",
+            )
+        inputs: dict[str, list] = {"TEXT": texts}
+        if dimensions is not None and "DIMENSIONS" in model.inputs:
+            inputs["DIMENSIONS"] = [dimensions] * len(texts)
+        if prompt_name is not None:
+            if "PROMPT_NAME" not in model.inputs:
+                raise GatewayError(400, f"`{model.name}` declares no prompts", param="prompt_name", code="no_prompts")
+            inputs["PROMPT_NAME"] = [prompt_name] * len(texts)
+        result = await self.infer(model, inputs, ["EMBEDDING"], truncated=truncated)
+        vectors = result["EMBEDDING"]
+        if dimensions is not None and "DIMENSIONS" not in model.inputs and dimensions != vectors.shape[1]:
+            if not _unit(model, vectors):
+                raise GatewayError(
+                    400,
+                    f"`{model.name}` does not normalise its embeddings, so they cannot be shortened "
+                    "(only normalised, Matryoshka-style embeddings keep their meaning when cut)",
+                    param="dimensions",
+                    code="invalid_dimensions",
+                )
+            vectors = l2_normalise(vectors[:, :dimensions])
+        return vectors, result
+
+    async def health(self, request: Request) -> Response:
+        """``GET /health``: 200 when Triton is ready and serves an ensemble the gateway can see (no key, for probes).
+
+        Triton's readiness alone is not enough: a gateway that cannot list the served ensembles (the admin
+        key missing or refused) or finds none of them answers every route with an error.
+        """
+        assert self.client is not None
+        if not await self.client.ready():
+            raise unavailable(f"the Triton server at {self.client.url} is not ready")
+        try:
+            await self.catalogue.refresh(force=False)
+        except GatewayError as exc:
+            raise unavailable(exc.message) from None
+        if not self.catalogue.models:
+            raise unavailable(
+                self.catalogue.problem
+                or f"the Triton server at {self.client.url} serves none of the ensembles of {self.options.repository}"
+            )
+        return json_response({"status": "ok"})
+
+    async def live(self, request: Request) -> Response:
+        """``GET /livez``: 200 while the gateway runs, whatever Triton's state (a liveness probe)."""
+        return json_response({"status": "ok"})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """Open the gRPC channel and read the catalogue at start; close the channel at exit."""
+        self.client = TritonClient(self.options.triton_url, self.options.timeout_s)
+        try:
+            await self.catalogue.refresh()
+            names = ", ".join(sorted(self.catalogue.models)) or "none yet"
+            problem = f" ({self.catalogue.problem})" if self.catalogue.problem else ""
+            print(f"gateway: Triton at {self.options.triton_url} serves {names}{problem}", flush=True)
+        except GatewayError as exc:  # Triton may come up later; the first request reads the catalogue again
+            print(f"gateway: {exc.message}; will retry on the first request", flush=True)
+        try:
+            yield
+        finally:
+            await self.client.close()

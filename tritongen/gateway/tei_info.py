@@ -1,0 +1,113 @@
+"""Text Embeddings Inference's routes about the model and its tokenizer: ``GET /info``, ``/tokenize``, ``/decode``.
+
+``/info`` describes one ensemble (``?model=NAME``, or ``GET /models/{model}/info``, where Hugging Face's
+``InferenceClient.get_endpoint_info`` asks; else the default) with TEI's fields, from what Triton's configs say.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tritongen.gateway.core import Gateway, json_response
+from tritongen.gateway.errors import Family
+from tritongen.gateway.models import ModelInfo
+from tritongen.gateway.schemas import MAX_INPUTS, bad, body_object, model_name, optional, parse_tokenize, token_ids
+from tritongen.gateway.tokens import decode as decode_ids
+
+__all__ = ["routes"]
+
+_OUTPUT = {"embedding": "EMBEDDING", "classifier": "PROBABILITIES", "reranker": "SCORE", "sparse": "SPARSE_VALUES"}
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("tritongen")
+    except importlib.metadata.PackageNotFoundError:  # a copy of the package, as the gateway image carries it
+        return "unknown"
+
+
+def _model_type(model: ModelInfo) -> dict[str, object]:
+    kind = model.kind
+    if kind in ("embedding", "sparse"):
+        return {"embedding": {"pooling": "splade" if kind == "sparse" else "unknown"}}
+    labels = model.labels or tuple(f"LABEL_{i}" for i in range(model.num_labels or 1))
+    id2label = {str(i): label for i, label in enumerate(labels)}
+    return {kind: {"id2label": id2label, "label2id": {label: i for i, label in enumerate(labels)}}}
+
+
+def info_of(model: ModelInfo) -> dict[str, object]:
+    """TEI's ``Info`` of ``model``; fields the gateway cannot know are the values the docs give for them."""
+    max_length = model.max_length or 0
+    batch = model.max_batch_size if model.max_batch_size > 0 else None
+    output = model.outputs.get(_OUTPUT[model.kind])
+    dtype = {"FP32": "float32", "FP16": "float16"}.get(output.datatype, output.datatype.lower()) if output else ""
+    return {
+        "model_id": model.name,
+        "model_sha": None,
+        "model_dtype": dtype,
+        "served_model_name": model.name,
+        "model_type": _model_type(model),
+        "max_concurrent_requests": 0,
+        "max_input_length": max_length,
+        "max_batch_tokens": max_length * (batch or 1),
+        "max_batch_requests": batch,
+        "max_client_batch_size": MAX_INPUTS,
+        "auto_truncate": False,
+        "tokenization_workers": 0,
+        "version": _version(),
+        "sha": None,
+        "docker_label": None,
+    }
+
+
+async def info(gateway: Gateway, request: Request) -> Response:
+    """``GET /info``."""
+    model = await gateway.model_for(request, request.query_params.get("model") or None, "text", "/info")
+    return json_response(info_of(model))
+
+
+async def tokenize(gateway: Gateway, request: Request) -> Response:
+    """``POST /tokenize``: the tokens the ensemble's tokenizer step makes of each input."""
+    req = parse_tokenize(await request.body())
+    model = await gateway.model_for(request, req.model, "tokenize", "/tokenize")
+    encodings = model.tokenizer.encode_batch(req.texts, add_special_tokens=req.add_special_tokens)
+    out = []
+    for text, encoding in zip(req.texts, encodings):
+        tokens = []
+        for token_id, token, special, (start, stop) in zip(
+            encoding.ids, encoding.tokens, encoding.special_tokens_mask, encoding.offsets
+        ):
+            if special:
+                tokens.append({"id": token_id, "text": token, "special": True, "start": None, "stop": None})
+            else:
+                piece = text[start:stop]
+                tokens.append({"id": token_id, "text": piece, "special": False, "start": start, "stop": stop})
+        out.append(tokens)
+    return json_response(out)
+
+
+async def decode(gateway: Gateway, request: Request) -> Response:
+    """``POST /decode``: ``{ids, skip_special_tokens}`` -> ``[text, ...]`` with the build's tokenizer."""
+    data = body_object(await request.body())
+    if data.get("ids") == []:
+        raise bad("`ids` cannot be empty", "ids", code="empty")
+    rows = token_ids(data.get("ids"), "ids")
+    if rows is None:
+        raise bad("`ids` must be a list of token ids or a list of such lists", "ids")
+    skip = optional(data, "skip_special_tokens", bool, True)
+    model = await gateway.model_for(request, model_name(data), "tokenize", "/decode")
+    return json_response(decode_ids(model, rows, skip))
+
+
+def routes(gateway: Gateway) -> list[Route]:
+    """TEI's model and tokenizer routes, bound to ``gateway``."""
+    return [
+        gateway.route("/info", info, Family.TEI, "GET"),
+        gateway.route("/models/{model}/info", info, Family.TEI, "GET"),
+        gateway.route("/tokenize", tokenize, Family.TEI),
+        gateway.route("/decode", decode, Family.TEI),
+    ]

@@ -1,0 +1,104 @@
+"""vLLM's pooling routes: ``POST /score`` (also ``/v1/score``) and ``POST /classify``.
+
+``/score`` takes vLLM's ``text_1``/``text_2`` (or ``queries``/``documents``, ``data_1``/``data_2``): one text
+against many, or pairs, and scores each pair with a one-score cross-encoder (its ``SCORE``) or, as vLLM does for
+embedding models, with the cosine of the two embeddings. ``/classify`` answers each input's label and
+probabilities. Errors are vLLM's ``ErrorResponse`` (:mod:`tritongen.gateway.errors`).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tritongen.gateway.core import Gateway, json_response, l2_normalise
+from tritongen.gateway.errors import Family
+from tritongen.gateway.models import ModelInfo
+from tritongen.gateway.schemas import MAX_INPUTS, bad, body_object, model_name, text_list
+
+__all__ = ["routes", "score_pairs"]
+
+_PAIR_FIELDS = (("text_1", "text_2"), ("queries", "documents"), ("data_1", "data_2"))
+
+
+def _pairs(data: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The (left, right) texts, one left text broadcast to every right one, as vLLM reads them."""
+    for left_key, right_key in _PAIR_FIELDS:
+        if left_key in data or right_key in data:
+            left, _ = text_list(data, left_key)
+            right, _ = text_list(data, right_key)
+            if len(left) == 1:
+                left = left * len(right)
+            if len(left) != len(right):
+                counts = f"`{left_key}` has {len(left)} items and `{right_key}` {len(right)}"
+                raise bad(f"{counts}: give one or as many", left_key)
+            if len(left) > MAX_INPUTS:
+                raise bad(f"{len(left)} pairs; at most {MAX_INPUTS} per request", right_key)
+            return left, right
+    raise bad("give `text_1` and `text_2` (or `queries` and `documents`)", "text_1")
+
+
+async def score_pairs(gateway: Gateway, model: ModelInfo, left: list[str], right: list[str]) -> list[float]:
+    """The score of each pair: the cross-encoder's ``SCORE``, or the embeddings' cosine for an embedder."""
+    if model.why_not("rerank") is None:
+        result = await gateway.infer(model, {"TEXT": left, "TEXT_PAIR": right}, ["SCORE"])
+        return result["SCORE"].reshape(-1).tolist()
+    texts = list(dict.fromkeys([*left, *right]))  # each text embedded once (one query against many, usually)
+    vectors, _ = await gateway.embed(model, texts)
+    unit = l2_normalise(vectors.astype(np.float64))
+    row = {text: i for i, text in enumerate(texts)}
+    cosines = np.einsum("ij,ij->i", unit[[row[t] for t in left]], unit[[row[t] for t in right]])
+    return cosines.astype(np.float32).tolist()
+
+
+def _envelope(prefix: str, model: ModelInfo, data: list[dict], usage: dict[str, int]) -> dict[str, Any]:
+    return {
+        "id": f"{prefix}-{uuid.uuid4().hex}",
+        "object": "list",
+        "created": int(time.time()),
+        "model": model.name,
+        "data": data,
+        "usage": {**usage, "completion_tokens": 0, "prompt_tokens_details": None},
+    }
+
+
+async def score(gateway: Gateway, request: Request) -> Response:
+    """``POST /score``."""
+    data = body_object(await request.body())
+    left, right = _pairs(data)
+    model = await gateway.model_for(request, model_name(data), "score", "/score")
+    scores = await score_pairs(gateway, model, left, right)
+    rows = [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)]
+    return json_response(_envelope("score", model, rows, gateway.usage(model, list(zip(left, right)))))
+
+
+async def classify(gateway: Gateway, request: Request) -> Response:
+    """``POST /classify``: ``{model, input}`` -> ``data: [{index, label, probs, num_classes}]``."""
+    data = body_object(await request.body())
+    texts, _ = text_list(data, "input")
+    model = await gateway.model_for(request, model_name(data), "predict", "/classify")
+    if "TEXT_PAIR" in model.inputs:
+        raise bad(f"`{model.name}` classifies text pairs; score them with /score", "model", code="unsupported_model")
+    result = await gateway.infer(model, {"TEXT": texts}, ["PROBABILITIES"])
+    probabilities = result["PROBABILITIES"]
+    labels = model.labels or tuple(f"LABEL_{i}" for i in range(probabilities.shape[1]))
+    rows = [
+        {"index": i, "label": labels[int(np.argmax(row))], "probs": row.tolist(), "num_classes": len(row)}
+        for i, row in enumerate(probabilities)
+    ]
+    return json_response(_envelope("classify", model, rows, gateway.usage(model, texts)))
+
+
+def routes(gateway: Gateway) -> list[Route]:
+    """The vLLM pooling routes, bound to ``gateway``."""
+    return [
+        gateway.route("/score", score, Family.VLLM),
+        gateway.route("/v1/score", score, Family.VLLM),
+        gateway.route("/classify", classify, Family.VLLM),
+    ]
