@@ -26,6 +26,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.deployment import ServeProcess
+from tests.tiny_sparse import make_splade
 from tests.tiny_variants import make_cross_encoder, make_unnormalised_embedder
 from tritongen.bench.perf import Sweep
 from tritongen.bench.run import BenchOptions, run_bench
@@ -43,7 +44,7 @@ TEXTS = ["I love this movie", "Terrible, awful, bad.", "Ünïcödé and emoji �
 LONG = "word " * 200  # longer than the tiny models' 64 tokens
 # The four ensembles, named as the modules that build the same checkpoints with the same settings name them,
 # so that a session builds each once.
-EMB, RAW, RERANK, CLS = "bert_emb", "emb_raw", "rr_cross", "cls_bpe"
+EMB, RAW, RERANK, CLS, SPARSE = "bert_emb", "emb_raw", "rr_cross", "cls_bpe", "splade"
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,7 @@ def checkpoints(tiny_factory, checkpoint_cache) -> dict[str, Path]:
         RAW: checkpoint_cache(make_unnormalised_embedder, "bert"),  # the same weights, mean pooling only
         RERANK: checkpoint_cache(make_cross_encoder),  # a one-label cross-encoder (tests/test_reranking_e2e.py)
         CLS: tiny_factory("roberta", "classification"),  # three labels (tests/test_e2e.py)
+        SPARSE: checkpoint_cache(make_splade),  # SPLADE with SparseEncoder files (tests/test_sparse_e2e.py)
     }
 
 
@@ -173,7 +175,7 @@ def test_gateway_lists_ensembles_with_serves_key_when_repository_is_not_on_its_m
     with _gateway(tmp_path / "gateway.log", *args) as gateway:
         assert get(gateway, "/health") == (200, {"status": "ok"})
         status, models = get(gateway, "/v1/models")
-        assert status == 200 and sorted(m["id"] for m in models["data"]) == sorted([EMB, RAW, RERANK, CLS])
+        assert status == 200 and sorted(m["id"] for m in models["data"]) == sorted([EMB, RAW, RERANK, CLS, SPARSE])
         client = openai.OpenAI(base_url=f"http://{gateway[0]}/v1", api_key="unused", max_retries=0)
         answer = client.embeddings.create(model=EMB, input=TEXTS[:2], encoding_format="float")
     expected = [row["EMBEDDING"] for row in direct(served, EMB, TEXTS[:2])]
@@ -283,7 +285,7 @@ def test_gateway_refuses_with_401_when_key_is_wrong_or_missing(gateway):
 
 @pytest.mark.e2e
 def test_models_lists_the_ensembles_when_asked(client):
-    assert sorted(m.id for m in client.models.list()) == sorted([EMB, RAW, RERANK, CLS])
+    assert sorted(m.id for m in client.models.list()) == sorted([EMB, RAW, RERANK, CLS, SPARSE])
     assert client.models.retrieve(RERANK).id == RERANK
 
 
@@ -302,6 +304,22 @@ def test_embed_matches_triton_and_normalises_when_asked(gateway, served):
     np.testing.assert_allclose(answer, raw[:1] / np.linalg.norm(raw[:1]), atol=1e-6)
     status, answer = post(gateway, "/embed", {"inputs": "x", "model": EMB, "normalize": False})
     assert status == 422 and "normalize: false" in _tei_error(answer, "Validation")
+
+
+@pytest.mark.e2e
+def test_embed_sparse_gives_the_ensembles_nonzero_weights_by_index_when_called(gateway, served):
+    status, answer = post(gateway, "/embed_sparse", {"inputs": TEXTS, "model": SPARSE})
+    assert status == 200 and len(answer) == len(TEXTS)
+    for row, triton in zip(answer, direct(served, SPARSE, TEXTS)):
+        indices = [i for i in triton["SPARSE_INDICES"] if i >= 0]  # the request's rows are padded with -1
+        assert [entry["index"] for entry in row] == indices
+        np.testing.assert_allclose([e["value"] for e in row], triton["SPARSE_VALUES"][: len(indices)], atol=1e-7)
+    status, answer = post(gateway, "/", {"inputs": TEXTS[:1], "model": SPARSE})  # the root routes by model type
+    assert status == 200 and [e["index"] for e in answer[0]] == [
+        e["index"] for e in post(gateway, "/embed_sparse", {"inputs": TEXTS[:1], "model": SPARSE})[1][0]
+    ]
+    status, answer = post(gateway, "/embed_sparse", {"inputs": TEXTS, "model": EMB})
+    assert status == 424 and "not a sparse embedding model" in _tei_error(answer, "Backend")
 
 
 @pytest.mark.e2e

@@ -165,10 +165,14 @@ class TailReport:
     def rows(self) -> list[tuple[str, float, float, float]]:
         """(component, median ms, slowest mean ms, share of the slowest requests' excess over the median)."""
         excess = sum(self.slowest.values()) - sum(self.median.values())
-        return [
-            (name, self.median[name], self.slowest[name], (self.slowest[name] - self.median[name]) / excess)
-            for name in self.median
-        ] if excess > 0 else [(name, self.median[name], self.slowest[name], 0.0) for name in self.median]
+        return (
+            [
+                (name, self.median[name], self.slowest[name], (self.slowest[name] - self.median[name]) / excess)
+                for name in self.median
+            ]
+            if excess > 0
+            else [(name, self.median[name], self.slowest[name], 0.0) for name in self.median]
+        )
 
     def to_markdown(self) -> str:
         """The table, for the bench summary and the benchmarks doc."""
