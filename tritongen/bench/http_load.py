@@ -61,13 +61,14 @@ class HttpTarget:
             connection.close()
 
 
-def kserve_target(label: str, url: str, model: str) -> HttpTarget:
-    """A Triton ensemble over KServe v2 JSON: ``TEXT`` in, ``EMBEDDING`` out."""
+def kserve_target(label: str, url: str, model: str, output: str | None = "EMBEDDING") -> HttpTarget:
+    """A Triton ensemble over KServe v2 JSON: ``TEXT`` in, ``output`` out (None: every output)."""
     host, port = url.rsplit(":", 1)
+    outputs = {"outputs": [{"name": output}]} if output else {}
 
     def body(text: str) -> bytes:
         tensor = {"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}
-        return json.dumps({"inputs": [tensor], "outputs": [{"name": "EMBEDDING"}]}).encode()
+        return json.dumps({"inputs": [tensor], **outputs}).encode()
 
     def embedding(answer: dict) -> list[float]:
         return next(o["data"] for o in answer["outputs"] if o["name"] == "EMBEDDING")

@@ -231,9 +231,11 @@ def _measure_tail(run: _BenchRun, server: TritonServer, trace_file: Path) -> Tai
         return None
     concurrency = max(options.sweep.concurrency)
     run.console.print(f"[bold]Tracing every request for {options.peer_seconds:.0f} s at concurrency {concurrency}…")
-    target = kserve_target("ensemble", server.http_url, options.name)
+    target = kserve_target("ensemble", server.http_url, options.name, output=None)  # any task: every output
     with tracing(server.http_url):
         load = drive(target, run.texts, concurrency, options.peer_seconds)
+    if not load.latencies_ms:
+        raise BenchError(f"every traced request to `{options.name}` failed ({load.errors}); see the server's log")
     names = step_names(options.name)
     steps = [names[step] for step in ("tokenizer", "model", "postprocess") if step in names]
     requests = read_traces(trace_file, options.name, steps)
