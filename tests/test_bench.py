@@ -55,7 +55,8 @@ def test_bench_smoke_runs_perf_analyzer_and_writes_report(tmp_path, tiny_factory
     tail = report.tail  # from Triton's own per-request traces
     assert tail is not None and tail.requests >= 100 and tail.tail >= 1
     assert [row[0] for row in tail.rows()] == [
-        "http", *(f"clf_{s} {part}" for s in ("tokenizer", "model", "postprocess") for part in ("queue", "compute")),
+        "http",
+        *(f"clf_{s} {part}" for s in ("tokenizer", "model", "postprocess") for part in ("queue", "compute")),
         "between steps",
     ]
     assert tail.median["clf_model compute"] > 0 and tail.batch[0] >= 1

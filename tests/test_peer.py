@@ -94,5 +94,12 @@ def test_bench_measures_the_script_beside_the_ensemble_when_asked(repo, tmp_path
     assert script.at(2)["ours"] > 0 and script.at(2)["peer"] > 0 and script.at(2)["errors"] == 0
     # Its dynamic INT8 against our FP32 build: close, but not the same model.
     assert 0.95 <= script.cosine_min < 0.9999
+    # Each side against FP32 PyTorch on every bench and built-in validation text: ours is the FP32 build itself.
+    rows = {(texts, side): (count, low) for texts, side, count, low, _, _ in script.against_fp32}
+    assert set(rows) == {(t, s) for t in ("bench", "validation (built-in)") for s in ("`peer_emb`", "the script")}
+    assert rows[("bench", "`peer_emb`")] == (16, pytest.approx(1.0, abs=1e-4))
+    assert rows[("validation (built-in)", "the script")][0] > 100
+    assert rows[("validation (built-in)", "the script")][1] < rows[("validation (built-in)", "`peer_emb`")][1]
     summary = paths["summary"].read_text()
+    assert "Each side against FP32 PyTorch" in summary
     assert "## (f) the script: `peer_emb` against sentence-transformers ONNX INT8 + FastAPI (the script)" in summary

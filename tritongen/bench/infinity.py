@@ -77,6 +77,8 @@ class PeerComparison(InterleavedRounds):
     cosine_median: float
     seconds: float
     heading: str = "(d) the peer"  # the report's section: (d) infinity-emb, (f) the script
+    # Each side against FP32 PyTorch, per text set: (set, side, texts, min cosine, median, the shortest text's).
+    against_fp32: Sequence[tuple[str, str, int, float, float, float]] = ()
     figures: ClassVar[RoundFigures] = {
         "ours": lambda a, b: a.throughput,
         "peer": lambda a, b: b.throughput,
@@ -111,6 +113,16 @@ class PeerComparison(InterleavedRounds):
             f"Embeddings agree: cosine min {self.cosine_min:.5f}, median {self.cosine_median:.5f} "
             f"(the same texts through both). Failed requests: {errors}.",
         ]
+        if self.against_fp32:
+            lines += [
+                "",
+                "Each side against FP32 PyTorch (cosine, every text of each set):",
+                "",
+                "| texts | side | count | min | median | shortest text |",
+                "|---|---|---:|---:|---:|---:|",
+                *(f"| {t} | {side} | {n} | {lo:.4f} | {mid:.4f} | {short:.4f} |"
+                  for t, side, n, lo, mid, short in self.against_fp32),
+            ]  # fmt: skip
         return "\n".join(lines) + "\n"
 
 

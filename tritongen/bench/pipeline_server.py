@@ -27,6 +27,15 @@ def _predictor(model: str, task: str, max_length: int) -> Any:
             return {"LABEL": [b["label"] for b in best], "SCORE": [b["score"] for b in best]}
 
         return predict
+    return embedding_predictor(model, max_length)
+
+
+def embedding_predictor(model: str, max_length: int) -> Any:
+    """FP32 PyTorch embeddings: the encoder's tokens mean-pooled, one text at a time, then normalised."""
+    import torch
+    from transformers import pipeline
+
+    torch.set_grad_enabled(False)
     pipe = pipeline("feature-extraction", model=model, device="cpu", return_tensors=True)
 
     def embed(texts: list[str]) -> dict[str, list[Any]]:

@@ -36,7 +36,7 @@ from tritongen.bench.infinity import (
 )
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_input_data
 from tritongen.bench.report import BenchReport, write_report
-from tritongen.bench.st_peer import ST_VENV, compare_with_script, st_executable, st_server
+from tritongen.bench.st_peer import ST_VENV, Fp32Check, compare_with_script, st_executable, st_server
 from tritongen.bench.tail import TailReport, read_traces, tail_report, trace_arguments, tracing
 from tritongen.bench.tune import TuneGrid, TunePlan, TunePoint, tune
 from tritongen.builder.pipeline import build_repository
@@ -208,8 +208,23 @@ def _measure_script(run: _BenchRun, triton_url: str) -> PeerComparison | None:
     if _peer_skipped(run, "script", ST_VENV, st_executable() is not None):
         return None
     console.print("[bold]Measuring baseline (f): the sentence-transformers script, interleaved with the ensemble…")
+    fp32 = _fp32_check(run)
     with st_server(meta["checkpoint"], run.results / "script_server.log") as url:
-        return compare_with_script(triton_url, options.name, url, run.texts, options.interleaving, console.print)
+        return compare_with_script(triton_url, options.name, url, run.texts, options.interleaving, console.print, fp32)
+
+
+def _fp32_check(run: _BenchRun) -> Fp32Check:
+    """FP32 PyTorch (the pipeline baseline's mean-pooled, normalised embeddings) on the bench and validation texts."""
+    import numpy as np
+
+    from tritongen.bench.pipeline_server import embedding_predictor
+    from tritongen.gates.accuracy import read_texts
+
+    embed = embedding_predictor(run.meta["checkpoint"], run.meta["max_length"])
+    return Fp32Check(
+        lambda texts: np.array(embed(texts)["EMBEDDING"], np.float32),
+        {"bench": run.texts, "validation (built-in)": read_texts(None, "validation")},
+    )
 
 
 def _measure_gateway(run: _BenchRun, server: TritonServer) -> GatewayComparison | None:

@@ -12,16 +12,19 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tritongen.bench.http_load import Interleaving, kserve_target, openai_target
+import numpy as np
+
+from tritongen.bench.http_load import HttpTarget, Interleaving, kserve_target, openai_target
 from tritongen.bench.infinity import PeerComparison, compare_with_peer
 from tritongen.bench.process import http_process, venv_executable
 from tritongen.errors import BenchError
 from tritongen.serve.server import free_port
 
-__all__ = ["ST_PATH", "ST_SCRIPT", "ST_VENV", "compare_with_script", "st_executable", "st_server"]
+__all__ = ["ST_PATH", "ST_SCRIPT", "ST_VENV", "Fp32Check", "compare_with_script", "st_executable", "st_server"]
 
 ST_VENV = Path(".venv-st")
 ST_SCRIPT = Path(__file__).with_name("st_fastapi.py")
@@ -57,6 +60,28 @@ def st_server(checkpoint: str | Path, log: Path, *, quantize: bool = True, threa
             yield url
 
 
+@dataclass(frozen=True)
+class Fp32Check:
+    """FP32 PyTorch's embeddings (``reference``: texts -> rows) and the text sets each side is compared with it on."""
+
+    reference: Callable[[list[str]], np.ndarray]
+    sets: Mapping[str, Sequence[str]]
+
+    def rows(self, sides: Mapping[str, HttpTarget]) -> list[tuple[str, str, int, float, float, float]]:
+        """Per set and side: (set, side, texts, min cosine, median, the shortest text's cosine)."""
+        rows = []
+        for name, texts in self.sets.items():
+            texts = list(texts)
+            want = self.reference(texts)
+            shortest = min(range(len(texts)), key=lambda i: len(texts[i]))
+            for side, target in sides.items():
+                got = target.embed(texts)
+                cosines = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+                rows.append((name, side, len(texts), float(cosines.min()), float(np.median(cosines)),
+                             float(cosines[shortest])))  # fmt: skip
+        return rows
+
+
 def compare_with_script(
     triton_url: str,
     name: str,
@@ -64,8 +89,16 @@ def compare_with_script(
     texts: Sequence[str],
     plan: Interleaving,
     progress: Callable[[str], None] = lambda _: None,
+    fp32: Fp32Check | None = None,
 ) -> PeerComparison:
-    """Drive the ensemble ``name`` and the script in interleaved rounds, one HTTP/JSON text per request each."""
+    """Drive the ensemble ``name`` and the script in interleaved rounds, one HTTP/JSON text per request each.
+
+    With ``fp32``, each side's embeddings are also set against FP32 PyTorch on every text of its sets.
+    """
     ours = kserve_target(f"`{name}`", triton_url, name)
     script = openai_target("sentence-transformers ONNX INT8 + FastAPI (the script)", script_url, name, path=ST_PATH)
-    return compare_with_peer(ours, script, texts, plan, progress, heading="(f) the script")
+    comparison = compare_with_peer(ours, script, texts, plan, progress, heading="(f) the script")
+    if fp32 is None:
+        return comparison
+    progress("  both sides against FP32 PyTorch…")
+    return replace(comparison, against_fp32=fp32.rows({f"`{name}`": ours, "the script": script}))
