@@ -103,3 +103,13 @@ def test_bench_measures_the_script_beside_the_ensemble_when_asked(repo, tmp_path
     summary = paths["summary"].read_text()
     assert "Each side against FP32 PyTorch" in summary
     assert "## (f) the script: `peer_emb` against sentence-transformers ONNX INT8 + FastAPI (the script)" in summary
+
+
+def test_the_fp32_reference_cuts_texts_at_the_builds_length(checkpoint_cache):
+    # The feature-extraction pipeline drops a bare `max_length`; the reference must cut where the build does.
+    from tritongen.bench.pipeline_server import embedding_predictor
+
+    path = str(checkpoint_cache(_embedder_for_transformers_4))
+    cut = embedding_predictor(path, 8)(["word " * 40])["EMBEDDING"][0]
+    six_words = embedding_predictor(path, 64)(["word " * 6])["EMBEDDING"][0]  # [CLS] + 6 + [SEP]: 8 tokens
+    np.testing.assert_allclose(cut, six_words, atol=1e-6)

@@ -40,7 +40,8 @@ def embedding_predictor(model: str, max_length: int) -> Any:
 
     def embed(texts: list[str]) -> dict[str, list[Any]]:
         rows = []
-        for hidden in pipe(texts, truncation=True, max_length=max_length):
+        # max_length only reaches the tokenizer through tokenize_kwargs (the pipeline drops it as a keyword).
+        for hidden in pipe(texts, tokenize_kwargs={"truncation": True, "max_length": max_length}):
             vector = hidden[0].mean(dim=0)  # one unpadded text at a time: mean over its tokens
             rows.append(torch.nn.functional.normalize(vector, dim=0).tolist())
         return {"EMBEDDING": rows}
