@@ -245,7 +245,12 @@ def test_gateway_embeds_a_long_text_under_tei_truncate_false_only_when_the_build
     with TestClient(create_app(GatewayOptions(triton_url=server.grpc_url, repository=repository))) as client:
         chunked = client.post("/embed", json={"inputs": [SHORT, LONG[0]], "model": "bert_emb_chunk"})
         cut = client.post("/embed", json={"inputs": [LONG[0]], "model": "bert_emb"})  # TEI's truncate: false
+        usage = [  # OpenAI's usage counts the tokens the ensemble reads: every window's, or the cut text's
+            client.post("/v1/embeddings", json={"input": LONG[0], "model": m}).json()["usage"]["prompt_tokens"]
+            for m in ("bert_emb_chunk", "bert_emb")
+        ]
     assert cut.status_code == 422  # TEI 1.9: a text longer than the model under truncate: false
     assert chunked.status_code == 200, chunked.text
+    assert usage[0] > 2 * usage[1] and usage[1] == 64  # LONG is several windows long; the cut build reads 64
     rows = infer([SHORT, LONG[0]], name="bert_emb_chunk", url=server.grpc_url)
     np.testing.assert_allclose(chunked.json(), [row["EMBEDDING"] for row in rows], atol=1e-7)

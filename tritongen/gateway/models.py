@@ -161,9 +161,9 @@ def describe_models(
             if params.get("max_length", "").isdigit() and max_length is None:
                 max_length = int(params["max_length"])
             if "tokenizer_file" in params and "max_length" in params and tokenizer is None:
-                tokenizer = _load_tokenizer(
-                    _step_file(repository, step, versions.get(step), params["tokenizer_file"]), params["max_length"]
-                )
+                # A windowed step (a `stride` between windows: long_text chunk, NER) reads every token of a text.
+                cut = None if "stride" in params else params["max_length"]
+                tokenizer = _load_tokenizer(_step_file(repository, step, versions.get(step), params["tokenizer_file"]), cut)
         models[name] = ModelInfo(
             name,
             int(config.max_batch_size),

@@ -120,6 +120,11 @@ class Embedding(Task):
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         checkpoint = bound.checkpoint
         pooling = checkpoint.pooling
+        if pooling.splade is not None:  # asked for by --task embedding: its dense pooling would be made up
+            raise SpecError(
+                "this checkpoint is a sparse (SPLADE) encoder: it has no dense pooling to serve as embeddings; "
+                "build it with --task sparse-embedding"
+            )
         tokenizer = {}
         if pooling.prompts:
             tokenizer = {
