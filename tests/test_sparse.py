@@ -79,7 +79,7 @@ def test_bind_gives_vocabulary_row_and_sparse_outputs_with_section_settings():
 
 def test_a_splade_checkpoint_asked_for_as_a_dense_embedding_is_refused_in_one_line():
     layout = Pooling(from_sentence_transformers=True, splade=Splade())
-    with pytest.raises(SpecError, match="sparse \\(SPLADE\\) encoder.*--task sparse-embedding"):
+    with pytest.raises(SpecError, match=r"sparse \(SPLADE\) encoder.*--task sparse-embedding"):
         get_task("embedding").bind(
             load_spec(model="m"), _checkpoint("BertForMaskedLM", layout), inputs=["input_ids"], row_length=64
         )

@@ -163,7 +163,8 @@ def describe_models(
             if "tokenizer_file" in params and "max_length" in params and tokenizer is None:
                 # A windowed step (a `stride` between windows: long_text chunk, NER) reads every token of a text.
                 cut = None if "stride" in params else params["max_length"]
-                tokenizer = _load_tokenizer(_step_file(repository, step, versions.get(step), params["tokenizer_file"]), cut)
+                path = _step_file(repository, step, versions.get(step), params["tokenizer_file"])
+                tokenizer = _load_tokenizer(path, cut)
         models[name] = ModelInfo(
             name,
             int(config.max_batch_size),
