@@ -42,7 +42,7 @@ def test_the_slowest_requests_are_split_by_step_and_batch(tmp_path):
         entries += _entries(i + 1, start, 50.0 if slow else 2.0, 10**12 if slow else start + 2_000_000)
     path = tmp_path / "trace.json"
     path.write_text(json.dumps(entries)[:-1])  # Triton leaves the array open until it exits
-    requests = read_traces(path, "e", STEPS)
+    requests = read_traces(path, "e", STEPS, "e_model")
     assert len(requests) == 200
     report = tail_report(requests, "test")
     assert report.tail == 2 and report.batch == (pytest.approx(1.01), 2.0)
@@ -55,8 +55,8 @@ def test_the_slowest_requests_are_split_by_step_and_batch(tmp_path):
 
 def test_too_few_traced_requests_and_a_missing_file_are_refused(tmp_path):
     with pytest.raises(BenchError, match="no request traces were written"):
-        read_traces(tmp_path / "none.json", "e", STEPS, wait_s=0.1)
+        read_traces(tmp_path / "none.json", "e", STEPS, "e_model", wait_s=0.1)
     path = tmp_path / "trace.json"
     path.write_text(json.dumps(_entries(1, 0, 2.0, 0)))
     with pytest.raises(BenchError, match="1 complete traced requests; the tail needs at least 100"):
-        tail_report(read_traces(path, "e", STEPS), "test")
+        tail_report(read_traces(path, "e", STEPS, "e_model"), "test")

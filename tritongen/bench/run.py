@@ -253,7 +253,7 @@ def _measure_tail(run: _BenchRun, server: TritonServer, trace_file: Path) -> Tai
         raise BenchError(f"every traced request to `{options.name}` failed ({load.errors}); see the server's log")
     names = step_names(options.name)
     steps = [names[step] for step in ("tokenizer", "model", "postprocess") if step in names]
-    requests = read_traces(trace_file, options.name, steps)
+    requests = read_traces(trace_file, options.name, steps, names["model"])
     label = f"`{options.name}` at concurrency {concurrency} (p99 {load.percentile(99):.1f} ms at the client)"
     return tail_report(requests, label)
 

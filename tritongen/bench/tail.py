@@ -108,15 +108,19 @@ def _span(ts: Mapping[str, int], start: str, end: str) -> float:
     return (ts[end] - ts[start]) / NS_PER_MS
 
 
-def read_traces(path: Path, ensemble: str, steps: Sequence[str], *, wait_s: float = 30.0) -> list[RequestTrace]:
-    """Every complete request to ``ensemble`` in the trace file (waited for up to ``wait_s``), ``steps`` split out."""
+def read_traces(
+    path: Path, ensemble: str, steps: Sequence[str], model_step: str, *, wait_s: float = 30.0
+) -> list[RequestTrace]:
+    """Every complete request to ``ensemble`` in the trace file (waited for up to ``wait_s``), ``steps`` split out.
+
+    ``model_step`` (one of ``steps``) is the step whose executions give each request's batch size.
+    """
     traces = _merged(_load(path, wait_s))
     children: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
     for trace in traces.values():
         if "parent_id" in trace:
             children[trace["parent_id"]][trace.get("model_name", "")] = trace
     batches: dict[tuple[int, int], int] = defaultdict(int)
-    model_step = steps[len(steps) // 2] if len(steps) == 3 else steps[-1]
     for child in children.values():
         ts = child.get(model_step, {}).get("ts", {})
         if "COMPUTE_START" in ts and "COMPUTE_END" in ts:
