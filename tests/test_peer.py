@@ -105,8 +105,9 @@ def test_bench_measures_the_script_beside_the_ensemble_when_asked(repo, tmp_path
     assert "## (f) the script: `peer_emb` against sentence-transformers ONNX INT8 + FastAPI (the script)" in summary
 
 
-def test_the_fp32_reference_cuts_texts_at_the_builds_length(checkpoint_cache):
-    # The feature-extraction pipeline drops a bare `max_length`; the reference must cut where the build does.
+def test_the_pipeline_baseline_cuts_texts_at_the_builds_length(checkpoint_cache):
+    # Baseline (a)'s embedder: the feature-extraction pipeline drops a bare `max_length`, so it must cut where the
+    # build does.
     from tritongen.bench.pipeline_server import embedding_predictor
 
     path = str(checkpoint_cache(_embedder_for_transformers_4))

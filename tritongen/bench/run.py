@@ -214,17 +214,33 @@ def _measure_script(run: _BenchRun, triton_url: str) -> PeerComparison | None:
 
 
 def _fp32_check(run: _BenchRun) -> Fp32Check:
-    """FP32 PyTorch (the pipeline baseline's mean-pooled, normalised embeddings) on the bench and validation texts."""
+    """FP32 PyTorch as the build's gate runs it, on the bench and built-in validation texts.
+
+    The checkpoint's own pooling and Dense modules (the embedding task's module), each text alone, cut at the
+    build's length.
+    """
     import numpy as np
+    import torch
+    from transformers import AutoTokenizer
 
-    from tritongen.bench.pipeline_server import embedding_predictor
     from tritongen.gates.accuracy import read_texts
+    from tritongen.model.checkpoint import inspect_checkpoint
+    from tritongen.tasks import get_task
 
-    embed = embedding_predictor(run.meta["checkpoint"], run.meta["max_length"])
-    return Fp32Check(
-        lambda texts: np.array(embed(texts)["EMBEDDING"], np.float32),
-        {"bench": run.texts, "validation (built-in)": read_texts(None, "validation")},
-    )
+    checkpoint = inspect_checkpoint(run.meta["checkpoint"])
+    module = get_task("embedding").load_module(checkpoint)
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in run.meta["inputs"]]
+
+    def reference(texts: list[str]) -> np.ndarray:
+        rows = []
+        with torch.no_grad():
+            for text in texts:
+                batch = tokenizer(text, truncation=True, max_length=run.meta["max_length"], return_tensors="pt")
+                rows.append(module(**{n: batch[n] for n in names}).numpy()[0])
+        return np.array(rows, np.float32)
+
+    return Fp32Check(reference, {"bench": run.texts, "validation (built-in)": read_texts(None, "validation")})
 
 
 def _measure_gateway(run: _BenchRun, server: TritonServer) -> GatewayComparison | None:
