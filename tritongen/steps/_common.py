@@ -74,9 +74,12 @@ def input_error(pb_utils: Any, message: str) -> Any:
 
 
 def respond_per_request(
-    pb_utils: Any, requests: Sequence[Any], output_names: Sequence[str], process: Callable[[Any], dict]
+    pb_utils: Any, requests: Sequence[Any], output_names: Sequence[str] | None, process: Callable[[Any], dict]
 ) -> list[Any]:
-    """One response per request: ``process(request)``'s arrays, or an input error for its ValueError."""
+    """One response per request: ``process(request)``'s arrays, or an input error for its ValueError.
+
+    ``output_names`` None: every array ``process`` returns, in its order (a step answering requested outputs).
+    """
     responses = []
     for request in requests:
         try:
@@ -84,7 +87,7 @@ def respond_per_request(
         except ValueError as exc:
             responses.append(pb_utils.InferenceResponse(error=input_error(pb_utils, str(exc))))
             continue
-        tensors = [pb_utils.Tensor(name, arrays[name]) for name in output_names]
+        tensors = [pb_utils.Tensor(name, arrays[name]) for name in (arrays if output_names is None else output_names)]
         responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
     return responses
 

@@ -28,12 +28,12 @@ except ImportError:  # outside the server: importable for tests and build-time c
     pb_utils = None
 
 try:  # in the server: the shared modules are copied next to this model.py
-    from _common import input_error
+    from _common import respond_per_request
     from postprocess import TritonPythonModel as PostprocessBase
     from postprocess import input_array, l2_normalize
     from sparse import pad_rows, token_weights
 except ImportError:
-    from tritongen.steps._common import input_error
+    from tritongen.steps._common import respond_per_request
     from tritongen.steps.postprocess import TritonPythonModel as PostprocessBase
     from tritongen.steps.postprocess import input_array, l2_normalize
     from tritongen.steps.sparse import pad_rows, token_weights
@@ -86,15 +86,12 @@ class TritonPythonModel(PostprocessBase):
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """One response per request, with the outputs it asked for."""
-        responses = []
-        for request in requests:
-            names = [n for n in self.output_names if n in set(request.requested_output_names())] or self.output_names
-            try:
-                arrays = [input_array(request, name) for name in (self.input_name, "input_ids", "attention_mask")]
-                outputs = self.process(*arrays, set(names))
-            except ValueError as exc:
-                responses.append(pb_utils.InferenceResponse(error=input_error(pb_utils, str(exc))))
-                continue
-            tensors = [pb_utils.Tensor(name, outputs[name]) for name in names]
-            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
-        return responses
+
+        def process(request: Any) -> dict[str, np.ndarray]:
+            asked = set(request.requested_output_names())
+            names = [n for n in self.output_names if n in asked] or self.output_names
+            arrays = [input_array(request, name) for name in (self.input_name, "input_ids", "attention_mask")]
+            outputs = self.process(*arrays, set(names))
+            return {name: outputs[name] for name in names}
+
+        return respond_per_request(pb_utils, requests, None, process)
