@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import csv
+import fcntl
+import os
+import subprocess
+import threading
+import time
 
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritongen.bench.perf import Sweep, write_input_data
+from tritongen.bench.perf import Sweep, perf_analyzer_binary, write_input_data
 from tritongen.bench.run import BenchOptions, run_bench
 from tritongen.bench.tune import Setting, TuneGrid, TunePlan, thread_parameter, tune
 from tritongen.errors import BenchError
 from tritongen.repository.layout import read_config
-from tritongen.serve.server import running_server
+from tritongen.serve.server import running_server, server_environment
 
 SMOKE = Sweep(concurrency=(2,), fixed_requests=16)  # proves the harness, not the machine: no stability criterion
 
@@ -96,3 +101,48 @@ def test_bench_reports_the_sweep_and_the_spec_for_its_best_setting(repo, tmp_pat
     assert "## Instances and threads" in summary and "the built setting" in summary
     winner = max(report.tuning, key=lambda t: t.point.throughput).setting
     assert ("model_instances:\n  count: 2" in summary) == (winner.model == 2)
+
+
+def _held_up_run(command: list[str], header: int, held_s: float) -> subprocess.Popen[bytes]:
+    """perf_analyzer whose main thread blocks on stdout just after its workers start, for ``held_s`` seconds.
+
+    Its stdout is a one-page pipe filled to within ``header`` bytes (what it prints before
+    ``Request concurrency``), so that line's write blocks until the pipe is drained.
+    """
+    read, write = os.pipe()
+    size = fcntl.fcntl(write, 1031, 4096)  # F_SETPIPE_SZ
+    os.write(write, b"x" * (size - header - 4))
+    process = subprocess.Popen(command, stdout=write, stderr=subprocess.DEVNULL, env=server_environment())
+    os.close(write)
+    time.sleep(held_s)  # the workers' requests finish meanwhile
+    threading.Thread(target=lambda: [None for _ in iter(lambda: os.read(read, 65536), b"")], daemon=True).start()
+    return process
+
+
+@pytest.mark.e2e
+@pytest.mark.bench
+def test_smoke_measurement_finishes_when_perf_analyzer_is_held_up_as_its_workers_start(repo, tmp_path):
+    """A smoke point finishes although its requests finish before perf_analyzer's main thread starts the window.
+
+    perf_analyzer 2.51's ``--request-count`` mode sends exactly N requests and drops the records of those that
+    finish before its main thread swaps in a fresh record list; it then waits forever for the N. On a loaded
+    2-core machine the scheduler holds the main thread up that long now and then (the tuning test hung so).
+    Blocking the main thread's stdout for 2 s right after its workers start makes the race certain: with
+    ``--request-count 16`` this run never ends; the smoke flags keep the load steady and finish.
+    """
+    data = tmp_path / "input.json"
+    write_input_data(data, ["a short text", "another one, a little longer than that"] * 4)
+    with running_server(repo, models=["clf"]) as server:
+        command = [
+            str(perf_analyzer_binary()), "-m", "clf", "-u", server.http_url, "-i", "http", "--input-data", str(data),
+            "--concurrency-range", "2", *SMOKE.measurement_flags(), "-f", str(tmp_path / "held.csv"),
+        ]  # fmt: skip
+        printed = subprocess.run(command, capture_output=True, text=True, env=server_environment(), timeout=600)
+        assert printed.returncode == 0, printed.stdout[-500:] + printed.stderr[-500:]
+        header = len(printed.stdout[: printed.stdout.index("Request concurrency")].encode())
+        process = _held_up_run(command, header, held_s=2.0)
+        try:
+            assert process.wait(timeout=600) == 0  # the time-out only stops a hang
+        finally:
+            process.kill()
+    assert (tmp_path / "held.csv").is_file()

@@ -17,6 +17,11 @@ from tritongen.serve.server import server_environment
 __all__ = ["PerfPoint", "Sweep", "perf_analyzer_binary", "run_perf_analyzer", "write_input_data"]
 
 
+# perf_analyzer reports once this many windows in a row are stable (its stability window, not a flag).
+SMOKE_WINDOWS = 3
+_ANY_SPREAD = 1_000_000  # percent: windows of any throughput and latency count as stable
+
+
 @dataclass(frozen=True)
 class Sweep:
     """perf_analyzer settings: a concurrency sweep measured in request-count windows."""
@@ -26,14 +31,26 @@ class Sweep:
     stability_percentage: int = 15
     max_trials: int = 10
     protocol: str = "http"  # the FastAPI baseline speaks only HTTP; all configs use the same protocol
-    # > 0: send exactly this many requests per point and report them, with no stability criterion. For smoke
+    # > 0: about this many requests per point, in SMOKE_WINDOWS windows whose stability is not judged. For smoke
     # runs that prove the harness works: a busy machine cannot make them fail. Real benches leave it at 0.
     fixed_requests: int = 0
 
     def measurement_flags(self) -> list[str]:
-        """perf_analyzer's measurement options for this sweep."""
+        """perf_analyzer's measurement options for this sweep.
+
+        A smoke run does not use perf_analyzer's ``--request-count``: that mode sends exactly N requests, then
+        drops the records of any that finish before its main thread starts the window, and waits forever for
+        them (perf_analyzer 2.51; a loaded machine that holds up the main thread for one request's time hangs
+        it). Count windows under steady load always fill; a threshold no run can miss makes the windows
+        perf_analyzer needs before it reports (``SMOKE_WINDOWS``) always count as stable.
+        """
         if self.fixed_requests > 0:
-            return ["--request-count", str(self.fixed_requests)]
+            return [
+                "--measurement-mode", "count_windows",
+                "--measurement-request-count", str(max(1, -(-self.fixed_requests // SMOKE_WINDOWS))),
+                "--stability-percentage", str(_ANY_SPREAD),
+                "--max-trials", str(SMOKE_WINDOWS),
+            ]  # fmt: skip
         return [
             "--measurement-mode", "count_windows",
             "--measurement-request-count", str(self.request_count),
@@ -88,7 +105,7 @@ def run_perf_analyzer(
         "-f", str(csv_path),
         "--verbose-csv",
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, env=server_environment(), timeout=1800)
+    result = _run(command, model, concurrency)
     stable = True
     unsettled = "Failed to obtain stable measurement" in result.stdout + result.stderr
     if result.returncode != 0 and unsettled and not sweep.fixed_requests:
@@ -96,7 +113,7 @@ def run_perf_analyzer(
         stable = False
         relaxed = [*command[: command.index("--stability-percentage") + 1], "50",
                    *command[command.index("--stability-percentage") + 2 :]]  # fmt: skip
-        result = subprocess.run(relaxed, capture_output=True, text=True, env=server_environment(), timeout=1800)
+        result = _run(relaxed, model, concurrency)
     if result.returncode != 0 or not csv_path.is_file():
         lines = [ln for ln in (result.stdout + result.stderr).splitlines() if ln.strip()]
         reason = next(
@@ -106,6 +123,22 @@ def run_perf_analyzer(
     (workdir / f"{config}_c{concurrency}.log").write_text(result.stdout)
     point = parse_csv(csv_path, config)
     return point if stable else dataclasses.replace(point, stable=False)
+
+
+_HANG_S = 1800  # one point of a real sweep takes seconds to minutes; this only stops a hung perf_analyzer
+
+
+def _run(command: list[str], model: str, concurrency: int) -> subprocess.CompletedProcess[str]:
+    """perf_analyzer, stopped with a BenchError (and what it printed) if it hangs."""
+    try:
+        return subprocess.run(command, capture_output=True, text=True, env=server_environment(), timeout=_HANG_S)
+    except subprocess.TimeoutExpired as exc:
+        printed = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        last = [ln for ln in printed.splitlines() if ln.strip()][-1:] or ["nothing"]
+        raise BenchError(
+            f"perf_analyzer on `{model}` at concurrency {concurrency} was still running after {_HANG_S} s "
+            f"(last printed: {last[0].strip()}); see the server's log"
+        ) from None
 
 
 def parse_csv(path: Path, config: str) -> PerfPoint:

@@ -37,7 +37,7 @@ def _bench_options(bench: argparse.ArgumentParser) -> None:
         "--fixed-requests",
         type=int,
         default=0,
-        help="send exactly N requests per point, no stability criterion (smoke runs; default: until stable)",
+        help="about N requests per point, stability not judged (smoke runs; default: until stable)",
     )
     bench.add_argument("--texts", type=int, default=512, help="number of distinct request texts")
     bench.add_argument("--compare", help="comma-separated other ensembles to measure in the same run")
