@@ -12,6 +12,7 @@ import pytest
 from tests.test_e2e import _sentence_embeddings
 from tritongen.bench.http_load import openai_target
 from tritongen.bench.st_peer import ST_PATH, ST_SCRIPT, st_executable, st_server
+from tritongen.cpu import cpu_flags
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(st_executable() is None, reason="no .venv-st (make st-venv)")]
 
@@ -49,17 +50,22 @@ def _post(url: str, body: dict) -> dict:
         connection.close()
 
 
+def _cosines(got: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    return np.sum(got * expected, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
+
+
 def test_st_server_embeds_like_pytorch_and_leaves_nothing_running_when_quantized_for_this_cpu(minilm_path, tmp_path):
+    """With no ``--isa`` the script quantizes for this CPU's best instruction set, and its log names it."""
     before = set(_script_processes())
     with st_server(minilm_path, tmp_path / "st.log") as url:
         ours = {pid: argv for pid, argv in _script_processes().items() if pid not in before}
         assert len(ours) == 1, ours
         got = openai_target("st", url, "minilm", path=ST_PATH).embed(TEXTS)  # as the bench drives it
         answer = _post(url, {"input": "hello", "model": "minilm"})  # a bare string, as OpenAI allows
-    assert "INT8 (" in (tmp_path / "st.log").read_text()  # quantized for this CPU's instruction set
+    best = next((isa for isa, flag in ISAS if flag in cpu_flags()), "arm64")
+    assert f"INT8 ({best}, " in (tmp_path / "st.log").read_text()  # quantized for this CPU's instruction set
     assert got.shape == (len(TEXTS), 384)
-    expected = _sentence_embeddings(minilm_path, TEXTS, max_length=256)
-    cosines = np.sum(got * expected, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
+    cosines = _cosines(got, _sentence_embeddings(minilm_path, TEXTS, max_length=256))
     assert cosines.min() >= 0.95, dict(zip(TEXTS, cosines.round(4)))
     assert answer["object"] == "list" and answer["model"] == "minilm"
     assert [(d["object"], d["index"]) for d in answer["data"]] == [("embedding", 0)]
@@ -67,3 +73,26 @@ def test_st_server_embeds_like_pytorch_and_leaves_nothing_running_when_quantized
     assert set(_script_processes()) - before == set()
     cache = Path(next(iter(ours.values())).split("--cache ", 1)[1].split(" ", 1)[0])
     assert not cache.exists() and not (minilm_path / "onnx").exists()  # it wrote to a temp dir, now removed
+
+
+# Each quantization config the script may pick, by the flag it needs, and the weight type optimum gives it (the
+# script names its file whatever that is: an AVX2 machine's is unsigned).
+ISAS = (("avx512_vnni", "avx512_vnni"), ("avx512", "avx512f"), ("avx2", "avx2"))
+WEIGHTS = {"avx512_vnni": "qint8", "avx512": "qint8", "avx2": "quint8"}
+
+
+@pytest.mark.parametrize("isa", [isa for isa, _ in ISAS])
+def test_st_server_quantizes_for_each_instruction_set_this_cpu_runs(minilm_path, tmp_path, isa):
+    """Every config this CPU executes (an AVX2 one runs on AVX-512 too) finds the file it wrote and stays close
+    to PyTorch; this CPU's best is covered by the test above."""
+    flags = cpu_flags()
+    usable = [name for name, flag in ISAS if flag in flags]
+    if isa not in usable:
+        pytest.skip(f"this CPU has no {dict(ISAS)[isa]}")
+    if isa == usable[0]:
+        pytest.skip(f"{isa} is this CPU's best: the default test runs it")
+    with st_server(minilm_path, tmp_path / "st.log", isa=isa) as url:
+        got = openai_target("st", url, "minilm", path=ST_PATH).embed(TEXTS)
+    assert f"INT8 ({isa}, {WEIGHTS[isa]} weights)" in (tmp_path / "st.log").read_text()
+    cosines = _cosines(got, _sentence_embeddings(minilm_path, TEXTS, max_length=256))
+    assert cosines.min() >= 0.95, dict(zip(TEXTS, cosines.round(4)))

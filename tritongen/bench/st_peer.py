@@ -37,11 +37,14 @@ def st_executable() -> Path | None:
 
 
 @contextlib.contextmanager
-def st_server(checkpoint: str | Path, log: Path, *, quantize: bool = True, threads: int = 0) -> Iterator[str]:
+def st_server(
+    checkpoint: str | Path, log: Path, *, quantize: bool = True, threads: int = 0, isa: str | None = None
+) -> Iterator[str]:
     """Start the script on ``checkpoint`` (a local folder; offline) on a free port; stop it and its children.
 
     What it writes (the ONNX export, the INT8 model, Hugging Face's cache) goes to a temporary folder, removed
-    at exit; the checkpoint is only read. ``threads`` 0 leaves ONNX Runtime its default (one per core).
+    at exit; the checkpoint is only read. ``threads`` 0 leaves ONNX Runtime its default (one per core). ``isa``
+    picks the quantization config (``avx2``, ``avx512``, ``avx512_vnni``, ``arm64``); None: this CPU's best.
     """
     executable = st_executable()
     if executable is None:
@@ -51,7 +54,7 @@ def st_server(checkpoint: str | Path, log: Path, *, quantize: bool = True, threa
         command = [
             str(executable), str(ST_SCRIPT), "--model", str(checkpoint), "--port", str(port),
             "--cache", str(Path(scratch) / "model"), "--threads", str(threads),
-            *([] if quantize else ["--no-quantize"]),
+            *([] if quantize else ["--no-quantize"]), *(["--isa", isa] if isa else []),
         ]  # fmt: skip
         inherited = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}  # its own venv
         env = {**inherited, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
