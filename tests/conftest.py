@@ -24,6 +24,13 @@ if _WORKERS > 1:
         os.environ.setdefault(_variable, _share)
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The CPU and the branch each instruction-set choice takes on it (tests/test_cpu.py runs the others)."""
+    from tritongen.cpu import describe
+
+    return describe()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _hermetic_hf_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["HF_HOME"] = str(tmp_path_factory.mktemp("hf_home"))

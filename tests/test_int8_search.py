@@ -336,22 +336,3 @@ def test_a_candidate_the_serving_runtime_fails_is_not_chosen(tiny, tmp_path):
     assert report.chosen is report.trials[1] and report.chosen.passed
     assert any("1 passed here and failed there" in note for note in report.notes)
     assert report.decided_by(first) == "agreement 90.00% < 99% in the serving runtime"
-
-
-@pytest.mark.parametrize(
-    ("machine", "flags", "saturates"),
-    [
-        ("x86_64", "fpu sse2 avx2 fma", True),  # VPMADDUBSW's int16 sums: 7-bit weights
-        ("x86_64", "fpu avx2 avx512f avx512bw", True),
-        ("x86_64", "fpu avx2 avx512f avx512_vnni", False),
-        ("x86_64", "fpu avx2 avx_vnni", False),
-        ("aarch64", "fp asimd asimddp", False),
-    ],
-)
-def test_int8_weights_saturate_only_when_x86_has_no_vnni(monkeypatch, machine, flags, saturates):
-    import platform
-
-    from tritongen.precision.optimize import int8_weights_saturate
-
-    monkeypatch.setattr(platform, "machine", lambda: machine)
-    assert int8_weights_saturate(f"processor\t: 0\nflags\t\t: {flags}\n") is saturates

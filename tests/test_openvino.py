@@ -11,6 +11,7 @@ from tritongen.builder.pipeline import build_repository
 from tritongen.buildspec import BuildSpec, load_spec
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.containers import container as container_of
+from tritongen.cpu import CPU_FLAGS_ENV
 from tritongen.data.datasets import bench_texts
 from tritongen.errors import AccuracyError, SpecError
 from tritongen.gates.compat import container_python
@@ -152,16 +153,26 @@ def test_minilm_int8_ir_is_quantised_by_nncf_gated_and_served(minilm_path, build
     assert min(cosines[: len(TEXTS)]) >= 0.9
 
 
+@pytest.mark.skipif("bf16" not in cpu_precisions(), reason="this CPU has no BF16: the branch below runs instead")
 def test_bf16_that_flips_labels_is_refused_where_the_cpu_computes_it(tiny_factory, tmp_path):
     """The tiny random classifier's near-tied logits flip under BF16: where this CPU has BF16 (and OpenVINO
-    uses it), the gate refuses the build by that precision's name; elsewhere FP32 is all it can run and passes."""
+    uses it), the gate refuses the build by that precision's name."""
     spec = BuildSpec(model=str(tiny_factory("bert")), name="clf", repository=tmp_path / "repo", runtime="openvino")
-    if "bf16" not in cpu_precisions():
-        assert build_repository(spec).version == 1
-        return
     with pytest.raises(AccuracyError, match=r"OpenVINO BF16 vs FP32 .* build with --runtime onnx"):
         build_repository(spec)
     assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())
+
+
+def test_the_same_classifier_is_gated_at_fp32_alone_and_says_so_where_the_cpu_has_no_bf16(
+    tiny_factory, tmp_path, monkeypatch
+):
+    """The other branch, on any CPU (flags without BF16): FP32 is all OpenVINO runs, the build passes, and the
+    card says that BF16 was not gated."""
+    monkeypatch.setenv(CPU_FLAGS_ENV, "avx2 fma avx512f")
+    spec = BuildSpec(model=str(tiny_factory("bert")), name="clf", repository=tmp_path / "repo", runtime="openvino")
+    assert build_repository(spec).version == 1
+    card = (tmp_path / "repo" / "clf" / "1" / "model_card.md").read_text()
+    assert "gated at OpenVINO F32: passed" in card and "BF16 not gated: this CPU has no BF16" in card
 
 
 @pytest.mark.e2e

@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tritongen.cpu import int8_weights_saturate
 from tritongen.errors import AccuracyError
 from tritongen.gates.accuracy import LABEL_AGREEMENT_MIN, AccuracyReport
-from tritongen.precision.optimize import WeightMatMul, int8_weights_saturate
+from tritongen.precision.optimize import WeightMatMul
 from tritongen.precision.sensitivity import LayerSensitivity
 
 __all__ = ["SPEED_BATCHES", "Candidate", "SearchReport", "Trial"]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import platform
 import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tritongen.cpu import int8_weights_saturate
 from tritongen.errors import ExportError
 from tritongen.model.checkpoint import Checkpoint
 
@@ -35,7 +35,6 @@ __all__ = [
     "Int8Recipe",
     "OptimizeReport",
     "WeightMatMul",
-    "int8_weights_saturate",
     "optimize_model",
     "prepare_for_quantization",
     "quantize_int8",
@@ -198,29 +197,6 @@ def prepare_for_quantization(source: Path, work: Path) -> Path:
 # Shape inference cannot type the outputs of ONNX Runtime's fused operators (SkipLayerNormalization...):
 # tensors it leaves untyped are float32, which is what the fusions produce.
 _UNTYPED_IS_FLOAT = {"DefaultTensorType": 1}  # onnx.TensorProto.FLOAT
-
-
-_VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
-
-
-def int8_weights_saturate(cpuinfo: str | None = None) -> bool:
-    """Whether ONNX Runtime's CPU int8 kernels here saturate on full-range int8 weights.
-
-    On x86 without VNNI, ONNX Runtime multiplies uint8 activations by int8 weights with VPMADDUBSW, whose
-    pairwise int16 sums saturate (255 * 127 * 2 > 32767): measured on an AVX2 CPU, a dynamic INT8 MatMul was
-    off by 2.2 from the exact integer product. Weights of 7 bits (ONNX Runtime's ``reduce_range``) keep the sums
-    in range (255 * 64 * 2 = 32640) and the result exact. With VNNI (int32 sums), on ARM and on GPUs there is
-    no such limit. ``cpuinfo`` is the text of ``/proc/cpuinfo`` (read when None; unreadable counts as no VNNI).
-    """
-    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
-        return False
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            cpuinfo = ""
-    flags = set(cpuinfo.split())
-    return not any(flag in flags for flag in _VNNI_FLAGS)
 
 
 @dataclass(frozen=True)

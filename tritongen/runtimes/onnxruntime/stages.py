@@ -23,11 +23,12 @@ from tritongen.builder.plan import (
     variant_name,
 )
 from tritongen.containers import container
+from tritongen.cpu import int8_weights_saturate
 from tritongen.errors import AccuracyError, ParityError
 from tritongen.gates.accuracy import require_accuracy
 from tritongen.gates.compat import ContainerCheck, ContainerReport, check_in_container
 from tritongen.precision.int8_search import SearchFeedback, SearchSettings, search_int8
-from tritongen.precision.optimize import int8_weights_saturate, optimize_model
+from tritongen.precision.optimize import optimize_model
 from tritongen.runtimes.base import BuildStages
 from tritongen.runtimes.onnxruntime import OnnxRuntime
 from tritongen.runtimes.registry import register_stages

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from tritongen.cpu import BF16_FLAGS, cpu_flags
+
 __all__ = [
     "IR_FILE",
     "OpenVinoSession",
@@ -69,11 +71,15 @@ def quantize_ir(xml_path: Path, target: Path, feeds: Sequence[Mapping[str, np.nd
 
 
 def cpu_precisions() -> tuple[str, ...]:
-    """The inference precisions OpenVINO's CPU plugin can run here: ``f32``, and ``bf16`` where the CPU has it."""
+    """The inference precisions OpenVINO's CPU plugin can run here: ``f32``, and ``bf16`` where the CPU has it.
+
+    OpenVINO asks the CPU itself; flags given in ``TRITONGEN_CPU_FLAGS`` without a BF16 one take BF16 away.
+    """
     import openvino as ov
 
     capabilities = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    return ("f32", "bf16") if "BF16" in capabilities else ("f32",)
+    bf16 = "BF16" in capabilities and any(flag in cpu_flags() for flag in BF16_FLAGS)
+    return ("f32", "bf16") if bf16 else ("f32",)
 
 
 def backend_properties(parameters: Mapping[str, str]) -> dict[str, Any]:
