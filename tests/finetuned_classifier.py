@@ -42,16 +42,17 @@ def make_finetuned_classifier(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 16))
     model.train()
     try:
-        for start in range(0, len(rows), batch_size):
-            chunk = rows[start : start + batch_size]
-            batch = tokenizer(
-                [t for t, _ in chunk], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
-            )
-            loss = model(**batch, labels=torch.tensor([y for _, y in chunk])).loss
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
+        with torch.enable_grad():  # whatever an earlier test in this process switched off
+            for start in range(0, len(rows), batch_size):
+                chunk = rows[start : start + batch_size]
+                batch = tokenizer(
+                    [t for t, _ in chunk], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+                )
+                loss = model(**batch, labels=torch.tensor([y for _, y in chunk])).loss
+                loss.backward()
+                optimizer.step()
+                schedule.step()
+                optimizer.zero_grad()
     finally:
         torch.set_num_threads(threads)
     model.eval()

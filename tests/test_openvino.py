@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -115,8 +116,11 @@ def test_int8_that_loses_too_much_is_refused_with_the_way_out(tiny_factory, tmp_
 def test_minilm_int8_ir_is_quantised_by_nncf_gated_and_served(minilm_path, builds, shared_server):
     """NNCF's INT8 IR of MiniLM, gated at every CPU precision and served.
 
-    It keeps the gate's mean, but its minimum may fall below 0.98 on single words (0.977 on this 2-core AVX-512
-    machine), where the build refuses it: the loss is accepted here, and the card must say which it was.
+    At FP32 it keeps the gate's mean, but its minimum may fall below 0.98 on single words (0.977 on a 2-core
+    AVX-512 machine), where the build refuses it: the loss is accepted here, and the card must say which it was.
+    At BF16 the figures depend on the CPU's kernels: on an Intel CPU with AMX, OpenVINO 2026.4 computes a text
+    sent alone far off (cosine 0.64) while batches stay close, and the gate refuses it; on AVX512_BF16 without
+    AMX it held the FP32 figures. So each precision's verdict is checked against its own figures.
     """
     ov8 = builds(
         minilm_path,
@@ -134,12 +138,19 @@ def test_minilm_int8_ir_is_quantised_by_nncf_gated_and_served(minilm_path, build
     card = (repo / "ov8" / "1" / "model_card.md").read_text()
     assert "int8 by NNCF" in card and "the built-in calibration sample" in card
     record = json.loads((repo / "ov8" / "1" / "build.json").read_text())
-    verdict = "passed" if record["accuracy"]["cosine_min"] >= 0.98 else "FAILED"  # the worst precision's
+    gated = {}
     for precision in cpu_precisions():
-        assert f"gated at OpenVINO INT8+{precision.upper()}: " in card
-    assert f": {verdict}, " in card
+        line = re.search(
+            rf"gated at OpenVINO INT8\+{precision.upper()}: (\w+), .*cosine mean ([\d.]+) .*min ([\d.]+)", card
+        )
+        assert line, f"no gate line for {precision}"
+        verdict, mean, low = line.group(1), float(line.group(2)), float(line.group(3))
+        assert verdict == ("passed" if mean >= 0.99 and low >= 0.98 else "FAILED"), line.group(0)
+        gated[precision] = (mean, low)
+    assert gated["f32"][0] >= 0.99 and gated["f32"][1] >= 0.95
+    recorded = (round(record["accuracy"]["cosine_mean"], 4), round(record["accuracy"]["cosine_min"], 4))
+    assert recorded in gated.values() and recorded[0] == min(mean for mean, _ in gated.values())  # the worst
     assert record["variant"] == "INT8 IR (NNCF), BF16 where the CPU has it"
-    assert record["accuracy"]["cosine_mean"] >= 0.99 and record["accuracy"]["cosine_min"] >= 0.95
     if container_python() is not None:  # the INT8 IR read and gated again in the target container's OpenVINO
         assert record["container_runtime"]["runtime"].startswith("OpenVINO")
     realistic = bench_texts(48)  # tweets and news, the kind of text the gate measures

@@ -17,12 +17,12 @@ def _predictor(model: str, task: str, max_length: int) -> Any:
     import torch
     from transformers import pipeline
 
-    torch.set_grad_enabled(False)
     if task == "classification":
         pipe = pipeline("text-classification", model=model, top_k=None, device="cpu")
 
         def predict(texts: list[str]) -> dict[str, list[Any]]:
-            results = pipe(texts, truncation=True, max_length=max_length)
+            with torch.no_grad():  # not torch's global switch: tests call these in their own process
+                results = pipe(texts, truncation=True, max_length=max_length)
             best = [max(r, key=lambda item: item["score"]) for r in results]
             return {"LABEL": [b["label"] for b in best], "SCORE": [b["score"] for b in best]}
 
@@ -35,13 +35,14 @@ def embedding_predictor(model: str, max_length: int) -> Any:
     import torch
     from transformers import pipeline
 
-    torch.set_grad_enabled(False)
     pipe = pipeline("feature-extraction", model=model, device="cpu", return_tensors=True)
 
     def embed(texts: list[str]) -> dict[str, list[Any]]:
         rows = []
         # max_length only reaches the tokenizer through tokenize_kwargs (the pipeline drops it as a keyword).
-        for hidden in pipe(texts, tokenize_kwargs={"truncation": True, "max_length": max_length}):
+        with torch.no_grad():
+            hiddens = pipe(texts, tokenize_kwargs={"truncation": True, "max_length": max_length})
+        for hidden in hiddens:
             vector = hidden[0].mean(dim=0)  # one unpadded text at a time: mean over its tokens
             rows.append(torch.nn.functional.normalize(vector, dim=0).tolist())
         return {"EMBEDDING": rows}
