@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from tests.conftest import MINILM_VARIANTS, variant_containers, variant_kind
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER, container
 from tritongen.errors import StageError
 from tritongen.gates.compat import ContainerSession, container_python, max_relative_diff
@@ -74,13 +75,15 @@ def test_max_relative_diff_is_absolute_near_zero_and_relative_for_large_values()
     [("emb", "parity"), ("fp32_opt", "parity"), ("fp16", "gate"), ("int8_static", "gate"), ("int8", "gate")],
     ids=["fp32", "optimized", "fp16", "int8-static", "int8-dynamic"],
 )
-def test_every_emitted_variant_passes_in_every_container_runtime(minilm_variant, name, criterion):
-    """conftest's MINILM_VARIANTS, the builds the precision and e2e tests serve, each checked in every container."""
+def test_every_emitted_variant_passes_in_the_target_and_another_container_runtime(minilm_variant, name, criterion):
+    """conftest's MINILM_VARIANTS, the builds the precision and e2e tests serve, each checked in the target container
+    and one other (``variant_containers``: every container sees both kinds of variant)."""
     record = minilm_variant(name, container_check=True).record()
     assert (
         record["container"] == DEFAULT_CONTAINER
         and record["container_runtime"] == record["container_runtimes"][DEFAULT_CONTAINER]
     )
+    assert set(record["container_runtimes"]) == set(variant_containers(name))
     for release, check in record["container_runtimes"].items():
         if container_python(release) is None:
             assert "make compat-venv" in check["skipped"]
@@ -91,6 +94,14 @@ def test_every_emitted_variant_passes_in_every_container_runtime(minilm_variant,
         "int8"
     ):  # the INT8 search gated its candidates in the target's runtime: the card says by how much
         assert f"; ONNX Runtime {container().onnxruntime}: mean +" in minilm_variant(name).card()
+
+
+def test_the_variants_prove_every_container_on_both_kinds_of_variant():
+    kinds = {"emb": "parity", "fp32_opt": "parity", "fp16": "gate", "int8_static": "gate", "int8": "gate"}
+    assert {name: variant_kind(name) for name in MINILM_VARIANTS} == kinds
+    proven = {(release, kinds[name]) for name in MINILM_VARIANTS for release in variant_containers(name)}
+    assert proven == {(release, kind) for release in CONTAINERS for kind in ("parity", "gate")}
+    assert all(variant_containers(name)[0] == DEFAULT_CONTAINER for name in MINILM_VARIANTS)
 
 
 @needs_venv
