@@ -50,7 +50,17 @@ _heavy_calls: list[str] = []
 # the fine-tuned classifier's tests (their own checkpoint, the longest INT8 search) are a group of their own, and
 # the longest groups start first, so that neither worker is left alone with a long group at the end.
 _MINILM_MODULES = {"test_precision", "test_compat", "test_openvino", "test_e2e"}
-_LONGEST_FIRST = ("minilm", "finetuned", "test_peer", "test_gateway", "test_operations", "test_ner_qa_e2e")
+_LONGEST_FIRST = (
+    "minilm",
+    "finetuned",
+    "test_peer",
+    "test_build",
+    "test_gateway",
+    "test_modern_encoders_e2e",
+    "test_ner_qa_e2e",
+    "test_operations",
+    "test_step_imports",
+)
 
 
 def xdist_group_of(nodeid: str) -> str:
@@ -62,7 +72,7 @@ def xdist_group_of(nodeid: str) -> str:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """``--dist loadgroup`` by :func:`xdist_group_of`: each group runs on one worker, in collection order.
+    """``--dist loadgroup`` by :func:`xdist_group_of`: each group runs on one worker, groups in collection order.
 
     xdist's own loadgroup reads the groups from a suffix it appends to node ids, which pytest 9 no longer
     keeps (seen with xdist 3.8: every test spread over both workers); grouping by node id needs no suffix.
@@ -70,6 +80,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
+
+    # xdist reorders groups by their number of tests, which would start the fine-tuned classifier's two long
+    # tests last, alone on one worker: keep the order pytest_collection_modifyitems gives (longest first).
+    config.option.loadscopereorder = False
 
     class GroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
