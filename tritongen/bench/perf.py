@@ -31,6 +31,7 @@ class Sweep:
     stability_percentage: int = 15
     max_trials: int = 10
     protocol: str = "http"  # the FastAPI baseline speaks only HTTP; all configs use the same protocol
+    batch_size: int = 1  # texts per request (perf_analyzer's -b: consecutive texts of the input data)
     # > 0: about this many requests per point, in SMOKE_WINDOWS windows whose stability is not judged. For smoke
     # runs that prove the harness works: a busy machine cannot make them fail. Real benches leave it at 0.
     fixed_requests: int = 0
@@ -101,6 +102,7 @@ def run_perf_analyzer(
         "-i", sweep.protocol,
         "--input-data", str(input_data),
         "--concurrency-range", str(concurrency),
+        *(["-b", str(sweep.batch_size)] if sweep.batch_size > 1 else []),
         *sweep.measurement_flags(),
         "-f", str(csv_path),
         "--verbose-csv",

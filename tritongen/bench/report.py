@@ -155,9 +155,11 @@ def write_report(report: BenchReport, directory: Path) -> dict[str, Path]:
         paths["tuning"] = directory / "tuning.csv"
         with open(paths["tuning"], "w", newline="") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["tokenizer_instances", "model_instances", "threads", *asdict(report.tuning[0].point)])
+            header = ["tokenizer_instances", "model_instances", "threads", "postprocess_instances"]
+            writer.writerow([*header, *asdict(report.tuning[0].point)])
             for t in report.tuning:
-                writer.writerow([t.setting.tokenizer, t.setting.model, t.setting.threads, *asdict(t.point).values()])
+                s = t.setting
+                writer.writerow([s.tokenizer, s.model, s.threads, s.postprocess, *asdict(t.point).values()])
     _plot(report, paths["plot"])
     paths["summary"].write_text(summary_markdown(report), encoding="utf-8")
     return paths

@@ -20,35 +20,44 @@ from tritongen.errors import BenchError, RepositoryError
 from tritongen.repository.layout import config_json, read_config, step_names
 from tritongen.runtimes.registry import runtime_of_backend
 
-__all__ = ["Setting", "TuneGrid", "TunePlan", "TunePoint", "best", "ratios", "thread_parameter", "tune"]
+__all__ = ["Setting", "TuneGrid", "TunePlan", "TunePoint", "apply", "best", "ratios", "thread_parameter", "tune"]
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting: tokenizer and model instances, and the model's threads per instance (0: runtime default)."""
+    """One setting of the served steps.
+
+    Tokenizer and model instances, the model's threads per instance (0: the runtime's default), and postprocess
+    instances (0: the build has no postprocess step, folded into the graph).
+    """
 
     tokenizer: int
     model: int
     threads: int
+    postprocess: int = 1
 
     @property
     def label(self) -> str:
         """The setting in words, for progress and the report."""
-        return f"tokenizer {self.tokenizer} · model {self.model} · threads {self.threads or 'default'}"
+        post = {0: " · postprocess folded", 1: ""}.get(self.postprocess, f" · postprocess {self.postprocess}")
+        return f"tokenizer {self.tokenizer} · model {self.model} · threads {self.threads or 'default'}{post}"
 
     @property
     def slug(self) -> str:
         """The setting as a file-name-safe tag (perf_analyzer's CSV and log names)."""
-        return f"tune_t{self.tokenizer}_m{self.model}_th{self.threads}"
+        post = f"_p{self.postprocess}" if self.postprocess != 1 else ""
+        return f"tune_t{self.tokenizer}_m{self.model}_th{self.threads}{post}"
 
     def spec_lines(self, backend: str) -> list[str]:
         """The build spec's YAML that makes this setting the built one."""
         runtime = runtime_of_backend(backend)
         threads = runtime.thread_lines(self.threads) if runtime is not None else []
+        post = ["postprocess_instances:", f"  count: {self.postprocess}"] if self.postprocess else []
         return [
             "tokenizer_instances:", f"  count: {self.tokenizer}",
             "model_instances:", f"  count: {self.model}",
             *threads,
+            *post,
         ]  # fmt: skip
 
 
@@ -59,22 +68,29 @@ class TuneGrid:
     tokenizer: tuple[int, ...] = ()
     model: tuple[int, ...] = ()
     threads: tuple[int, ...] = ()
+    postprocess: tuple[int, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.tokenizer or self.model or self.threads)
+        return bool(self.tokenizer or self.model or self.threads or self.postprocess)
 
     def validate(self) -> None:
         """BenchError for counts no server can take."""
-        if any(n < 1 for n in (*self.tokenizer, *self.model)):
-            raise BenchError("instance counts must be at least 1; fix --tokenizer-instances/--model-instances")
+        if any(n < 1 for n in (*self.tokenizer, *self.model, *self.postprocess)):
+            raise BenchError(
+                "instance counts must be at least 1; fix --tokenizer-instances/--model-instances/"
+                "--postprocess-instances"
+            )
         if any(n < 0 for n in self.threads):
             raise BenchError("thread counts must be 0 (the runtime's default) or more; fix --threads")
 
     def settings(self, built: Setting) -> list[Setting]:
         """The built setting first, then every combination of the grid (without repeating it)."""
+        if self.postprocess and not built.postprocess:
+            raise BenchError("this build folded its postprocess step into the graph; leave out --postprocess-instances")
         combos = itertools.product(
-            self.tokenizer or (built.tokenizer,), self.model or (built.model,), self.threads or (built.threads,)
-        )
+            self.tokenizer or (built.tokenizer,), self.model or (built.model,), self.threads or (built.threads,),
+            self.postprocess or (built.postprocess,),
+        )  # fmt: skip
         return [built, *(s for s in (Setting(*c) for c in combos) if s != built)]
 
 
@@ -129,17 +145,21 @@ class TunePlan:
         grid.validate()
         self.name = name
         names = step_names(name)
-        self.models = {step: names[step] for step in ("tokenizer", "model")}
+        steps = ("tokenizer", "model", "postprocess")
+        self.models = {step: names[step] for step in steps if (repository / names[step]).is_dir()}
         try:
             self.configs = {step: read_config(repository / m / "config.pbtxt") for step, m in self.models.items()}
         except RepositoryError as exc:
             raise BenchError(str(exc)) from None
+        if "tokenizer" not in self.configs or "model" not in self.configs:
+            raise BenchError(f"no ensemble `{name}` in {repository}; build it first")
         model = self.configs["model"]
         self.backend = model.backend or model.platform
         runtime = runtime_of_backend(self.backend)
         self.parameter = thread_parameter(model) if grid.threads else (runtime and runtime.thread_parameter) or ""
         threads = model.parameters[self.parameter].string_value if self.parameter in model.parameters else "0"
-        self.built = Setting(_count(self.configs["tokenizer"]), _count(model), int(threads or 0))
+        post = _count(self.configs["postprocess"]) if "postprocess" in self.configs else 0
+        self.built = Setting(_count(self.configs["tokenizer"]), _count(model), int(threads or 0), post)
         self.settings = grid.settings(self.built)
 
     def changes(self, setting: Setting, current: Setting) -> dict[str, Any]:
@@ -147,6 +167,8 @@ class TunePlan:
         out = {}
         if setting.tokenizer != current.tokenizer:
             out["tokenizer"] = _with_count(self.configs["tokenizer"], setting.tokenizer)
+        if setting.postprocess != current.postprocess:
+            out["postprocess"] = _with_count(self.configs["postprocess"], setting.postprocess)
         if (setting.model, setting.threads) != (current.model, current.threads):
             config = _with_count(self.configs["model"], setting.model)
             out["model"] = _with_threads(config, self.parameter, setting.threads) if self.parameter else config
@@ -172,16 +194,21 @@ def tune(
     current = plan.built
     for index, setting in enumerate(plan.settings, 1):
         progress(f"  setting {index}/{len(plan.settings)}: {setting.label}…")
-        for step, config in plan.changes(setting, current).items():
-            try:
-                client.load_model(plan.models[step], config=config_json(config))
-            except Exception as exc:  # tritonclient raises InferenceServerException with the server's reason
-                raise BenchError(f"the server refused {setting.label} for the {step} step: {exc}") from None
-        current = setting
+        current = apply(client, plan, setting, current)
         for concurrency in sweep.concurrency:
             point = run_perf_analyzer(setting.slug, plan.name, url, input_data, concurrency, sweep, workdir)
             points.append(TunePoint(setting, replace(point, config=setting.slug)))
     return points
+
+
+def apply(client: Any, plan: TunePlan, setting: Setting, current: Setting) -> Setting:
+    """Load the step configs that take the running server from ``current`` to ``setting``; return ``setting``."""
+    for step, config in plan.changes(setting, current).items():
+        try:
+            client.load_model(plan.models[step], config=config_json(config))
+        except Exception as exc:  # tritonclient raises InferenceServerException with the server's reason
+            raise BenchError(f"the server refused {setting.label} for the {step} step: {exc}") from None
+    return setting
 
 
 def ratios(points: Sequence[TunePoint], setting: Setting) -> dict[int, float]:

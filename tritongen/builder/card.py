@@ -65,6 +65,8 @@ def model_card(
     lines.append(_sizing_line(spec))
     if folding is not None:
         lines.append(folding.card_line())
+    if spec.device == "gpu" and spec.cpu_cores:
+        lines.append(_cpu_side_line(spec, folded=folding is not None and folding.folded))
     card = "\n".join(lines) + "\n\n## Parity of the FP32 export\n\n" + report.to_markdown()
     if variant is not None:
         optimized = variant.optimized
@@ -87,6 +89,21 @@ def _sizing_line(spec: Any) -> str:
     if spec.cpu_cores:
         line += f"; sized for a {spec.cpu_cores}-core node (`cpu_cores`, `--cpu-cores` for another)"
     return line
+
+
+def _cpu_side_line(spec: Any, *, folded: bool) -> str:
+    """The card's line on a GPU build's CPU side: the Python steps' instances, the node, and what they carry."""
+    from tritongen.deploy.plan import REFERENCE_CPU_SIDE
+
+    tokenizers = spec.tokenizer_instances.count
+    one_text, batch = REFERENCE_CPU_SIDE.capacity(spec.cpu_cores, tokenizers)
+    post = "folded into the graph" if folded else f"{spec.postprocess_instances.count} instance(s)"
+    return (
+        f"- CPU side (everything but the model step, on a {spec.cpu_cores}-core node): tokenizer {tokenizers} "
+        f"instance(s), postprocess {post}; it carries about {one_text:,.0f} one-text requests/s and {batch:,.0f} "
+        f"texts/s in requests of 32, by the reference per-core figures ({REFERENCE_CPU_SIDE.source}); measure "
+        "the node's own with `make bench BENCH_ARGS=--free-model-step` on it"
+    )
 
 
 def _remote_code_line(checkpoint: Checkpoint) -> str:

@@ -146,8 +146,10 @@ class BuildSpec:
     cpu_cores: int | None = None
     container_check: bool = True
     # Fold the postprocess step into the served graph where the task can and the fold proves itself
-    # (tritongen.model.fold): one Python hop fewer per request. Off by default: measured interleaved here, the folded
-    # MiniLM ensemble served by the local Python-based backend was slower at concurrency 16 (docs/benchmarks.md).
+    # (tritongen.model.fold): one Python hop fewer per request. On by default for GPU builds, whose model step is
+    # native in the container, so the fold removes a Python hop from the node's CPU side; off for CPU builds:
+    # measured interleaved here, the folded MiniLM ensemble served by the local Python-based backend was slower at
+    # concurrency 16 (docs/benchmarks.md).
     fold: bool = False
     # Run code shipped with the checkpoint (config.json's auto_map) to load its config, tokenizer and model.
     # Off by default: such a checkpoint is refused; the model card records that it was trusted.
@@ -431,10 +433,29 @@ def _device_defaults(data: dict[str, Any]) -> dict[str, Any]:
         _check_cpu_cores(data.get("cpu_cores"))
         data = {**data, "cpu_cores": data.get("cpu_cores") or usable_cores()}  # recorded: the node it is sized for
         return runtime.cpu_defaults(data, data["cpu_cores"])
-    data = dict(data)
+    _check_cpu_cores(data.get("cpu_cores"))
+    data = {**data, "cpu_cores": data.get("cpu_cores") or usable_cores()}  # the node's CPU feeds its GPU
     data["model_instances"] = {"kind": "KIND_GPU", **(data.get("model_instances") or {})}
     data.setdefault("precision", "fp16")
-    return runtime.gpu_defaults(data)
+    data.setdefault("fold", True)
+    return runtime.gpu_defaults(python_step_defaults(data, data["cpu_cores"]))
+
+
+def python_step_defaults(data: dict[str, Any], cores: int) -> dict[str, Any]:
+    """Tokenizer and postprocess instances for a GPU node of ``cores`` cores, where the spec leaves them open.
+
+    On a GPU node everything but the model step runs on the CPU, and one instance of a Python step is one
+    single-threaded process: the steps must have enough of them to keep the GPU fed. Half the cores for the
+    tokenizer (the costliest Python step per request) and a quarter for the postprocess (docs/benchmarks.md,
+    "The CPU side": per one-text request the tokenizer step costs about 2.5 times the postprocess step, and
+    Triton's own frontend takes as much again on its own threads).
+    """
+    sized = dict(data)
+    for step, share in (("tokenizer_instances", 2), ("postprocess_instances", 4)):
+        group = dict(data.get(step) or {})
+        if group.get("count") is None:
+            sized[step] = {**group, "count": max(1, cores // share)}
+    return sized
 
 
 def usable_cores() -> int:

@@ -47,6 +47,12 @@ def _bench_options(bench: argparse.ArgumentParser) -> None:
         "(default: all available but gateway)",
     )
     bench.add_argument(
+        "--free-model-step",
+        action="store_true",
+        help="measure the CPU side alone: the model step swapped for one that computes nothing, 1 and 32 texts per "
+        "request over gRPC and HTTP, server CPU per request, beside the tokenizer's in-process ceiling",
+    )
+    bench.add_argument(
         "--tail",
         action="store_true",
         help="also trace every request of one run at the top concurrency (Triton's trace API) and show where the "
@@ -56,6 +62,7 @@ def _bench_options(bench: argparse.ArgumentParser) -> None:
         "tuning sweep", "measure these settings too, applied to the running server; the report names the best"
     )
     tuning.add_argument("--tokenizer-instances", help="comma-separated tokenizer step instance counts, e.g. 1,2")
+    tuning.add_argument("--postprocess-instances", help="comma-separated postprocess step instance counts, e.g. 1,2")
     tuning.add_argument("--model-instances", help="comma-separated model step instance counts, e.g. 1,2")
     tuning.add_argument(
         "--threads", help="comma-separated threads per model instance (0: the runtime's default), e.g. 0,1,2"
@@ -73,6 +80,15 @@ def _bench(args: argparse.Namespace) -> None:
         request_count=args.request_count,
         fixed_requests=args.fixed_requests,
     )
+    grid = TuneGrid(
+        tokenizer=tuple(ints(args.tokenizer_instances) or ()),
+        model=tuple(ints(args.model_instances) or ()),
+        threads=tuple(ints(args.threads) or ()),
+        postprocess=tuple(ints(args.postprocess_instances) or ()),
+    )
+    if args.free_model_step:
+        _cpu_side(args, sweep, grid)
+        return
     baselines = tuple(b for b in args.baselines.split(",") if b) if args.baselines is not None else None
     options = BenchOptions(
         name=args.name,
@@ -82,14 +98,27 @@ def _bench(args: argparse.Namespace) -> None:
         texts=args.texts,
         compare=tuple(n for n in (args.compare or "").split(",") if n),
         tail=args.tail,
-        tune=TuneGrid(
-            tokenizer=tuple(ints(args.tokenizer_instances) or ()),
-            model=tuple(ints(args.model_instances) or ()),
-            threads=tuple(ints(args.threads) or ()),
-        ),
+        tune=grid,
         **({"baselines": baselines} if baselines is not None else {}),
     )
     run_bench(options)
+
+
+def _cpu_side(args: argparse.Namespace, sweep: Any, grid: Any) -> None:
+    from rich.console import Console
+
+    from tritongen.bench.cpu_side import measure_cpu_side
+    from tritongen.data.datasets import bench_texts
+
+    console = Console(stderr=True)
+    command = f"python -m tritongen bench --name {args.name} --repository {args.repository} --free-model-step"
+    output = args.output / args.name / "cpu_side"
+    report = measure_cpu_side(
+        args.repository.resolve(), args.name, sweep=sweep, texts=bench_texts(args.texts), output=output,
+        console=console, command=command, tune=grid or None,
+    )  # fmt: skip
+    console.print(report.to_markdown())
+    console.print(f"report: {output / 'summary.md'}")
 
 
 def _soak_options(soak: argparse.ArgumentParser) -> None:

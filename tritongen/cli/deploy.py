@@ -163,15 +163,35 @@ def _plan_options(plan: argparse.ArgumentParser) -> None:
     plan.add_argument("--results", type=Path, help="results.csv (default perf_analyzer_configs/NAME/results/)")
     plan.add_argument("--headroom", type=float, default=0.3, help="capacity kept free (default 0.3)")
     plan.add_argument("--gpus", type=int, default=1, help="GPUs per replica")
+    plan.add_argument(
+        "--cores",
+        type=int,
+        help="CPU cores per replica, for the CPU side's figure (default: what the build was sized for)",
+    )
+    plan.add_argument(
+        "--cpu-side",
+        type=Path,
+        help="cpu_side.csv of `make bench BENCH_ARGS=--free-model-step` (default perf_analyzer_configs/NAME/cpu_side/; "
+        "without one, the reference figures the model card quotes)",
+    )
+    plan.add_argument("--repository", type=Path, default=Path("model_repository"), help="where NAME was built")
     plan.set_defaults(func=_plan)
 
 
 def _plan(args: argparse.Namespace) -> None:
     from tritongen.deploy import bench_results_path, plan_capacity
+    from tritongen.deploy.plan import REFERENCE_CPU_SIDE, CpuSideBound, cpu_side_path, read_cpu_side
+    from tritongen.repository.layout import built_sizing
 
     path = args.results or bench_results_path(args.name)
-    print(
-        plan_capacity(
-            path, qps=args.qps, p99_ms=args.p99_ms, headroom=args.headroom, gpus_per_replica=args.gpus
-        ).to_text()
+    csv_path = args.cpu_side or cpu_side_path(args.name)
+    sized = built_sizing(args.repository, args.name)
+    cores = args.cores or sized.get("cpu_cores")
+    side = None
+    if cores:
+        figures = read_cpu_side(csv_path) if args.cpu_side or csv_path.is_file() else REFERENCE_CPU_SIDE
+        side = CpuSideBound(figures, cores, sized.get("tokenizer_instances", 1))
+    plan = plan_capacity(
+        path, qps=args.qps, p99_ms=args.p99_ms, headroom=args.headroom, gpus_per_replica=args.gpus, cpu_side=side
     )
+    print(plan.to_text())

@@ -4,18 +4,33 @@ Reads ``results.csv`` as ``make bench`` writes it (one row per configuration and
 throughput and p50/p95/p99 in ms). A replica's capacity is the throughput of the ensemble at the
 highest measured concurrency whose p99 meets the target, less a headroom for bursts and a lost
 replica; replicas scale linearly. Those assumptions travel with the plan and are printed with it.
+
+The CPU side (Triton's frontend and the Python steps, everything but the model step) bounds a replica too: on
+a GPU node it must keep the GPU fed. ``make bench BENCH_ARGS=--free-model-step`` measures it per core
+(``cpu_side.csv``); with the node's cores the plan sets it beside the model step's figure and says which bounds.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from tritongen.errors import DeployError
 
-__all__ = ["CapacityPlan", "MeasuredPoint", "bench_results_path", "plan_capacity", "read_points"]
+__all__ = [
+    "REFERENCE_CPU_SIDE",
+    "CapacityPlan",
+    "CpuSideFigures",
+    "MeasuredPoint",
+    "bench_results_path",
+    "cpu_side_path",
+    "plan_capacity",
+    "read_cpu_side",
+    "read_points",
+]
 
 ENSEMBLE_CONFIG = "ensemble"  # the row label make bench gives the ensemble as built
 
@@ -30,6 +45,50 @@ class MeasuredPoint:
 
 
 @dataclass(frozen=True)
+class CpuSideFigures:
+    """What the CPU side carries per core, with the model step native (texts/s), and one tokenizer instance's cap.
+
+    ``tokenizer_ms`` is the tokenizer step's CPU per one-text request: one instance (one single-threaded
+    process) carries at most 1000 / ``tokenizer_ms`` such requests/s, whatever the cores.
+    """
+
+    one_text_per_core: float
+    batch_per_core: float  # texts/s per core with 32 texts per request
+    tokenizer_ms: float
+    source: str
+
+    def capacity(self, cores: int, tokenizer_instances: int) -> tuple[float, float]:
+        """(one-text requests/s, texts/s in requests of 32) of a node of ``cores`` cores."""
+        one_text = min(cores * self.one_text_per_core, tokenizer_instances * 1000 / self.tokenizer_ms)
+        return one_text, cores * self.batch_per_core
+
+
+# MiniLM's folded GPU build with its model step free, measured on a 2-core Xeon (AVX-512, AMX) on 2026-11-26 by
+# `python -m tritongen bench --name minilm_gpu --free-model-step --tokenizer-instances 1,2` (docs/benchmarks.md,
+# "The CPU side"), rounded down: the reference a build's card quotes until a node's own figures are measured.
+REFERENCE_CPU_SIDE = CpuSideFigures(
+    one_text_per_core=1200.0,
+    batch_per_core=6000.0,
+    tokenizer_ms=0.3,
+    source="MiniLM's CPU side measured per core on a 2-core Xeon, 2026-11-26 (docs/benchmarks.md)",
+)
+
+
+@dataclass(frozen=True)
+class CpuSideBound:
+    """The CPU side's share of a plan: the figures, the node, and what one replica's CPU carries."""
+
+    figures: CpuSideFigures
+    cores: int
+    tokenizer_instances: int
+
+    @property
+    def one_text(self) -> float:
+        """One-text requests/s one replica's CPU side carries."""
+        return self.figures.capacity(self.cores, self.tokenizer_instances)[0]
+
+
+@dataclass(frozen=True)
 class CapacityPlan:
     """The answer and everything it rests on."""
 
@@ -40,11 +99,19 @@ class CapacityPlan:
     replicas: int
     gpus_per_replica: int
     source: Path
+    cpu_side: CpuSideBound | None = None
 
     @property
     def per_replica_qps(self) -> float:
-        """What one replica is planned to carry: measured throughput less the headroom."""
-        return self.chosen.throughput * (1 - self.headroom)
+        """What one replica is planned to carry: the lower of its model step and CPU side, less the headroom."""
+        return min(self.chosen.throughput, self.cpu_side.one_text if self.cpu_side else float("inf")) * (
+            1 - self.headroom
+        )
+
+    @property
+    def bound_by(self) -> str:
+        """Which side bounds a replica: ``the model step`` or ``the CPU side``."""
+        return "the CPU side" if self.cpu_side and self.cpu_side.one_text < self.chosen.throughput else "the model step"
 
     @property
     def gpus(self) -> int:
@@ -68,8 +135,23 @@ class CapacityPlan:
                 "- replicas scale linearly behind an even load balancer, each on hardware like the bench's, with "
                 "traffic like the bench's texts;",
                 f"- {self.gpus_per_replica} GPU(s) per replica.",
+                *self._cpu_side_lines(),
             ]
         )
+
+    def _cpu_side_lines(self) -> list[str]:
+        if self.cpu_side is None:
+            return ["- the CPU side (frontend, tokenizer, postprocess) was not set beside it: measure it with "
+                    "`make bench BENCH_ARGS=--free-model-step` and give the node's cores (--cores)."]  # fmt: skip
+        side = self.cpu_side
+        figures = side.figures
+        return [
+            f"- the CPU side of a {side.cores}-core node with {side.tokenizer_instances} tokenizer instance(s) carries "
+            f"{side.one_text:.0f} one-text requests/s (min of {figures.one_text_per_core:.0f}/s per core and "
+            f"{1000 / figures.tokenizer_ms:.0f}/s per tokenizer instance; {figures.source});",
+            f"- a replica is bounded by {self.bound_by} ({self.chosen.throughput:.1f} vs {side.one_text:.0f} "
+            "requests/s).",
+        ]
 
 
 def bench_results_path(name: str, root: Path = Path("perf_analyzer_configs")) -> Path:
@@ -92,10 +174,41 @@ def read_points(path: Path, config: str = ENSEMBLE_CONFIG) -> list[MeasuredPoint
     return sorted(points, key=lambda p: p.concurrency)
 
 
+def cpu_side_path(name: str, root: Path = Path("perf_analyzer_configs")) -> Path:
+    """Where ``make bench NAME=name BENCH_ARGS=--free-model-step`` leaves its ``cpu_side.csv``."""
+    return root / name / "cpu_side" / "cpu_side.csv"
+
+
+def read_cpu_side(path: Path) -> CpuSideFigures:
+    """The per-core figures of a ``cpu_side.csv``: the ensemble's best gRPC rows, its model step native."""
+    if not Path(path).is_file():
+        raise DeployError("no CPU-side result at {path}; run `make bench BENCH_ARGS=--free-model-step`", path=path)
+    try:
+        with open(path, newline="") as handle:
+            rows = [r for r in csv.DictReader(handle) if r["target"] == "ensemble" and r["protocol"] == "grpc"]
+        best = {
+            batch: max(float(r["texts_per_s_per_core_native_model"]) for r in rows if r["texts_per_request"] == batch)
+            for batch in ("1", "32")
+        }
+        tokenizer_ms = min(float(r["tokenizer_cpu_ms_per_request"]) for r in rows if r["texts_per_request"] == "1")
+    except (KeyError, ValueError, TypeError) as exc:
+        raise DeployError(f"{{path}} is not a CPU-side cpu_side.csv ({exc})", path=path) from None
+    return CpuSideFigures(best["1"], best["32"], tokenizer_ms, f"measured in {path}")
+
+
 def plan_capacity(
-    path: Path, *, qps: float, p99_ms: float, headroom: float = 0.3, gpus_per_replica: int = 1
+    path: Path,
+    *,
+    qps: float,
+    p99_ms: float,
+    headroom: float = 0.3,
+    gpus_per_replica: int = 1,
+    cpu_side: CpuSideBound | None = None,
 ) -> CapacityPlan:
-    """Replicas for ``qps`` requests/s with p99 at most ``p99_ms``, from the bench result at ``path``."""
+    """Replicas for ``qps`` requests/s with p99 at most ``p99_ms``, from the bench result at ``path``.
+
+    With ``cpu_side``, a replica carries the lower of its model step's and its CPU side's rate.
+    """
     if qps <= 0 or p99_ms <= 0:
         raise DeployError(f"the target needs a positive rate and latency (got {qps:g}/s, {p99_ms:g} ms)")
     if not 0 <= headroom < 1:
@@ -110,5 +223,5 @@ def plan_capacity(
             path=path,
         )
     chosen = max(meeting, key=lambda p: p.concurrency)
-    replicas = max(1, math.ceil(qps / (chosen.throughput * (1 - headroom))))
-    return CapacityPlan(qps, p99_ms, headroom, chosen, replicas, gpus_per_replica, Path(path))
+    plan = CapacityPlan(qps, p99_ms, headroom, chosen, 1, gpus_per_replica, Path(path), cpu_side)
+    return dataclasses.replace(plan, replicas=max(1, math.ceil(qps / plan.per_replica_qps)))

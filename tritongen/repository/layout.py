@@ -13,7 +13,7 @@ from typing import Any
 
 from tritongen.errors import RepositoryError, describe
 
-__all__ = ["config_json", "read_config", "served_steps", "served_windows", "step_names"]
+__all__ = ["built_sizing", "config_json", "read_config", "served_steps", "served_windows", "step_names"]
 
 
 def step_names(name: str) -> dict[str, str]:
@@ -71,3 +71,19 @@ def served_windows(repository: Path, name: str) -> bool | None:
     if not path.is_file():
         return None
     return any(output.name == "window_example" for output in read_config(path).output)
+
+
+def built_sizing(repository: Path, name: str) -> dict[str, int]:
+    """What the newest build of ``name`` was sized for (``cpu_cores``, ``tokenizer_instances``); {} if unknown.
+
+    Read from its ``build.json``; a name not built there, or built before the record held it, gives {}.
+    """
+    folder = Path(repository) / name
+    versions = (
+        sorted((int(p.name) for p in folder.iterdir() if p.name.isdigit()), reverse=True) if folder.is_dir() else []
+    )
+    if not versions or not (folder / str(versions[0]) / "build.json").is_file():
+        return {}
+    spec = json.loads((folder / str(versions[0]) / "build.json").read_text()).get("spec", {})
+    sizing = {"tokenizer_instances": (spec.get("tokenizer_instances") or {}).get("count") or 1}
+    return {**sizing, "cpu_cores": spec["cpu_cores"]} if spec.get("cpu_cores") else sizing

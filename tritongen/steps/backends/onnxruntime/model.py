@@ -63,6 +63,8 @@ def session_options(model_config: dict[str, Any]) -> Any:
 
 def pad_and_concatenate(arrays: list[np.ndarray], side: str = "right") -> np.ndarray:
     """Concatenate [batch, seq] arrays along batch, padding shorter ones with zeros on ``side``."""
+    if len(arrays) == 1:
+        return arrays[0]
     if all(a.ndim < 2 for a in arrays) or len({a.shape[1:] for a in arrays}) == 1:
         return np.concatenate(arrays, axis=0)
     width = max(a.shape[1] for a in arrays)
@@ -179,7 +181,7 @@ class TritonPythonModel:
         start = 0
         for size, asked in zip(sizes, wanted):
             tensors = [
-                pb_utils.Tensor(name, np.ascontiguousarray(results[name][start : start + size].astype(dtype)))
+                pb_utils.Tensor(name, np.ascontiguousarray(results[name][start : start + size], dtype=dtype))
                 for name, dtype in self.outputs.items()
                 if name in asked
             ]
