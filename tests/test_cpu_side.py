@@ -176,9 +176,9 @@ def test_the_plan_reads_what_a_build_was_sized_for(tmp_path):
     import json
 
     (tmp_path / "e" / "2").mkdir(parents=True)
-    spec = {"cpu_cores": 16, "tokenizer_instances": {"count": 8}}
+    spec = {"cpu_cores": 16, "tokenizer_instances": {"count": 8}, "device": "gpu"}
     (tmp_path / "e" / "2" / "build.json").write_text(json.dumps({"spec": spec}))
-    assert built_sizing(tmp_path, "e") == {"cpu_cores": 16, "tokenizer_instances": 8}
+    assert built_sizing(tmp_path, "e") == {"cpu_cores": 16, "tokenizer_instances": 8, "gpu": 1}
     assert built_sizing(tmp_path, "missing") == {}
 
 

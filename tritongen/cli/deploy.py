@@ -186,7 +186,7 @@ def _plan(args: argparse.Namespace) -> None:
     path = args.results or bench_results_path(args.name)
     csv_path = args.cpu_side or cpu_side_path(args.name)
     sized = built_sizing(args.repository, args.name)
-    cores = args.cores or sized.get("cpu_cores")
+    cores = args.cores or (sized.get("cpu_cores") if sized.get("gpu") else None)  # on a CPU node the bench is all
     side = None
     if cores:
         figures = read_cpu_side(csv_path) if args.cpu_side or csv_path.is_file() else REFERENCE_CPU_SIDE

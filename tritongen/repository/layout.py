@@ -74,9 +74,10 @@ def served_windows(repository: Path, name: str) -> bool | None:
 
 
 def built_sizing(repository: Path, name: str) -> dict[str, int]:
-    """What the newest build of ``name`` was sized for (``cpu_cores``, ``tokenizer_instances``); {} if unknown.
+    """What the newest build of ``name`` was sized for; {} if unknown.
 
-    Read from its ``build.json``; a name not built there, or built before the record held it, gives {}.
+    ``cpu_cores``, ``tokenizer_instances``, and ``gpu`` (1 for a ``device: gpu`` build), read from its
+    ``build.json``; a name not built there, or built before the record held it, gives {}.
     """
     folder = Path(repository) / name
     versions = (
@@ -85,5 +86,8 @@ def built_sizing(repository: Path, name: str) -> dict[str, int]:
     if not versions or not (folder / str(versions[0]) / "build.json").is_file():
         return {}
     spec = json.loads((folder / str(versions[0]) / "build.json").read_text()).get("spec", {})
-    sizing = {"tokenizer_instances": (spec.get("tokenizer_instances") or {}).get("count") or 1}
+    sizing = {
+        "tokenizer_instances": (spec.get("tokenizer_instances") or {}).get("count") or 1,
+        "gpu": int(spec.get("device") == "gpu"),
+    }
     return {**sizing, "cpu_cores": spec["cpu_cores"]} if spec.get("cpu_cores") else sizing
