@@ -115,7 +115,7 @@ def test_the_cpu_side_bench_measures_each_protocol_and_batch_beside_the_ceiling(
     texts = ["a short text", "another one, a little longer than that", "Zoë 🎉", ""] * 16
     report = measure_cpu_side(
         built.repository, "emb_gpu", sweep=Sweep(concurrency=(2,), fixed_requests=16), texts=texts,
-        output=tmp_path / "out", console=Console(file=open(os.devnull, "w")), command="smoke",
+        output=tmp_path / "out", console=Console(file=open(os.devnull, "w")),
         tune=TuneGrid(tokenizer=(2,)),
     )  # fmt: skip
     assert [(p.target, p.protocol, p.batch) for p in report.points[:6]] == [

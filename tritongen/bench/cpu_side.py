@@ -206,10 +206,20 @@ class _Run:
     roles: Mapping[str, str]  # model name -> role
 
 
-def _measure(
-    run: _Run, target: str, model: str, protocol: str, batch: int, concurrency: int, step: str, *, progress: Any
-) -> CpuSidePoint:
-    """One perf_analyzer run of ``model``, with the server's CPU and ``model``'s statistics around it."""
+@dataclass(frozen=True)
+class _Target:
+    """What one perf_analyzer run drives: ``model`` (shown as ``label``) over ``protocol``, ``batch`` texts each."""
+
+    label: str
+    model: str
+    protocol: str
+    batch: int
+    concurrency: int
+
+
+def _measure(run: _Run, to: _Target, progress: Any, step: str = "") -> CpuSidePoint:
+    """One perf_analyzer run of ``to.model``, with the server's CPU and the model's statistics around it."""
+    target, model, protocol, batch, concurrency = to.label, to.model, to.protocol, to.batch, to.concurrency
     if step:
         progress(f"  {step} {target} over {protocol}, {batch} text(s)/request, concurrency {concurrency}…")
     sweep = Sweep(
@@ -241,7 +251,6 @@ def measure_cpu_side(
     texts: Sequence[str],
     output: Path,
     console: Console,
-    command: str,
     tune: TuneGrid | None = None,
 ) -> CpuSideReport:
     """Serve ``name`` with its model step free and measure its CPU side; write the report under ``output``.
@@ -264,18 +273,19 @@ def measure_cpu_side(
         server = TritonServer(free, Endpoints.free(), models=models, log_file=output / "tritonserver.log")
         with server:
             run = _Run(server, name, sweep, data, output, {m: r for r, m in names.items() if r != "ensemble"})
-            plan = [("ensemble", name, p, b, c) for p in PROTOCOLS for b in CPU_SIDE_BATCHES for c in concurrency]
-            plan += [("tokenizer step", names["tokenizer"], "grpc", b, max(concurrency)) for b in CPU_SIDE_BATCHES]
-            points = [_measure(run, *step, progress=console.print) for step in _numbered(plan)]
+            plan = [
+                _Target("ensemble", name, p, b, c) for p in PROTOCOLS for b in CPU_SIDE_BATCHES for c in concurrency
+            ]
+            plan += [
+                _Target("tokenizer step", names["tokenizer"], "grpc", b, max(concurrency)) for b in CPU_SIDE_BATCHES
+            ]
+            points = [_measure(run, to, console.print, f"{i}/{len(plan)}") for i, to in enumerate(plan, 1)]
             if tune_plan is not None:
                 points += _measure_settings(run, tune_plan, max(concurrency), console)
+    command = f"python -m tritongen bench --name {name} --repository {repository} --free-model-step"
     report = CpuSideReport(name, points, ceiling, _instances(repository, name), command)
     _write(report, output)
     return report
-
-
-def _numbered(plan: list[tuple[str, str, str, int, int]]) -> list[tuple[str, str, str, int, int, str]]:
-    return [(*step, f"{i}/{len(plan)}") for i, step in enumerate(plan, 1)]
 
 
 def _measure_settings(run: _Run, plan: TunePlan, concurrency: int, console: Console) -> list[CpuSidePoint]:
@@ -289,8 +299,11 @@ def _measure_settings(run: _Run, plan: TunePlan, concurrency: int, console: Cons
             console.print(f"  setting {index}/{len(plan.settings)}: {setting.label}…")
             current = tune_apply(client, plan, setting, current)
             for batch in CPU_SIDE_BATCHES:
-                step = (f"ensemble, {setting.label}", run.name, "grpc", batch, concurrency, "")
-                points.append(_measure(run, *step, progress=console.print))
+                points.append(
+                    _measure(
+                        run, _Target(f"ensemble, {setting.label}", run.name, "grpc", batch, concurrency), console.print
+                    )
+                )
     finally:
         client.close()
     return points

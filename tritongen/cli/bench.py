@@ -111,11 +111,10 @@ def _cpu_side(args: argparse.Namespace, sweep: Any, grid: Any) -> None:
     from tritongen.data.datasets import bench_texts
 
     console = Console(stderr=True)
-    command = f"python -m tritongen bench --name {args.name} --repository {args.repository} --free-model-step"
     output = args.output / args.name / "cpu_side"
     report = measure_cpu_side(
         args.repository.resolve(), args.name, sweep=sweep, texts=bench_texts(args.texts), output=output,
-        console=console, command=command, tune=grid or None,
+        console=console, tune=grid or None,
     )  # fmt: skip
     console.print(report.to_markdown())
     console.print(f"report: {output / 'summary.md'}")
