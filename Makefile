@@ -39,6 +39,7 @@ OUT ?=
 FORCE ?=
 VERSION ?=
 GATEWAY ?=
+GATEWAY_ARGS ?=
 
 BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(TASK),--task "$(TASK)") \
 	$(if $(SPEC),--spec "$(SPEC)") $(if $(PRECISION),--precision $(PRECISION)) \
@@ -104,8 +105,8 @@ serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1), 
 	$(PY) -m tritongen serve --repository "$(REPO)" $(PORT_ARGS) --health-port $(HEALTH_PORT) --grace-period $(GRACE_PERIOD) \
 		$(ADMIN_KEY_ARGS)
 
-gateway: venv ## OpenAI/TEI API gateway on GATEWAY_PORT (8080) in front of `make serve` (API key: env TRITONGEN_GATEWAY_KEY) [ADMIN_KEY_FILE=]
-	$(PY) -m tritongen gateway --repository "$(REPO)" $(PORT_ARGS) --port $(GATEWAY_PORT) $(ADMIN_KEY_ARGS)
+gateway: venv ## OpenAI/TEI API gateway on GATEWAY_PORT (8080) in front of `make serve` (API key: env TRITONGEN_GATEWAY_KEY) [ADMIN_KEY_FILE=] [GATEWAY_ARGS=]
+	$(PY) -m tritongen gateway --repository "$(REPO)" $(PORT_ARGS) --port $(GATEWAY_PORT) $(ADMIN_KEY_ARGS) $(GATEWAY_ARGS)
 
 health: venv ## deep readiness of the served REPO: one real inference per ensemble, exit 0 or 1 (ports as for serve)
 	$(PY) -m tritongen health --repository "$(REPO)" $(PORT_ARGS)

@@ -323,21 +323,63 @@ def test_embed_sparse_gives_the_ensembles_nonzero_weights_by_index_when_called(g
 
 
 @pytest.mark.e2e
-def test_embed_splits_into_max_batch_size_requests_when_given_more_texts(gateway, served):
+def test_openai_splits_into_max_batch_size_requests_and_tei_refuses_more_than_32_inputs(client, gateway, served):
     texts = [f"text number {i}" for i in range(70)]  # the ensembles' max_batch_size is 64
-    status, answer = post(gateway, "/embed", {"inputs": texts, "model": EMB})
+    got = client.embeddings.create(model=EMB, input=texts)
     expected = [row["EMBEDDING"] for chunk in (texts[:64], texts[64:]) for row in direct(served, EMB, chunk)]
-    assert status == 200
-    np.testing.assert_allclose(answer, expected, atol=1e-6)
+    np.testing.assert_allclose([d.embedding for d in got.data], expected, atol=1e-6)
+    status, answer = post(gateway, "/embed", {"inputs": texts, "model": EMB})  # TEI's max_client_batch_size
+    assert status == 422 and _tei_error(answer, "Validation") == "batch size 70 > maximum allowed batch size 32"
+
+
+# Every TEI route that embeds, predicts or reranks, with one text longer than the model.
+TRUNCATING_ROUTES = {
+    "/embed": {"inputs": ["fine", LONG], "model": EMB},
+    "/embed_sparse": {"inputs": ["fine", LONG], "model": SPARSE},
+    "/predict": {"inputs": ["fine", LONG], "model": CLS},
+    "/rerank": {"query": "q", "texts": ["fine", LONG], "model": RERANK},
+    "/": {"inputs": ["fine", LONG], "model": EMB},
+}
+
+
+def _with_truncate(path: str, body: dict, truncate: bool | None) -> dict:
+    return {**body, **({} if truncate is None else {"truncate": truncate})}
 
 
 @pytest.mark.e2e
-def test_embed_refuses_long_text_with_422_when_truncate_is_false(gateway, served):
-    status, answer = post(gateway, "/embed", {"inputs": ["fine", LONG], "model": EMB})
+@pytest.mark.parametrize("path", list(TRUNCATING_ROUTES))
+def test_tei_routes_cut_a_long_text_unless_truncate_is_false_as_tei_1_9(gateway, path):
+    body = TRUNCATING_ROUTES[path]
+    status, default = post(gateway, path, _with_truncate(path, body, None))
+    assert status == 200, default
+    assert post(gateway, path, _with_truncate(path, body, True)) == (200, default)  # the default is truncate: true
+    status, answer = post(gateway, path, _with_truncate(path, body, False))
     assert status == 422 and "item 1 is longer than the model's 64 tokens" in _tei_error(answer, "Validation")
-    status, answer = post(gateway, "/embed", {"inputs": [LONG], "model": EMB, "truncate": True})
+
+
+@pytest.mark.e2e
+def test_a_long_text_gets_its_first_tokens_embedding_by_default_and_through_similarity(gateway, served):
+    status, answer = post(gateway, "/embed", {"inputs": [LONG], "model": EMB})
     assert status == 200
-    np.testing.assert_allclose(answer, [direct(served, EMB, [LONG])[0]["EMBEDDING"]], atol=1e-7)
+    np.testing.assert_allclose(answer, [direct(served, EMB, [LONG])[0]["EMBEDDING"]], atol=1e-7)  # as Triton cuts
+    body = {"inputs": {"source_sentence": LONG, "sentences": TEXTS}, "model": EMB}
+    assert post(gateway, "/similarity", body)[0] == 200
+    status, answer = post(gateway, "/similarity", {**body, "parameters": {"truncate": False}})
+    assert status == 422 and "item 0 is longer" in _tei_error(answer, "Validation")
+
+
+@pytest.mark.e2e
+def test_auto_truncate_false_refuses_long_texts_unless_a_request_asks_to_cut_them(served, tmp_path):
+    serve, repo = served
+    args = ("--repository", str(repo), "--triton-url", serve.grpc_url, "--auto-truncate", "false")
+    with _gateway(tmp_path / "gateway.log", *args) as (url, _):
+        status, answer = post((url,), "/embed", {"inputs": ["fine", LONG], "model": EMB}, key=None)
+        assert status == 422 and "item 1 is longer" in _tei_error(answer, "Validation")
+        assert post((url,), "/embed", {"inputs": [LONG], "model": EMB, "truncate": True}, key=None)[0] == 200
+        openai_client = openai.OpenAI(base_url=f"http://{url}/v1", api_key="none", max_retries=0)
+        with pytest.raises(openai.BadRequestError, match="`input` item 0 is longer"):
+            openai_client.embeddings.create(model=EMB, input=[LONG])
+        assert get((url,), f"/info?model={EMB}")[1]["auto_truncate"] is False
 
 
 @pytest.mark.e2e
@@ -445,6 +487,7 @@ def test_hf_inference_client_gets_triton_values_when_pointed_at_a_models_root(
     gateway, served, checkpoints, monkeypatch
 ):
     from huggingface_hub import InferenceClient, constants
+    from huggingface_hub.errors import HfHubHTTPError
 
     # the hub's offline mode (set for every test) blocks any URL; the client is given one and asks nothing else
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
@@ -459,9 +502,15 @@ def test_hf_inference_client_gets_triton_values_when_pointed_at_a_models_root(
     probabilities = np.array(direct(served, CLS, TEXTS[:1])[0]["PROBABILITIES"])
     top = InferenceClient(model=f"{root}/{CLS}", token=KEY).text_classification(TEXTS[0])
     assert (top.label, top.score) == (labels[int(probabilities.argmax())], pytest.approx(probabilities.max(), abs=1e-7))
+    long_one = np.array(direct(served, EMB, [LONG])[0]["EMBEDDING"])  # TEI 1.9: cut unless told not to
+    np.testing.assert_allclose(embedder.feature_extraction(LONG), long_one[None], atol=1e-6)
+    with pytest.raises(HfHubHTTPError) as refused:
+        embedder.feature_extraction(LONG, truncate=False)
+    assert refused.value.response.status_code == 422
     info = embedder.get_endpoint_info()
-    assert info["model_id"] == EMB and info["model_type"] == {"embedding": {"pooling": "unknown"}}
+    assert info["model_id"] == EMB and info["model_type"] == {"embedding": {"pooling": "mean"}}  # the build's
     assert info["max_input_length"] == 64 and info["max_batch_requests"] == 64
+    assert (info["auto_truncate"], info["max_client_batch_size"], info["max_concurrent_requests"]) == (True, 32, 512)
 
 
 @pytest.mark.e2e

@@ -27,14 +27,19 @@ from tritongen.gateway.tokens import decode, texts_from_ids
 _TYPES = {"BYTES": mc.TYPE_STRING, "INT64": mc.TYPE_INT64, "FP32": mc.TYPE_FP32, "BOOL": mc.TYPE_BOOL}
 
 
-def _ensemble(name: str, inputs: dict[str, tuple], outputs: dict[str, tuple], batch: int = 2) -> mc.ModelConfig:
-    return mc.ModelConfig(
+def _ensemble(
+    name: str, inputs: dict[str, tuple], outputs: dict[str, tuple], batch: int = 2, pooling: str = ""
+) -> mc.ModelConfig:
+    config = mc.ModelConfig(
         name=name,
         platform="ensemble",
         max_batch_size=batch,
         input=[mc.ModelInput(name=n, data_type=_TYPES[t], dims=list(d)) for n, (t, d) in inputs.items()],
         output=[mc.ModelOutput(name=n, data_type=_TYPES[t], dims=list(d)) for n, (t, d) in outputs.items()],
     )
+    if pooling:  # what the build writes for embedders
+        config.parameters["pooling"].string_value = pooling
+    return config
 
 
 TEXT = {"TEXT": ("BYTES", (1,))}
@@ -43,7 +48,10 @@ SERVED = {
         _ensemble("splade", TEXT, {"SPARSE_INDICES": ("INT64", (-1,)), "SPARSE_VALUES": ("FP32", (-1,))}),
         ["1"],
     ),
-    "emb": (_ensemble("emb", TEXT, {"EMBEDDING": ("FP32", (4,))}, batch=64), ["1"]),
+    "emb": (
+        _ensemble("emb", TEXT, {"EMBEDDING": ("FP32", (4,)), "TRUNCATED": ("BOOL", (1,))}, batch=64, pooling="cls"),
+        ["1"],
+    ),
 }
 
 
@@ -80,8 +88,8 @@ def _embedding(model_name: str, rows: int, first: int) -> dict[str, np.ndarray]:
     return {"EMBEDDING": vectors / np.linalg.norm(vectors, axis=1, keepdims=True)}
 
 
-def _gateway(answer) -> Gateway:
-    gateway = Gateway(GatewayOptions(repository=None))
+def _gateway(answer, **options) -> Gateway:
+    gateway = Gateway(GatewayOptions(repository=None, **options))
     gateway.client = _client(FakeInfer(answer))
     gateway.catalogue._names = lambda: asyncio.sleep(0, result=sorted(SERVED))
     return gateway
@@ -95,7 +103,21 @@ def _call(gateway: Gateway, handler, family: Family, body: object, **path_params
     async def receive():
         return {"type": "http.request", "body": data, "more_body": False}
 
-    response = asyncio.run(gateway.endpoint(lambda r: handler(gateway, r), family)(Request(scope, receive)))
+    response = asyncio.run(
+        gateway.endpoint(lambda r: handler(gateway, r), family, limited=True)(Request(scope, receive))
+    )
+    return response.status_code, json.loads(response.body)
+
+
+async def _acall(gateway: Gateway, handler, body: object) -> tuple[int, object]:
+    """A TEI call inside a running loop, counted against ``max_concurrent_requests``."""
+    data = json.dumps(body).encode()
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b"", "path_params": {}}
+
+    async def receive():
+        return {"type": "http.request", "body": data, "more_body": False}
+
+    response = await gateway.endpoint(lambda r: handler(gateway, r), Family.TEI, limited=True)(Request(scope, receive))
     return response.status_code, json.loads(response.body)
 
 
@@ -116,13 +138,126 @@ def test_embed_sparse_is_tei_424_when_the_model_is_not_sparse():
     assert "no SPARSE_INDICES and SPARSE_VALUES" in answer["error"]
 
 
-def test_info_describes_the_model_type_when_asked():
-    gateway = _gateway(_sparse)
+def test_info_describes_the_model_type_and_the_router_settings_when_asked():
+    gateway = _gateway(_sparse, max_client_batch_size=8, max_concurrent_requests=3, auto_truncate=False)
     asyncio.run(gateway.catalogue.refresh())
-    info = tei_info.info_of(gateway.catalogue.models["splade"])
+    info = tei_info.info_of(gateway.catalogue.models["splade"], gateway)
     assert info["model_type"] == {"embedding": {"pooling": "splade"}} and info["max_batch_requests"] == 2
-    info = tei_info.info_of(gateway.catalogue.models["emb"])
-    assert info["model_type"] == {"embedding": {"pooling": "unknown"}} and info["model_dtype"] == "float32"
+    assert (info["max_client_batch_size"], info["max_concurrent_requests"], info["auto_truncate"]) == (8, 3, False)
+    info = tei_info.info_of(gateway.catalogue.models["emb"], gateway)  # its config names its pooling
+    assert info["model_type"] == {"embedding": {"pooling": "cls"}} and info["model_dtype"] == "float32"
+    defaults = tei_info.info_of(gateway.catalogue.models["emb"], _gateway(_sparse))
+    assert (defaults["max_client_batch_size"], defaults["max_concurrent_requests"], defaults["auto_truncate"]) == (
+        32, 512, True,
+    )  # TEI 1.9's router defaults  # fmt: skip
+
+
+def _long_texts(model_name: str, rows: int, first: int) -> dict[str, np.ndarray]:
+    """Embeddings, the second text of the first request longer than the model (``TRUNCATED``)."""
+    truncated = np.zeros((rows, 1), bool)
+    if first == 0 and rows > 1:
+        truncated[1] = True
+    return {**_embedding(model_name, rows, first), "TRUNCATED": truncated}
+
+
+@pytest.mark.parametrize(
+    ("auto", "asked", "status"),
+    [(True, None, 200), (True, False, 422), (True, True, 200), (False, None, 422), (False, True, 200)],
+    ids=["auto", "refused", "asked", "auto-off", "asked-with-auto-off"],
+)
+def test_truncate_follows_the_request_else_auto_truncate_on_tei_routes(auto, asked, status):
+    body = {"inputs": ["fine", "long"], **({"truncate": asked} if asked is not None else {})}
+    got, answer = _call(_gateway(_long_texts, auto_truncate=auto), tei.embed, Family.TEI, body)
+    assert got == status, answer
+    if status == 422:
+        assert answer["error_type"] == "Validation" and "`inputs` item 1 is longer" in answer["error"]
+
+
+def test_openai_and_cohere_routes_follow_auto_truncate_in_their_own_error_shapes():
+    for auto, status in ((True, 200), (False, 400)):
+        got, answer = _call(_gateway(_long_texts, auto_truncate=auto), openai.embeddings, Family.OPENAI,
+                            {"input": ["fine", "long"]})  # fmt: skip
+        assert got == status and (auto or "`input` item 1 is longer" in answer["error"]["message"]), answer
+    body = {"texts": ["fine", "long"]}
+    assert _call(_gateway(_long_texts, auto_truncate=False), cohere.embed, Family.COHERE, body)[0] == 400
+    assert (
+        _call(_gateway(_long_texts, auto_truncate=False), cohere.embed, Family.COHERE, {**body, "truncate": "END"})[0]
+        == 200
+    )
+    assert _call(_gateway(_long_texts), cohere.embed, Family.COHERE, {**body, "truncate": "NONE"})[0] == 400
+
+
+def test_tei_routes_refuse_more_inputs_than_max_client_batch_size_as_tei_does():
+    texts = [f"t{i}" for i in range(33)]
+    got, answer = _call(_gateway(_embedding), tei.embed, Family.TEI, {"inputs": texts})
+    assert got == 422 and answer == {
+        "error": "batch size 33 > maximum allowed batch size 32",
+        "error_type": "Validation",
+    }
+    assert _call(_gateway(_embedding), tei.embed, Family.TEI, {"inputs": texts[:32]})[0] == 200
+    assert _call(_gateway(_embedding, max_client_batch_size=40), tei.embed, Family.TEI, {"inputs": texts})[0] == 200
+    got, answer = _call(_gateway(_embedding), openai.embeddings, Family.OPENAI, {"input": texts})  # OpenAI's own limit
+    assert got == 200 and len(answer["data"]) == 33
+
+
+def test_a_body_over_the_payload_limit_is_413_before_it_is_read():
+    got, answer = _call(_gateway(_embedding, payload_limit=64), tei.embed, Family.TEI, {"inputs": "x" * 100})
+    assert got == 413 and answer["error_type"] == "Validation" and "64-byte limit" in answer["error"]
+    assert _call(_gateway(_embedding, payload_limit=64), tei.embed, Family.TEI, {"inputs": "x"})[0] == 200
+
+
+def test_requests_beyond_max_concurrent_requests_get_429_at_once():
+    gateway = _gateway(_embedding, max_concurrent_requests=2)
+
+    async def both() -> list[int]:
+        release = asyncio.Event()
+
+        async def slow(gateway, request):  # holds its permit until released
+            await release.wait()
+            return await tei.embed(gateway, request)
+
+        first = asyncio.ensure_future(_acall(gateway, slow, {"inputs": "a"}))
+        second = asyncio.ensure_future(_acall(gateway, slow, {"inputs": "b"}))
+        await asyncio.sleep(0.05)
+        third = await _acall(gateway, tei.embed, {"inputs": "c"})
+        release.set()
+        return [*(await asyncio.gather(first, second)), third]
+
+    (first, _), (second, _), (third, answer) = asyncio.run(both())
+    assert (first, second, third) == (200, 200, 429)
+    assert answer == {"error": "Model is overloaded", "error_type": "Overloaded"}
+    assert gateway._in_flight == 0
+
+
+def test_served_model_name_stands_for_the_default_in_answers_and_requests():
+    gateway = _gateway(_embedding, model="emb", served_model_name="my-embedder")
+    got, answer = _call(gateway, openai.embeddings, Family.OPENAI, {"input": "a", "model": "my-embedder"})
+    assert got == 200 and answer["model"] == "my-embedder"
+    asyncio.run(gateway.catalogue.refresh())
+    assert tei_info.info_of(gateway.catalogue.models["emb"], gateway)["served_model_name"] == "my-embedder"
+    assert _call(gateway, openai.embeddings, Family.OPENAI, {"input": "a", "model": "emb"})[1]["model"] == "my-embedder"
+
+
+def test_default_prompt_name_is_sent_where_the_model_has_prompts_and_a_request_names_none():
+    seen = []
+
+    def answer(model_name, rows, first):
+        return _embedding(model_name, rows, first)
+
+    gateway = _gateway(answer, default_prompt_name="query")
+    model = ModelInfo("emb", 64, {"TEXT": Tensor("BYTES", (1,)), "PROMPT_NAME": Tensor("BYTES", (1,))},
+                      {"EMBEDDING": Tensor("FP32", (4,))})  # fmt: skip
+    inputs: dict[str, list] = {"TEXT": ["a", "b"]}
+    gateway.add_prompt(model, inputs, None, 2)
+    seen.append(inputs.get("PROMPT_NAME"))
+    inputs = {"TEXT": ["a"]}
+    gateway.add_prompt(model, inputs, "passage", 1)
+    seen.append(inputs.get("PROMPT_NAME"))
+    no_prompts = ModelInfo("emb", 64, {"TEXT": Tensor("BYTES", (1,))}, {"EMBEDDING": Tensor("FP32", (4,))})
+    inputs = {"TEXT": ["a"]}
+    gateway.add_prompt(no_prompts, inputs, None, 1)  # a model without prompts takes the text as it is
+    seen.append(inputs.get("PROMPT_NAME"))
+    assert seen == [["query", "query"], ["passage"], None]
 
 
 @pytest.mark.parametrize(

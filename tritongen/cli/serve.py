@@ -212,6 +212,21 @@ def _gateway_options(gateway: argparse.ArgumentParser) -> None:
         help="serve's admin key, to list the served ensembles where --repository is no folder here "
         "(default: $TRITONGEN_ADMIN_KEY, else the file serve writes beside the repository)",
     )
+    tei = gateway.add_argument_group("Text Embeddings Inference's router settings (its 1.9 defaults)")
+    tei.add_argument(
+        "--auto-truncate",
+        choices=["true", "false"],
+        default="true",
+        help="cut a text longer than the model to its first tokens when a request does not say `truncate` (TEI "
+        "1.9's default); false: such a request is refused, as with `truncate: false`",
+    )
+    tei.add_argument("--max-client-batch-size", type=int, default=32, help="inputs per request on TEI's routes")
+    tei.add_argument("--payload-limit", type=int, default=2_000_000, help="bytes of a request body")
+    tei.add_argument(
+        "--max-concurrent-requests", type=int, default=512, help="inference requests in flight; more get 429"
+    )
+    tei.add_argument("--served-model-name", help="what the default model (--model) is called in answers, and asked as")
+    tei.add_argument("--default-prompt-name", help="the prompt embedding requests get when they name none")
     add_server_options(gateway, "grpc")
     gateway.set_defaults(func=_gateway)
 
@@ -228,5 +243,15 @@ def _gateway(args: argparse.Namespace) -> None:
         api_key=read_api_key(args.api_key_file),
         timeout_s=args.timeout,
         admin_key_file=args.admin_key_file,
+        auto_truncate=args.auto_truncate == "true",
+        max_client_batch_size=args.max_client_batch_size,
+        payload_limit=args.payload_limit,
+        max_concurrent_requests=args.max_concurrent_requests,
+        served_model_name=args.served_model_name,
+        default_prompt_name=args.default_prompt_name,
     )
+    if options.served_model_name and not options.model:
+        raise UsageError("--served-model-name names the default model: give it with --model")
+    if min(options.max_client_batch_size, options.payload_limit, options.max_concurrent_requests) < 1:
+        raise UsageError("--max-client-batch-size, --payload-limit and --max-concurrent-requests must be at least 1")
     run_gateway(options, host=args.listen, port=args.port)

@@ -158,6 +158,8 @@ def step_configs(
             spec, names, "postprocess", (wiring.post_in, wiring.post_out), plan.postprocess_parameters, batching
         )
     configs["ensemble"] = _ensemble(spec, wiring, batching["max_batch_size"], folded=folded)
+    if plan.ensemble_parameters:
+        configs["ensemble"] = dataclasses.replace(configs["ensemble"], parameters=_strings(plan.ensemble_parameters))
     return configs
 
 

@@ -26,7 +26,7 @@ _INPUT_TYPES = ("search_document", "search_query", "classification", "clustering
 
 
 @dataclass(frozen=True)
-class RerankRequest:
+class DocumentsRerankRequest:
     """``{model, query, documents, top_n, return_documents}``."""
 
     model: str | None
@@ -47,7 +47,7 @@ def _documents(value: Any) -> list[str]:
     return texts  # type: ignore[return-value]
 
 
-def parse_rerank_documents(body: bytes) -> RerankRequest:
+def parse_rerank_documents(body: bytes) -> DocumentsRerankRequest:
     """Parse the Cohere/Jina/vLLM rerank body; ``top_n`` 0 or absent means all; ``return_documents`` defaults on."""
     data = body_object(body)
     query = data.get("query")
@@ -57,7 +57,9 @@ def parse_rerank_documents(body: bytes) -> RerankRequest:
     if top_n < 0:
         raise bad("`top_n` must be at least 1 (or 0 for all)", "top_n")
     return_documents = optional(data, "return_documents", bool, True)
-    return RerankRequest(model_name(data), query, _documents(data.get("documents")), top_n or None, return_documents)
+    return DocumentsRerankRequest(
+        model_name(data), query, _documents(data.get("documents")), top_n or None, return_documents
+    )
 
 
 async def rerank(gateway: Gateway, request: Request) -> Response:
@@ -97,14 +99,13 @@ async def embed(gateway: Gateway, request: Request) -> Response:
     if input_type not in _INPUT_TYPES:
         raise bad(f"`input_type` must be one of {', '.join(_INPUT_TYPES)}", "input_type")
     _embedding_types(data)
-    truncate = optional(data, "truncate", str, "END").upper()
-    if truncate not in ("END", "NONE"):
+    truncate = optional(data, "truncate", str, None)
+    if truncate is not None and truncate.upper() not in ("END", "NONE"):
         raise bad("`truncate` must be END or NONE: the ensemble cuts the end of a long text", "truncate")
     dimensions = dimensions_field({"dimensions": data.get("output_dimension")})
     model = await gateway.model_for(request, model_name(data), "embeddings", "/v2/embed")
-    vectors, result = await gateway.embed(model, texts, dimensions, truncated=truncate == "NONE")
-    if truncate == "NONE":
-        gateway.refuse_truncated(model, result, "texts")
+    cut = None if truncate is None else truncate.upper() == "END"  # absent: the gateway's auto_truncate
+    vectors, _ = await gateway.embed(model, texts, dimensions, truncate=cut, field="texts")
     tokens = gateway.usage(model, texts)["prompt_tokens"]
     meta = {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}}
     body = {

@@ -50,6 +50,13 @@ class GatewayOptions:
     api_key: str | None = None
     timeout_s: float = 60.0
     admin_key_file: Path | None = None
+    # Text Embeddings Inference's router settings, with its 1.9 defaults (router/src/main.rs):
+    auto_truncate: bool = True  # a request without `truncate` gets its text's first tokens
+    max_client_batch_size: int = 32  # inputs per request on TEI's routes (OpenAI's and Cohere's keep their own)
+    payload_limit: int = 2_000_000  # bytes of a request body
+    max_concurrent_requests: int = 512  # inference requests in flight; more get 429
+    served_model_name: str | None = None  # what the default model is called in answers (and may be asked for)
+    default_prompt_name: str | None = None  # the prompt embedding requests get when they name none
 
 
 def json_response(payload: object, status: int = 200) -> Response:
@@ -77,7 +84,11 @@ class Gateway:
         self.options = options
         self._key = options.api_key.encode() if options.api_key else None
         self.client: TritonClient | None = None
-        self.catalogue = Catalogue(self._names, self._configs, local_folder(options.repository), options.model)
+        self._in_flight = 0  # inference requests being answered (max_concurrent_requests)
+        aliases = {options.served_model_name: options.model} if options.served_model_name and options.model else {}
+        self.catalogue = Catalogue(
+            self._names, self._configs, local_folder(options.repository), options.model, aliases=aliases
+        )
 
     async def _names(self) -> list[str]:
         assert self.client is not None
@@ -101,24 +112,62 @@ class Gateway:
         handler: Callable[[Gateway, Request], Awaitable[Response]],
         family: Family,
         method: str = "POST",
+        *,
+        inference: bool = True,
     ) -> Route:
-        """A route at ``path`` answered by ``handler(self, request)``, its errors in ``family``'s shape."""
-        return Route(path, self.endpoint(functools.partial(handler, self), family), methods=[method])
+        """A route at ``path`` answered by ``handler(self, request)``, its errors in ``family``'s shape.
+
+        An ``inference`` route counts against ``max_concurrent_requests`` (TEI's permits: not ``/info``,
+        ``/tokenize``, ``/decode``).
+        """
+        bound = self.endpoint(functools.partial(handler, self), family, limited=inference and method == "POST")
+        return Route(path, bound, methods=[method])
+
+    def served_name(self, model: ModelInfo) -> str:
+        """What ``model`` is called in answers: ``served_model_name`` for the default model, else its name."""
+        if self.options.served_model_name and model.name == self.options.model:
+            return self.options.served_model_name
+        return model.name
+
+    def client_batch(self, count: int, field: str) -> None:
+        """TEI's limit on inputs per request (``max_client_batch_size``), its message and status."""
+        limit = self.options.max_client_batch_size
+        if count > limit:
+            raise GatewayError(
+                422, f"batch size {count} > maximum allowed batch size {limit}", param=field, code="batch_too_large"
+            )
 
     async def model_for(self, request: Request, name: str | None, route: str, label: str) -> ModelInfo:
         """The ensemble ``name`` (or the default) for ``route``; a route served at ``/models/{model}/...`` names it."""
         return await self.catalogue.resolve(request.path_params.get("model") or name, route, label)
 
     def endpoint(
-        self, handler: Callable[[Request], Awaitable[Response]], family: Family = Family.OPENAI, *, auth: bool = True
+        self,
+        handler: Callable[[Request], Awaitable[Response]],
+        family: Family = Family.OPENAI,
+        *,
+        auth: bool = True,
+        limited: bool = False,
     ) -> Callable:
-        """``handler`` with the key check, and every failure as an error of ``family``'s shape."""
+        """``handler`` with the key check, the body's size limit, and every failure as an error of ``family``'s shape.
+
+        ``limited``: the request takes one of ``max_concurrent_requests`` permits, or gets 429 at once.
+        """
 
         async def run(request: Request) -> Response:
             try:
                 if auth and self._key is not None:
                     check_key(self._key, request.headers.get("authorization"))
-                return await handler(request)
+                await self._check_size(request)
+                if not limited:
+                    return await handler(request)
+                if self._in_flight >= self.options.max_concurrent_requests:
+                    raise GatewayError(429, "Model is overloaded", type="overloaded", code="overloaded")
+                self._in_flight += 1
+                try:
+                    return await handler(request)
+                finally:
+                    self._in_flight -= 1
             except GatewayError as exc:
                 if exc.code == "model_not_found" or "unknown model" in exc.message:  # unloaded or renamed: re-read
                     with contextlib.suppress(GatewayError):
@@ -131,18 +180,44 @@ class Gateway:
 
         return run
 
+    async def _check_size(self, request: Request) -> None:
+        """413 for a body over ``payload_limit`` bytes, whether it says its length or not."""
+        limit = self.options.payload_limit
+        declared = request.headers.get("content-length", "")
+        too_big = (declared.isdigit() and int(declared) > limit) or (
+            request.method == "POST" and not declared and len(await request.body()) > limit
+        )
+        if too_big:
+            raise GatewayError(
+                413, f"the request body is over the {limit}-byte limit", type="invalid_request_error",
+                code="payload_too_large",
+            )  # fmt: skip
+
     async def infer(
-        self, model: ModelInfo, inputs: dict, outputs: list[str], *, truncated: bool = False
+        self,
+        model: ModelInfo,
+        inputs: dict,
+        outputs: list[str],
+        *,
+        truncate: bool | None = None,
+        field: str = "inputs",
     ) -> dict[str, np.ndarray]:
-        """Run ``model``; with ``truncated``, also ask for ``TRUNCATED`` where the ensemble has it."""
+        """Run ``model``, cutting long texts as ``truncate`` says (None: ``auto_truncate``).
+
+        Not truncating, a text longer than the model is an error naming its item of ``field`` (TEI's
+        ``truncate: false``), not silently cut: the ensemble says which texts it cut in ``TRUNCATED``.
+        """
         assert self.client is not None
-        if truncated and "TRUNCATED" in model.outputs:
-            outputs = [*outputs, "TRUNCATED"]
-        return await self.client.infer(model, inputs, outputs)
+        cut = self.options.auto_truncate if truncate is None else truncate
+        refuse = not cut and "TRUNCATED" in model.outputs
+        result = await self.client.infer(model, inputs, [*outputs, "TRUNCATED"] if refuse else outputs)
+        if refuse:
+            self._refuse_truncated(model, result, field)
+        return result
 
     @staticmethod
-    def refuse_truncated(model: ModelInfo, result: dict[str, np.ndarray], field: str) -> None:
-        """TEI's ``truncate: false``: a text longer than the model is an error (413), not silently cut."""
+    def _refuse_truncated(model: ModelInfo, result: dict[str, np.ndarray], field: str) -> None:
+        """A text longer than the model is an error (413; TEI's 422 on its routes), not silently cut."""
         truncated = result.get("TRUNCATED")
         if truncated is None or not truncated.any():
             return
@@ -168,9 +243,14 @@ class Gateway:
         dimensions: int | None = None,
         prompt_name: str | None = None,
         *,
-        truncated: bool = False,
+        truncate: bool | None = None,
+        field: str = "inputs",
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """The embeddings of ``texts``, shortened to ``dimensions`` by the ensemble or here (renormalised)."""
+        """The embeddings of ``texts``, shortened to ``dimensions`` by the ensemble or here (renormalised).
+
+        Long texts are cut as :meth:`infer` says; ``prompt_name`` None takes ``default_prompt_name`` where the
+        model has prompts.
+        """
         width = model.outputs["EMBEDDING"].dims[-1]
         if dimensions is not None and width > 0 and dimensions > width:
             raise GatewayError(
@@ -182,11 +262,8 @@ class Gateway:
         inputs: dict[str, list] = {"TEXT": texts}
         if dimensions is not None and "DIMENSIONS" in model.inputs:
             inputs["DIMENSIONS"] = [dimensions] * len(texts)
-        if prompt_name is not None:
-            if "PROMPT_NAME" not in model.inputs:
-                raise GatewayError(400, f"`{model.name}` declares no prompts", param="prompt_name", code="no_prompts")
-            inputs["PROMPT_NAME"] = [prompt_name] * len(texts)
-        result = await self.infer(model, inputs, ["EMBEDDING"], truncated=truncated)
+        self.add_prompt(model, inputs, prompt_name, len(texts))
+        result = await self.infer(model, inputs, ["EMBEDDING"], truncate=truncate, field=field)
         vectors = result["EMBEDDING"]
         if dimensions is not None and "DIMENSIONS" not in model.inputs and dimensions != vectors.shape[1]:
             if not _unit(model, vectors):
@@ -199,6 +276,16 @@ class Gateway:
                 )
             vectors = l2_normalise(vectors[:, :dimensions])
         return vectors, result
+
+    def add_prompt(self, model: ModelInfo, inputs: dict[str, list], prompt_name: str | None, rows: int) -> None:
+        """``PROMPT_NAME`` for ``rows`` texts: the one asked for, else ``default_prompt_name`` where it has prompts."""
+        if prompt_name is None and self.options.default_prompt_name and "PROMPT_NAME" in model.inputs:
+            prompt_name = self.options.default_prompt_name
+        if prompt_name is None:
+            return
+        if "PROMPT_NAME" not in model.inputs:
+            raise GatewayError(400, f"`{model.name}` declares no prompts", param="prompt_name", code="no_prompts")
+        inputs["PROMPT_NAME"] = [prompt_name] * rows
 
     async def health(self, request: Request) -> Response:
         """``GET /health``: 200 when Triton is ready and serves an ensemble the gateway can see (no key, for probes).

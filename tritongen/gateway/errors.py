@@ -46,7 +46,9 @@ class Family(enum.Enum):
 
 
 # TEI's ErrorType by the status the gateway raised; 400 and 413 are TEI's Validation (422 since TEI 1.9).
-_TEI_TYPE = {400: "Validation", 404: "Validation", 413: "Validation", 429: "Overloaded", 503: "Unhealthy"}
+_TEI_TYPE = {
+    400: "Validation", 404: "Validation", 413: "Validation", 422: "Validation", 429: "Overloaded", 503: "Unhealthy"
+}  # fmt: skip
 # vLLM's ErrorInfo.type: the name of the error class for the status.
 _VLLM_TYPE = {
     400: "BadRequestError",
@@ -63,6 +65,8 @@ def _tei(error: GatewayError) -> tuple[int, dict]:
         return 424, {"error": error.message, "error_type": "Backend"}
     if error.code == "empty":
         return 400, {"error": error.message, "error_type": "Empty"}
+    if error.code == "payload_too_large":  # TEI's body limit answers 413 before any validation
+        return 413, {"error": error.message, "error_type": "Validation"}
     kind = _TEI_TYPE.get(error.status, "Backend")
     return (422 if kind == "Validation" and error.status != 404 else error.status), {
         "error": error.message,
@@ -72,7 +76,7 @@ def _tei(error: GatewayError) -> tuple[int, dict]:
 
 def error_response(error: GatewayError, family: Family = Family.OPENAI) -> Response:
     """The JSON response a client of ``family`` sees for ``error``; a missing or wrong key is OpenAI's 401 on all."""
-    status = 400 if error.status == 413 and family in (Family.VLLM, Family.COHERE) else error.status
+    status = 400 if error.code == "input_too_long" and family is not Family.TEI else error.status
     if family is Family.TEI and status != 401:
         status, body = _tei(error)
     elif family is Family.VLLM and status != 401:

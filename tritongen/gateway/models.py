@@ -50,6 +50,7 @@ class ModelInfo:
     tokenizer: Any = None  # tokenizers.Tokenizer, truncating as the tokenizer step does
     steps: tuple[str, ...] = field(default=())
     max_length: int | None = None  # the tokenizer step's, where its config says
+    pooling: str | None = None  # an embedder's pooling, where the ensemble's config says (TEI's /info)
 
     @property
     def kind(self) -> str:
@@ -175,6 +176,7 @@ def describe_models(
             tokenizer,
             steps,
             max_length,
+            _parameters(config).get("pooling"),
         )
     return models
 
@@ -190,8 +192,17 @@ class Catalogue:
     ``fetch(names)`` reads the configs and versions of those Triton serves.
     """
 
-    def __init__(self, names: Names, fetch: Fetch, repository: Path | None, default: str | None = None) -> None:
+    def __init__(
+        self,
+        names: Names,
+        fetch: Fetch,
+        repository: Path | None,
+        default: str | None = None,
+        *,
+        aliases: Mapping[str, str] | None = None,
+    ) -> None:
         self._names, self._fetch, self._repository, self._default = names, fetch, repository, default
+        self._aliases = dict(aliases or {})  # a name the default is also served under (served_model_name)
         self._models: dict[str, ModelInfo] = {}
         self._lock = asyncio.Lock()
         self._refreshed_at = float("-inf")
@@ -223,6 +234,10 @@ class Catalogue:
             self._models = describe_models(configs, versions, self._repository)
             self._refreshed_at = time.monotonic()
 
+    def canonical(self, name: str) -> str:
+        """The ensemble ``name`` stands for: the default for its alias (``served_model_name``), else itself."""
+        return self._aliases.get(name, name)
+
     async def lookup(self, name: str) -> ModelInfo | None:
         """Ask Triton for ``name`` alone (its config is open to every client); remember it if served."""
         async with self._lock:
@@ -236,6 +251,7 @@ class Catalogue:
         """The ensemble ``name`` (or the default for ``route``), checked to serve it; ``label`` names the route."""
         if name is None:
             return await self._default_for(route, label)
+        name = self.canonical(name)
         model = self._models.get(name) or await self.lookup(name)
         if model is None:
             raise model_not_found(name, list(self._models))

@@ -21,7 +21,7 @@ async def embeddings(gateway: Gateway, request: Request) -> Response:
     req = parse_embeddings(await request.body())
     model = await gateway.model_for(request, req.model, "embeddings", "/v1/embeddings")
     texts = req.texts if req.ids is None else texts_from_ids(model, req.ids, "input")
-    vectors, _ = await gateway.embed(model, texts, req.dimensions, req.prompt_name)
+    vectors, _ = await gateway.embed(model, texts, req.dimensions, req.prompt_name, field="input")
     if req.base64:
         little = vectors.astype("<f4", copy=False)
         encoded = [base64.b64encode(row.tobytes()).decode("ascii") for row in little]
@@ -29,20 +29,21 @@ async def embeddings(gateway: Gateway, request: Request) -> Response:
         encoded = vectors.tolist()
     data = [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(encoded)]
     usage = gateway.usage(model, texts)
-    return json_response({"object": "list", "data": data, "model": model.name, "usage": usage})
+    return json_response({"object": "list", "data": data, "model": gateway.served_name(model), "usage": usage})
 
 
 async def list_models(gateway: Gateway, request: Request) -> Response:
     """``GET /v1/models``: the ensembles that take text."""
     await gateway.catalogue.refresh(force=False)
-    names = sorted(name for name, m in gateway.catalogue.models.items() if "TEXT" in m.inputs)
+    names = sorted(gateway.served_name(m) for m in gateway.catalogue.models.values() if "TEXT" in m.inputs)
     return json_response({"object": "list", "data": [_model_entry(name) for name in names]})
 
 
 async def get_model(gateway: Gateway, request: Request) -> Response:
     """``GET /v1/models/{model}``."""
     name = request.path_params["model"]
-    if name not in gateway.catalogue.models and await gateway.catalogue.lookup(name) is None:
+    canonical = gateway.catalogue.canonical(name)
+    if canonical not in gateway.catalogue.models and await gateway.catalogue.lookup(canonical) is None:
         raise model_not_found(name, list(gateway.catalogue.models))
     return json_response(_model_entry(name))
 

@@ -19,6 +19,8 @@ __all__ = [
     "EmbeddingsRequest",
     "PredictRequest",
     "RerankRequest",
+    "SimilarityRequest",
+    "SparseRequest",
     "TokenizeRequest",
     "bad",
     "body_object",
@@ -29,6 +31,8 @@ __all__ = [
     "parse_embeddings",
     "parse_predict",
     "parse_rerank",
+    "parse_similarity",
+    "parse_sparse",
     "parse_tokenize",
     "text_list",
     "token_ids",
@@ -156,7 +160,7 @@ class EmbedRequest:
     texts: list[str]
     single: bool
     normalize: bool
-    truncate: bool
+    truncate: bool | None  # None: the gateway's auto_truncate
     dimensions: int | None
     prompt_name: str | None
 
@@ -171,7 +175,7 @@ def parse_embed(body: bytes) -> EmbedRequest:
         texts,
         single,
         optional(data, "normalize", bool, True),
-        optional(data, "truncate", bool, False),
+        optional(data, "truncate", bool, None),
         dimensions_field(data),
         optional(data, "prompt_name", str, None),
     )
@@ -185,7 +189,7 @@ class RerankRequest:
     query: str
     texts: list[str]
     return_text: bool
-    truncate: bool
+    truncate: bool | None  # None: the gateway's auto_truncate
 
 
 def parse_rerank(body: bytes) -> RerankRequest:
@@ -205,7 +209,7 @@ def parse_rerank(body: bytes) -> RerankRequest:
         query,
         texts,
         optional(data, "return_text", bool, False),
-        optional(data, "truncate", bool, False),
+        optional(data, "truncate", bool, None),
     )
 
 
@@ -215,7 +219,7 @@ class PredictRequest:
 
     model: str | None
     inputs: Any
-    truncate: bool
+    truncate: bool | None  # None: the gateway's auto_truncate
 
     def rows(self, pair_model: bool) -> tuple[list[str], list[str] | None, bool]:
         """The texts, their pairs (None for a single-text model) and whether one input was given.
@@ -259,7 +263,55 @@ def parse_predict(body: bytes) -> PredictRequest:
     truncation_direction(data)
     if optional(data, "raw_scores", bool, False):
         raise bad("`raw_scores` is not served: the ensemble returns probabilities, not logits", "raw_scores")
-    return PredictRequest(model_name(data), data.get("inputs"), optional(data, "truncate", bool, False))
+    return PredictRequest(model_name(data), data.get("inputs"), optional(data, "truncate", bool, None))
+
+
+@dataclass(frozen=True)
+class SparseRequest:
+    """TEI ``POST /embed_sparse``."""
+
+    model: str | None
+    texts: list[str]
+    truncate: bool | None  # None: the gateway's auto_truncate
+    prompt_name: str | None
+
+
+def parse_sparse(body: bytes) -> SparseRequest:
+    """Parse ``{inputs, truncate, truncation_direction, prompt_name}``."""
+    data = body_object(body)
+    texts, _ = text_list(data, "inputs")
+    truncation_direction(data)
+    return SparseRequest(
+        model_name(data), texts, optional(data, "truncate", bool, None), optional(data, "prompt_name", str, None)
+    )
+
+
+@dataclass(frozen=True)
+class SimilarityRequest:
+    """TEI ``POST /similarity``: ``source_sentence`` set against each of ``sentences``."""
+
+    model: str | None
+    source: str
+    sentences: list[str]
+    truncate: bool | None  # None: the gateway's auto_truncate
+    prompt_name: str | None
+
+
+def parse_similarity(body: bytes) -> SimilarityRequest:
+    """Parse ``{inputs: {source_sentence, sentences}, parameters: {truncate, truncation_direction, prompt_name}}``."""
+    data = body_object(body)
+    inputs = data.get("inputs")
+    if not isinstance(inputs, dict) or not isinstance(inputs.get("source_sentence"), str):
+        raise bad("`inputs` must be {source_sentence: string, sentences: [string, ...]}", "inputs")
+    sentences, _ = text_list({"inputs.sentences": inputs.get("sentences")}, "inputs.sentences")
+    parameters = data.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise bad("`parameters` must be an object", "parameters")
+    truncation_direction(parameters)
+    return SimilarityRequest(
+        model_name(data), inputs["source_sentence"], sentences, optional(parameters, "truncate", bool, None),
+        optional(parameters, "prompt_name", str, None),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -20,15 +20,13 @@ from tritongen.errors import GatewayError
 from tritongen.gateway.core import Gateway, json_response, l2_normalise
 from tritongen.gateway.errors import Family, unsupported_route
 from tritongen.gateway.schemas import (
-    bad,
     body_object,
     model_name,
-    optional,
     parse_embed,
     parse_predict,
     parse_rerank,
-    text_list,
-    truncation_direction,
+    parse_similarity,
+    parse_sparse,
 )
 
 __all__ = ["routes"]
@@ -37,6 +35,7 @@ __all__ = ["routes"]
 async def embed(gateway: Gateway, request: Request) -> Response:
     """``POST /embed``: ``[[float, ...], ...]``."""
     req = parse_embed(await request.body())
+    gateway.client_batch(len(req.texts), "inputs")
     model = await gateway.model_for(request, req.model, "embeddings", "/embed")
     if not req.normalize and model.normalized:
         raise GatewayError(
@@ -45,9 +44,7 @@ async def embed(gateway: Gateway, request: Request) -> Response:
             param="normalize",
             code="invalid_normalize",
         )
-    vectors, result = await gateway.embed(model, req.texts, req.dimensions, req.prompt_name, truncated=not req.truncate)
-    if not req.truncate:
-        gateway.refuse_truncated(model, result, "inputs")
+    vectors, _ = await gateway.embed(model, req.texts, req.dimensions, req.prompt_name, truncate=req.truncate)
     if req.normalize and not model.normalized:
         vectors = l2_normalise(vectors)
     return json_response(vectors.tolist())
@@ -66,20 +63,12 @@ async def embed_all(gateway: Gateway, request: Request) -> Response:
 
 async def embed_sparse(gateway: Gateway, request: Request) -> Response:
     """``POST /embed_sparse``: ``[[{index, value}, ...], ...]``, the non-zero weights of each text, by index."""
-    data = body_object(await request.body())
-    texts, _ = text_list(data, "inputs")
-    truncation_direction(data)
-    truncate = optional(data, "truncate", bool, False)
-    model = await gateway.model_for(request, model_name(data), "sparse", "/embed_sparse")
-    inputs: dict[str, list] = {"TEXT": texts}
-    prompt_name = optional(data, "prompt_name", str, None)
-    if prompt_name is not None:
-        if "PROMPT_NAME" not in model.inputs:
-            raise bad(f"`{model.name}` declares no prompts", "prompt_name", code="no_prompts")
-        inputs["PROMPT_NAME"] = [prompt_name] * len(texts)
-    result = await gateway.infer(model, inputs, ["SPARSE_INDICES", "SPARSE_VALUES"], truncated=not truncate)
-    if not truncate:
-        gateway.refuse_truncated(model, result, "inputs")
+    req = parse_sparse(await request.body())
+    gateway.client_batch(len(req.texts), "inputs")
+    model = await gateway.model_for(request, req.model, "sparse", "/embed_sparse")
+    inputs: dict[str, list] = {"TEXT": req.texts}
+    gateway.add_prompt(model, inputs, req.prompt_name, len(req.texts))
+    result = await gateway.infer(model, inputs, ["SPARSE_INDICES", "SPARSE_VALUES"], truncate=req.truncate)
     return json_response(sparse_rows(result["SPARSE_INDICES"], result["SPARSE_VALUES"]))
 
 
@@ -95,22 +84,11 @@ def sparse_rows(indices: np.ndarray, values: np.ndarray) -> list[list[dict[str, 
 
 async def similarity(gateway: Gateway, request: Request) -> Response:
     """``POST /similarity``: the cosine of ``source_sentence`` with each of ``sentences``, as TEI computes it."""
-    data = body_object(await request.body())
-    inputs = data.get("inputs")
-    if not isinstance(inputs, dict) or not isinstance(inputs.get("source_sentence"), str):
-        raise bad("`inputs` must be {source_sentence: string, sentences: [string, ...]}", "inputs")
-    sentences, _ = text_list({"inputs.sentences": inputs.get("sentences")}, "inputs.sentences")
-    parameters = data.get("parameters") or {}
-    if not isinstance(parameters, dict):
-        raise bad("`parameters` must be an object", "parameters")
-    truncation_direction(parameters)
-    truncate = optional(parameters, "truncate", bool, False)
-    model = await gateway.model_for(request, model_name(data), "embeddings", "/similarity")
-    texts = [inputs["source_sentence"], *sentences]
-    prompt_name = optional(parameters, "prompt_name", str, None)
-    vectors, result = await gateway.embed(model, texts, None, prompt_name, truncated=not truncate)
-    if not truncate:
-        gateway.refuse_truncated(model, result, "inputs")
+    req = parse_similarity(await request.body())
+    gateway.client_batch(len(req.sentences), "inputs.sentences")
+    model = await gateway.model_for(request, req.model, "embeddings", "/similarity")
+    texts = [req.source, *req.sentences]
+    vectors, _ = await gateway.embed(model, texts, None, req.prompt_name, truncate=req.truncate)
     unit = l2_normalise(vectors.astype(np.float64))
     return json_response((unit[1:] @ unit[0]).astype(np.float32).tolist())
 
@@ -118,11 +96,10 @@ async def similarity(gateway: Gateway, request: Request) -> Response:
 async def rerank(gateway: Gateway, request: Request) -> Response:
     """``POST /rerank``: ``[{index, score, text?}]``, best first."""
     req = parse_rerank(await request.body())
+    gateway.client_batch(len(req.texts), "texts")
     model = await gateway.model_for(request, req.model, "rerank", "/rerank")
     inputs = {"TEXT": [req.query] * len(req.texts), "TEXT_PAIR": req.texts}
-    result = await gateway.infer(model, inputs, ["SCORE"], truncated=not req.truncate)
-    if not req.truncate:
-        gateway.refuse_truncated(model, result, "texts")
+    result = await gateway.infer(model, inputs, ["SCORE"], truncate=req.truncate, field="texts")
     scores = result["SCORE"].reshape(-1).tolist()
     order = sorted(range(len(scores)), key=lambda i: -scores[i])
     text = (lambda i: {"text": req.texts[i]}) if req.return_text else (lambda i: {})
@@ -134,10 +111,9 @@ async def predict(gateway: Gateway, request: Request) -> Response:
     req = parse_predict(await request.body())
     model = await gateway.model_for(request, req.model, "predict", "/predict")
     texts, pairs, single = req.rows("TEXT_PAIR" in model.inputs)
+    gateway.client_batch(len(texts), "inputs")
     inputs = {"TEXT": texts, **({"TEXT_PAIR": pairs} if pairs is not None else {})}
-    result = await gateway.infer(model, inputs, ["PROBABILITIES"], truncated=not req.truncate)
-    if not req.truncate:
-        gateway.refuse_truncated(model, result, "inputs")
+    result = await gateway.infer(model, inputs, ["PROBABILITIES"], truncate=req.truncate)
     probabilities = result["PROBABILITIES"]
     labels = model.labels or tuple(f"LABEL_{i}" for i in range(probabilities.shape[1]))
     rows = [

@@ -15,7 +15,7 @@ from starlette.routing import Route
 from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family
 from tritongen.gateway.models import ModelInfo
-from tritongen.gateway.schemas import MAX_INPUTS, bad, body_object, model_name, optional, parse_tokenize, token_ids
+from tritongen.gateway.schemas import bad, body_object, model_name, optional, parse_tokenize, token_ids
 from tritongen.gateway.tokens import decode as decode_ids
 
 __all__ = ["routes"]
@@ -32,15 +32,15 @@ def _version() -> str:
 
 def _model_type(model: ModelInfo) -> dict[str, object]:
     kind = model.kind
-    if kind in ("embedding", "sparse"):
-        return {"embedding": {"pooling": "splade" if kind == "sparse" else "unknown"}}
+    if kind in ("embedding", "sparse"):  # the build writes the pooling into the ensemble's config
+        return {"embedding": {"pooling": model.pooling or ("splade" if kind == "sparse" else "unknown")}}
     labels = model.labels or tuple(f"LABEL_{i}" for i in range(model.num_labels or 1))
     id2label = {str(i): label for i, label in enumerate(labels)}
     return {kind: {"id2label": id2label, "label2id": {label: i for i, label in enumerate(labels)}}}
 
 
-def info_of(model: ModelInfo) -> dict[str, object]:
-    """TEI's ``Info`` of ``model``; fields the gateway cannot know are the values the docs give for them."""
+def info_of(model: ModelInfo, gateway: Gateway) -> dict[str, object]:
+    """TEI's ``Info`` of ``model`` with ``gateway``'s router settings; what it cannot know, TEI's examples."""
     max_length = model.max_length or 0
     batch = model.max_batch_size if model.max_batch_size > 0 else None
     output = model.outputs.get(_OUTPUT[model.kind])
@@ -49,14 +49,14 @@ def info_of(model: ModelInfo) -> dict[str, object]:
         "model_id": model.name,
         "model_sha": None,
         "model_dtype": dtype,
-        "served_model_name": model.name,
+        "served_model_name": gateway.served_name(model),
         "model_type": _model_type(model),
-        "max_concurrent_requests": 0,
+        "max_concurrent_requests": gateway.options.max_concurrent_requests,
         "max_input_length": max_length,
         "max_batch_tokens": max_length * (batch or 1),
         "max_batch_requests": batch,
-        "max_client_batch_size": MAX_INPUTS,
-        "auto_truncate": False,
+        "max_client_batch_size": gateway.options.max_client_batch_size,
+        "auto_truncate": gateway.options.auto_truncate,
         "tokenization_workers": 0,
         "version": _version(),
         "sha": None,
@@ -67,7 +67,7 @@ def info_of(model: ModelInfo) -> dict[str, object]:
 async def info(gateway: Gateway, request: Request) -> Response:
     """``GET /info``."""
     model = await gateway.model_for(request, request.query_params.get("model") or None, "text", "/info")
-    return json_response(info_of(model))
+    return json_response(info_of(model, gateway))
 
 
 async def tokenize(gateway: Gateway, request: Request) -> Response:
@@ -108,6 +108,6 @@ def routes(gateway: Gateway) -> list[Route]:
     return [
         gateway.route("/info", info, Family.TEI, "GET"),
         gateway.route("/models/{model}/info", info, Family.TEI, "GET"),
-        gateway.route("/tokenize", tokenize, Family.TEI),
-        gateway.route("/decode", decode, Family.TEI),
+        gateway.route("/tokenize", tokenize, Family.TEI, inference=False),
+        gateway.route("/decode", decode, Family.TEI, inference=False),
     ]

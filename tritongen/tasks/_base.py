@@ -75,6 +75,8 @@ class TaskPlan:
     # The ensemble inputs the tokenizer step reads (empty: all of them); others go straight to the postprocess.
     tokenizer_inputs: tuple[TensorSpec, ...] = field(default=())
     modality: Modality = field(default=TextInputs(), compare=False)  # what the first step reads (text, images)
+    # What the ensemble's config says of it to its readers (the gateway's /info: ``pooling``).
+    ensemble_parameters: Mapping[str, str] = field(default_factory=dict)
 
 
 class Task:
@@ -177,6 +179,7 @@ class Task:
             postprocess_files=self.postprocess_files,
             tokenizer_inputs=tuple(self.tokenizer_inputs(checkpoint)),
             modality=self.modality,
+            ensemble_parameters=self.ensemble_parameters(checkpoint),
         )
 
     def for_settings(self, settings: TaskSettings) -> Task:
@@ -229,6 +232,10 @@ class Task:
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         """Parameters the postprocess model reads at initialise time (from the checkpoint)."""
+        return {}
+
+    def ensemble_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        """What the ensemble's config tells its readers of the model (the gateway's ``/info``); none by default."""
         return {}
 
     def gate_function(self, checkpoint: Checkpoint) -> str:

@@ -117,6 +117,10 @@ class Embedding(Task):
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"normalize": "true" if checkpoint.pooling.normalize else "false"}
 
+    def ensemble_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        """The pooling, by Text Embeddings Inference's name for it where it has one (``last_token``)."""
+        return {"pooling": {"lasttoken": "last_token"}.get(checkpoint.pooling.mode, checkpoint.pooling.mode)}
+
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         checkpoint = bound.checkpoint
         pooling = checkpoint.pooling

@@ -89,6 +89,9 @@ class SparseEmbedding(Task):
         limit = super().max_length(checkpoint, position_limit, tokenizer_max)
         return min(limit, checkpoint.pooling.max_seq_length or limit)
 
+    def ensemble_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        return {"pooling": "splade"}
+
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
         from transformers import AutoModelForMaskedLM
 
