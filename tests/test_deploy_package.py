@@ -384,3 +384,33 @@ def test_package_targets_the_container_the_build_was_checked_for(repo, tmp_path,
 def test_package_cli_refuses_two_different_names(repo, tmp_path, capsys):
     assert main(["package", "demo", "--name", "other", "--repository", str(repo)]) == 2
     assert "two names" in capsys.readouterr().err
+
+
+def test_nothing_we_ship_needs_client_shared_memory_which_26_04_turns_off(repo, tmp_path, monkeypatch):
+    """From 26.04 a client's shared-memory regions need ``--allow-client-shm=true``: nothing of ours uses them."""
+    import subprocess
+
+    from tritongen.bench import perf
+    from tritongen.deploy import ManifestOptions, manifests
+
+    argv = TritonArgs().argv()
+    assert not any("allow-client-shm" in a for a in argv)
+    out = write_package("demo", repo, tmp_path / "pkg", options=PackageOptions(args=TritonArgs(), gateway=True))
+    written = "\n".join(p.read_text() for p in out.rglob("*") if p.is_file() and p.suffix in ("", ".yaml", ".yml"))
+    assert "allow-client-shm" not in written and "shared_memory" not in written
+    options = ManifestOptions(name="demo", repository_url="s3://bucket/demo", image="img:1", gateway=True)
+    rendered = "\n".join(yaml.safe_dump_all(documents) for documents in manifests(options).values())
+    assert "allow-client-shm" not in rendered
+    seen: list[list[str]] = []
+
+    def fake_run(command, model, concurrency):
+        seen.append(command)
+        csv_path = Path(command[command.index("-f") + 1])
+        csv_path.write_text(
+            "Concurrency,Inferences/Second,p50 latency,p95 latency,p99 latency,Avg latency\n1,1,1,1,1,1\n"
+        )
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(perf, "_run", fake_run)
+    perf.run_perf_analyzer("c", "demo", "127.0.0.1:1", tmp_path / "in.json", 1, perf.Sweep(fixed_requests=8), tmp_path)
+    assert seen and "--shared-memory" not in seen[0]  # perf_analyzer's default: tensors in the request body

@@ -12,7 +12,12 @@ support matrix, https://docs.nvidia.com/deeplearning/frameworks/support-matrix/i
 
 - runtime versions: ``build.py`` at the release's tag of triton-inference-server/server
   (``TRITON_VERSION_MAP`` at v2.51.0; ``DEFAULT_TRITON_VERSION_MAP``'s ``ort_version`` and
-  ``standalone_openvino_version`` at v2.64.0 and v2.71.0);
+  ``standalone_openvino_version`` at v2.64.0 and v2.71.0, and on the ``r26.08`` branch: Triton 2.72.0, ONNX
+  Runtime 1.28.0, OpenVINO 2026.3.0, as ``docs/introduction/compatibility.md`` there lists ONNX Runtime 1.28.0
+  and Python 3.12.3 for 26.08);
+- 26.09 is not in the table: no ``r26.09`` branch was published in the sources read (main's ``build.py``
+  still says 2.73.0dev with ONNX Runtime 1.27.0), so its runtimes could not be read (``onnxruntime_backend``
+  PR #363 moves it to OpenVINO 2026.3.1; unverified);
 - Ubuntu and Python: 24.10 is the last release on Ubuntu 22.04 (Python 3.10); from 24.11 the images
   are Ubuntu 24.04, whose ``python3`` is 3.12 (build.py installs ``python3.12-pip`` at v2.71.0), and
   whose pip refuses system installs unless told (PEP 668);
@@ -92,9 +97,10 @@ CONTAINERS: dict[str, Container] = {
         Container("24.10", "2.51.0", "22.04", "3.10", "2.35", "1.19.2", "2024.4.0", False, {"pillow": "12.3.0"}),
         Container("25.12", "2.64.0", "24.04", "3.12", "2.39", "1.23.2", "2025.4.0", True),
         Container("26.07", "2.71.0", "24.04", "3.12", "2.39", "1.27.0", "2026.2.0", True),
+        Container("26.08", "2.72.0", "24.04", "3.12", "2.39", "1.28.0", "2026.3.0", True),
     )
 }
-DEFAULT_CONTAINER = "26.07"
+DEFAULT_CONTAINER = "26.08"
 LOCAL_CONTAINER = "24.10"  # the release of the tritonserver the tests and `make serve` run here
 
 
