@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from tritongen.deploy import ManifestOptions, TritonArgs, dashboard, dashboard_queries, write_package
-from tritongen.deploy.dashboard import GPU_METRICS, panels
+from tritongen.deploy.dashboard import GPU_METRICS, panels, queue_us_per_request
 from tritongen.deploy.manifests import adapter_rule
 from tritongen.deploy.package import prometheus_config
 from tritongen.serve.client import infer
@@ -113,6 +113,60 @@ def test_every_dashboard_query_returns_data_when_prometheus_scrapes_a_loaded_ser
     assert not missing, f"no data from Prometheus for: {missing}"
     assert unknown == []
     assert per_model == {NAME, f"{NAME}_tokenizer", f"{NAME}_model", f"{NAME}_postprocess"}
+
+
+def _signal(prom: str, query: str) -> float | None:
+    result = _finite(_query(prom, query))
+    return float(result[0]["value"][1]) if result else None
+
+
+@pytest.mark.e2e
+@needs_prometheus
+def test_the_hpa_signal_rises_past_its_target_while_the_model_step_queues_and_falls_after(minilm_variant, tmp_path):
+    """The adapter rule's query, evaluated by Prometheus, against MiniLM's CPU build under 24 clients and after.
+
+    MiniLM's FP32 model step on this CPU takes milliseconds per request, so 24 clients fill its queue: the
+    busiest step's queue per request passes the HPA's 50 ms target, while the ensemble's own ratio (what the
+    HPA read before) stays below a microsecond. Once the load stops it falls back to 0 (not NaN). The rule's one-minute rate
+    window is shortened to 5 s so that it falls within seconds; nothing else of the query changes. Each wait
+    is bounded only to stop a hang; whatever the machine's speed, 24 clients queue behind one model step.
+    """
+    built = minilm_variant("emb")
+    rule = adapter_rule(ManifestOptions(name="emb", repository_url="s3://bucket/repo"))
+    target_us = 1000 * ManifestOptions(name="emb", repository_url="s3://bucket/repo").queue_target_ms
+    hpa_query = (
+        rule["metricsQuery"].replace("<<.LabelMatchers>>", 'job="triton"').replace("<<.GroupBy>>", "job")
+        .replace("[1m]", "[5s]")
+    )  # fmt: skip
+    ensemble_ratio = queue_us_per_request('job="triton",model="emb"').replace("[1m]", "[5s]")
+    stop, seen, ensemble_seen = threading.Event(), [], []
+    with running_server(built.repository, extra_args=TritonArgs().local_args()) as server:
+        texts = ["a short text", "a somewhat longer text about the weather in Berlin and the trains " * 6]
+
+        def load() -> None:
+            while not stop.is_set():
+                infer(texts, name="emb", url=server.grpc_url)
+
+        with _prometheus(tmp_path, f"127.0.0.1:{server.endpoints.metrics_port}") as prom:
+            with cf.ThreadPoolExecutor(24) as pool:
+                loaders = [pool.submit(load) for _ in range(24)]
+                try:
+                    deadline = time.monotonic() + 180
+                    while time.monotonic() < deadline and not (seen and max(seen) > target_us):
+                        time.sleep(2)
+                        seen.append(_signal(prom, hpa_query) or 0.0)
+                        ensemble_seen.append(_signal(prom, ensemble_ratio) or 0.0)
+                finally:
+                    stop.set()
+                    for loader in loaders:
+                        loader.result()
+            deadline, after = time.monotonic() + 120, None
+            while time.monotonic() < deadline and (after is None or after >= target_us):
+                time.sleep(2)
+                after = _signal(prom, hpa_query)
+    assert max(seen) > target_us, f"the signal never passed {target_us} µs: {seen}"
+    assert max(ensemble_seen) < target_us / 100  # the ensemble's own queue ratio hardly moves: it cannot see it
+    assert after is not None and after < target_us, f"the signal stayed at {after} µs after the load"
 
 
 def test_gpu_panels_name_the_documented_gpu_metrics_when_rendered():

@@ -115,7 +115,9 @@ def test_hpa_metric_is_the_adapter_rule_over_triton_counters_when_rendered(optio
     query = rules[0]["metricsQuery"]
     for metric_name in ("nv_inference_queue_duration_us", "nv_inference_request_success"):
         assert metric_name in MODEL_METRICS and metric_name in query
-    assert '<<.LabelMatchers>>,model="demo_embed"' in query and "<<.GroupBy>>" in query
+    # the ensemble's steps, not the ensemble: it does not queue, they do
+    assert '<<.LabelMatchers>>,model=~"demo_embed_tokenizer|demo_embed_model|demo_embed_postprocess"' in query
+    assert query.startswith("max by (<<.GroupBy>>) (") and "clamp_min(" in query
     assert rules[0]["seriesQuery"].startswith("nv_inference_queue_duration_us{")
 
 

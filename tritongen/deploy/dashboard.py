@@ -16,10 +16,12 @@ __all__ = [
     "GPU_METRICS",
     "MODEL_METRICS",
     "Panel",
+    "busiest_step_queue_us",
     "dashboard",
     "dashboard_queries",
     "panels",
     "queue_us_per_request",
+    "step_matcher",
 ]
 
 DATASOURCE_UID = "prometheus"
@@ -61,11 +63,31 @@ def _rate(metric: str, selector: str, by: str = "model") -> str:
 
 
 def queue_us_per_request(selector: str, by: str = "model") -> str:
-    """Average queue time per successful request, in microseconds (the autoscaling signal too)."""
+    """Average queue time per successful request, in microseconds, of each model ``by`` groups."""
     queue, success = (
         _rate(m, selector, by) for m in ("nv_inference_queue_duration_us", "nv_inference_request_success")
     )
     return f"{queue} / {success}"
+
+
+def step_matcher(name: str) -> str:
+    """The label matcher for ensemble ``name``'s steps (not the ensemble itself)."""
+    return f'model=~"{name}_tokenizer|{name}_model|{name}_postprocess"'
+
+
+def busiest_step_queue_us(selector: str, by: str) -> str:
+    """The autoscaling signal: the queue time per request (µs) of the step that queues most, per ``by`` group.
+
+    An ensemble does not queue; its steps do. Measured on a saturated MiniLM server (docs/deploying.md), the
+    ensemble's own ``nv_inference_queue_duration_us`` stayed 0 while its model step queued 260–290 ms per
+    request, so a ratio over the ensemble (or summed over every model and divided by every model's requests, as
+    Triton's k8s-onprem example does, server #8979) under-reports saturation. On a GPU node the tokenizer step
+    can be the one that queues, hence the busiest step. A step with no requests counts 0, not NaN, so the
+    metric stays defined when idle.
+    """
+    queue = f"sum by ({by}, model) (rate(nv_inference_queue_duration_us{{{selector}}}[{RATE_WINDOW}]))"
+    success = f"sum by ({by}, model) (rate(nv_inference_request_success{{{selector}}}[{RATE_WINDOW}]))"
+    return f"max by ({by}) ({queue} / clamp_min({success}, 1e-9))"
 
 
 def panels(name: str) -> tuple[Panel, ...]:
@@ -101,6 +123,11 @@ def panels(name: str) -> tuple[Panel, ...]:
         ),
         Panel("Queue latency p99", "ms", ((quantile.format(kind="queue", m=m, q="0.99"), "{{model}}"),)),
         Panel("Pending requests", "none", ((pending, "{{model}}"),)),
+        Panel(
+            "Autoscaling signal: queue per request of the busiest step",
+            "ms",
+            ((f"({busiest_step_queue_us(step_matcher(name), 'job')}) / 1000", "{{job}}"),),
+        ),
         Panel("GPU utilisation", "percentunit", ((gpu_busy, "{{gpu_uuid}}"),), gpu=True),
         Panel(
             "GPU memory used",

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from tritongen.containers import DEFAULT_CONTAINER
-from tritongen.deploy.dashboard import queue_us_per_request
+from tritongen.deploy.dashboard import busiest_step_queue_us, step_matcher
 from tritongen.deploy.folder import write_folder
 from tritongen.deploy.gateway import GATEWAY_PORT
 from tritongen.deploy.gateway import sidecar as gateway_sidecar
@@ -197,12 +197,17 @@ def _service_monitor(options: ManifestOptions) -> dict[str, Any]:
 
 
 def adapter_rule(options: ManifestOptions) -> dict[str, Any]:
-    """The Prometheus-adapter rule exposing queue time per request (µs) of the ensemble as a pods metric."""
+    """The Prometheus-adapter rule exposing the queue time per request (µs) of the ensemble's busiest step.
+
+    Per pod: the step whose queue grows first is what saturates (``dashboard.busiest_step_queue_us`` says why
+    not the ensemble's own ratio).
+    """
+    selector = f"<<.LabelMatchers>>,{step_matcher(options.name)}"
     return {
         "seriesQuery": 'nv_inference_queue_duration_us{namespace!="",pod!=""}',
         "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
         "name": {"matches": "^nv_inference_queue_duration_us$", "as": HPA_METRIC},
-        "metricsQuery": queue_us_per_request(f'<<.LabelMatchers>>,model="{options.name}"', by="<<.GroupBy>>"),
+        "metricsQuery": busiest_step_queue_us(selector, by="<<.GroupBy>>"),
     }
 
 
