@@ -127,9 +127,10 @@ def test_the_hpa_signal_rises_past_its_target_while_the_model_step_queues_and_fa
 
     MiniLM's FP32 model step on this CPU takes milliseconds per request, so 24 clients fill its queue: the
     busiest step's queue per request passes the HPA's 50 ms target, while the ensemble's own ratio (what the
-    HPA read before) stays below a microsecond. Once the load stops it falls back to 0 (not NaN). The rule's one-minute rate
-    window is shortened to 5 s so that it falls within seconds; nothing else of the query changes. Each wait
-    is bounded only to stop a hang; whatever the machine's speed, 24 clients queue behind one model step.
+    HPA read before) stays below a microsecond. Once the load stops it falls back to 0 (not NaN). The rule's
+    one-minute rate window is shortened to 5 s so that it falls within seconds; nothing else of the query
+    changes. Each wait is bounded only to stop a hang; whatever the machine's speed, 24 clients queue behind one
+    model step.
     """
     built = minilm_variant("emb")
     rule = adapter_rule(ManifestOptions(name="emb", repository_url="s3://bucket/repo"))
