@@ -243,8 +243,8 @@ def test_gateway_embeds_a_long_text_under_tei_truncate_false_only_when_the_build
 
     _, _, server, repository = served
     with TestClient(create_app(GatewayOptions(triton_url=server.grpc_url, repository=repository))) as client:
-        chunked = client.post("/embed", json={"inputs": [SHORT, LONG[0]], "model": "bert_emb_chunk"})
-        cut = client.post("/embed", json={"inputs": [LONG[0]], "model": "bert_emb"})  # TEI's truncate: false
+        chunked = client.post("/embed", json={"inputs": [SHORT, LONG[0]], "model": "bert_emb_chunk", "truncate": False})
+        cut = client.post("/embed", json={"inputs": [LONG[0]], "model": "bert_emb", "truncate": False})
         usage = [  # OpenAI's usage counts the tokens the ensemble reads: every window's, or the cut text's
             client.post("/v1/embeddings", json={"input": LONG[0], "model": m}).json()["usage"]["prompt_tokens"]
             for m in ("bert_emb_chunk", "bert_emb")
