@@ -177,12 +177,14 @@ def _tokenizer_settings(repository: Path, name: str) -> tuple[Path, int, str]:
     return tokenizer, int(parameters["max_length"]), parameters.get("buckets", "")
 
 
-def measure_ceiling(tokenizer: Path, texts: Sequence[str], max_length: int, buckets: str, work: Path) -> Ceiling:
+def measure_ceiling(
+    tokenizer: Path, texts: Sequence[str], max_length: int, buckets: str, work: Path, seconds: float = 2.0
+) -> Ceiling:
     """The tokenizer's in-process rates, each in a process of its own: every core, then one thread."""
     texts_file = work / "ceiling_texts.json"
     texts_file.write_text(json.dumps(list(texts), ensure_ascii=False), encoding="utf-8")
     command = [sys.executable, "-m", "tritongen.bench.tokenize_rate", str(tokenizer), str(texts_file),
-               str(max_length), buckets]  # fmt: skip
+               str(max_length), buckets, str(seconds)]  # fmt: skip
     results = []
     for threads in (None, "1"):
         env = {k: v for k, v in os.environ.items() if k != "RAYON_NUM_THREADS"}
@@ -261,7 +263,8 @@ def measure_cpu_side(
     tokenizer, max_length, buckets = _tokenizer_settings(repository, name)
     output.mkdir(parents=True, exist_ok=True)
     console.print("[bold]CPU side: the tokenizer's in-process ceiling (every core, then one thread)…")
-    ceiling = measure_ceiling(tokenizer, texts, max_length, buckets, output)
+    smoke = sweep.fixed_requests > 0  # a smoke run proves the harness: a short look at the ceiling will do
+    ceiling = measure_ceiling(tokenizer, texts, max_length, buckets, output, 0.2 if smoke else 2.0)
     names = step_names(name)
     concurrency = sweep.concurrency if sweep.concurrency != Sweep().concurrency else DEFAULT_CONCURRENCY
     with tempfile.TemporaryDirectory(prefix="bench-free-") as tmp:

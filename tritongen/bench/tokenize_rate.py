@@ -34,8 +34,13 @@ def _rate(texts: Sequence[str], batch: int, call: Callable[[list[str]], object],
             return done / elapsed
 
 
-def rates(tokenizer_file: str, texts: Sequence[str], max_length: int, buckets: Sequence[int]) -> dict[str, float]:
-    """Texts/s of ``encode_batch`` (batches of 64) and of the step's encode-and-pack for 1 and 32 texts."""
+def rates(
+    tokenizer_file: str, texts: Sequence[str], max_length: int, buckets: Sequence[int], seconds: float = 2.0
+) -> dict[str, float]:
+    """Texts/s of ``encode_batch`` (batches of 64) and of the step's encode-and-pack for 1 and 32 texts.
+
+    Each rate is whole passes over ``texts`` for at least ``seconds``.
+    """
     from tokenizers import Tokenizer
 
     from tritongen.steps.tokenizer import TextEncoder
@@ -45,18 +50,20 @@ def rates(tokenizer_file: str, texts: Sequence[str], max_length: int, buckets: S
     tokenizer.enable_truncation(max_length)
     encoder = TextEncoder(tokenizer_file, max_length, buckets)
     return {
-        "encode_batch_64": _rate(texts, CEILING_BATCH, tokenizer.encode_batch),
-        "step_body_1": _rate(texts, 1, encoder),
-        "step_body_32": _rate(texts, 32, encoder),
+        "encode_batch_64": _rate(texts, CEILING_BATCH, tokenizer.encode_batch, seconds),
+        "step_body_1": _rate(texts, 1, encoder, seconds),
+        "step_body_32": _rate(texts, 32, encoder, seconds),
     }
 
 
 def main() -> None:
-    """``TOKENIZER TEXTS_JSON MAX_LENGTH BUCKETS``: print the rates as JSON (buckets comma-separated)."""
+    """``TOKENIZER TEXTS_JSON MAX_LENGTH BUCKETS [SECONDS]``: print the rates as JSON (buckets comma-separated)."""
     tokenizer_file, texts_file, max_length, buckets = sys.argv[1:5]
+    seconds = float(sys.argv[5]) if len(sys.argv) > 5 else 2.0
     with open(texts_file, encoding="utf-8") as handle:
         texts = json.load(handle)
-    print(json.dumps(rates(tokenizer_file, texts, int(max_length), [int(b) for b in buckets.split(",") if b])))
+    widths = [int(b) for b in buckets.split(",") if b]
+    print(json.dumps(rates(tokenizer_file, texts, int(max_length), widths, seconds)))
 
 
 if __name__ == "__main__":
