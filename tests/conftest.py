@@ -32,6 +32,36 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _onnxruntime_shares_the_cores():
+    """Under pytest-xdist, an ONNX Runtime session a test opens with default options gets its worker's share of
+    the cores and no busy-waiting.
+
+    By default ONNX Runtime runs one spinning thread per core: two workers' gates and INT8 searches at once then
+    spin against each other on a 2-core machine (both halves of the suite slowed, measured 1.4x). Sessions given
+    options (the served stand-ins, the bench) keep theirs; results do not depend on the thread count.
+    """
+    if _WORKERS <= 1:
+        yield
+        return
+    import onnxruntime as ort
+
+    original = ort.InferenceSession.__init__
+
+    def init(self, path_or_bytes, sess_options=None, *args, **kwargs):
+        if sess_options is None:
+            sess_options = ort.SessionOptions()
+            sess_options.intra_op_num_threads = int(_share)
+            sess_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        original(self, path_or_bytes, sess_options, *args, **kwargs)
+
+    ort.InferenceSession.__init__ = init
+    try:
+        yield
+    finally:
+        ort.InferenceSession.__init__ = original
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _hermetic_hf_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["HF_HOME"] = str(tmp_path_factory.mktemp("hf_home"))
 

@@ -44,7 +44,7 @@ def test_build_passes_parity_when_tokenizer_declares_no_limit_nor_inputs(arch, t
     labels = json.loads((repo / "clf_postprocess" / "1" / "labels.json").read_text())
     assert labels == ["negative", "neutral", "positive"]
     assert "Parity against PyTorch: **PASSED**" in built.card()
-    container = built.record()["container_runtime"]
+    container = built.record()["container_runtimes"][built.record()["container"]]
     assert container.get("passed") or "make compat-venv" in container.get("skipped", ""), container
 
 

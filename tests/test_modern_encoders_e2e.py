@@ -22,7 +22,7 @@ from tests.test_ner_qa_e2e import NER_TEXTS, _same_entities, _strided_pipeline
 from tests.tiny_ner import make_token_classifier
 from tritongen.buildspec import load_spec
 from tritongen.serve.client import infer
-from tritongen.tasks import ner_stride
+from tritongen.tasks.token_classification import stride_of
 
 pytestmark = pytest.mark.e2e
 
@@ -106,7 +106,7 @@ def test_token_classification_matches_strided_pipeline(served, checkpoints, arch
 
     name = f"{arch}_ner"
     strategy = STRATEGY[arch]
-    stride = ner_stride(load_spec(model="x", aggregation_strategy=strategy), MAX_LENGTH)
+    stride = stride_of(load_spec(model="x", aggregation_strategy=strategy), MAX_LENGTH)
     pipe = pipeline("token-classification", model=str(checkpoints[name]), aggregation_strategy=strategy)
     rows = [
         row for i in range(0, len(NER_TEXTS), 4) for row in infer(NER_TEXTS[i : i + 4], name=name, url=served.grpc_url)

@@ -117,10 +117,10 @@ def test_ner_entities_match_strided_pipeline(served, ner_checkpoints, name):
     """Nothing past the model's length is lost: long texts give the strided pipeline's entities."""
     from transformers import pipeline
 
-    from tritongen.tasks import ner_stride
+    from tritongen.tasks.token_classification import stride_of
 
     arch, strategy, stride = NER_BUILDS[name]
-    stride = ner_stride(load_spec(model="x", aggregation_strategy=strategy, ner_stride=stride), NER_WINDOW)
+    stride = stride_of(load_spec(model="x", aggregation_strategy=strategy, ner_stride=stride), NER_WINDOW)
     pipe = pipeline("token-classification", model=str(ner_checkpoints[arch]), aggregation_strategy=strategy)
     # A few texts per request (each request's windows go to the model step as one batch, at most 64 rows).
     rows = [

@@ -21,7 +21,7 @@ from tritongen.serve.client import infer
 from tritongen.steps.backends.onnxruntime.model import TritonPythonModel as OnnxRuntimeModel
 from tritongen.steps.backends.openvino.model import TritonPythonModel as OpenVinoModel
 
-# The IR is checked in every supported container's OpenVINO, the target first (its record is `container_runtime`).
+# The IR is checked in every supported container's OpenVINO, the target first (build.json's `container`).
 EVERY_CONTAINER = (DEFAULT_CONTAINER, *(c for c in CONTAINERS if c != DEFAULT_CONTAINER))
 
 TEXTS = ["I love it", "Terrible, awful, bad.", "Ünïcödé and emoji 🎉", "", "word " * 200]
@@ -88,7 +88,7 @@ def test_the_build_serves_ir_with_the_native_backends_config_and_gates_each_prec
         assert f"gated at OpenVINO {precision.upper()}: passed, OpenVINO {precision.upper()} vs FP32" in card
     record = json.loads((repo / "emb_ov" / "1" / "build.json").read_text())
     assert not record["fold"]["folded"]
-    container = record["container_runtime"]
+    container = record["container_runtimes"][record["container"]]
     if container_python() is None:  # no venv for the default container (make compat-venv creates it)
         assert "make compat-venv" in container["skipped"]
     else:  # the IR of our OpenVINO read, run and gated again by every container's release
@@ -152,7 +152,7 @@ def test_minilm_int8_ir_is_quantised_by_nncf_gated_and_served(minilm_path, build
     assert recorded in gated.values() and recorded[0] == min(mean for mean, _ in gated.values())  # the worst
     assert record["variant"] == "INT8 IR (NNCF), BF16 where the CPU has it"
     if container_python() is not None:  # the INT8 IR read and gated again in the target container's OpenVINO
-        assert record["container_runtime"]["runtime"].startswith("OpenVINO")
+        assert record["container_runtimes"][record["container"]]["runtime"].startswith("OpenVINO")
     realistic = bench_texts(48)  # tweets and news, the kind of text the gate measures
     server = shared_server.serve(ov8, fp32)
     int8, exact = (infer(TEXTS + realistic, name=name, url=server.grpc_url) for name in ("ov8", "emb"))

@@ -49,7 +49,7 @@ def test_toy_runtime_served_matches_default_runtime_when_registered(toy_runtime,
     assert config.parameters["intra_op_thread_count"].string_value == "1"
     assert (model / "1" / MARKER).read_text(encoding="utf-8") == "toyrt: one thread\n"
     record = toy.record()
-    assert record["container_runtime"] == {"skipped": "the toy runtime is not in any container"}
+    assert record["container_runtimes"] == {record["container"]: {"skipped": "the toy runtime is not in any container"}}
     assert record["fold"]["folded"] is False
     served = infer(TEXTS, name="toyrt", url=shared_server.serve(toy).grpc_url)
     reference = infer(TEXTS, name="toyrt_default", url=shared_server.serve(default).grpc_url)

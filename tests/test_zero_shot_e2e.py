@@ -86,7 +86,8 @@ def test_zero_shot_output_matches_pipeline_when_requests_have_different_label_co
     kwargs = {"multi_label": multi, "hypothesis_template": settings.get("hypothesis_template", "This example is {}.")}
     want = _pipeline_results(checkpoints[arch], CASES, **kwargs)
     got = _classify(served, name, CASES[:2]) + _classify(served, name, CASES[2:])  # two requests, 9 and 8 pairs
-    for g, w in zip(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
         _same(g, w)
     if not multi:  # single-label scores of a text sum to 1
         assert all(sum(g["scores"]) == pytest.approx(1.0, abs=1e-5) for g in got if len(g["scores"]) > 1)
@@ -101,7 +102,8 @@ def test_zero_shot_matches_pipeline_over_http_when_one_label_list_serves_every_t
         inputs={"CANDIDATE_LABELS": [json.dumps(labels)]},
     )  # fmt: skip
     want = _pipeline_results(checkpoints["roberta"], [(t, labels) for t in texts])
-    for row, w in zip(rows, want):
+    assert len(rows) == len(want)
+    for row, w in zip(rows, want, strict=True):
         _same({"labels": json.loads(row["LABELS"]), "scores": json.loads(row["SCORES"])}, w)
 
 

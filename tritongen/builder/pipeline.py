@@ -4,8 +4,8 @@ A build is a :class:`BuildPlan` (decided once, by :func:`inspect`) and a list of
 taking the plan and what earlier stages produced:
 
 inspect -> export ONNX -> parity gate -> optimise and gate -> check in the container's runtime ->
-record the canary -> render and validate configs -> write (into a staging area) -> publish atomically.
-Nothing reaches the repository before :func:`publish`.
+record the canary -> fold the postprocess into the graph -> render and validate configs -> write (into a
+staging area) -> publish atomically. Nothing reaches the repository before :func:`publish`.
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ def fold(plan: BuildPlan, onnx: Export, console: Console) -> FoldReport:
         else ""
     )  # fmt: skip
     if why:
-        _same_shape(plan, served, folded=False, why=why)
+        _same_shape(plan, served, why=why)
         return FoldReport(False, why)
     assert tail is not None
     import onnx as onnx_lib
@@ -306,7 +306,7 @@ def fold(plan: BuildPlan, onnx: Export, console: Console) -> FoldReport:
             if failure is not None:
                 folded_path.unlink()
                 report = FoldReport(False, f"the folded graph did not match the Python step: {failure}", worst)
-                _same_shape(plan, served, folded=False, why=report.why)
+                _same_shape(plan, served, why=report.why)
                 console.print(f"[yellow]Postprocess fold refused[/]: {report.why}")
                 return report
             folded_path.replace(onnx.target)
@@ -323,13 +323,13 @@ def fold(plan: BuildPlan, onnx: Export, console: Console) -> FoldReport:
     return report
 
 
-def _same_shape(plan: BuildPlan, served: tuple[str, ...] | None, *, folded: bool, why: str) -> None:
-    """Refuse a version whose ensemble shape differs from the versions already built under the name.
+def _same_shape(plan: BuildPlan, served: tuple[str, ...] | None, *, why: str) -> None:
+    """Refuse an unfolded version where the versions already built under the name are folded.
 
     Versions of one name share the step folders and are switched step by step (``tritongen rollout``),
-    so a folded version cannot sit beside unfolded ones (the other way round is avoided by not folding).
+    so an unfolded version cannot sit beside folded ones (the other way round is avoided by not folding).
     """
-    if served is not None and not folded and "postprocess" not in served:
+    if served is not None and "postprocess" not in served:
         raise SpecError(
             f"`{plan.spec.name}` is served with its postprocess folded into the graph, but this build cannot fold "
             f"({why}); build it under a new --name"
@@ -392,8 +392,7 @@ def write(
         release: check.to_dict() if isinstance(check, ContainerReport) else check
         for release, check in (container or {}).items()
     }
-    record["container"] = spec.containers[0]  # what `package` targets unless told otherwise
-    record["container_runtime"] = checks.get(spec.containers[0])
+    record["container"] = spec.containers[0]  # what `package` targets unless told otherwise; its check is first
     record["container_runtimes"] = checks
     record["fold"] = folding.to_dict()
     record["steps"] = [step for step in configs if step != "ensemble"]
@@ -443,7 +442,7 @@ def _build_record(plan: BuildPlan, variant: Variant | None) -> dict[str, Any]:
 
 
 def publish(plan: BuildPlan, work: Staging, console: Console) -> int:
-    """Stage 9: move the staged version into the repository at once; return its number."""
+    """Stage 10: move the staged version into the repository at once; return its number."""
     work.publish()
     console.print(f"[green]Published[/] `{plan.spec.name}` version {work.version} to {plan.spec.repository}")
     return work.version

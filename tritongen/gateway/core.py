@@ -91,12 +91,10 @@ class Gateway:
         )
 
     async def _names(self) -> list[str]:
-        assert self.client is not None
-        return await served_names(self.client, self.options.repository, self.options.admin_key_file)
+        return await served_names(self.triton, self.options.repository, self.options.admin_key_file)
 
     async def _configs(self, names: Collection[str]) -> tuple[dict, dict]:
-        assert self.client is not None
-        return await self.client.configs(names)
+        return await self.triton.configs(names)
 
     # -- plumbing -------------------------------------------------------------------------------------------
 
@@ -169,7 +167,7 @@ class Gateway:
                 finally:
                     self._in_flight -= 1
             except GatewayError as exc:
-                if exc.code == "model_not_found" or "unknown model" in exc.message:  # unloaded or renamed: re-read
+                if exc.code == "model_not_found":  # unloaded or renamed: read the catalogue again
                     with contextlib.suppress(GatewayError):
                         await self.catalogue.refresh(force=False)
                 return error_response(exc, family)
@@ -207,10 +205,9 @@ class Gateway:
         Not truncating, a text longer than the model is an error naming its item of ``field`` (TEI's
         ``truncate: false``), not silently cut: the ensemble says which texts it cut in ``TRUNCATED``.
         """
-        assert self.client is not None
         cut = self.options.auto_truncate if truncate is None else truncate
         refuse = not cut and "TRUNCATED" in model.outputs
-        result = await self.client.infer(model, inputs, [*outputs, "TRUNCATED"] if refuse else outputs)
+        result = await self.triton.infer(model, inputs, [*outputs, "TRUNCATED"] if refuse else outputs)
         if refuse:
             self._refuse_truncated(model, result, field)
         return result
@@ -293,9 +290,8 @@ class Gateway:
         Triton's readiness alone is not enough: a gateway that cannot list the served ensembles (the admin
         key missing or refused) or finds none of them answers every route with an error.
         """
-        assert self.client is not None
-        if not await self.client.ready():
-            raise unavailable(f"the Triton server at {self.client.url} is not ready")
+        if not await self.triton.ready():
+            raise unavailable(f"the Triton server at {self.triton.url} is not ready")
         try:
             await self.catalogue.refresh(force=False)
         except GatewayError as exc:
@@ -303,7 +299,7 @@ class Gateway:
         if not self.catalogue.models:
             raise unavailable(
                 self.catalogue.problem
-                or f"the Triton server at {self.client.url} serves none of the ensembles of {self.options.repository}"
+                or f"the Triton server at {self.triton.url} serves none of the ensembles of {self.options.repository}"
             )
         return json_response({"status": "ok"})
 

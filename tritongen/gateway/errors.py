@@ -94,6 +94,8 @@ def from_triton(model: str, status: str | None, message: str | None) -> GatewayE
     """The error for Triton's answer ``status`` (``StatusCode.X``) and ``message`` on a request to ``model``."""
     text = (message or "").strip() or "no message"
     http, kind = _GRPC_STATUS.get(status or "", (502, "server_error"))
+    if "unknown model" in text.lower():  # Triton says a model it does not serve (now) is INVALID_ARGUMENT
+        http, kind = 404, "invalid_request_error"
     if http == 503 and ("failed to connect" in text.lower() or "connection refused" in text.lower()):
         text = f"the Triton server is not reachable ({text})"
     code = {400: "invalid_input", 404: "model_not_found", 429: "overloaded", 503: "unavailable", 504: "timeout"}

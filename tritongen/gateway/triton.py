@@ -107,9 +107,10 @@ class TritonClient:
                 self._client.get_model_metadata(name, client_timeout=self._timeout),
             )
         except InferenceServerException as exc:
-            if exc.status() == "StatusCode.NOT_FOUND" or "unknown model" in (exc.message() or ""):
+            error = from_triton(name, exc.status(), exc.message())
+            if error.code == "model_not_found":
                 return None
-            raise from_triton(name, exc.status(), exc.message()) from None
+            raise error from None
         return config.config, max((int(v) for v in metadata.versions if v.isdigit()), default=0)
 
     async def infer(

@@ -30,7 +30,6 @@ from tritongen.tasks._registry import (
     get_task,
     register_task,
 )
-from tritongen.tasks.token_classification import ner_stride
 
 __all__ = [
     "TASKS",
@@ -46,7 +45,6 @@ __all__ = [
     "image_embedding",
     "image_embedding_text",
     "multi_embedding",
-    "ner_stride",
     "question_answering",
     "reference_postprocess",
     "register_task",

@@ -29,10 +29,10 @@ if TYPE_CHECKING:
     from tritongen.buildspec import BuildSpec
     from tritongen.model.checkpoint import Checkpoint
 
-__all__ = ["TokenClassification", "TokenClassificationSettings", "ner_stride"]
+__all__ = ["TokenClassification", "TokenClassificationSettings", "stride_of"]
 
 
-def ner_stride(settings: TokenClassificationSettings | BuildSpec, window: int) -> int:
+def stride_of(settings: TokenClassificationSettings | BuildSpec, window: int) -> int:
     """Tokens neighbouring NER windows share: ``stride``, else a quarter window (at most 128); 0 for ``none``.
 
     The pipeline refuses a stride with ``none`` (it could not merge repeated tokens), so ``none`` gets
@@ -84,7 +84,7 @@ class TokenClassification(Task):
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         spec, settings, row_length, facts = bound.spec, bound.settings, bound.row_length, bound.facts
-        stride = ner_stride(settings, row_length)
+        stride = stride_of(settings, row_length)
         room = row_length - int(facts.get("special_tokens", "0"))
         if stride >= room:
             raise SpecError(
@@ -99,7 +99,7 @@ class TokenClassification(Task):
         return [
             labels_line(checkpoint),
             f"- aggregation strategy: {settings.aggregation_strategy} (ignored labels: O)",
-            f"- long texts: windows of {row_length} tokens sharing {ner_stride(settings, row_length)} tokens, "
+            f"- long texts: windows of {row_length} tokens sharing {stride_of(settings, row_length)} tokens, "
             "entities merged as the transformers pipeline does with `stride` (nothing is truncated)",
         ]
 
