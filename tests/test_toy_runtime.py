@@ -13,7 +13,7 @@ from tests.toy_runtime.single_thread import MARKER, SingleThread
 from tritongen.buildspec import load_spec
 from tritongen.errors import SpecError
 from tritongen.repository.layout import read_config
-from tritongen.runtimes import RUNTIMES, get_runtime, register_runtime, runtime_names
+from tritongen.runtimes import RUNTIMES, get_runtime, register_runtime, runtime_names, runtime_of_backend
 from tritongen.serve.client import infer
 
 TEXTS = ["hello world", "Ünïcödé and emoji 🎉", "word " * 100, ""]
@@ -36,6 +36,22 @@ def test_spec_accepts_toy_runtime_only_while_registered(toy_runtime):
     with pytest.raises(SpecError, match="runtime must be one of onnx, openvino, tensorrt, got onnx-single-thread"):
         load_spec(None, model="m", runtime="onnx-single-thread")
     register_runtime(SingleThread)
+
+
+def test_registry_refuses_a_second_runtime_of_one_name_or_owning_a_taken_backend(toy_runtime):
+    class Impostor(SingleThread):
+        pass
+
+    with pytest.raises(ValueError, match="runtime `onnx-single-thread` is registered already"):
+        register_runtime(Impostor)
+
+    class Owner(SingleThread):
+        name = "onnx-owner"
+        owns_backend = True
+
+    with pytest.raises(ValueError, match="would own backend `onnxruntime`, which `onnx` owns"):
+        register_runtime(Owner)
+    assert runtime_of_backend("onnxruntime") is get_runtime("onnx")  # the toy serves through it, not owns it
 
 
 @pytest.mark.e2e

@@ -31,6 +31,15 @@ def test_registry_lists_toy_task_only_while_registered(toy_task):
     register_task(ClsVector)
 
 
+def test_registry_refuses_a_second_task_of_one_name(toy_task):
+    class Impostor(ClsVector):
+        pass
+
+    with pytest.raises(ValueError, match="task `cls-vector` is registered already"):
+        register_task(Impostor)
+    assert get_task("cls-vector") is toy_task
+
+
 @pytest.mark.e2e
 def test_toy_task_served_matches_pytorch_when_registered(toy_task, tiny_factory, builds, shared_server):
     import torch

@@ -34,6 +34,7 @@ class SingleThread(Runtime):
     name = "onnx-single-thread"
     title = "ONNX Runtime, one thread"
     backend = "onnxruntime"
+    owns_backend = False  # ONNX Runtime's backend serves it: a config naming it is the onnx runtime's
     model_file = "model.onnx"
     thread_parameter = "intra_op_thread_count"
     container_check_skipped = "the toy runtime is not in any container"

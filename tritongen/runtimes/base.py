@@ -90,6 +90,9 @@ class Runtime:
     name: ClassVar[str]  # the spec's ``runtime`` value
     title: ClassVar[str]  # for people: "ONNX Runtime"
     backend: ClassVar[str]  # what the model step's config names (``backend``, or ``platform`` for a plan)
+    # Whether a config naming ``backend`` is this runtime's (its thread setting, the tuning sweep's); a runtime
+    # that serves through another's backend says False.
+    owns_backend: ClassVar[bool] = True
     model_file: ClassVar[str]  # the served file in the model step's version folder
     # The Python stand-in the local server installs for the container's native backend (None: none needed).
     local_backend: ClassVar[str | None] = None

@@ -13,7 +13,18 @@ RUNTIMES: dict[str, Runtime] = {}
 
 
 def register_runtime(cls: type[Runtime]) -> type[Runtime]:
-    """Class decorator: add a runtime entry to :data:`RUNTIMES` under its ``name``."""
+    """Class decorator: add a runtime entry to :data:`RUNTIMES` under its ``name``.
+
+    A name already taken is refused, and so is a second runtime owning one backend: a config's ``backend``
+    must lead back to one runtime (a runtime may serve through another's backend without owning it).
+    """
+    if cls.name in RUNTIMES:
+        raise ValueError(f"runtime `{cls.name}` is registered already (by {type(RUNTIMES[cls.name]).__name__})")
+    owner = runtime_of_backend(cls.backend)
+    if cls.owns_backend and owner is not None:
+        raise ValueError(
+            f"runtime `{cls.name}` would own backend `{cls.backend}`, which `{owner.name}` owns; set owns_backend False"
+        )
     RUNTIMES[cls.name] = cls()
     return cls
 
@@ -32,8 +43,8 @@ def runtime_names() -> tuple[str, ...]:
 
 
 def runtime_of_backend(backend: str) -> Runtime | None:
-    """The runtime whose model step a config's ``backend`` (or ``platform``) names; None for any other."""
-    return next((r for r in RUNTIMES.values() if r.backend == backend), None)
+    """The runtime that owns the backend (or ``platform``) a config names; None for any other."""
+    return next((r for r in RUNTIMES.values() if r.backend == backend and r.owns_backend), None)
 
 
 def register_stages(runtime: type[Runtime]) -> Callable[[type[BuildStages]], type[BuildStages]]:

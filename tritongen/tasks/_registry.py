@@ -19,7 +19,9 @@ TASKS: dict[str, Task] = {}
 
 
 def register_task(cls: type[Task]) -> type[Task]:
-    """Class decorator: add a task entry to :data:`TASKS` under its ``name``."""
+    """Class decorator: add a task entry to :data:`TASKS` under its ``name``; a name already taken is refused."""
+    if cls.name in TASKS:
+        raise ValueError(f"task `{cls.name}` is registered already (by {type(TASKS[cls.name]).__name__})")
     TASKS[cls.name] = cls()
     return cls
 
