@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tritongen.bench.overload import HEADER, run_burst
 from tritongen.builder.pipeline import build_repository
-from tritongen.buildspec import BuildSpec, DynamicBatching, QueuePolicy
+from tritongen.buildspec import BuildSpec, DynamicBatchingSettings, QueuePolicy
 from tritongen.model.checkpoint import bundled_minilm
 from tritongen.serve.server import running_server
 
@@ -25,7 +25,7 @@ def main() -> None:
     repo = Path(tempfile.mkdtemp()) / "repo"
     checkpoint = str(bundled_minilm())
     for name, size in (("unbounded", 0), ("limited", args.queue)):
-        batching = DynamicBatching(queue_policy=QueuePolicy(max_queue_size=size))
+        batching = DynamicBatchingSettings(queue_policy=QueuePolicy(max_queue_size=size))
         build_repository(BuildSpec(model=checkpoint, name=name, repository=repo, dynamic_batching=batching))
     with running_server(repo) as server:
         rows = [

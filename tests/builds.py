@@ -106,7 +106,7 @@ class Built:
 
 
 def spec_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """Build settings as ``load_spec`` takes them: typed sections (``DynamicBatching(...)``) as mappings."""
+    """Build settings as ``load_spec`` takes them: typed sections (``DynamicBatchingSettings(...)``) as mappings."""
     return {
         key: dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
         for key, value in settings.items()

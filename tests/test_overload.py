@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tritongen.bench.overload import HEADER, run_burst
-from tritongen.buildspec import DynamicBatching, QueuePolicy
+from tritongen.buildspec import DynamicBatchingSettings, QueuePolicy
 
 pytestmark = pytest.mark.e2e
 
@@ -13,8 +13,8 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def served(tiny_factory, builds, shared_server):
     checkpoint = tiny_factory("bert")
-    unbounded = DynamicBatching(queue_policy=QueuePolicy(max_queue_size=0))
-    limit = DynamicBatching(queue_policy=QueuePolicy(max_queue_size=4, default_timeout_microseconds=2_000_000))
+    unbounded = DynamicBatchingSettings(queue_policy=QueuePolicy(max_queue_size=0))
+    limit = DynamicBatchingSettings(queue_policy=QueuePolicy(max_queue_size=4, default_timeout_microseconds=2_000_000))
     return shared_server.serve(
         builds(checkpoint, "free", dynamic_batching=unbounded), builds(checkpoint, "limited", dynamic_batching=limit)
     )

@@ -10,11 +10,11 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tritongen.buildspec import (
     BuildSpec,
-    DynamicBatching,
+    DynamicBatchingSettings,
     InstanceGroup,
     QueuePolicy,
-    TensorRTAccelerator,
-    VersionPolicy,
+    TensorRTSettings,
+    VersionPolicySettings,
 )
 from tritongen.configs.render import parse_config, render_all, validate_ensemble
 from tritongen.configs.steps import step_configs
@@ -51,16 +51,16 @@ def _full_spec() -> BuildSpec:
         name="sentiment",
         max_batch_size=32,
         buckets=(16, 64),
-        dynamic_batching=DynamicBatching(
+        dynamic_batching=DynamicBatchingSettings(
             max_queue_delay_microseconds=500,
             preferred_batch_size=(8, 16),
             preserve_ordering=True,
             queue_policy=QueuePolicy(max_queue_size=64, timeout_action="REJECT", default_timeout_microseconds=10_000),
         ),
         model_instances=InstanceGroup(count=2, kind="KIND_GPU", gpus=(0, 1)),
-        version_policy=VersionPolicy(policy="latest", latest=2),
+        version_policy=VersionPolicySettings(policy="latest", latest=2),
         response_cache=True,
-        tensorrt=TensorRTAccelerator(enabled=True, precision_mode="FP16"),
+        tensorrt=TensorRTSettings(enabled=True, precision_mode="FP16"),
     )
 
 
@@ -72,7 +72,7 @@ def test_render_matches_golden_config_when_every_feature_is_on(step):
 
 
 def test_render_keeps_max_batch_size_zero_explicit_when_batching_off():
-    spec = BuildSpec(model="m", name="plain", max_batch_size=0, dynamic_batching=DynamicBatching(enabled=False))
+    spec = BuildSpec(model="m", name="plain", max_batch_size=0, dynamic_batching=DynamicBatchingSettings(enabled=False))
     rendered = _render(spec)
     for text, config in rendered.values():
         assert "max_batch_size: 0" in text
@@ -96,7 +96,9 @@ def test_render_outputs_embedding_contract_when_task_is_embedding():
 
 
 def test_render_sets_one_warmup_per_bucket_and_version_policy():
-    rendered = _render(BuildSpec(model="m", name="s", buckets=(16, 32, 64, 512), version_policy=VersionPolicy("all")))
+    rendered = _render(
+        BuildSpec(model="m", name="s", buckets=(16, 32, 64, 512), version_policy=VersionPolicySettings("all"))
+    )
     model = rendered["model"][1]
     assert [w.name for w in model.model_warmup] == ["bucket_16", "bucket_32", "bucket_64", "bucket_128"]
     assert model.version_policy.HasField("all")
@@ -172,9 +174,9 @@ def test_queue_limit_is_the_model_steps_alone_eight_batches_by_default_and_zero_
     console = Console(quiet=True)
     spec = BuildSpec(model=str(tiny_factory("bert")), name="q", max_batch_size=16)
     assert render(inspect(spec, console))["model"][1].dynamic_batching.default_queue_policy.max_queue_size == 128
-    unbounded = spec.replace(dynamic_batching=DynamicBatching(queue_policy=QueuePolicy(max_queue_size=0)))
+    unbounded = spec.replace(dynamic_batching=DynamicBatchingSettings(queue_policy=QueuePolicy(max_queue_size=0)))
     assert render(inspect(unbounded, console))["model"][1].dynamic_batching.default_queue_policy.max_queue_size == 0
-    limited = spec.replace(dynamic_batching=DynamicBatching(queue_policy=QueuePolicy(max_queue_size=32)))
+    limited = spec.replace(dynamic_batching=DynamicBatchingSettings(queue_policy=QueuePolicy(max_queue_size=32)))
     configs = render(inspect(limited, console))
     assert configs["model"][1].dynamic_batching.default_queue_policy.max_queue_size == 32
     for step in ("tokenizer", "postprocess"):

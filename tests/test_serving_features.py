@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tritongen.buildspec import DynamicBatching, InstanceGroup, OnnxRuntimeSettings, QueuePolicy, VersionPolicy
+from tritongen.buildspec import (
+    DynamicBatchingSettings,
+    InstanceGroup,
+    OnnxRuntimeSettings,
+    QueuePolicy,
+    VersionPolicySettings,
+)
 from tritongen.serve.client import infer
 from tritongen.serve.stats import model_stats, stats_delta
 
@@ -24,7 +30,7 @@ def server(builds, shared_server, tiny_factory):
         versions=2,  # `latest 2` must serve both
         max_batch_size=32,
         buckets=(16, 32),
-        dynamic_batching=DynamicBatching(
+        dynamic_batching=DynamicBatchingSettings(
             max_queue_delay_microseconds=1000,
             preferred_batch_size=(4, 8),
             preserve_ordering=True,
@@ -32,7 +38,7 @@ def server(builds, shared_server, tiny_factory):
         ),
         model_instances=InstanceGroup(count=2),
         tokenizer_instances=InstanceGroup(count=1),
-        version_policy=VersionPolicy(policy="latest", latest=2),
+        version_policy=VersionPolicySettings(policy="latest", latest=2),
         onnxruntime=OnnxRuntimeSettings(intra_op_threads=1, inter_op_threads=1, graph_optimization_level=2),
         response_cache=True,  # the shared server runs with a response cache
     )
@@ -41,7 +47,7 @@ def server(builds, shared_server, tiny_factory):
         "batched",
         # The batcher waits (up to 2 s) until 8 requests are queued: under 16 concurrent clients batches form
         # however slow a busy machine makes each request, so the assertion below cannot depend on timing.
-        dynamic_batching=DynamicBatching(max_queue_delay_microseconds=2_000_000, preferred_batch_size=(8,)),
+        dynamic_batching=DynamicBatchingSettings(max_queue_delay_microseconds=2_000_000, preferred_batch_size=(8,)),
     )
     return shared_server.serve(featured, batched)
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tritongen.buildspec import DEFAULT_NAME, BuildSpec, DynamicBatching, InstanceGroup, load_spec
+from tritongen.buildspec import DEFAULT_NAME, BuildSpec, DynamicBatchingSettings, InstanceGroup, load_spec
 from tritongen.errors import SpecError
 
 
@@ -35,7 +35,7 @@ def test_load_spec_reads_yaml_and_cli_overrides_win(tmp_path):
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"dynamic_batching": DynamicBatching(preferred_batch_size=(128,))}, "preferred batch size 128"),
+        ({"dynamic_batching": DynamicBatchingSettings(preferred_batch_size=(128,))}, "preferred batch size 128"),
         ({"max_batch_size": 0}, "dynamic batching needs max_batch_size > 0"),
         ({"name": "bad name"}, "model name `bad name` is invalid"),
         ({"buckets": (64, 32)}, "strictly increasing"),

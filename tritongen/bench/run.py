@@ -40,7 +40,7 @@ from tritongen.bench.st_peer import ST_VENV, Fp32Check, compare_with_script, st_
 from tritongen.bench.tail import TailReport, read_traces, tail_report, trace_arguments, tracing
 from tritongen.bench.tune import TuneGrid, TunePlan, TunePoint, tune
 from tritongen.builder.pipeline import build_repository
-from tritongen.buildspec import DynamicBatching, load_spec
+from tritongen.buildspec import DynamicBatchingSettings, load_spec
 from tritongen.data.datasets import bench_texts
 from tritongen.errors import BenchError, ServerError
 from tritongen.repository.layout import step_names
@@ -334,7 +334,7 @@ def _triton_configs(run: _BenchRun, tmp: Path) -> tuple[dict[str, tuple[str, Pat
     run.console.print("[bold]Building baseline (b): the same ensemble without dynamic batching…")
     spec = load_spec(None, **run.meta["spec"]).replace(
         name=f"{name}_nobatch", repository=tmp / "repo", max_batch_size=0,
-        dynamic_batching=DynamicBatching(enabled=False), response_cache=False,
+        dynamic_batching=DynamicBatchingSettings(enabled=False), response_cache=False,
     )  # fmt: skip
     build_repository(spec, console=run.console)
     configs["nobatch"] = (spec.name, run.out / "input_data_nobatch.json")

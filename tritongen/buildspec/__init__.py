@@ -27,13 +27,13 @@ from tritongen.steps.ner import STRATEGIES
 __all__ = [
     "AGGREGATION_STRATEGIES",
     "BuildSpec",
-    "DynamicBatching",
+    "DynamicBatchingSettings",
     "InstanceGroup",
     "OnnxRuntimeSettings",
     "OpenVinoSettings",
     "QueuePolicy",
-    "TensorRTAccelerator",
-    "VersionPolicy",
+    "TensorRTSettings",
+    "VersionPolicySettings",
     "load_spec",
 ]
 
@@ -48,7 +48,7 @@ GPU_QUEUE_DELAY_US = 2000  # the model step's default batcher delay on KIND_GPU 
 
 
 @dataclass(frozen=True)
-class DynamicBatching:
+class DynamicBatchingSettings:
     """Triton ``dynamic_batching`` for the batched steps; ``enabled=False`` omits it."""
 
     enabled: bool = True
@@ -62,7 +62,7 @@ class DynamicBatching:
 
 
 @dataclass(frozen=True)
-class VersionPolicy:
+class VersionPolicySettings:
     """Triton ``version_policy`` of the model step: latest N, all, or specific versions."""
 
     policy: Literal["latest", "all", "specific"] = "latest"
@@ -95,7 +95,7 @@ class OpenVinoSettings:
 
 
 @dataclass(frozen=True)
-class TensorRTAccelerator:
+class TensorRTSettings:
     """The onnxruntime backend's TensorRT execution accelerator (GPU targets only)."""
 
     enabled: bool = False
@@ -115,15 +115,15 @@ class BuildSpec:
     repository: Path = Path("model_repository")
     max_batch_size: int = 64
     buckets: tuple[int, ...] = DEFAULT_BUCKETS
-    dynamic_batching: DynamicBatching = field(default_factory=DynamicBatching)
+    dynamic_batching: DynamicBatchingSettings = field(default_factory=DynamicBatchingSettings)
     tokenizer_instances: InstanceGroup = field(default_factory=InstanceGroup)
     model_instances: InstanceGroup = field(default_factory=InstanceGroup)
     postprocess_instances: InstanceGroup = field(default_factory=InstanceGroup)
-    version_policy: VersionPolicy = field(default_factory=VersionPolicy)
+    version_policy: VersionPolicySettings = field(default_factory=VersionPolicySettings)
     warmup: bool = True
     response_cache: bool = False
     onnxruntime: OnnxRuntimeSettings = field(default_factory=OnnxRuntimeSettings)
-    tensorrt: TensorRTAccelerator = field(default_factory=TensorRTAccelerator)
+    tensorrt: TensorRTSettings = field(default_factory=TensorRTSettings)
     openvino: OpenVinoSettings = field(default_factory=OpenVinoSettings)
     max_length: int | None = None  # tokens a model row holds; None: the model's own limit (and the tokenizer's)
     parity_tolerance: float = 1e-4
@@ -314,13 +314,13 @@ def _check_parity_tolerance(spec: BuildSpec) -> None:
 
 
 _NESTED = {
-    "dynamic_batching": DynamicBatching,
+    "dynamic_batching": DynamicBatchingSettings,
     "tokenizer_instances": InstanceGroup,
     "model_instances": InstanceGroup,
     "postprocess_instances": InstanceGroup,
-    "version_policy": VersionPolicy,
+    "version_policy": VersionPolicySettings,
     "onnxruntime": OnnxRuntimeSettings,
-    "tensorrt": TensorRTAccelerator,
+    "tensorrt": TensorRTSettings,
     "openvino": OpenVinoSettings,
 }
 
@@ -342,7 +342,7 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
             value = _releases(value)
         elif cls is BuildSpec and key in _NESTED:
             value = _build(_NESTED[key], value, key)
-        elif cls is DynamicBatching and key == "queue_policy" and value is not None:
+        elif cls is DynamicBatchingSettings and key == "queue_policy" and value is not None:
             value = _build(QueuePolicy, value, "dynamic_batching.queue_policy")
         elif isinstance(value, list):
             value = tuple(value)

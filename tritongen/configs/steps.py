@@ -258,7 +258,7 @@ def _instances(group: InstanceGroup) -> InstanceGroup:
 QUEUE_BATCHES = 8
 
 
-def _batching(batching: specs.DynamicBatching, *, default_queue: int = 0) -> DynamicBatching | None:
+def _batching(batching: specs.DynamicBatchingSettings, *, default_queue: int = 0) -> DynamicBatching | None:
     """Triton's section; ``default_queue`` bounds the queue when the spec names no policy (0: unbounded)."""
     if not batching.enabled:
         return None
@@ -277,7 +277,7 @@ def _batching(batching: specs.DynamicBatching, *, default_queue: int = 0) -> Dyn
     )
 
 
-def _version_policy(policy: specs.VersionPolicy) -> VersionPolicy:
+def _version_policy(policy: specs.VersionPolicySettings) -> VersionPolicy:
     if policy.policy == "all":
         return VersionPolicy(all=True)
     if policy.policy == "specific":
