@@ -127,7 +127,7 @@ class Builds:
         checked in more containers serves one asking for fewer (its model files are the same; only build.json
         records more), so neither the check nor the containers are part of the key.
         """
-        from tritongen.buildspec import load_spec
+        from tritongen.builder.spec import load_spec
 
         # One model instance unless a test asks for more: the CPU default's second instance is one more stub
         # process per ensemble on the shared server (the default itself is built by the CLI tests).
@@ -241,7 +241,7 @@ def memoized_exports(root: Path) -> Iterator[None]:
 
     def stage(plan: Any, work: Any, console: Any) -> Any:
         building["key"] = _key(
-            str(plan.spec.model), plan.task.name, plan.max_length, list(plan.inputs), plan.spec.trust_remote_code,
+            str(plan.spec.model), plan.bound.task, plan.max_length, list(plan.inputs), plan.spec.trust_remote_code,
             type(plan.module).__qualname__,
         )  # fmt: skip
         try:

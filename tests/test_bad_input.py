@@ -265,10 +265,10 @@ def test_build_exits_2_with_one_line_naming_the_stage_when_it_fails_inside(
 
 
 def test_cli_reports_an_internal_error_in_one_line_without_traceback(tmp_path, capsys, monkeypatch):
-    import tritongen.buildspec
+    import tritongen.builder.spec
 
     broken = _raise_on_call(1, None, ZeroDivisionError("division by zero"))
-    monkeypatch.setattr(tritongen.buildspec, "load_spec", broken)
+    monkeypatch.setattr(tritongen.builder.spec, "load_spec", broken)
     code = main(["build", "--model", str(tmp_path), "--repository", str(tmp_path / "repo")])
     err = capsys.readouterr().err
     assert code == 1

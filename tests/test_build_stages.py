@@ -9,10 +9,10 @@ import pytest
 from rich.console import Console
 
 from tritongen.builder.pipeline import exported, inspect, optimise, parity, publish, render, write
-from tritongen.builder.plan import BuildPlan
 from tritongen.buildspec import BuildSpec
 from tritongen.errors import ParityError
 from tritongen.repository.staging import staging
+from tritongen.tasks import BuildPlan
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def _published(repo) -> list[str]:
 
 
 def test_inspect_derives_row_length_and_buckets_once_when_model_is_shorter_than_buckets(plan):
-    assert plan.task.name == "classification"
+    assert plan.bound.task == "classification"
     assert plan.max_length == 64  # the tiny checkpoint's limit, below the 128 bucket
     assert plan.buckets == [16, 32, 64]
     assert plan.inputs == ["input_ids", "attention_mask", "token_type_ids"]

@@ -18,9 +18,9 @@ import pytest
 from tests import pb_stub
 from tests.pb_stub import Request
 from tests.test_render import INPUTS, _checkpoint
-from tritongen.buildspec import load_spec
+from tritongen.builder.ensemble import step_configs
+from tritongen.builder.spec import load_spec
 from tritongen.configs.render import render_all
-from tritongen.configs.steps import step_configs
 from tritongen.errors import SpecError
 from tritongen.serve.client import infer
 from tritongen.steps import _common, postprocess, tokenizer

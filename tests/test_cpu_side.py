@@ -17,7 +17,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tritongen.bench.cpu_use import FRONTEND, cpu_snapshot
 from tritongen.bench.free_step import FREE_STEP_INSTANCES, free_graph, free_repository
-from tritongen.buildspec import load_spec
+from tritongen.builder.spec import load_spec
 from tritongen.deploy.plan import REFERENCE_CPU_SIDE, CpuSideBound, CpuSideFigures, plan_capacity, read_cpu_side
 from tritongen.repository.layout import built_sizing, read_config
 from tritongen.steps._common import pack_encodings

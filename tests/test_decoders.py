@@ -21,8 +21,8 @@ from tritongen.errors import CheckpointError, UnsupportedModelError
 from tritongen.gates.parity import ReferenceModel, check_parity
 from tritongen.model.checkpoint import inspect_checkpoint
 from tritongen.repository.staging import staging
+from tritongen.runtimes.onnxruntime import backend as ort_model
 from tritongen.steps import postprocess, tokenizer
-from tritongen.steps.backends.onnxruntime import model as ort_model
 from tritongen.steps.tokenizer import TextEncoder
 from tritongen.tasks.embedding import postprocess as embedding_postprocess
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.tiny_variants import make_multilabel_classifier
 from tritongen.builder.pipeline import build_repository
-from tritongen.buildspec import load_spec
+from tritongen.builder.spec import load_spec
 from tritongen.model.fold import classification_tail, fold_graph, prove
 from tritongen.pooling.heads import embedding_tail
 from tritongen.repository.layout import served_steps

@@ -6,10 +6,11 @@ import shutil
 
 import pytest
 
-from tritongen.buildspec import load_spec
+from tritongen.builder.spec import load_spec
 from tritongen.cli import main
 from tritongen.errors import SpecError
 from tritongen.repository.layout import read_config
+from tritongen.runtimes.onnxruntime import TensorRTSettings
 from tritongen.serve.foreground import gpu_models, has_gpu
 
 
@@ -17,7 +18,8 @@ def test_device_gpu_fills_what_a_gpu_node_wants_where_the_spec_leaves_it_open():
     spec = load_spec(model="m", device="gpu")
     assert spec.model_instances.kind == "KIND_GPU"
     assert spec.precision == "fp16"
-    assert spec.tensorrt.enabled and spec.tensorrt.precision_mode == "FP16"
+    trt = spec.section(TensorRTSettings)
+    assert trt.enabled and trt.precision_mode == "FP16"
     # an explicit value wins
     assert load_spec(model="m", device="gpu", precision="fp32").precision == "fp32"
     assert load_spec(model="m", device="gpu", model_instances={"count": 2}).model_instances.count == 2

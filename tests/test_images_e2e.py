@@ -19,7 +19,7 @@ import pytest
 
 from tests.tiny_images import make_image_checkpoint
 from tritongen.builder.pipeline import build_repository
-from tritongen.buildspec import load_spec
+from tritongen.builder.spec import load_spec
 from tritongen.errors import SpecError
 from tritongen.gates.image_parity import parity_images, reference_image
 

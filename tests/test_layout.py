@@ -25,13 +25,13 @@ LIGHT_MODULES = (
     "tritongen.gateway.app",
     "tritongen.repository.pins",
 )
+# The spec as data (``tritongen.buildspec``) is light: the runtimes' entries, which the light commands read, type
+# their hooks with it. Loading a spec, which needs every task, is the builder's (``tritongen.builder.spec``).
 BUILD_MACHINERY = (
     "tritongen.builder",
-    "tritongen.configs.steps",
     "tritongen.gates",
     "tritongen.model",
     "tritongen.precision",
-    "tritongen.buildspec",
     "tritongen.tasks",
 )
 HEAVY_LIBRARIES = ("torch", "transformers", "onnx", "onnxruntime", "openvino", "nncf")

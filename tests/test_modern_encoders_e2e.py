@@ -20,7 +20,7 @@ import pytest
 from tests.test_e2e import _pipeline_probabilities
 from tests.test_ner_qa_e2e import NER_TEXTS, _same_entities, _strided_pipeline
 from tests.tiny_ner import make_token_classifier
-from tritongen.buildspec import load_spec
+from tritongen.builder.spec import load_spec
 from tritongen.serve.client import infer
 from tritongen.tasks.token_classification import stride_of
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.tiny_ner import make_token_classifier
-from tritongen.buildspec import load_spec
+from tritongen.builder.spec import load_spec
 from tritongen.errors import ServerError
 from tritongen.model.checkpoint import inspect_checkpoint
 from tritongen.serve.client import infer

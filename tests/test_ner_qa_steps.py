@@ -12,9 +12,9 @@ from tokenizers import Tokenizer
 
 from tests import pb_stub
 from tests.pb_stub import Request, texts
-from tritongen.buildspec import load_spec
+from tritongen.builder.ensemble import step_configs
+from tritongen.builder.spec import load_spec
 from tritongen.configs.render import render_all
-from tritongen.configs.steps import step_configs
 from tritongen.errors import SpecError
 from tritongen.model.checkpoint import Checkpoint, Pooling
 from tritongen.steps import _common, ner, postprocess, qa, tokenizer

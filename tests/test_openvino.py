@@ -9,17 +9,18 @@ import numpy as np
 import pytest
 
 from tritongen.builder.pipeline import build_repository
-from tritongen.buildspec import BuildSpec, load_spec
+from tritongen.builder.spec import load_spec
+from tritongen.buildspec import BuildSpec
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.containers import container as container_of
 from tritongen.cpu import CPU_FLAGS_ENV
 from tritongen.data.datasets import bench_texts
 from tritongen.errors import AccuracyError, SpecError
 from tritongen.gates.compat import container_python
+from tritongen.runtimes.onnxruntime.backend import TritonPythonModel as OnnxRuntimeModel
+from tritongen.runtimes.openvino.backend import TritonPythonModel as OpenVinoModel
 from tritongen.runtimes.openvino.ir import backend_properties, cpu_precisions
 from tritongen.serve.client import infer
-from tritongen.steps.backends.onnxruntime.model import TritonPythonModel as OnnxRuntimeModel
-from tritongen.steps.backends.openvino.model import TritonPythonModel as OpenVinoModel
 
 # The IR is checked in every supported container's OpenVINO, the target first (build.json's `container`).
 EVERY_CONTAINER = (DEFAULT_CONTAINER, *(c for c in CONTAINERS if c != DEFAULT_CONTAINER))

@@ -109,7 +109,7 @@ def test_variants_serve_through_real_server_within_gate(variants, minilm_path, s
 
     from tests.test_e2e import _sentence_embeddings
     from tritongen.gates.accuracy import default_texts
-    from tritongen.steps.backends.onnxruntime.model import trim_padding
+    from tritongen.runtimes.onnxruntime.backend import trim_padding
     from tritongen.steps.postprocess import l2_normalize
 
     repo, _, built = variants

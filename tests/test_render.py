@@ -8,19 +8,19 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from tritongen.builder.ensemble import step_configs
 from tritongen.buildspec import (
     BuildSpec,
     DynamicBatchingSettings,
     InstanceGroup,
     QueuePolicy,
-    TensorRTSettings,
     VersionPolicySettings,
 )
 from tritongen.configs.render import parse_config, render_all, validate_ensemble
-from tritongen.configs.steps import step_configs
 from tritongen.errors import ConfigValidationError
 from tritongen.model.checkpoint import Checkpoint, Pooling
 from tritongen.repository.layout import step_names
+from tritongen.runtimes.onnxruntime import TensorRTSettings
 from tritongen.tasks import get_task
 
 GOLDEN = Path(__file__).parent / "assets" / "golden"
@@ -60,7 +60,7 @@ def _full_spec() -> BuildSpec:
         model_instances=InstanceGroup(count=2, kind="KIND_GPU", gpus=(0, 1)),
         version_policy=VersionPolicySettings(policy="latest", latest=2),
         response_cache=True,
-        tensorrt=TensorRTSettings(enabled=True, precision_mode="FP16"),
+        runtime_settings={"tensorrt": TensorRTSettings(enabled=True, precision_mode="FP16")},
     )
 
 

@@ -11,10 +11,10 @@ import tritonclient.grpc as grpcclient
 from tritongen.buildspec import (
     DynamicBatchingSettings,
     InstanceGroup,
-    OnnxRuntimeSettings,
     QueuePolicy,
     VersionPolicySettings,
 )
+from tritongen.runtimes.onnxruntime import OnnxRuntimeSettings
 from tritongen.serve.client import infer
 from tritongen.serve.stats import model_stats, stats_delta
 

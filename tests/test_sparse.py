@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from tests import pb_stub
-from tritongen.buildspec import load_spec
-from tritongen.buildspec.sections import SparseSettings
+from tritongen.builder.spec import load_spec
 from tritongen.errors import SpecError, UnsupportedModelError
 from tritongen.gates.accuracy import TokenCosineGate
 from tritongen.model.checkpoint import Checkpoint, Pooling, Splade, _read_pooling
@@ -19,6 +18,7 @@ from tritongen.steps.sparse import pad_rows, token_weights, vocabulary_rows
 from tritongen.tasks import detect_task, get_task
 from tritongen.tasks.multi_embedding import postprocess as multi_postprocess
 from tritongen.tasks.sparse_embedding import postprocess as sparse_postprocess
+from tritongen.tasks.sparse_embedding.settings import SparseSettings
 
 SPLADE_POOLING = "sentence_transformers.sparse_encoder.models.SpladePooling"  # the 5.0 name; 5.4 moved it to modules
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tritongen.buildspec import load_spec
+from tritongen.builder.spec import load_spec
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import SpanGate
 from tritongen.model.checkpoint import Checkpoint, Pooling

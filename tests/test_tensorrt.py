@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from tests.test_render import INPUTS, _checkpoint
+from tritongen.builder.ensemble import step_configs
+from tritongen.builder.spec import check_spec
 from tritongen.buildspec import BuildSpec, InstanceGroup
 from tritongen.cli import main
 from tritongen.configs.render import render_all
-from tritongen.configs.steps import step_configs
 from tritongen.errors import EngineError, SpecError
 from tritongen.runtimes.tensorrt.engine import (
     EnginePlan,
@@ -74,7 +75,7 @@ def test_tensorrt_runtime_renders_plan_config_with_profiles():
 def test_tensorrt_spec_refuses_impossible_combinations(changes, message):
     base = {"model": "m", "runtime": "tensorrt", "model_instances": InstanceGroup(kind="KIND_GPU")}
     with pytest.raises(SpecError, match=message):
-        BuildSpec(**{**base, **changes})
+        check_spec(BuildSpec(**{**base, **changes}))  # the runtime's own checks
 
 
 @pytest.mark.skipif(gpu_compute_capability() is not None, reason="this machine has a GPU")

@@ -1,7 +1,8 @@
 """A runtime added from outside the package: one module (``tests/toy_runtime/single_thread.py``) and one line.
 
-Validated by the spec, built through every stage, served by the real tritonserver, and compared with the
-default runtime's answers on the same checkpoint.
+Its section and flag reach the spec and the CLI from its own declaration; it is validated by the spec, built
+through every stage, served by the real tritonserver, and compared with the default runtime's answers on the
+same checkpoint.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.toy_runtime.single_thread import MARKER, SingleThread
-from tritongen.buildspec import load_spec
+from tests.toy_runtime.single_thread import MARKER, SingleThread, SingleThreadSettings
+from tritongen.builder.spec import load_spec
+from tritongen.cli import main
 from tritongen.errors import SpecError
 from tritongen.repository.layout import read_config
 from tritongen.runtimes import RUNTIMES, get_runtime, register_runtime, runtime_names, runtime_of_backend
@@ -38,6 +40,25 @@ def test_spec_accepts_toy_runtime_only_while_registered(toy_runtime):
     register_runtime(SingleThread)
 
 
+def test_toy_runtime_section_and_flag_come_from_its_declaration_while_registered(toy_runtime, capsys):
+    spec = load_spec(None, model="m", runtime="onnx-single-thread", toy_marker="two words")
+    assert spec.section(SingleThreadSettings).marker == "two words"
+    nested = load_spec(None, model="m", single_thread={"marker": "nested"})
+    assert nested.section(SingleThreadSettings).marker == "nested"
+    with pytest.raises(SpecError, match="marker must not be empty"):
+        load_spec(None, model="m", single_thread={"marker": ""})
+    with pytest.raises(SystemExit):
+        main(["build", "--help"])
+    assert "--toy-marker TOY_MARKER" in capsys.readouterr().out
+    RUNTIMES.pop(SingleThread.name)
+    with pytest.raises(SystemExit):
+        main(["build", "--help"])
+    assert "--toy-marker" not in capsys.readouterr().out
+    with pytest.raises(SpecError, match=r"unknown setting\(s\) \['toy_marker'\]"):
+        load_spec(None, model="m", toy_marker="x")
+    register_runtime(SingleThread)
+
+
 def test_registry_refuses_a_second_runtime_of_one_name_or_owning_a_taken_backend(toy_runtime):
     class Impostor(SingleThread):
         pass
@@ -57,7 +78,7 @@ def test_registry_refuses_a_second_runtime_of_one_name_or_owning_a_taken_backend
 @pytest.mark.e2e
 def test_toy_runtime_served_matches_default_runtime_when_registered(toy_runtime, tiny_factory, builds, shared_server):
     checkpoint = tiny_factory("bert", task="embedding")
-    toy = builds(checkpoint, "toyrt", runtime="onnx-single-thread")
+    toy = builds(checkpoint, "toyrt", runtime="onnx-single-thread", toy_marker="one thread")
     default = builds(checkpoint, "toyrt_default")
     model = toy.repository / "toyrt_model"
     config = read_config(model / "config.pbtxt")

@@ -8,8 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.toy_task.cls_vector import ClsVector
-from tritongen.errors import UnsupportedModelError
+from tests.toy_task.cls_vector import ClsVector, ClsVectorSettings
+from tritongen.builder.spec import load_spec
+from tritongen.cli import main
+from tritongen.errors import SpecError, UnsupportedModelError
 from tritongen.serve.client import infer
 from tritongen.tasks import TASKS, get_task, register_task
 
@@ -40,13 +42,26 @@ def test_registry_refuses_a_second_task_of_one_name(toy_task):
     assert get_task("cls-vector") is toy_task
 
 
+def test_toy_task_section_and_flag_come_from_its_declaration_while_registered(toy_task, capsys):
+    assert load_spec(None, model="m", cls_scale=2.5).section(ClsVectorSettings).scale == 2.5
+    with pytest.raises(SpecError, match="scale must be > 0"):
+        load_spec(None, model="m", cls_vector={"scale": 0})
+    with pytest.raises(SystemExit):
+        main(["build", "--help"])
+    assert "--cls-scale CLS_SCALE" in capsys.readouterr().out
+    TASKS.pop(ClsVector.name)
+    with pytest.raises(SpecError, match=r"unknown setting\(s\) \['cls_scale'\]"):
+        load_spec(None, model="m", cls_scale=2.0)
+    register_task(ClsVector)
+
+
 @pytest.mark.e2e
 def test_toy_task_served_matches_pytorch_when_registered(toy_task, tiny_factory, builds, shared_server):
     import torch
     from transformers import AutoModel, AutoTokenizer
 
     checkpoint = tiny_factory("bert", task="embedding")
-    toy = builds(checkpoint, "toy", task="cls-vector")
+    toy = builds(checkpoint, "toy", task="cls-vector", cls_scale=2.0)
     result = toy.result
     assert result.task == "cls-vector"
     served = toy.repository / "toy_postprocess" / "1"
@@ -58,6 +73,6 @@ def test_toy_task_served_matches_pytorch_when_registered(toy_task, tiny_factory,
     batch = tokenizer(TEXTS, padding=True, truncation=True, max_length=result.max_length, return_tensors="pt")
     with torch.no_grad():
         expected = model(**batch).last_hidden_state[:, 0].numpy()
-    np.testing.assert_allclose([r["VECTOR"] for r in rows], expected, atol=1e-4)
-    np.testing.assert_allclose([r["NORM"] for r in rows], np.linalg.norm(expected, axis=-1), rtol=1e-4)
+    np.testing.assert_allclose([r["VECTOR"] for r in rows], 2.0 * expected, atol=2e-4)  # the section's scale
+    np.testing.assert_allclose([r["NORM"] for r in rows], 2.0 * np.linalg.norm(expected, axis=-1), rtol=1e-4)
     assert [r["TRUNCATED"] for r in rows] == [False, False, True, False]

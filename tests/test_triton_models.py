@@ -11,8 +11,8 @@ import pytest
 
 from tests import pb_stub
 from tests.pb_stub import Request, texts
+from tritongen.runtimes.onnxruntime import backend as ort_model
 from tritongen.steps import postprocess, tokenizer
-from tritongen.steps.backends.onnxruntime import model as ort_model
 from tritongen.tasks.classification import postprocess as classification_postprocess
 from tritongen.tasks.embedding import postprocess as embedding_postprocess
 

@@ -78,7 +78,7 @@ def test_wheel_holds_package_data_when_built(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = [
         *SOURCE.glob("data/*.txt"),
-        *SOURCE.glob("steps/backends/*/model.py"),
+        *SOURCE.glob("runtimes/*/backend.py"),
         *SOURCE.glob("steps/*.py"),
     ]
     assert len(expected) >= 9  # texts and step sources (configs are generated in code, no templates)

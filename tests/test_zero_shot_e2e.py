@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.tiny_zeroshot import make_nli_checkpoint
-from tritongen.buildspec import load_spec
+from tritongen.builder.spec import load_spec
 from tritongen.cli import main
 from tritongen.errors import ServerError, SpecError
 from tritongen.model.checkpoint import inspect_checkpoint

@@ -33,7 +33,9 @@ runs inside Triton's Python backend, which has no tritongen to import.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "UnsupportedModelError",
     "UsageError",
     "describe",
+    "stage",
 ]
 
 _PATH_MARKER = "{path}"
@@ -214,3 +217,18 @@ class GatewayError(TritongenError):
     ) -> None:
         self.status, self.type, self.param, self.code = status, type, param, code
         super().__init__(message)
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Run one build stage: an error no check anticipated becomes a one-line :class:`StageError` naming it.
+
+    Errors raised on purpose (:class:`TritongenError`) pass unchanged; so do Ctrl-C and exits. Rust
+    panics (tokenizers, safetensors) derive from BaseException, so everything else is caught.
+    """
+    try:
+        yield
+    except (TritongenError, KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:
+        raise StageError(name, exc) from exc

@@ -1,31 +1,41 @@
 """A toy runtime, ``onnx-single-thread``: the FP32 export as it is, on one thread per instance, and nothing else.
 
-The whole runtime is this module: the entry below. ``tests/test_toy_runtime.py`` registers it with one line,
-``register_runtime(SingleThread)``; no file of the package changes. It serves through Triton's onnxruntime
-backend (the one the local server has), so the real server runs what it builds.
+The whole runtime is this module: its spec section (with its command-line flag) and its entry below.
+``tests/test_toy_runtime.py`` registers it with one line, ``register_runtime(SingleThread)``; no file of the
+package changes. It serves through Triton's onnxruntime backend (the one the local server has), so the real
+server runs what it builds.
 """
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from tritongen.buildspec import BuildSpec, RuntimeSettings
 from tritongen.configs.model_config import ModelConfig
 from tritongen.errors import SpecError
-from tritongen.runtimes import BuildStages, ModelStepView, Runtime, SpecView
+from tritongen.runtimes import Export, ModelStep, Runtime
+from tritongen.tasks import BuildPlan
 
 MARKER = "single_thread.txt"  # what write_files leaves beside the model, to show the build called it
 
 
-class SingleThreadStages(BuildStages):
-    """Its build stages: the export served as it is, and a marker file beside the model."""
+@dataclass(frozen=True)
+class SingleThreadSettings(RuntimeSettings):
+    """The ``single_thread`` section: the words the marker file carries (``--toy-marker``)."""
 
-    def optimise(self, plan: Any, onnx: Any, console: Any) -> None:
-        shutil.copyfile(onnx.fp32_path, onnx.target)  # served as exported: no variant to gate
+    section: ClassVar[str] = "single_thread"
 
-    def write_files(self, plan: Any, version_dir: Path) -> None:
-        (version_dir / MARKER).write_text(f"{plan.spec.name}: one thread\n", encoding="utf-8")
+    marker: str = "one thread"
+
+    flat_names: ClassVar[dict[str, str]] = {"toy_marker": "marker"}
+    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {"toy_marker": {"help": "toy runtime: the marker's words"}}
+
+    def validate(self) -> None:
+        if not self.marker:
+            raise SpecError("the toy runtime's marker must not be empty")
 
 
 class SingleThread(Runtime):
@@ -36,16 +46,23 @@ class SingleThread(Runtime):
     backend = "onnxruntime"
     owns_backend = False  # ONNX Runtime's backend serves it: a config naming it is the onnx runtime's
     model_file = "model.onnx"
+    settings = (SingleThreadSettings,)
     thread_parameter = "intra_op_thread_count"
     container_check_skipped = "the toy runtime is not in any container"
     fold_refused = "the toy runtime serves the export alone"
-    stages = SingleThreadStages()  # a runtime may carry its stages itself
 
-    def check_spec(self, spec: SpecView) -> None:
+    def check_spec(self, spec: BuildSpec) -> None:
         if spec.precision != "fp32" or spec.optimize:
             raise SpecError("runtime onnx-single-thread serves the FP32 export as it is: drop precision and optimize")
 
-    def model_config(self, step: ModelStepView) -> ModelConfig:
+    def optimise(self, plan: BuildPlan, onnx: Export, console: Any) -> None:
+        shutil.copyfile(onnx.fp32_path, onnx.target)  # served as exported: no variant to gate
+
+    def write_files(self, plan: BuildPlan, version_dir: Path) -> None:
+        marker = plan.spec.section(SingleThreadSettings).marker
+        (version_dir / MARKER).write_text(f"{plan.spec.name}: {marker}\n", encoding="utf-8")
+
+    def model_config(self, step: ModelStep) -> ModelConfig:
         return ModelConfig(
             **step.common(),
             backend=self.backend,

@@ -40,7 +40,8 @@ from tritongen.bench.st_peer import ST_VENV, Fp32Check, compare_with_script, st_
 from tritongen.bench.tail import TailReport, read_traces, tail_report, trace_arguments, tracing
 from tritongen.bench.tune import TuneGrid, TunePlan, TunePoint, tune
 from tritongen.builder.pipeline import build_repository
-from tritongen.buildspec import DynamicBatchingSettings, load_spec
+from tritongen.builder.spec import load_spec
+from tritongen.buildspec import DynamicBatchingSettings
 from tritongen.data.datasets import bench_texts
 from tritongen.errors import BenchError, ServerError
 from tritongen.repository.layout import step_names

@@ -9,11 +9,11 @@ import datetime as _dt
 from collections.abc import Sequence
 from typing import Any
 
-from tritongen.builder.plan import BuildPlan, Variant, variant_name
 from tritongen.gates.parity import ParityReport
 from tritongen.model.checkpoint import Checkpoint
 from tritongen.model.fold import FoldReport
-from tritongen.runtimes.registry import get_runtime
+from tritongen.runtimes import Variant, get_runtime
+from tritongen.tasks import BuildPlan
 
 __all__ = ["SEARCH_PLOT", "model_card", "required"]
 
@@ -48,7 +48,7 @@ def model_card(
         f"- task: {bound.task}",
         f"- built: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
         f"- model inputs: {', '.join(facts.inputs)} (from the model's forward signature and config)",
-        *plan.task.modality.card_lines(plan),
+        *plan.bound.modality.card_lines(plan),
         "- contract: inputs "
         + ", ".join(f"`{t.name}`" for t in required(bound.ensemble_inputs))
         + f" (TYPE_STRING, {shape((1,))})"
@@ -61,7 +61,7 @@ def model_card(
         _remote_code_line(checkpoint),
     ]
     lines += bound.card_lines
-    lines.append(f"- served model: {variant_name(spec, variant)} ({spec.runtime} runtime)")
+    lines.append(f"- served model: {get_runtime(spec.runtime).variant_name(spec, variant)} ({spec.runtime} runtime)")
     lines.append(_sizing_line(spec))
     if folding is not None:
         lines.append(folding.card_line())
@@ -82,8 +82,7 @@ def model_card(
 def _sizing_line(spec: Any) -> str:
     """The card's line on the model step's instances and threads, and the CPU node they were sized for."""
     group = spec.model_instances
-    setting = get_runtime(spec.runtime).thread_setting
-    threads = getattr(getattr(spec, setting[0]), setting[1]) if setting else 0
+    threads = get_runtime(spec.runtime).threads(spec)
     line = f"- model step: {group.count} instance(s) on {'GPU' if group.kind == 'KIND_GPU' else 'CPU'}"
     line += f", {threads} thread(s) each" if threads else ", the runtime's default threads"
     if spec.cpu_cores:

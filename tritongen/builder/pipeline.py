@@ -25,22 +25,11 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tritongen import steps
 from tritongen.builder.card import SEARCH_PLOT, model_card, required
-from tritongen.builder.plan import (
-    BuildPlan,
-    ContainerChecks,
-    Export,
-    Variant,
-    stage,
-    variant_name,
-)
+from tritongen.builder.ensemble import step_configs
+from tritongen.builder.spec import check_spec
 from tritongen.buildspec import BuildSpec
 from tritongen.configs.render import render_all
-from tritongen.configs.steps import step_configs
-from tritongen.errors import (
-    RepositoryError,
-    SpecError,
-    UnsupportedModelError,
-)
+from tritongen.errors import RepositoryError, SpecError, UnsupportedModelError, stage
 from tritongen.gates.accuracy import AccuracyReport
 from tritongen.gates.compat import (
     ContainerReport,
@@ -56,8 +45,8 @@ from tritongen.repository.canary import CANARY_FILE
 from tritongen.repository.canary import record as record_canary
 from tritongen.repository.layout import served_steps, served_windows
 from tritongen.repository.staging import Staging, staging
-from tritongen.runtimes import stages as _runtime_stages  # noqa: F401  (attaches the runtimes' build stages)
-from tritongen.tasks import Task, detect_task, get_task, reference_postprocess
+from tritongen.runtimes import Export, Runtime, Variant, get_runtime
+from tritongen.tasks import BuildPlan, Task, detect_task, get_task, reference_postprocess
 from tritongen.tasks._base import NO_TOKENIZER_LIMIT
 
 __all__ = [
@@ -66,6 +55,8 @@ __all__ = [
 ]  # fmt: skip
 
 _PY_MODELS = Path(steps.__file__).resolve().parent
+
+ContainerChecks = dict[str, "ContainerReport | dict[str, str]"]  # release -> its report, or why it was skipped
 
 
 @dataclass(frozen=True)
@@ -80,6 +71,11 @@ class BuildResult:
     max_length: int
     accuracy: AccuracyReport | None = None
     int8_search: SearchReport | None = None
+
+
+def _runtime(plan: BuildPlan) -> Runtime:
+    """The model step's runtime: the registry's entry for the spec's."""
+    return get_runtime(plan.spec.runtime)
 
 
 def _choose_task(spec: BuildSpec, checkpoint: Checkpoint) -> Task:
@@ -119,7 +115,7 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
     accuracy = None if variant is None else variant.accuracy
     search = None if variant is None else variant.search
     return BuildResult(
-        spec.name, plan.task.name, version, Path(spec.repository), report, plan.max_length, accuracy, search
+        spec.name, plan.bound.task, version, Path(spec.repository), report, plan.max_length, accuracy, search
     )
 
 
@@ -136,10 +132,11 @@ def _row_cap(spec: BuildSpec, checkpoint: Checkpoint, preprocessor: Any, task: T
 
 def inspect(spec: BuildSpec, console: Console) -> BuildPlan:
     """Stage 1: read the checkpoint, choose its task, load its tokenizer and model; refuse bad settings early."""
+    check_spec(spec)  # a spec made in code has not met its runtime's checks yet
     with console.status("Inspecting checkpoint…"):
         checkpoint = inspect_checkpoint(spec.model, trust_remote_code=spec.trust_remote_code)
         task = _choose_task(spec, checkpoint)
-        task.modality.check_spec(spec)
+        task.modality.check_spec(spec, serves_onnx=get_runtime(spec.runtime).serves_onnx)
         hf_tokenizer = task.modality.load(checkpoint)  # the tokenizer, or the image processor
     with console.status("Loading PyTorch weights…"), stage("loading the PyTorch model"):
         module = task.load_module(checkpoint)
@@ -153,7 +150,6 @@ def inspect(spec: BuildSpec, console: Console) -> BuildPlan:
     plan = BuildPlan(
         spec=spec,
         checkpoint=checkpoint,
-        task=task,
         bound=bound,
         facts=facts,
         pad_id=pad_id,
@@ -181,7 +177,7 @@ def exported(plan: BuildPlan, work: Staging, console: Console) -> Iterator[Expor
 
 def export(plan: BuildPlan, work: Staging, console: Console) -> Export:
     """Stage 2: stage the first step's files (``tokenizer.json``) and export the FP32 ONNX model (dynamic axes)."""
-    names, modality = plan.names, plan.task.modality
+    names, modality = plan.names, plan.bound.modality
     encoder = modality.encoder(plan, work.version_dir(names["tokenizer"]))
     onnx = Export(
         encoder, work.root.parent / f"{work.root.name}.fp32.onnx", work.version_dir(names["model"]) / "model.onnx"
@@ -201,7 +197,7 @@ def export(plan: BuildPlan, work: Staging, console: Console) -> Export:
 def parity(plan: BuildPlan, onnx: Export, console: Console) -> ParityReport:
     """Stage 3: the FP32 export, served path and all, must match PyTorch; raise :class:`ParityError` if not."""
     with console.status("Checking parity against PyTorch…"), stage("parity check"):
-        report = plan.task.modality.parity(plan, onnx.encoder, onnx.fp32_path)
+        report = plan.bound.modality.parity(plan, onnx.encoder, onnx.fp32_path)
     console.print(Markdown(report.to_markdown()))
     require_parity(report)
     return report
@@ -212,7 +208,7 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
 
     ONNX Runtime's INT8 searches for the fastest quantisation that passes the gate (``tritongen.precision``).
     """
-    return plan.stages.optimise(plan, onnx, console)
+    return _runtime(plan).optimise(plan, onnx, console)
 
 
 def container_check(plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console) -> ContainerChecks:
@@ -224,10 +220,11 @@ def container_check(plan: BuildPlan, onnx: Export, variant: Variant | None, cons
     model cannot run here (a TensorRT plan), when the spec turns it off, or for a container without a venv.
     """
     checks: ContainerChecks = {}
+    runtime = _runtime(plan)
     for release in plan.spec.containers:
         python = container_python(release)
         why = (
-            plan.runtime.container_check_skipped
+            runtime.container_check_skipped
             or ("turned off in the spec" if not plan.spec.container_check else "")
             or (f"no venv for the {release} container (`make compat-venv` creates it)" if python is None else "")
         )
@@ -235,7 +232,7 @@ def container_check(plan: BuildPlan, onnx: Export, variant: Variant | None, cons
             console.print(f"[yellow]Container runtime check skipped[/]: {why}")
             checks[release] = {"skipped": why}
         else:
-            checks[release] = plan.stages.container_check(plan, onnx, variant, console, release, python)
+            checks[release] = runtime.container_check(plan, onnx, variant, console, release, python)
     return checks
 
 
@@ -247,7 +244,7 @@ def canary(plan: BuildPlan, onnx: Export, work: Staging, console: Console) -> No
     (built on the GPU node) record none; their roll-out canaries only need an answer.
     """
     bound = plan.bound
-    if not bound.batched_io or not plan.runtime.serves_onnx or not plan.task.modality.records_canary:
+    if not bound.batched_io or not _runtime(plan).serves_onnx or not bound.modality.records_canary:
         return
     with console.status("Recording the canary outputs…"), stage("canary record"):
         segments = (PARITY_TEXTS, plan.pairs(PARITY_TEXTS))
@@ -267,10 +264,11 @@ def fold(plan: BuildPlan, onnx: Export, console: Console) -> FoldReport:
     """
     spec, bound = plan.spec, plan.bound
     served = served_steps(spec.repository, spec.name)  # a name keeps one ensemble shape across its versions
-    tail = plan.task.graph_tail(plan.checkpoint) if spec.fold and not plan.runtime.fold_refused else None
+    refused = _runtime(plan).fold_refused
+    tail = bound.graph_tail if spec.fold and not refused else None
     why = (
         "not asked for (`--fold`, spec `fold: true`)" if not spec.fold
-        else plan.runtime.fold_refused if plan.runtime.fold_refused
+        else refused if refused
         else f"the {bound.task} postprocess is not tensor math (strings or per-request logic)" if tail is None
         else f"the versions of `{spec.name}` already built serve a postprocess step" if "postprocess" in (served or ())
         else ""
@@ -373,7 +371,7 @@ def write(
     spec, names = plan.spec, plan.names
     for step, (text, _) in configs.items():
         work.write_config(names[step], text)
-    plan.stages.write_files(plan, work.version_dir(names["model"]))
+    _runtime(plan).write_files(plan, work.version_dir(names["model"]))
     folding = folding or FoldReport(False, "not tried")
     _write_python_steps(plan, work, folded=folding.folded)
     card_dir = work.version_dir(names["ensemble"])
@@ -431,11 +429,11 @@ def _build_record(plan: BuildPlan, variant: Variant | None) -> dict[str, Any]:
     return {
         "spec": plan.spec.to_dict(),
         "checkpoint": str(plan.checkpoint.path),
-        "task": plan.task.name,
+        "task": plan.bound.task,
         "max_length": plan.max_length,
         "inputs": plan.inputs,
         "position_limit": plan.facts.position_limit,
-        "variant": variant_name(plan.spec, variant),
+        "variant": _runtime(plan).variant_name(plan.spec, variant),
         "accuracy": None if variant is None else variant.accuracy.__dict__,
         "int8_search": None if variant is None or variant.search is None else variant.search.to_dict(),
     }

@@ -3,6 +3,11 @@
 A spec comes from CLI options, from a YAML file (``make repo SPEC=deploy.yaml``), or both
 (options given on the command line override the file). Defaults are documented on the
 fields and in docs/building.md.
+
+This package is the spec as data: its fields, the checks that need nothing else, and the reading of a mapping
+into sections whose classes it is given. The tasks' and runtimes' sections (``buildspec.sections``) are declared
+in their own folders; ``tritongen.builder.spec.load_spec`` finds them through the registries, fills the node's
+defaults and runs the runtime's checks.
 """
 
 from __future__ import annotations
@@ -11,40 +16,61 @@ import dataclasses
 import enum
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 
-from tritongen.buildspec.sections import SECTIONS, TaskSettings, legacy_settings
-from tritongen.configs.model_config import InstanceGroup, QueuePolicy  # the same sections as Triton's config
+from tritongen.buildspec.sections import RuntimeSettings, SpecSection, TaskSettings
+from tritongen.configs.model_config import (  # InstanceGroup and QueuePolicy: the same sections as Triton's config
+    DynamicBatching,
+    InstanceGroup,
+    Kind,
+    QueuePolicy,
+    TimeoutAction,
+    VersionPolicy,
+)
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.errors import SpecError
-from tritongen.runtimes import get_runtime
-from tritongen.steps.ner import STRATEGIES
 
 __all__ = [
-    "AGGREGATION_STRATEGIES",
+    "DEFAULT_NAME",
+    "QUEUE_BATCHES",
     "BuildSpec",
     "DynamicBatchingSettings",
     "InstanceGroup",
-    "OnnxRuntimeSettings",
-    "OpenVinoSettings",
     "QueuePolicy",
-    "TensorRTSettings",
+    "RuntimeSettings",
+    "SpecSection",
+    "TaskSettings",
     "VersionPolicySettings",
-    "load_spec",
+    "bucket_lengths",
+    "check_cpu_cores",
+    "gather_sections",
+    "instance_group",
+    "python_step_defaults",
+    "read_spec_file",
+    "spec_from_mapping",
+    "usable_cores",
+    "with_overrides",
 ]
+
+_Section = TypeVar("_Section", bound=SpecSection)
 
 DEFAULT_NAME = "minilm"  # the ensemble name of every command, as of the default model (all-MiniLM-L6-v2)
 
 DEFAULT_BUCKETS = (16, 32, 64, 128, 256, 512)
-AGGREGATION_STRATEGIES = STRATEGIES  # token classification: the transformers pipeline's strategies
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 GPU_QUEUE_DELAY_US = 2000  # the model step's default batcher delay on KIND_GPU instances
+
+# A backstop, not a throttle: by default the model step's queue holds at most this many full batches, so a
+# burst beyond it is shed (UNAVAILABLE/503) instead of queueing without bound, while ordinary bursts never
+# reach it. A tight limit cost throughput on a 2-core CPU (docs/benchmarks.md, "Under load"); set one per deployment.
+QUEUE_BATCHES = 8
 
 
 @dataclass(frozen=True)
@@ -60,6 +86,23 @@ class DynamicBatchingSettings:
     preserve_ordering: bool = False
     queue_policy: QueuePolicy | None = None
 
+    def to_config(self, *, default_queue: int = 0) -> DynamicBatching | None:
+        """Triton's section; ``default_queue`` bounds the queue when the spec names no policy (0: unbounded)."""
+        if not self.enabled:
+            return None
+        policy = self.queue_policy
+        if policy is None and default_queue:
+            policy = QueuePolicy(max_queue_size=default_queue)
+        return DynamicBatching(
+            max_queue_delay_microseconds=self.max_queue_delay_microseconds or 0,
+            preferred_batch_size=tuple(self.preferred_batch_size),
+            preserve_ordering=self.preserve_ordering,
+            # a timeout action read from YAML is a string
+            queue_policy=None
+            if policy is None
+            else dataclasses.replace(policy, timeout_action=TimeoutAction(policy.timeout_action)),
+        )
+
 
 @dataclass(frozen=True)
 class VersionPolicySettings:
@@ -69,40 +112,13 @@ class VersionPolicySettings:
     latest: int = 1
     versions: tuple[int, ...] = ()
 
-
-@dataclass(frozen=True)
-class OnnxRuntimeSettings:
-    """Session settings for the onnxruntime backend (``parameters`` and ``optimization``)."""
-
-    intra_op_threads: int = 0  # 0 lets ONNX Runtime decide
-    inter_op_threads: int = 0
-    graph_optimization_level: Literal[-1, 0, 1, 2] = 1  # Triton's scale: -1 off .. 1 all (2 extended)
-    # Busy-waiting worker threads steal CPU from the tokenizer and postprocess steps on small hosts.
-    allow_spinning: bool = False
-
-
-@dataclass(frozen=True)
-class OpenVinoSettings:
-    """The openvino backend's properties (its ``parameters``), for ``runtime: openvino``.
-
-    There is no precision setting: OpenVINO computes in BF16 on CPUs that have it and FP32 elsewhere, and
-    the native backend cannot force FP32, so the build gates both (``tritongen.runtimes.openvino.ir``).
-    """
-
-    performance_hint: Literal["LATENCY", "THROUGHPUT"] = "LATENCY"
-    num_streams: int = 1  # executor streams per instance; 0: AUTO
-    inference_threads: int = 0  # INFERENCE_NUM_THREADS; 0: OpenVINO's default (every core)
-
-
-@dataclass(frozen=True)
-class TensorRTSettings:
-    """The onnxruntime backend's TensorRT execution accelerator (GPU targets only)."""
-
-    enabled: bool = False
-    precision_mode: Literal["FP32", "FP16", "INT8"] = "FP16"
-    max_workspace_size_bytes: int = 1 << 30
-    engine_cache_path: str = "/tmp/trt_engine_cache"
-    profile_shapes: bool = True
+    def to_config(self) -> VersionPolicy:
+        """Triton's section."""
+        if self.policy == "all":
+            return VersionPolicy(all=True)
+        if self.policy == "specific":
+            return VersionPolicy(specific=tuple(self.versions))
+        return VersionPolicy(latest=self.latest)
 
 
 @dataclass(frozen=True)
@@ -122,9 +138,6 @@ class BuildSpec:
     version_policy: VersionPolicySettings = field(default_factory=VersionPolicySettings)
     warmup: bool = True
     response_cache: bool = False
-    onnxruntime: OnnxRuntimeSettings = field(default_factory=OnnxRuntimeSettings)
-    tensorrt: TensorRTSettings = field(default_factory=TensorRTSettings)
-    openvino: OpenVinoSettings = field(default_factory=OpenVinoSettings)
     max_length: int | None = None  # tokens a model row holds; None: the model's own limit (and the tokenizer's)
     parity_tolerance: float = 1e-4
     precision: Literal["fp32", "fp16", "int8"] = "fp32"
@@ -154,9 +167,10 @@ class BuildSpec:
     # Run code shipped with the checkpoint (config.json's auto_map) to load its config, tokenizer and model.
     # Off by default: such a checkpoint is refused; the model card records that it was trusted.
     trust_remote_code: bool = False
-    # The tasks' sections, by section name (``question_answering: {doc_stride: 64}``); a task missing here
-    # runs with its defaults. The old flat keys (``qa_doc_stride``) are read into these sections.
+    # The tasks' and the runtimes' sections, by section name (``question_answering: {doc_stride: 64}``); a
+    # section missing here is its defaults (:meth:`section`). Flat keys (``qa_doc_stride``) are read into them.
     task_settings: dict[str, TaskSettings] = field(default_factory=dict)
+    runtime_settings: dict[str, RuntimeSettings] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -168,7 +182,20 @@ class BuildSpec:
         for key in ("repository", "calibration", "validation"):
             data[key] = None if data[key] is None else str(data[key])
         data.update(data.pop("task_settings"))
+        data.update(data.pop("runtime_settings"))
         return data
+
+    def section(self, kind: type[_Section]) -> _Section:
+        """The spec's ``kind`` section (a task's or a runtime's), or its defaults where the spec has none."""
+        table: Mapping[str, SpecSection] = (
+            self.runtime_settings if issubclass(kind, RuntimeSettings) else self.task_settings
+        )
+        found = table.get(kind.section)
+        if found is None:
+            return kind()
+        if not isinstance(found, kind):
+            raise SpecError(f"`{kind.section}` holds {type(found).__name__}, not {kind.__name__}")
+        return found
 
     @property
     def queue_delay_us(self) -> int:
@@ -192,21 +219,14 @@ def _validate(spec: BuildSpec) -> None:
     _check_batching(spec)
     _check_instances(spec)
     _check_versions(spec)
-    _check_onnxruntime_settings(spec)
     _check_precision(spec)
-    get_runtime(spec.runtime).check_spec(spec)  # an unknown runtime lists the registered ones
     _check_max_length(spec)
-    _check_task_sections(spec)
+    _check_sections(spec)
     _check_parity_tolerance(spec)
 
 
-def _check_cpu_cores(cores: object) -> None:
-    if cores is not None and (not isinstance(cores, int) or isinstance(cores, bool) or cores < 1):
-        raise SpecError(f"cpu_cores must be a whole number >= 1 (the CPU node's cores), got {cores!r}")
-
-
 def _check_device(spec: BuildSpec) -> None:
-    _check_cpu_cores(spec.cpu_cores)
+    check_cpu_cores(spec.cpu_cores)
     if spec.device not in (None, "cpu", "gpu"):
         raise SpecError(f"device must be cpu or gpu, got {spec.device}")
     kinds = {g.kind for g in (spec.tokenizer_instances, spec.model_instances, spec.postprocess_instances)}
@@ -280,13 +300,6 @@ def _check_versions(spec: BuildSpec) -> None:
         raise SpecError("version policy `specific` needs at least one version")
 
 
-def _check_onnxruntime_settings(spec: BuildSpec) -> None:
-    if spec.tensorrt.enabled and spec.model_instances.kind != "KIND_GPU":
-        raise SpecError("the TensorRT accelerator needs the model step on KIND_GPU instances")
-    if spec.onnxruntime.graph_optimization_level not in (-1, 0, 1, 2):
-        raise SpecError("graph_optimization_level must be -1, 0, 1 or 2")
-
-
 def _check_precision(spec: BuildSpec) -> None:
     if spec.precision not in ("fp32", "fp16", "int8"):
         raise SpecError(f"precision must be fp32, fp16 or int8, got {spec.precision}")
@@ -299,13 +312,11 @@ def _check_max_length(spec: BuildSpec) -> None:
         raise SpecError(f"max_length must be >= 8, got {spec.max_length}")
 
 
-def _check_task_sections(spec: BuildSpec) -> None:
-    sections = SECTIONS
-    for section, settings in spec.task_settings.items():
-        if section not in sections:
-            raise SpecError(f"unknown task section `{section}`; known: {sorted(sections)}")
-        if not isinstance(settings, sections[section]):
-            raise SpecError(f"`{section}` must hold {sections[section].__name__}, got {type(settings).__name__}")
+def _check_sections(spec: BuildSpec) -> None:
+    for table, base in ((spec.task_settings, TaskSettings), (spec.runtime_settings, RuntimeSettings)):
+        for name, settings in table.items():
+            if not isinstance(settings, base) or settings.section != name:
+                raise SpecError(f"`{name}` must hold its {base.__name__} section, got {type(settings).__name__}")
 
 
 def _check_parity_tolerance(spec: BuildSpec) -> None:
@@ -319,31 +330,105 @@ _NESTED = {
     "model_instances": InstanceGroup,
     "postprocess_instances": InstanceGroup,
     "version_policy": VersionPolicySettings,
-    "onnxruntime": OnnxRuntimeSettings,
-    "tensorrt": TensorRTSettings,
-    "openvino": OpenVinoSettings,
 }
+_TABLES = {TaskSettings: "task_settings", RuntimeSettings: "runtime_settings"}  # where each kind of section goes
+
+Sections = Mapping[str, type[SpecSection]]  # the plug-in sections by name (``tritongen.builder.spec`` has them)
 
 
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+def read_spec_file(path: Path | None) -> dict[str, Any]:
+    """The mapping a YAML spec file holds ({} for no file); one-line errors for a missing or broken file."""
+    if path is None:
+        return {}
+    try:
+        loaded = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise SpecError("spec file {path} does not exist", path=path) from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"spec file {{path}} is not valid YAML: {exc}".splitlines()[0], path=path) from None
+    if loaded is not None and not isinstance(loaded, dict):
+        raise SpecError("spec file {path} must hold a mapping at the top level", path=path)
+    return dict(loaded or {})
+
+
+def with_overrides(data: dict[str, Any], overrides: Mapping[str, Any], sections: Sections) -> dict[str, Any]:
+    """``data`` (a spec mapping) with ``overrides`` applied; an override of None leaves the value in place.
+
+    Sections may be given whole (``question_answering={"doc_stride": 64}``) or by their flat names
+    (``qa_doc_stride=64``); a nested mapping's None values leave their keys in place too. The result holds each
+    section as one mapping under its name.
+    """
+    data = gather_sections(data, sections)
+    flat = {old for cls in sections.values() for old in cls.flat_names}
+    given = gather_sections({k: v for k, v in overrides.items() if k in flat or k in sections}, sections)
+    for key, value in [*given.items(), *((k, v) for k, v in overrides.items() if k not in flat and k not in sections)]:
+        if value is None:
+            continue
+        if (key in _NESTED or key in sections) and isinstance(value, dict):
+            kept = {k: v for k, v in value.items() if v is not None}
+            if not kept:
+                continue
+            value = {**(data.get(key) or {}), **kept}
+        data[key] = value
+    return data
+
+
+def gather_sections(data: dict[str, Any], sections: Sections) -> dict[str, Any]:
+    """A spec mapping with each plug-in section as one mapping under its name, its flat keys read into it.
+
+    The sections may also come in ``task_settings`` or ``runtime_settings`` (as :meth:`BuildSpec.to_dict`'s
+    layout nests them in earlier versions); a flat key gives way to the section's own value.
+    """
+    data = dict(data)
+    for table in _TABLES.values():
+        for name, values in (data.pop(table, None) or {}).items():
+            data[name] = {**(data.get(name) or {}), **values}
+    for name, cls in sections.items():
+        value = data.get(name)
+        if value is not None and not isinstance(value, dict):
+            raise SpecError(f"`{name}` must be a mapping, got {type(value).__name__}")
+        merged = dict(value or {})
+        for old, new in cls.flat_names.items():
+            if old in data:
+                merged.setdefault(new, data.pop(old))
+        if merged or name in data:
+            data[name] = merged
+    return data
+
+
+def spec_from_mapping(data: dict[str, Any], sections: Sections) -> BuildSpec:
+    """The :class:`BuildSpec` a mapping describes; ``sections`` are the plug-in sections' classes by name.
+
+    Every section is filled in, at its defaults where the mapping has none, so the spec records them all.
+    """
+    data = gather_sections(data, sections)
+    for name, cls in sections.items():
+        data.setdefault(_table(cls), {})[name] = data.pop(name, None) or {}
+    return _build(BuildSpec, data, "spec", sections)
+
+
+def _table(cls: type[SpecSection]) -> str:
+    return next(table for base, table in _TABLES.items() if issubclass(cls, base))
+
+
+def _build(cls: type, data: dict[str, Any], where: str, sections: Sections) -> Any:
     if not isinstance(data, dict):
         raise SpecError(f"`{where}` must be a mapping, got {type(data).__name__}")
-    if cls is BuildSpec:
-        data = _task_sections(data)
     known = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise SpecError(f"unknown setting(s) {unknown} in `{where}`; known: {sorted(known)}")
+        listed = sorted(set(known) - set(_TABLES.values()) | (set(sections) if cls is BuildSpec else set()))
+        raise SpecError(f"unknown setting(s) {unknown} in `{where}`; known: {listed}")
     values: dict[str, Any] = {}
     for key, value in data.items():
-        if cls is BuildSpec and key == "task_settings":
-            value = {name: _build(SECTIONS[name], v, name) for name, v in value.items()}
+        if cls is BuildSpec and key in _TABLES.values():
+            value = {name: _section(name, v, sections) for name, v in value.items()}
         elif cls is BuildSpec and key == "containers":
             value = _releases(value)
         elif cls is BuildSpec and key in _NESTED:
-            value = _build(_NESTED[key], value, key)
+            value = _build(_NESTED[key], value, key, sections)
         elif cls is DynamicBatchingSettings and key == "queue_policy" and value is not None:
-            value = _build(QueuePolicy, value, "dynamic_batching.queue_policy")
+            value = _build(QueuePolicy, value, "dynamic_batching.queue_policy", sections)
         elif isinstance(value, list):
             value = tuple(value)
         elif key in ("repository", "calibration", "validation") and value is not None:
@@ -355,90 +440,22 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
         raise SpecError(f"invalid `{where}`: {exc}") from None
 
 
+def _section(name: str, value: Any, sections: Sections) -> SpecSection:
+    if name not in sections:
+        raise SpecError(f"unknown section `{name}`; known: {sorted(sections)}")
+    return _build(sections[name], value, name, sections)  # type: ignore[no-any-return]
+
+
 def _releases(value: Any) -> tuple[str, ...]:
     """Container releases from a list or a comma-separated string; YAML reads an unquoted 24.10 as 24.1."""
     items = value.split(",") if isinstance(value, str) else value if isinstance(value, (list, tuple)) else [value]
     return tuple(f"{item:.2f}" if isinstance(item, float) else str(item).strip() for item in items)
 
 
-def _task_sections(data: dict[str, Any]) -> dict[str, Any]:
-    """Move the tasks' sections (and their old flat keys) of a spec mapping into ``task_settings``."""
-    sections = SECTIONS
-    legacy = legacy_settings()
-    data = dict(data)
-    nested: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (data.pop("task_settings", None) or {}).items()}
-    for name in sections:
-        if name in data:
-            value = data.pop(name)
-            if value is not None and not isinstance(value, dict):
-                raise SpecError(f"`{name}` must be a mapping, got {type(value).__name__}")
-            nested.setdefault(name, {}).update(value or {})
-    for old, (section, new) in legacy.items():
-        if old in data:
-            value = data.pop(old)
-            nested.setdefault(section, {}).setdefault(new, value)
-    if nested:
-        data["task_settings"] = nested
-    return data
-
-
-def load_spec(path: Path | None = None, **overrides: Any) -> BuildSpec:
-    """Build a :class:`BuildSpec` from an optional YAML file plus keyword overrides.
-
-    Overrides whose value is ``None`` are ignored, so CLI options that were not given
-    leave the file's (or the default) value in place. Task settings may be given in their section
-    (``question_answering={"doc_stride": 64}``) or under their old flat names (``qa_doc_stride=64``).
-    """
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text())
-        except FileNotFoundError:
-            raise SpecError("spec file {path} does not exist", path=path) from None
-        except yaml.YAMLError as exc:
-            raise SpecError(f"spec file {{path}} is not valid YAML: {exc}".splitlines()[0], path=path) from None
-        if loaded is not None and not isinstance(loaded, dict):
-            raise SpecError("spec file {path} must hold a mapping at the top level", path=path)
-        data.update(loaded or {})
-    data = _task_sections(data)
-    task_keys = set(SECTIONS) | set(legacy_settings())
-    given_tasks = _task_sections({k: v for k, v in overrides.items() if k in task_keys and v is not None})
-    for section, values in given_tasks.get("task_settings", {}).items():
-        given = {k: v for k, v in values.items() if v is not None}
-        data.setdefault("task_settings", {}).setdefault(section, {}).update(given)
-    for key, value in overrides.items():
-        if value is None or key in task_keys:
-            continue
-        if key in _NESTED and isinstance(value, dict):
-            given = {k: v for k, v in value.items() if v is not None}
-            if not given:
-                continue
-            value = {**(data.get(key) or {}), **given}
-        data[key] = value
-    if "model" not in data:
-        raise SpecError("no model given: name a checkpoint directory or a hub id")
-    return _build(BuildSpec, _device_defaults(data), "spec")
-
-
-def _device_defaults(data: dict[str, Any]) -> dict[str, Any]:
-    """The device fills what its node wants wherever the spec leaves it open (an explicit value wins).
-
-    ``device: gpu``: KIND_GPU instances, FP16 and the runtime's GPU settings. A CPU build (``device: cpu``, or
-    none and no KIND_GPU model instances): the runtime's instances and threads for ``cpu_cores`` cores.
-    """
-    runtime = get_runtime(data.get("runtime", BuildSpec.runtime))
-    if data.get("device") != "gpu":
-        if (data.get("model_instances") or {}).get("kind", "KIND_CPU") != "KIND_CPU":
-            return data
-        _check_cpu_cores(data.get("cpu_cores"))
-        data = {**data, "cpu_cores": data.get("cpu_cores") or usable_cores()}  # recorded: the node it is sized for
-        return runtime.cpu_defaults(data, data["cpu_cores"])
-    _check_cpu_cores(data.get("cpu_cores"))
-    data = {**data, "cpu_cores": data.get("cpu_cores") or usable_cores()}  # the node's CPU feeds its GPU
-    data["model_instances"] = {"kind": "KIND_GPU", **(data.get("model_instances") or {})}
-    data.setdefault("precision", "fp16")
-    data.setdefault("fold", True)
-    return runtime.gpu_defaults(python_step_defaults(data, data["cpu_cores"]))
+def check_cpu_cores(cores: object) -> None:
+    """Refuse a node size that is not a whole number of cores, at least one."""
+    if cores is not None and (not isinstance(cores, int) or isinstance(cores, bool) or cores < 1):
+        raise SpecError(f"cpu_cores must be a whole number >= 1 (the CPU node's cores), got {cores!r}")
 
 
 def python_step_defaults(data: dict[str, Any], cores: int) -> dict[str, Any]:
@@ -456,6 +473,16 @@ def python_step_defaults(data: dict[str, Any], cores: int) -> dict[str, Any]:
         if group.get("count") is None:
             sized[step] = {**group, "count": max(1, cores // share)}
     return sized
+
+
+def instance_group(group: InstanceGroup) -> InstanceGroup:
+    """A spec's instance group as the config writes it (a kind read from YAML is a string)."""
+    return dataclasses.replace(group, kind=Kind(group.kind), gpus=tuple(group.gpus))
+
+
+def bucket_lengths(buckets: Iterable[int], max_length: int) -> list[int]:
+    """The lengths rows are padded to: the spec's buckets below ``max_length``, then ``max_length`` itself."""
+    return sorted({b for b in buckets if b < max_length} | {max_length})
 
 
 def usable_cores() -> int:

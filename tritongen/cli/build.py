@@ -1,7 +1,7 @@
 """``build``: a Triton ensemble repository from a checkpoint (:func:`tritongen.builder.pipeline.build_repository`).
 
 Every option overrides the same key of the YAML spec; the spec, the task registry and the runtimes are loaded
-only when this command is used.
+only when this command is used. A task's or runtime's own flags come from its section's declaration.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _build(args: argparse.Namespace) -> None:
     from tritongen.builder.pipeline import build_repository
-    from tritongen.buildspec import load_spec
+    from tritongen.builder.spec import load_spec
 
     build_repository(load_spec(args.spec, **_spec_overrides(args)))
 
 
 def _spec_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The spec keys the options give, by name (``None``: not given, the spec's or the default value stands)."""
-    from tritongen.buildspec.sections import legacy_settings
+    from tritongen.builder.spec import flat_names
 
     return dict(
         model=args.model,
@@ -43,12 +43,6 @@ def _spec_overrides(args: argparse.Namespace) -> dict[str, Any]:
         dynamic_batching=_dynamic_batching(args),
         model_instances={"count": args.model_instances, "kind": args.model_kind},
         tokenizer_instances={"count": args.tokenizer_instances},
-        onnxruntime={"intra_op_threads": args.intra_op_threads, "inter_op_threads": args.inter_op_threads},
-        openvino={
-            "performance_hint": args.openvino_hint,
-            "num_streams": args.openvino_streams,
-            "inference_threads": args.openvino_threads,
-        },
         precision=args.precision,
         optimize=args.optimize,
         quantization=args.quantization,
@@ -64,7 +58,7 @@ def _spec_overrides(args: argparse.Namespace) -> dict[str, Any]:
         fold=args.fold,
         trust_remote_code=args.trust_remote_code,
         max_length=args.max_length,
-        **{name: getattr(args, name) for name in legacy_settings()},
+        **{name: getattr(args, name) for name in flat_names()},  # the tasks' and runtimes' own flags
     )
 
 
@@ -144,8 +138,6 @@ def _add_instance_options(build: argparse.ArgumentParser) -> None:
     build.add_argument("--model-instances", type=int, help="instance count of the model step")
     build.add_argument("--model-kind", choices=("KIND_CPU", "KIND_GPU"), help="where the model step runs")
     build.add_argument("--tokenizer-instances", type=int, help="instance count of the tokenizer step")
-    build.add_argument("--intra-op-threads", type=int, help="ONNX Runtime intra-op threads (0: default)")
-    build.add_argument("--inter-op-threads", type=int, help="ONNX Runtime inter-op threads (0: default)")
 
 
 def _add_variant_options(build: argparse.ArgumentParser) -> None:
@@ -218,16 +210,24 @@ def _add_gate_options(build: argparse.ArgumentParser) -> None:
 
 
 def _add_runtime_options(build: argparse.ArgumentParser) -> None:
+    from tritongen.buildspec import RuntimeSettings
+
     build.add_argument("--runtime", choices=_runtime_choices(), help="model step runtime (default onnx)")
-    build.add_argument("--openvino-hint", choices=("LATENCY", "THROUGHPUT"), help="openvino PERFORMANCE_HINT")
-    build.add_argument("--openvino-streams", type=int, help="openvino NUM_STREAMS per instance (0: AUTO; default 1)")
-    build.add_argument("--openvino-threads", type=int, help="openvino INFERENCE_NUM_THREADS (0: default)")
+    _add_section_flags(build, RuntimeSettings)  # each runtime's own flags
     build.add_argument("--max-length", type=int, help="tokens per model row (default: the model's own limit)")
 
 
 def _add_task_options(build: argparse.ArgumentParser) -> None:
-    from tritongen.buildspec.sections import SECTIONS
+    from tritongen.buildspec import TaskSettings
 
-    for settings in SECTIONS.values():  # each task's own flags (their old flat spec names)
-        for dest, options in settings.cli_flags.items():
-            build.add_argument(f"--{dest.replace('_', '-')}", dest=dest, **options)
+    _add_section_flags(build, TaskSettings)  # each task's own flags (their old flat spec names)
+
+
+def _add_section_flags(build: argparse.ArgumentParser, kind: type) -> None:
+    """The flags the registered plug-ins' sections of ``kind`` declare, in registration order."""
+    from tritongen.builder.spec import spec_sections
+
+    for settings in spec_sections().values():
+        if issubclass(settings, kind):
+            for dest, options in settings.cli_flags.items():
+                build.add_argument(f"--{dest.replace('_', '-')}", dest=dest, **options)

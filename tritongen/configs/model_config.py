@@ -34,6 +34,7 @@ __all__ = [
     "TimeoutAction",
     "VersionPolicy",
     "Warmup",
+    "generated_comment",
     "message_text",
     "to_proto",
     "to_text",
@@ -171,6 +172,11 @@ class ModelConfig:
     warmup: tuple[Warmup, ...] = ()
     steps: tuple[EnsembleStep, ...] = ()
     response_cache: bool = False
+
+
+def generated_comment(name: str, step: str, ensemble: str) -> str:
+    """The first line of a step's config: what it is, and that the build spec is where to change it."""
+    return f"{name}: {step} step of the `{ensemble}` ensemble (generated; edit the build spec instead)."
 
 
 def _set_tensors(target: Any, tensors: Sequence[Tensor], batched: bool, *, inputs: bool) -> None:

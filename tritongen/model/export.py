@@ -67,8 +67,21 @@ def export_onnx(
         raise ExportError(f"ONNX export failed: {str(exc).strip().splitlines()[0]}") from None
     onnx.checker.check_model(model)
     _require_dynamic_axes(model, sample, axes)
+    _drop_stack_traces(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save_model(model, str(path))
+
+
+def _drop_stack_traces(model: object) -> None:
+    """Remove the exporter's per-node Python stack traces, which name this machine's paths and our source lines.
+
+    With them the same checkpoint gives other bytes from another checkout; the nodes' module paths stay.
+    """
+    for node in model.graph.node:  # type: ignore[attr-defined]
+        kept = [p for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+        if len(kept) != len(node.metadata_props):
+            del node.metadata_props[:]
+            node.metadata_props.extend(kept)
 
 
 def _require_dynamic_axes(

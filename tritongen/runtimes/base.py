@@ -3,89 +3,117 @@
 As Text Embeddings Inference's ``Backend`` trait, with one implementation per folder (``onnxruntime/``,
 ``openvino/``, ``tensorrt/``): nothing outside this package asks which runtime it has. A runtime says
 
-* what the spec may ask of it (:meth:`Runtime.check_spec`) and what a GPU build fills in (:meth:`gpu_defaults`);
-* what it serves and how it is gated (:meth:`optimise`, stage 4 of the build) and checked in each target
-  container (:meth:`container_check`, stage 5);
-* its model step's config (:meth:`model_config`) and the files it writes beside it (:meth:`write_files`);
-* its tuning parameter (:attr:`thread_parameter`) and the spec lines that set it (:meth:`thread_lines`).
+* what the spec may ask of it (:meth:`Runtime.check_spec`) and what a CPU or GPU build fills in;
+* what it serves and how it is gated (:meth:`Runtime.optimise`, stage 4 of the build) and checked in each
+  target container (:meth:`Runtime.container_check`, stage 5);
+* its model step's config (:meth:`Runtime.model_config`, from the :class:`ModelStep` every runtime shares) and
+  the files it writes beside it (:meth:`Runtime.write_files`);
+* its tuning parameter (:attr:`Runtime.thread_parameter`) and the spec lines that set it.
 
-The declarative part is light: the spec validates with it. The build stages load their modules when called.
+The entry is light: the spec validates with it and the CLI lists it. Its build stages load their modules (ONNX
+Runtime, OpenVINO, NNCF) only when the build calls them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tritongen.buildspec import QUEUE_BATCHES, BuildSpec, RuntimeSettings, instance_group
+from tritongen.configs.model_config import InstanceGroup, ModelConfig, Tensor, Warmup, generated_comment
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from rich.console import Console
 
-    from tritongen.configs.model_config import InstanceGroup, ModelConfig, Tensor
+    from tritongen.gates.accuracy import AccuracyReport, GateReference
+    from tritongen.gates.compat import ContainerReport
+    from tritongen.precision.int8_search import SearchReport
+    from tritongen.precision.optimize import OptimizeReport
+    from tritongen.tasks import BuildPlan
 
-__all__ = ["BuildStages", "ModelStepView", "Runtime", "SpecView"]
+__all__ = ["Export", "ModelStep", "Runtime", "Variant"]
 
 
-class SpecView(Protocol):
-    """What a runtime reads of the build spec (``tritongen.buildspec.BuildSpec`` is one)."""
+@dataclass(frozen=True)
+class ModelStep:
+    """What every runtime's model step is built from: names, tensors, row lengths and the spec."""
+
+    spec: BuildSpec
+    name: str
+    ensemble_name: str
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    buckets: tuple[int, ...]
+    max_length: int
+
+    def common(self) -> dict[str, Any]:
+        """The sections every runtime sets the same way."""
+        spec = self.spec
+        return {
+            "name": self.name,
+            "comment": generated_comment(self.name, "model", self.ensemble_name),
+            "max_batch_size": spec.max_batch_size,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "version_policy": spec.version_policy.to_config(),
+            "dynamic_batching": dataclasses.replace(
+                spec.dynamic_batching, max_queue_delay_microseconds=spec.queue_delay_us
+            ).to_config(default_queue=QUEUE_BATCHES * spec.max_batch_size),
+            "warmup": self.warmup(),
+        }
+
+    def instances(self) -> InstanceGroup:
+        """The model step's ``instance_group``."""
+        return instance_group(self.spec.model_instances)
+
+    def warmup(self) -> tuple[Warmup, ...]:
+        """One zero sample per bucket, so the first real request of each length finds a warm model.
+
+        Inputs of fixed shape (images) get one sample.
+        """
+        if not self.spec.warmup:
+            return ()
+        if not any(-1 in t.dims for t in self.inputs):
+            return (Warmup("fixed_shape", self.inputs),)
+
+        def at(length: int) -> tuple[Tensor, ...]:
+            return tuple(
+                Tensor(t.name, t.data_type, tuple(length if d == -1 else d for d in t.dims)) for t in self.inputs
+            )
+
+        return tuple(Warmup(f"bucket_{length}", at(length)) for length in self.buckets)
+
+
+@dataclass(frozen=True)
+class Export:
+    """What the build's export stage produced: the served encoder and the FP32 ONNX file (outside the staged tree)."""
+
+    encoder: Any  # the first step's own code: TextEncoder, ImageEncoder
+    fp32_path: Path
+    target: Path  # where the served model goes: <model>/<version>/model.onnx in the staging area
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What a runtime's optimisation produced: the steps taken, the gate's figures, the INT8 search (int8 only)."""
+
+    optimized: OptimizeReport
+    accuracy: AccuracyReport
+    search: SearchReport | None = None
+    reference: GateReference | None = field(default=None, repr=False, compare=False)  # for the container check
 
     @property
-    def precision(self) -> str: ...  # noqa: D102
-    @property
-    def quantization(self) -> str: ...  # noqa: D102
-    @property
-    def optimize(self) -> bool: ...  # noqa: D102
-    @property
-    def max_batch_size(self) -> int: ...  # noqa: D102
-    @property
-    def model_instances(self) -> Any: ...  # noqa: D102
-    @property
-    def onnxruntime(self) -> Any: ...  # noqa: D102
-    @property
-    def openvino(self) -> Any: ...  # noqa: D102
-    @property
-    def tensorrt(self) -> Any: ...  # noqa: D102
-
-
-class ModelStepView(Protocol):
-    """The model step's config inputs, as ``tritongen.configs.steps`` computes them for every runtime."""
-
-    @property
-    def spec(self) -> SpecView: ...  # noqa: D102
-    @property
-    def inputs(self) -> tuple[Tensor, ...]: ...  # noqa: D102
-    @property
-    def buckets(self) -> tuple[int, ...]: ...  # noqa: D102
-    @property
-    def max_length(self) -> int: ...  # noqa: D102
-    def common(self) -> dict[str, Any]: ...  # noqa: D102
-    def instances(self) -> InstanceGroup: ...  # noqa: D102
-
-
-class BuildStages:
-    """A runtime's part of the build: stage 4 (optimise and gate), stage 5 (the container check) and its files.
-
-    A built-in runtime's stages live in its folder's ``stages.py`` and attach themselves to the runtime with
-    ``@register_stages`` when the build imports ``tritongen.runtimes.stages``: they use the build's plan, which
-    the runtime itself sits below. A runtime may also carry its stages itself (``Runtime.stages``).
-    """
-
-    def optimise(self, plan: Any, onnx: Any, console: Console) -> Any:
-        """Build stage 4: the served model from the FP32 export, gated; None when the export is served as is."""
-        raise NotImplementedError
-
-    def container_check(self, plan: Any, onnx: Any, variant: Any, console: Console, release: str, python: Path) -> Any:
-        """Build stage 5 in one container (``release``, its venv's ``python``): a ContainerReport, or why skipped."""
-        raise NotImplementedError
-
-    def write_files(self, plan: Any, version_dir: Path) -> None:
-        """Files the model step needs beside its model (the TensorRT engine's build plan)."""
+    def chosen(self) -> str | None:
+        """The INT8 search's chosen candidate, by label; None without a search or a choice."""
+        if self.search is None or self.search.chosen is None:
+            return None
+        return self.search.chosen.candidate.label
 
 
 class Runtime:
-    """Base of a runtime entry: declarative class attributes, and hooks for the spec, the configs and the bench."""
-
-    stages: BuildStages | None = None  # set by ``register_stages`` (or by the runtime itself)
+    """Base of a runtime entry: declarative class attributes, and hooks for the spec, the build, the configs."""
 
     name: ClassVar[str]  # the spec's ``runtime`` value
     title: ClassVar[str]  # for people: "ONNX Runtime"
@@ -94,11 +122,13 @@ class Runtime:
     # that serves through another's backend says False.
     owns_backend: ClassVar[bool] = True
     model_file: ClassVar[str]  # the served file in the model step's version folder
-    # The Python stand-in the local server installs for the container's native backend (None: none needed).
+    # The module the local server installs as the container's native backend (its ``model.py``); None: none needed.
     local_backend: ClassVar[str | None] = None
-    # The model step's parameter for threads per instance, and the spec section and key that set it.
+    # The runtime's sections of the build spec (``onnxruntime: {intra_op_threads: 2}``), with their flags.
+    settings: ClassVar[tuple[type[RuntimeSettings], ...]] = ()
+    # The model step's parameter for threads per instance, and the spec section and field that set it.
     thread_parameter: ClassVar[str | None] = None
-    thread_setting: ClassVar[tuple[str, str] | None] = None
+    thread_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = None
     # Whether the served file is the exported ONNX graph itself (or an optimisation of it), so that graph-level
     # work (folding the postprocess in, the canary record, image models exported as they are) applies.
     serves_onnx: ClassVar[bool] = False
@@ -106,8 +136,11 @@ class Runtime:
     container_check_skipped: ClassVar[str] = ""
     # Why the postprocess cannot be folded into what this runtime serves ("": it can).
     fold_refused: ClassVar[str] = ""
+    symmetric_int8: ClassVar[bool] = False  # whether INT8 activations must be symmetric (TensorRT's explicit QDQ)
 
-    def check_spec(self, spec: SpecView) -> None:
+    # --- the spec ------------------------------------------------------------------------------------------
+
+    def check_spec(self, spec: BuildSpec) -> None:
         """Raise :class:`~tritongen.errors.SpecError` for settings this runtime cannot serve."""
 
     def gpu_defaults(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -124,10 +157,9 @@ class Runtime:
 
         return SCHEMES if quantization == "auto" else (quantization,)
 
-    symmetric_int8: ClassVar[bool] = False  # whether INT8 activations must be symmetric (TensorRT's explicit QDQ)
-
-    def variant_name(self, spec: SpecView, chosen: str | None = None) -> str:
-        """The served variant in words (the card, ``build.json``): precision, the INT8 candidate ``chosen``."""
+    def variant_name(self, spec: BuildSpec, variant: Variant | None = None) -> str:
+        """The served variant in words (the card, ``build.json``): precision, and the INT8 search's choice."""
+        chosen = None if variant is None else variant.chosen
         name = spec.precision.upper()
         if chosen is not None:
             name += f" {chosen}"
@@ -135,13 +167,35 @@ class Runtime:
             name += f" {spec.quantization}"
         return name + (" optimised" if spec.optimize else "")
 
-    def model_config(self, step: ModelStepView) -> ModelConfig:
-        """The model step's typed config."""
-        raise NotImplementedError
+    def threads(self, spec: BuildSpec) -> int:
+        """Threads per model-step instance the spec sets (0: the runtime's default, or none to set)."""
+        if self.thread_setting is None:
+            return 0
+        section, key = self.thread_setting
+        return int(getattr(spec.section(section), key))
 
     def thread_lines(self, threads: int) -> list[str]:
         """The build spec's YAML lines that give the model step ``threads`` per instance ([] when it has none)."""
         if self.thread_setting is None:
             return []
         section, key = self.thread_setting
-        return [f"{section}:", f"  {key}: {threads}"]
+        return [f"{section.section}:", f"  {key}: {threads}"]
+
+    # --- the build -----------------------------------------------------------------------------------------
+
+    def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
+        """Build stage 4: the served model from the FP32 export, gated; None when the export is served as is."""
+        raise NotImplementedError
+
+    def container_check(
+        self, plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console, release: str, python: Path
+    ) -> ContainerReport | dict[str, str]:
+        """Build stage 5 in one container (``release``, its venv's ``python``): its report, or why it was skipped."""
+        raise NotImplementedError
+
+    def write_files(self, plan: BuildPlan, version_dir: Path) -> None:
+        """Files the model step needs beside its model (the TensorRT engine's build plan)."""
+
+    def model_config(self, step: ModelStep) -> ModelConfig:
+        """The model step's typed config."""
+        raise NotImplementedError

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from tritongen.errors import SpecError
-from tritongen.runtimes.base import BuildStages, Runtime
+from tritongen.runtimes.base import Runtime
 
-__all__ = ["RUNTIMES", "get_runtime", "register_runtime", "register_stages", "runtime_names", "runtime_of_backend"]
+__all__ = ["RUNTIMES", "get_runtime", "register_runtime", "runtime_names", "runtime_of_backend"]
 
 RUNTIMES: dict[str, Runtime] = {}
 
@@ -45,13 +43,3 @@ def runtime_names() -> tuple[str, ...]:
 def runtime_of_backend(backend: str) -> Runtime | None:
     """The runtime that owns the backend (or ``platform``) a config names; None for any other."""
     return next((r for r in RUNTIMES.values() if r.backend == backend and r.owns_backend), None)
-
-
-def register_stages(runtime: type[Runtime]) -> Callable[[type[BuildStages]], type[BuildStages]]:
-    """Class decorator: ``runtime``'s build stages (its folder's ``stages.py``), attached to its registry entry."""
-
-    def attach(cls: type[BuildStages]) -> type[BuildStages]:
-        RUNTIMES[runtime.name].stages = cls()
-        return cls
-
-    return attach

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import os
 import shutil
 import signal
@@ -31,7 +32,6 @@ from typing import Any
 
 from tritongen.errors import ServerError
 from tritongen.runtimes import RUNTIMES
-from tritongen.steps import backends
 
 REMOTE_SCHEMES = ("s3://", "gs://", "as://")  # repositories tritonserver reads itself
 
@@ -92,9 +92,9 @@ def prepare_runtime() -> Path:
         shutil.copy2(paths["python_backend"] / item, python_dir / item)
     shutil.copy2(paths["stub"], python_dir / "triton_python_backend_stub")
     # Python-based stand-ins for the container's native backends, one per runtime that needs one.
-    for backend in [r.local_backend for r in RUNTIMES.values() if r.local_backend]:
-        (root / "backends" / backend).mkdir()
-        shutil.copy2(Path(backends.__file__).parent / backend / "model.py", root / "backends" / backend / "model.py")
+    for runtime in [r for r in RUNTIMES.values() if r.local_backend and r.owns_backend]:
+        (root / "backends" / runtime.backend).mkdir()
+        shutil.copy2(_module_file(runtime.local_backend), root / "backends" / runtime.backend / "model.py")
     (root / "caches").symlink_to(paths["caches"], target_is_directory=True)
     lib = root / "lib"
     lib.mkdir()
@@ -324,3 +324,11 @@ def running_server(repository: Path | str, **settings: Any) -> Iterator[TritonSe
     """Start a server on free ports and stop it afterwards; ``settings`` are :class:`TritonServer`'s."""
     with TritonServer(repository, Endpoints.free(), **settings) as server:
         yield server
+
+
+def _module_file(module: str) -> Path:
+    """The source file of ``module``, found without running it (a stand-in imports its runtime's libraries)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ServerError(f"the local backend module {module} is not installed")
+    return Path(spec.origin)

@@ -23,7 +23,8 @@ from tritongen.tasks import (
     token_classification,
     zero_shot_classification,
 )
-from tritongen.tasks._base import TRUNCATED, Task, TaskPlan, TensorSpec, reference_postprocess
+from tritongen.tasks._base import TRUNCATED, Task, TensorSpec, reference_postprocess
+from tritongen.tasks._plan import BuildPlan, Modality, TaskPlan
 from tritongen.tasks._registry import (
     TASKS,
     detect_task,
@@ -34,6 +35,8 @@ from tritongen.tasks._registry import (
 __all__ = [
     "TASKS",
     "TRUNCATED",
+    "BuildPlan",
+    "Modality",
     "Task",
     "TaskPlan",
     "TensorSpec",

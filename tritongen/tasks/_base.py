@@ -8,18 +8,20 @@ time :meth:`Task.bind` turns the entry, the checkpoint, the spec and the tokeniz
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen.buildspec.sections import TaskSettings
 from tritongen.errors import CapabilityError, CheckpointError, UnsupportedModelError
 from tritongen.gates.accuracy import Gate, LabelGate
-from tritongen.tasks._inputs import Modality, TextInputs
+from tritongen.tasks._inputs import TextInputs
+from tritongen.tasks._plan import Modality, TaskPlan
 from tritongen.tasks._tensors import TRUNCATED, TensorSpec
 
 if TYPE_CHECKING:
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.model.fold import GraphTail
 
-__all__ = ["NO_TOKENIZER_LIMIT", "TRUNCATED", "Binding", "Task", "TaskPlan", "TensorSpec", "reference_postprocess"]
+__all__ = ["NO_TOKENIZER_LIMIT", "TRUNCATED", "Binding", "Task", "TensorSpec", "reference_postprocess"]
 
 _TOKENIZER_STEP = "tritongen.steps.tokenizer"  # the plain text tokenizer: TEXT [, TEXT_PAIR] -> rows
 
@@ -46,37 +48,6 @@ class Binding:
     checkpoint: Checkpoint
     row_length: int  # tokens per model row
     facts: Mapping[str, str]  # the tokenizer's facts (``cls_id``, ``unk_token``, ``padding_side``...)
-
-
-@dataclass(frozen=True)
-class TaskPlan:
-    """A task bound to one checkpoint, spec and tokenizer: everything the build needs, computed once."""
-
-    task: str
-    settings: TaskSettings
-    row_length: int  # tokens per model row
-    inputs: tuple[str, ...]  # the ONNX model's inputs
-    ensemble_inputs: tuple[TensorSpec, ...]
-    tokenizer_outputs: tuple[TensorSpec, ...]  # the model inputs, then what the postprocess step or client reads
-    onnx_output: TensorSpec
-    postprocess_inputs: tuple[TensorSpec, ...]
-    postprocess_outputs: tuple[TensorSpec, ...]
-    ensemble_outputs: tuple[TensorSpec, ...]
-    tokenizer_parameters: Mapping[str, str]  # task parameters; the build adds the tokenizer file, length, buckets
-    postprocess_parameters: Mapping[str, str]
-    card_lines: tuple[str, ...]
-    batched_io: bool
-    truncates: bool
-    pair_input: bool
-    gate: Gate  # how the accuracy gate (and the parity check's argmax) compares outputs
-    step_modules: Mapping[str, str]  # step ("tokenizer", "postprocess") -> module served as its model.py
-    helper_modules: Mapping[str, tuple[str, ...]]  # step -> modules of tritongen.steps copied beside it
-    postprocess_files: tuple[str, ...] = field(default=())  # files of the build the postprocess step reads
-    # The ensemble inputs the tokenizer step reads (empty: all of them); others go straight to the postprocess.
-    tokenizer_inputs: tuple[TensorSpec, ...] = field(default=())
-    modality: Modality = field(default=TextInputs(), compare=False)  # what the first step reads (text, images)
-    # What the ensemble's config says of it to its readers (the gateway's /info: ``pooling``).
-    ensemble_parameters: Mapping[str, str] = field(default_factory=dict)
 
 
 class Task:
@@ -180,6 +151,8 @@ class Task:
             tokenizer_inputs=tuple(self.tokenizer_inputs(checkpoint)),
             modality=self.modality,
             ensemble_parameters=self.ensemble_parameters(checkpoint),
+            parity_pairs=functools.partial(self.parity_pairs, settings) if self.pair_input else None,
+            graph_tail=self.graph_tail(checkpoint),
         )
 
     def for_settings(self, settings: TaskSettings) -> Task:
@@ -193,7 +166,7 @@ class Task:
         """The task's section of ``spec`` (its defaults when the spec has none)."""
         if self.section is None:
             return self.Settings()
-        return spec.task_settings.get(self.section) or self.Settings()
+        return spec.section(self.Settings)
 
     def parity_pairs(self, settings: Any, texts: Sequence[str]) -> list[str]:
         """The second segments that parity and the accuracy gate pair ``texts`` with (for ``pair_input`` tasks).

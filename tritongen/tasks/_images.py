@@ -11,11 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tritongen.buildspec.sections import ImagesSettings
 from tritongen.errors import CheckpointError, SpecError, UnsupportedModelError
-from tritongen.runtimes import get_runtime
 from tritongen.steps.image import ImageEncoder, ImageSettings
-from tritongen.tasks._inputs import BuildView, Modality
+from tritongen.tasks._image_settings import ImagesSettings
+from tritongen.tasks._plan import BuildPlan, Modality
 from tritongen.tasks._tensors import TensorSpec
 
 if TYPE_CHECKING:
@@ -60,8 +59,8 @@ class ImageInputs(Modality):
     name = "image"
     records_canary = False  # a roll-out canary sends text; image versions are switched with `serve` reloads
 
-    def check_spec(self, spec: BuildSpec) -> None:
-        if spec.precision != "fp32" or spec.optimize or not get_runtime(spec.runtime).serves_onnx:
+    def check_spec(self, spec: BuildSpec, *, serves_onnx: bool) -> None:
+        if spec.precision != "fp32" or spec.optimize or not serves_onnx:
             raise SpecError(
                 "image models are built as FP32 for ONNX Runtime only: the accuracy gate of FP16, INT8, fusions and "
                 "the openvino and tensorrt runtimes measures texts (build with --precision fp32 --runtime onnx)"
@@ -96,7 +95,7 @@ class ImageInputs(Modality):
     def tensors(self, checkpoint: Checkpoint, names: Sequence[str]) -> list[TensorSpec]:
         return [TensorSpec("pixel_values", "TYPE_FP32", (3, *image_size(checkpoint)))]
 
-    def encoder(self, plan: BuildView, step_dir: Path) -> ImageEncoder:
+    def encoder(self, plan: BuildPlan, step_dir: Path) -> ImageEncoder:
         return ImageEncoder(ImageSettings.from_parameters(plan.bound.tokenizer_parameters))
 
     def samples(self) -> Sequence[bytes]:
@@ -107,17 +106,17 @@ class ImageInputs(Modality):
     def export_sample(self, encoder: Any) -> dict[str, Any]:
         return encoder(list(self.samples())[:2])
 
-    def dynamic_axes(self, plan: BuildView) -> Mapping[str, Mapping[int, str]]:
+    def dynamic_axes(self, plan: BuildPlan) -> Mapping[str, Mapping[int, str]]:
         return {"pixel_values": {}}
 
-    def parity(self, plan: BuildView, encoder: Any, onnx_path: Path) -> ParityReport:
+    def parity(self, plan: BuildPlan, encoder: Any, onnx_path: Path) -> ParityReport:
         from tritongen.gates.image_parity import check_image_parity
 
         return check_image_parity(
             plan.module, plan.hf_tokenizer, encoder, onnx_path, tolerance=plan.spec.parity_tolerance
         )
 
-    def card_lines(self, plan: BuildView) -> list[str]:
+    def card_lines(self, plan: BuildPlan) -> list[str]:
         s = ImageSettings.from_parameters(plan.bound.tokenizer_parameters)
         resize = f"{s.size[0]}x{s.size[1]}" if s.size else f"shortest edge {s.shortest_edge}"
         crop = f", centre crop {s.crop_size[0]}x{s.crop_size[1]}" if s.do_center_crop and s.crop_size else ""

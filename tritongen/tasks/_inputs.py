@@ -11,127 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from tritongen.errors import CheckpointError, UnsupportedModelError
+from tritongen.tasks._plan import BuildPlan, Modality, TaskPlan
 from tritongen.tasks._tensors import TensorSpec
 
 if TYPE_CHECKING:
-    from tritongen.buildspec import BuildSpec
-    from tritongen.gates.accuracy import Gate
     from tritongen.gates.parity import ParityReport
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.model.facts import ModelFacts
 
-__all__ = ["BoundView", "BuildView", "Modality", "TextInputs"]
-
-
-class BoundView(Protocol):
-    """What the input hooks read of the task bound to the build (``tritongen.tasks.TaskPlan`` is one)."""
-
-    @property
-    def row_length(self) -> int: ...
-    @property
-    def inputs(self) -> tuple[str, ...]: ...
-    @property
-    def truncates(self) -> bool: ...
-    @property
-    def gate(self) -> Gate: ...
-    @property
-    def tokenizer_parameters(self) -> Mapping[str, str]: ...
-
-
-class BuildView(Protocol):
-    """What the build's plan shows the tasks' hooks; ``tritongen.builder.plan.BuildPlan`` is one.
-
-    Declared here, at the tasks' level, so that a task reads the plan without importing the build above it.
-    """
-
-    @property
-    def spec(self) -> BuildSpec: ...
-    @property
-    def checkpoint(self) -> Checkpoint: ...
-    @property
-    def bound(self) -> BoundView: ...
-    @property
-    def facts(self) -> ModelFacts: ...
-    @property
-    def pad_id(self) -> int: ...
-    @property
-    def tokenizer_facts(self) -> Mapping[str, str]: ...
-    @property
-    def hf_tokenizer(self) -> Any: ...
-    @property
-    def module(self) -> Any: ...
-    @property
-    def max_length(self) -> int: ...
-    @property
-    def inputs(self) -> list[str]: ...
-    @property
-    def buckets(self) -> list[int]: ...
-    def pairs(self, texts: Sequence[str]) -> list[str] | None: ...
-
-
-class Modality:
-    """The input side of a task: hooks the build calls with its plan (a :class:`BuildView`)."""
-
-    name = "text"
-    records_canary = True  # whether the build records ``canary.json`` for roll-outs
-
-    def check_spec(self, spec: BuildSpec) -> None:
-        """Refuse settings this input kind cannot serve (SpecError)."""
-
-    def load(self, checkpoint: Checkpoint) -> Any:
-        """The checkpoint's own preprocessor: the parity reference."""
-        raise NotImplementedError
-
-    def facts(self, module: Any, preprocessor: Any, cap: int | None = None) -> ModelFacts:
-        """What the model says about its inputs; ``cap``: the most tokens a row will hold, if declared."""
-        raise NotImplementedError
-
-    def step_facts(self, preprocessor: Any) -> tuple[dict[str, str], int]:
-        """Facts the task binds (``tokenizer_facts``) and the padding id."""
-        return {}, 0
-
-    def max_length(self, preprocessor: Any) -> int | None:
-        """The preprocessor's own length limit (None: none)."""
-        return None
-
-    def tensors(self, checkpoint: Checkpoint, names: Sequence[str]) -> list[TensorSpec]:
-        """The model inputs as tensors (dims without batch)."""
-        raise NotImplementedError
-
-    def step_parameters(self, plan: BoundView, buckets: Sequence[int], pad_id: int) -> dict[str, str]:
-        """The first step's base parameters; the task's own come after them."""
-        return {}
-
-    def encoder(self, plan: BuildView, step_dir: Path) -> Any:
-        """The served preprocessing code, set up as the first step will be; files it reads go into ``step_dir``."""
-        raise NotImplementedError
-
-    def samples(self) -> Sequence[Any]:
-        """The parity inputs (also the container check's)."""
-        raise NotImplementedError
-
-    def export_sample(self, encoder: Any) -> dict[str, Any]:
-        """Model inputs to trace the export with (a batch of 2)."""
-        raise NotImplementedError
-
-    def dynamic_axes(self, plan: BuildView) -> Mapping[str, Mapping[int, str]]:
-        """Each model input's dynamic axes beyond the batch (``{name: {axis: name}}``)."""
-        return {}
-
-    def parity(self, plan: BuildView, encoder: Any, onnx_path: Path) -> ParityReport:
-        """The served path against the checkpoint's preprocessor and PyTorch."""
-        raise NotImplementedError
-
-    def feeds(self, plan: BuildView, encoder: Any) -> list[dict[str, Any]]:
-        """One model feed per parity sample (the container check)."""
-        return [encoder([sample]) for sample in self.samples()]
-
-    def card_lines(self, plan: BuildView) -> list[str]:
-        """The model card's lines about the inputs."""
-        return []
+__all__ = ["TextInputs"]
 
 
 class TextInputs(Modality):
@@ -171,7 +62,7 @@ class TextInputs(Modality):
     def tensors(self, checkpoint: Checkpoint, names: Sequence[str]) -> list[TensorSpec]:
         return [TensorSpec(n, "TYPE_INT64", (-1,)) for n in names]
 
-    def step_parameters(self, plan: BoundView, buckets: Sequence[int], pad_id: int) -> dict[str, str]:
+    def step_parameters(self, plan: TaskPlan, buckets: Sequence[int], pad_id: int) -> dict[str, str]:
         return {
             "tokenizer_file": "tokenizer.json",
             "max_length": str(plan.row_length),
@@ -180,7 +71,7 @@ class TextInputs(Modality):
             "pad_type_id": "0",
         }
 
-    def encoder(self, plan: BuildView, step_dir: Path) -> Any:
+    def encoder(self, plan: BuildPlan, step_dir: Path) -> Any:
         from tritongen.steps.tokenizer import TextEncoder
 
         tokenizer_file = step_dir / "tokenizer.json"
@@ -199,10 +90,10 @@ class TextInputs(Modality):
     def export_sample(self, encoder: Any) -> dict[str, Any]:
         return encoder(["a short sample", "a longer sample text, used to trace the model"])
 
-    def dynamic_axes(self, plan: BuildView) -> Mapping[str, Mapping[int, str]]:
+    def dynamic_axes(self, plan: BuildPlan) -> Mapping[str, Mapping[int, str]]:
         return {name: {1: "sequence"} for name in plan.inputs}
 
-    def parity(self, plan: BuildView, encoder: Any, onnx_path: Path) -> ParityReport:
+    def parity(self, plan: BuildPlan, encoder: Any, onnx_path: Path) -> ParityReport:
         from tritongen.gates.parity import PARITY_TEXTS, ReferenceModel, check_parity
 
         return check_parity(
@@ -211,12 +102,12 @@ class TextInputs(Modality):
             argmax_axis=plan.bound.gate.parity_argmax_axis, pad_to_max="attention_mask" not in plan.inputs,
         )  # fmt: skip
 
-    def feeds(self, plan: BuildView, encoder: Any) -> list[dict[str, Any]]:
+    def feeds(self, plan: BuildPlan, encoder: Any) -> list[dict[str, Any]]:
         texts = list(self.samples())
         pairs = plan.pairs(texts)
         return [encoder([t], None if pairs is None else [pairs[i]]) for i, t in enumerate(texts)]
 
-    def card_lines(self, plan: BuildView) -> list[str]:
+    def card_lines(self, plan: BuildPlan) -> list[str]:
         facts, bound = plan.facts, plan.bound
         return [
             f"- model limit: {facts.position_limit} tokens ({facts.limit_source})",

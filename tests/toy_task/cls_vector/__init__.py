@@ -1,15 +1,37 @@
-"""A toy task, ``cls-vector``: the encoder's first-token vector and its L2 norm.
+"""A toy task, ``cls-vector``: the encoder's first-token vector, scaled, and its L2 norm.
 
-The whole task is this folder: the entry below and its postprocess step (``postprocess.py``); the tokenizer
-step is the shared plain one. ``tests/test_toy_task.py`` registers it with one line, ``register_task(ClsVector)``.
+The whole task is this folder: its spec section (with its command-line flag), the entry below and its
+postprocess step (``postprocess.py``); the tokenizer step is the shared plain one. ``tests/test_toy_task.py``
+registers it with one line, ``register_task(ClsVector)``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from tritongen.buildspec import TaskSettings
+from tritongen.errors import SpecError
 from tritongen.gates.accuracy import CosineGate
-from tritongen.tasks._base import Task, TensorSpec, exportable, load_pretrained
+from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, load_pretrained
+
+
+@dataclass(frozen=True)
+class ClsVectorSettings(TaskSettings):
+    """The ``cls_vector`` section: what the served vector is multiplied by (``--cls-scale``)."""
+
+    section: ClassVar[str] = "cls_vector"
+
+    scale: float = 1.0
+
+    flat_names: ClassVar[dict[str, str]] = {"cls_scale": "scale"}
+    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
+        "cls_scale": {"type": float, "help": "cls-vector: the vector's scale (default 1)"}
+    }
+
+    def validate(self) -> None:
+        if self.scale <= 0:
+            raise SpecError(f"cls-vector scale must be > 0, got {self.scale}")
 
 
 class ClsVector(Task):
@@ -19,6 +41,10 @@ class ClsVector(Task):
     onnx_output = "cls_vector"
     gate = CosineGate
     postprocess_step = "tests.toy_task.cls_vector.postprocess"
+    section, Settings = ClsVectorSettings.section, ClsVectorSettings
+
+    def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
+        return {}, {"scale": str(bound.settings.scale)}
 
     def onnx_output_dims(self, checkpoint: Any) -> tuple[int, ...]:
         return (checkpoint.hidden_size,)

@@ -11,8 +11,11 @@ except ImportError:
 
 
 class TritonPythonModel(BatchedPostprocess):
-    """The vector as the model gave it, and its length."""
+    """The vector as the model gave it, times the build's scale, and its length."""
+
+    def setup(self, params: dict[str, str], args: dict[str, str]) -> None:
+        self.scale = float(params["scale"])
 
     def process(self, values: np.ndarray) -> dict[str, np.ndarray]:
-        vectors = values.astype(np.float32)
+        vectors = values.astype(np.float32) * self.scale
         return {"VECTOR": vectors, "NORM": np.linalg.norm(vectors, axis=-1, keepdims=True).astype(np.float32)}

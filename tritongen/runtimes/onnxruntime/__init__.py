@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tritongen.runtimes.base import ModelStepView, Runtime
+from tritongen.buildspec import BuildSpec, RuntimeSettings
+from tritongen.errors import SpecError
+from tritongen.runtimes.base import Export, ModelStep, Runtime, Variant
+from tritongen.runtimes.onnxruntime.settings import OnnxRuntimeSettings, TensorRTSettings
 from tritongen.runtimes.registry import register_runtime
 
 if TYPE_CHECKING:
-    from tritongen.configs.model_config import ModelConfig, TensorRTAccelerator
+    from rich.console import Console
 
-__all__ = ["OnnxRuntime"]
+    from tritongen.configs.model_config import ModelConfig, TensorRTAccelerator
+    from tritongen.gates.compat import ContainerReport
+    from tritongen.tasks import BuildPlan
+
+__all__ = ["OnnxRuntime", "OnnxRuntimeSettings", "TensorRTSettings"]
 
 
 @register_runtime
@@ -21,10 +29,15 @@ class OnnxRuntime(Runtime):
     title = "ONNX Runtime"
     backend = "onnxruntime"
     model_file = "model.onnx"
-    local_backend: ClassVar[str | None] = "onnxruntime"
+    local_backend: ClassVar[str | None] = "tritongen.runtimes.onnxruntime.backend"
     thread_parameter: ClassVar[str | None] = "intra_op_thread_count"
-    thread_setting: ClassVar[tuple[str, str] | None] = ("onnxruntime", "intra_op_threads")
+    settings: ClassVar[tuple[type[RuntimeSettings], ...]] = (OnnxRuntimeSettings, TensorRTSettings)
+    thread_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = (OnnxRuntimeSettings, "intra_op_threads")
     serves_onnx = True
+
+    def check_spec(self, spec: BuildSpec) -> None:
+        if spec.section(TensorRTSettings).enabled and spec.model_instances.kind != "KIND_GPU":
+            raise SpecError("the TensorRT accelerator needs the model step on KIND_GPU instances")
 
     def gpu_defaults(self, data: dict[str, Any]) -> dict[str, Any]:
         """On a GPU node the model step runs through ONNX Runtime's TensorRT accelerator, at FP16."""
@@ -49,11 +62,25 @@ class OnnxRuntime(Runtime):
             "onnxruntime": {**ort, "intra_op_threads": max(1, cores // count)},
         }
 
-    def model_config(self, step: ModelStepView) -> ModelConfig:
+    def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
+        """Optimise or convert the FP32 export and gate it; INT8 searches for the fastest candidate that passes."""
+        from tritongen.runtimes.onnxruntime.stages import optimise
+
+        return optimise(self, plan, onnx, console)
+
+    def container_check(
+        self, plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console, release: str, python: Path
+    ) -> ContainerReport:
+        """Our runtime's outputs (lossless) or the gate (FP16, INT8) in the container's ONNX Runtime."""
+        from tritongen.runtimes.onnxruntime.stages import container_check
+
+        return container_check(self, plan, onnx, variant, console, release, python)
+
+    def model_config(self, step: ModelStep) -> ModelConfig:
         """The onnxruntime backend: session threads in ``parameters``, graph level and the optional TensorRT EP."""
         from tritongen.configs.model_config import ModelConfig, OnnxRuntimeOptimization
 
-        ort = step.spec.onnxruntime
+        ort = step.spec.section(OnnxRuntimeSettings)
         threads = (("intra_op_thread_count", ort.intra_op_threads), ("inter_op_thread_count", ort.inter_op_threads))
         parameters = {key: str(value) for key, value in threads if value}
         parameters["session.intra_op.allow_spinning"] = "1" if ort.allow_spinning else "0"
@@ -67,11 +94,11 @@ class OnnxRuntime(Runtime):
         )
 
 
-def _tensorrt_accelerator(step: ModelStepView) -> TensorRTAccelerator | None:
+def _tensorrt_accelerator(step: ModelStep) -> TensorRTAccelerator | None:
     """ONNX Runtime's TensorRT execution provider, with one optimisation profile over the buckets."""
     from tritongen.configs.model_config import TensorRTAccelerator
 
-    trt = step.spec.tensorrt
+    trt = step.spec.section(TensorRTSettings)
     if not trt.enabled:
         return None
     parameters = {

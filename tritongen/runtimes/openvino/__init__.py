@@ -1,21 +1,30 @@
 """OpenVINO: Triton's openvino backend serves the export as IR (``model.xml``), FP32 or NNCF INT8, on CPUs.
 
-``ir`` converts, quantises and runs IR; ``stages`` holds the build's stages for it.
+``ir`` converts, quantises and runs IR; ``stages`` holds the build's stages for it; ``backend`` is the local
+server's stand-in for the container's native backend.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from tritongen.buildspec import BuildSpec, RuntimeSettings
 from tritongen.errors import SpecError
-from tritongen.runtimes.base import ModelStepView, Runtime, SpecView
+from tritongen.runtimes.base import Export, ModelStep, Runtime, Variant
+from tritongen.runtimes.onnxruntime.settings import TensorRTSettings
 from tritongen.runtimes.openvino.ir import IR_FILE
+from tritongen.runtimes.openvino.settings import OpenVinoSettings
 from tritongen.runtimes.registry import register_runtime
 
 if TYPE_CHECKING:
-    from tritongen.configs.model_config import ModelConfig
+    from rich.console import Console
 
-__all__ = ["OpenVino"]
+    from tritongen.configs.model_config import ModelConfig
+    from tritongen.gates.compat import ContainerReport
+    from tritongen.tasks import BuildPlan
+
+__all__ = ["OpenVino", "OpenVinoSettings"]
 
 
 @register_runtime
@@ -26,12 +35,13 @@ class OpenVino(Runtime):
     title = "OpenVINO"
     backend = "openvino"
     model_file = IR_FILE
-    local_backend: ClassVar[str | None] = "openvino"
+    local_backend: ClassVar[str | None] = "tritongen.runtimes.openvino.backend"
     thread_parameter: ClassVar[str | None] = "INFERENCE_NUM_THREADS"
-    thread_setting: ClassVar[tuple[str, str] | None] = ("openvino", "inference_threads")
+    settings: ClassVar[tuple[type[RuntimeSettings], ...]] = (OpenVinoSettings,)
+    thread_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = (OpenVinoSettings, "inference_threads")
     fold_refused = "the openvino runtime serves the model alone, without ai.onnx.ml operators"
 
-    def check_spec(self, spec: SpecView) -> None:
+    def check_spec(self, spec: BuildSpec) -> None:
         if spec.precision == "fp16" or spec.optimize:
             raise SpecError(
                 "runtime openvino serves FP32 or INT8 (NNCF) IR and computes in BF16 itself where the CPU has it "
@@ -39,25 +49,36 @@ class OpenVino(Runtime):
             )
         if spec.precision == "int8" and spec.quantization == "dynamic":
             raise SpecError("runtime openvino quantises statically (NNCF, calibrated); drop quantization dynamic")
-        if spec.model_instances.kind != "KIND_CPU" or spec.tensorrt.enabled:
+        if spec.model_instances.kind != "KIND_CPU" or spec.section(TensorRTSettings).enabled:
             raise SpecError(
                 "runtime openvino runs the model step on KIND_CPU instances, without the TensorRT accelerator"
             )
-        settings = spec.openvino
-        if settings.performance_hint not in ("LATENCY", "THROUGHPUT"):
-            raise SpecError(f"openvino performance_hint must be LATENCY or THROUGHPUT, got {settings.performance_hint}")
-        if settings.num_streams < 0 or settings.inference_threads < 0:
-            raise SpecError("openvino num_streams and inference_threads must be >= 0 (0: OpenVINO decides)")
 
-    def variant_name(self, spec: SpecView, chosen: str | None = None) -> str:
+    def variant_name(self, spec: BuildSpec, variant: Variant | None = None) -> str:
         weights = "INT8 IR (NNCF)" if spec.precision == "int8" else "FP32 IR"
         return f"{weights}, BF16 where the CPU has it"
 
-    def model_config(self, step: ModelStepView) -> ModelConfig:
+    def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant:
+        """The export as IR (INT8 by NNCF), gated at every precision OpenVINO may run it at."""
+        from tritongen.runtimes.openvino.stages import optimise
+
+        return optimise(plan, onnx, console)
+
+    def container_check(
+        self, plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console, release: str, python: Path
+    ) -> ContainerReport | dict[str, str]:
+        """The gate again in the container's OpenVINO, at each precision."""
+        from tritongen.runtimes.openvino.stages import container_check
+
+        if variant is None:
+            return {"skipped": "no gated variant"}
+        return container_check(plan, onnx, variant, console, release, python)
+
+    def model_config(self, step: ModelStep) -> ModelConfig:
         """The native openvino backend on the IR; the local backend reads the same parameters."""
         from tritongen.configs.model_config import ModelConfig
 
-        settings = step.spec.openvino
+        settings = step.spec.section(OpenVinoSettings)
         parameters = {
             "PERFORMANCE_HINT": settings.performance_hint,
             "NUM_STREAMS": str(settings.num_streams) if settings.num_streams else "AUTO",

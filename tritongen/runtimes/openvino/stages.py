@@ -11,14 +11,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.markdown import Markdown
 
-from tritongen.builder.plan import BuildPlan, Export, Variant, gate_reference, gate_texts, stage
 from tritongen.containers import container
-from tritongen.errors import AccuracyError
+from tritongen.errors import AccuracyError, stage
 from tritongen.gates.accuracy import worst_of
 from tritongen.gates.compat import ContainerReport, ContainerSession
 from tritongen.precision.optimize import OptimizeReport
-from tritongen.runtimes.base import BuildStages
-from tritongen.runtimes.openvino import OpenVino
+from tritongen.runtimes.base import Export, Variant
+from tritongen.runtimes.gating import gate_reference, gate_texts
 from tritongen.runtimes.openvino.ir import (
     IR_FILE,
     OpenVinoSession,
@@ -27,85 +26,82 @@ from tritongen.runtimes.openvino.ir import (
     openvino_version,
     quantize_ir,
 )
-from tritongen.runtimes.registry import register_stages
+from tritongen.tasks import BuildPlan
 
-__all__ = ["OpenVinoStages"]
+__all__ = ["container_check", "optimise"]
 
 
-@register_stages(OpenVino)
-class OpenVinoStages(BuildStages):
-    """OpenVINO's stages 4 and 5."""
+def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant:
+    """Stage 4 for ``runtime: openvino``: the FP32 export as IR, gated at every precision OpenVINO may run it at.
 
-    def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant:
-        """Stage 4 for ``runtime: openvino``: the FP32 export as IR, gated at every precision OpenVINO may run it at.
+    The served model is ``model.xml``/``model.bin`` (no ``model.onnx``). OpenVINO computes in BF16 on CPUs that
+    have it and the native backend cannot force FP32, so FP32 and (where this CPU has it) BF16 must both pass.
+    """
+    spec = plan.spec
+    xml = onnx.target.with_name(IR_FILE)
+    version = openvino_version()
+    validation, calibration, calibration_source = gate_texts(spec)
+    fp32_xml = onnx.fp32_path.with_suffix(".xml") if spec.precision == "int8" else xml  # outside the staged tree
+    with console.status(f"Converting to OpenVINO {version} IR…"), stage("OpenVINO conversion"):
+        convert_to_ir(onnx.fp32_path, fp32_xml)
+    steps = [f"converted to OpenVINO {version} IR (`{IR_FILE}`, FP32 weights); the precision is OpenVINO's choice"]
+    if spec.precision == "int8":
+        pairs = plan.pairs(calibration)
+        feeds = [onnx.encoder([t], None if pairs is None else [pairs[i]]) for i, t in enumerate(calibration)]
+        with console.status(f"INT8: NNCF calibration on {len(feeds)} texts…"), stage("OpenVINO INT8"):
+            nncf_version = quantize_ir(fp32_xml, xml, feeds)
+        steps.append(
+            f"int8 by NNCF {nncf_version} post-training quantisation (transformer preset: weights per channel, "
+            f"activations calibrated on {len(feeds)} texts from {calibration_source}; softmax and norms in float)"
+        )
+    reference, gate_line = gate_reference(plan, onnx, console, validation)
+    steps.append(gate_line)
+    precisions = cpu_precisions()
+    reports = []
+    int8 = spec.precision == "int8"
+    for precision in precisions:
+        name = f"OpenVINO {'INT8+' if int8 else ''}{precision.upper()}"
+        with console.status(f"Accuracy gate: {name}…"), stage("accuracy gate"):
+            session = OpenVinoSession(xml, {"INFERENCE_PRECISION_HINT": precision, "NUM_STREAMS": 1})
+            report = reference.measure(session, name)
+        console.print(Markdown(report.to_markdown(accepted=spec.accept_accuracy_loss)))
+        steps.append(f"gated at {name}: {'passed' if report.passed else 'FAILED'}, {report.summary()}")
+        reports.append(report)
+    if "bf16" not in precisions:
+        steps.append("BF16 not gated: this CPU has no BF16; a node whose CPU has it computes in BF16 ungated")
+    for report in reports:  # each by its own name: the native backend cannot opt out of BF16
+        if not report.passed and not spec.accept_accuracy_loss:
+            raise AccuracyError(
+                f"accuracy gate failed: {report.summary()}; nothing was published"
+                + ("; INT8 lost too much: build with --precision fp32, or accept it with --accept-accuracy-loss"
+                   if int8 else "; OpenVINO computes in BF16 on CPUs that have it (the native backend cannot turn "
+                   "that off): build with --runtime onnx" if "BF16" in report.variant else "")
+            )  # fmt: skip
+    accuracy = dataclasses.replace(worst_of(reports), variant=f"OpenVINO {'/'.join(p.upper() for p in precisions)}")
+    return Variant(OptimizeReport(steps=steps), accuracy, None, reference)
 
-        The served model is ``model.xml``/``model.bin`` (no ``model.onnx``). OpenVINO computes in BF16 on CPUs that
-        have it and the native backend cannot force FP32, so FP32 and (where this CPU has it) BF16 must both pass.
-        """
-        spec = plan.spec
-        xml = onnx.target.with_name(IR_FILE)
-        version = openvino_version()
-        validation, calibration, calibration_source = gate_texts(spec)
-        fp32_xml = onnx.fp32_path.with_suffix(".xml") if spec.precision == "int8" else xml  # outside the staged tree
-        with console.status(f"Converting to OpenVINO {version} IR…"), stage("OpenVINO conversion"):
-            convert_to_ir(onnx.fp32_path, fp32_xml)
-        steps = [f"converted to OpenVINO {version} IR (`{IR_FILE}`, FP32 weights); the precision is OpenVINO's choice"]
-        if spec.precision == "int8":
-            pairs = plan.pairs(calibration)
-            feeds = [onnx.encoder([t], None if pairs is None else [pairs[i]]) for i, t in enumerate(calibration)]
-            with console.status(f"INT8: NNCF calibration on {len(feeds)} texts…"), stage("OpenVINO INT8"):
-                nncf_version = quantize_ir(fp32_xml, xml, feeds)
-            steps.append(
-                f"int8 by NNCF {nncf_version} post-training quantisation (transformer preset: weights per channel, "
-                f"activations calibrated on {len(feeds)} texts from {calibration_source}; softmax and norms in float)"
-            )
-        reference, gate_line = gate_reference(plan, onnx, console, validation)
-        steps.append(gate_line)
-        precisions = cpu_precisions()
-        reports = []
-        int8 = spec.precision == "int8"
-        for precision in precisions:
-            name = f"OpenVINO {'INT8+' if int8 else ''}{precision.upper()}"
-            with console.status(f"Accuracy gate: {name}…"), stage("accuracy gate"):
-                session = OpenVinoSession(xml, {"INFERENCE_PRECISION_HINT": precision, "NUM_STREAMS": 1})
-                report = reference.measure(session, name)
-            console.print(Markdown(report.to_markdown(accepted=spec.accept_accuracy_loss)))
-            steps.append(f"gated at {name}: {'passed' if report.passed else 'FAILED'}, {report.summary()}")
-            reports.append(report)
-        if "bf16" not in precisions:
-            steps.append("BF16 not gated: this CPU has no BF16; a node whose CPU has it computes in BF16 ungated")
-        for report in reports:  # each by its own name: the native backend cannot opt out of BF16
-            if not report.passed and not spec.accept_accuracy_loss:
-                raise AccuracyError(
-                    f"accuracy gate failed: {report.summary()}; nothing was published"
-                    + ("; INT8 lost too much: build with --precision fp32, or accept it with --accept-accuracy-loss"
-                       if int8 else "; OpenVINO computes in BF16 on CPUs that have it (the native backend cannot turn "
-                       "that off): build with --runtime onnx" if "BF16" in report.variant else "")
-                )  # fmt: skip
-        accuracy = dataclasses.replace(worst_of(reports), variant=f"OpenVINO {'/'.join(p.upper() for p in precisions)}")
-        return Variant(OptimizeReport(steps=steps), accuracy, None, reference)
 
-    def container_check(
-        self, plan: BuildPlan, onnx: Export, variant: Variant, console: Console, release: str, python: Path
-    ) -> ContainerReport | dict[str, str]:
-        """Stage 5 for OpenVINO IR: the gate again in the container's OpenVINO, at each precision."""
-        target = container(release)
-        spec = plan.spec
-        if variant.reference is None:
-            return {"skipped": "no gate reference"}
-        reports = []
-        for precision in cpu_precisions():
-            with (
-                console.status(f"Gating the IR at {precision.upper()} in OpenVINO {target.openvino}…"),
-                stage("container check"),
-                ContainerSession(onnx.target.with_name(IR_FILE), python, precision) as session,
-            ):
-                accuracy = variant.reference.measure(session, f"{precision.upper()} in {session.version}")
-            report = ContainerReport(session.version, "gate", target.release, accuracy.passed, accuracy=accuracy)
-            console.print(report.summary())
-            if not report.passed and not spec.accept_accuracy_loss:
-                raise AccuracyError(f"{report.summary()}; nothing was published (or build with --no-container-check)")
-            reports.append(accuracy)
-        runtime, precisions = reports[0].variant.split(" in ")[-1], "/".join(p.upper() for p in cpu_precisions())
-        worst = dataclasses.replace(worst_of(reports), variant=f"{precisions} in {runtime}")
-        return ContainerReport(runtime, "gate", target.release, worst.passed, accuracy=worst)
+def container_check(
+    plan: BuildPlan, onnx: Export, variant: Variant, console: Console, release: str, python: Path
+) -> ContainerReport | dict[str, str]:
+    """Stage 5 for OpenVINO IR: the gate again in the container's OpenVINO, at each precision."""
+    target = container(release)
+    spec = plan.spec
+    if variant.reference is None:
+        return {"skipped": "no gate reference"}
+    reports = []
+    for precision in cpu_precisions():
+        with (
+            console.status(f"Gating the IR at {precision.upper()} in OpenVINO {target.openvino}…"),
+            stage("container check"),
+            ContainerSession(onnx.target.with_name(IR_FILE), python, precision) as session,
+        ):
+            accuracy = variant.reference.measure(session, f"{precision.upper()} in {session.version}")
+        report = ContainerReport(session.version, "gate", target.release, accuracy.passed, accuracy=accuracy)
+        console.print(report.summary())
+        if not report.passed and not spec.accept_accuracy_loss:
+            raise AccuracyError(f"{report.summary()}; nothing was published (or build with --no-container-check)")
+        reports.append(accuracy)
+    runtime, precisions = reports[0].variant.split(" in ")[-1], "/".join(p.upper() for p in cpu_precisions())
+    worst = dataclasses.replace(worst_of(reports), variant=f"{precisions} in {runtime}")
+    return ContainerReport(runtime, "gate", target.release, worst.passed, accuracy=worst)

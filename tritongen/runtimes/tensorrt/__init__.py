@@ -5,14 +5,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tritongen.buildspec import BuildSpec
 from tritongen.errors import SpecError
-from tritongen.runtimes.base import ModelStepView, Runtime, SpecView
+from tritongen.runtimes.base import Export, ModelStep, Runtime, Variant
+from tritongen.runtimes.onnxruntime.settings import TensorRTSettings
 from tritongen.runtimes.registry import register_runtime
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from tritongen.configs.model_config import ModelConfig
+    from tritongen.tasks import BuildPlan
 
 __all__ = ["TensorRT"]
 
@@ -29,14 +35,14 @@ class TensorRT(Runtime):
     container_check_skipped = "the model step is a TensorRT plan"
     fold_refused = "a TensorRT plan is built on the GPU node from the model alone"
 
-    def check_spec(self, spec: SpecView) -> None:
+    def check_spec(self, spec: BuildSpec) -> None:
         if spec.optimize:
             raise SpecError("graph optimisation emits ONNX Runtime-only operators; TensorRT fuses on its own: drop it")
         if spec.precision == "int8" and spec.quantization == "dynamic":
             raise SpecError("TensorRT takes int8 only as static QDQ quantisation, not dynamic")
         if spec.max_batch_size == 0:
             raise SpecError("a TensorRT engine needs max_batch_size > 0 for its optimisation profiles")
-        if spec.tensorrt.enabled:
+        if spec.section(TensorRTSettings).enabled:
             raise SpecError("the TensorRT execution accelerator is for runtime onnx; runtime tensorrt builds a plan")
         if spec.model_instances.kind == "KIND_CPU":
             raise SpecError("a TensorRT plan runs on KIND_GPU instances; set the model step's kind to KIND_GPU")
@@ -45,7 +51,19 @@ class TensorRT(Runtime):
         """Only static: TensorRT takes INT8 as explicit QDQ."""
         return ("static",)
 
-    def model_config(self, step: ModelStepView) -> ModelConfig:
+    def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
+        """The ONNX model the plan is built from, gated as for ONNX Runtime (INT8: symmetric QDQ)."""
+        from tritongen.runtimes.onnxruntime.stages import optimise
+
+        return optimise(self, plan, onnx, console)
+
+    def write_files(self, plan: BuildPlan, version_dir: Path) -> None:
+        """``engine.json``: how ``tritongen engine`` builds the plan on the GPU node."""
+        from tritongen.runtimes.tensorrt.stages import write_engine_plan
+
+        write_engine_plan(plan, version_dir)
+
+    def model_config(self, step: ModelStep) -> ModelConfig:
         """A TensorRT plan: one engine per GPU architecture, one optimisation profile per bucket."""
         import dataclasses
 

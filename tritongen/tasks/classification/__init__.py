@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tritongen.buildspec.sections import ClassificationSettings
 from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, labels_line, load_pretrained
 from tritongen.tasks._registry import register_task
+from tritongen.tasks.classification.settings import ClassificationSettings
 
 if TYPE_CHECKING:
     import torch

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tritongen.buildspec.sections import EmbeddingSettings, TaskSettings
+from tritongen.buildspec.sections import TaskSettings
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import CosineGate
 from tritongen.pooling.methods import pooling_method
@@ -29,6 +29,7 @@ from tritongen.tasks._base import (
     max_windows,
 )
 from tritongen.tasks._registry import register_task
+from tritongen.tasks.embedding.settings import EmbeddingSettings
 
 if TYPE_CHECKING:
     import torch

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import CosineGate
-from tritongen.runtimes import get_runtime
 from tritongen.tasks._base import Binding, Task, TensorSpec, load_pretrained
 from tritongen.tasks._inputs import TextInputs
 from tritongen.tasks._registry import register_task
@@ -32,8 +31,8 @@ __all__ = ["ImageEmbeddingText", "TextTowerInputs"]
 class TextTowerInputs(TextInputs):
     """Text read by the text tower of an image-text model (``module.model.text_model``)."""
 
-    def check_spec(self, spec: BuildSpec) -> None:
-        if spec.precision != "fp32" or spec.optimize or not get_runtime(spec.runtime).serves_onnx:
+    def check_spec(self, spec: BuildSpec, *, serves_onnx: bool) -> None:
+        if spec.precision != "fp32" or spec.optimize or not serves_onnx:
             raise SpecError(
                 "the text side of image-text models is built as FP32 for ONNX Runtime only: the accuracy gate pads "
                 "texts to the longest, where SigLIP needs its fixed length (build with --precision fp32 --runtime onnx)"

@@ -14,12 +14,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tritongen.buildspec.sections import SparseSettings
 from tritongen.errors import CheckpointError
 from tritongen.gates.accuracy import TokenCosineGate
 from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, load_pretrained
 from tritongen.tasks._registry import register_task
 from tritongen.tasks.sparse_embedding import SPARSE_INDICES, SPARSE_VALUES, sparse_card_line, sparse_parameters
+from tritongen.tasks.sparse_embedding.settings import SparseSettings
 
 if TYPE_CHECKING:
     import torch

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tritongen.buildspec.sections import QuestionAnsweringSettings
 from tritongen.errors import UnsupportedModelError
 from tritongen.gates.accuracy import SpanGate
 from tritongen.steps.qa import QAInputError, resolve_window_sizes
@@ -23,6 +22,7 @@ from tritongen.tasks._base import (
     max_windows,
 )
 from tritongen.tasks._registry import register_task
+from tritongen.tasks.question_answering.settings import QuestionAnsweringSettings
 
 if TYPE_CHECKING:
     import torch

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tritongen.buildspec.sections import DEFAULT_INSTRUCTION, RerankingSettings
 from tritongen.errors import CheckpointError, UnsupportedModelError
 from tritongen.tasks._base import Binding, Task, TensorSpec, load_pretrained
 from tritongen.tasks._registry import register_task
+from tritongen.tasks.reranking.settings import DEFAULT_INSTRUCTION, RerankingSettings
 
 if TYPE_CHECKING:
     import torch

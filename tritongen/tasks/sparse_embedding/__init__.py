@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from tritongen.buildspec.sections import SparseSettings
 from tritongen.gates.accuracy import CosineGate
 from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, load_pretrained
 from tritongen.tasks._registry import register_task
+from tritongen.tasks.sparse_embedding.settings import SparseSettings
 
 if TYPE_CHECKING:
     import torch

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tritongen.buildspec.sections import TokenClassificationSettings
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import TokenLabelGate
 from tritongen.tasks._base import (
@@ -22,6 +21,7 @@ from tritongen.tasks._base import (
     max_windows,
 )
 from tritongen.tasks._registry import register_task
+from tritongen.tasks.token_classification.settings import TokenClassificationSettings
 
 if TYPE_CHECKING:
     import torch

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tritongen.buildspec.sections import ZeroShotSettings
 from tritongen.errors import UnsupportedModelError
 from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, labels_line, load_pretrained, max_windows
 from tritongen.tasks._registry import register_task
+from tritongen.tasks.zero_shot_classification.settings import ZeroShotSettings
 
 if TYPE_CHECKING:
     import torch

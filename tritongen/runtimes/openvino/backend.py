@@ -10,8 +10,8 @@ local onnxruntime backend does (one run per ``execute``, padding columns cut).
 
 from __future__ import annotations
 
+from tritongen.runtimes.onnxruntime.backend import TritonPythonModel as _BatchedModel
 from tritongen.runtimes.openvino.ir import IR_FILE, OpenVinoSession, backend_properties
-from tritongen.steps.backends.onnxruntime.model import TritonPythonModel as _BatchedModel
 
 __all__ = ["TritonPythonModel"]
 

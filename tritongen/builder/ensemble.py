@@ -1,8 +1,8 @@
-"""The four typed step configs of an ensemble, built from the build spec and what inspection found.
+"""The ensemble composed: the four typed step configs, from the build spec and what inspection found.
 
 :func:`step_configs` returns one :class:`~tritongen.configs.model_config.ModelConfig` per step (tokenizer, model,
-postprocess, ensemble). The model step's shared sections (batching, versions, warm-up) are built here and
-its runtime (``tritongen.runtimes``) completes it; the Python steps and the ensemble are the same for every runtime.
+postprocess, ensemble). The model step's shared sections (:class:`~tritongen.runtimes.base.ModelStep`) are
+completed by its runtime; the Python steps and the ensemble are the same for every runtime.
 :func:`tritongen.configs.render.render_all` turns them into validated ``config.pbtxt`` text.
 """
 
@@ -13,81 +13,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tritongen import buildspec as specs
-from tritongen.buildspec import BuildSpec
-from tritongen.configs.model_config import (
-    DynamicBatching,
-    EnsembleStep,
-    InstanceGroup,
-    Kind,
-    ModelConfig,
-    QueuePolicy,
-    Tensor,
-    TimeoutAction,
-    VersionPolicy,
-    Warmup,
-)
+from tritongen.buildspec import BuildSpec, bucket_lengths, instance_group
+from tritongen.configs.model_config import EnsembleStep, ModelConfig, Tensor, generated_comment
 from tritongen.repository.layout import step_names
-from tritongen.runtimes import get_runtime
+from tritongen.runtimes import ModelStep, get_runtime
 from tritongen.tasks import TaskPlan
 
-__all__ = ["ModelStep", "bucket_lengths", "step_configs"]
-
-
-def bucket_lengths(buckets: Iterable[int], max_length: int) -> list[int]:
-    """The lengths rows are padded to: the spec's buckets below ``max_length``, then ``max_length`` itself."""
-    return sorted({b for b in buckets if b < max_length} | {max_length})
-
-
-@dataclass(frozen=True)
-class ModelStep:
-    """What every runtime's model step is built from: names, tensors, row lengths and the spec."""
-
-    spec: BuildSpec
-    name: str
-    ensemble_name: str
-    inputs: tuple[Tensor, ...]
-    outputs: tuple[Tensor, ...]
-    buckets: tuple[int, ...]
-    max_length: int
-
-    def common(self) -> dict[str, Any]:
-        """The sections every runtime sets the same way."""
-        spec = self.spec
-        return {
-            "name": self.name,
-            "comment": _comment(self.name, "model", self.ensemble_name),
-            "max_batch_size": spec.max_batch_size,
-            "inputs": self.inputs,
-            "outputs": self.outputs,
-            "version_policy": _version_policy(spec.version_policy),
-            "dynamic_batching": _batching(
-                dataclasses.replace(spec.dynamic_batching, max_queue_delay_microseconds=spec.queue_delay_us),
-                default_queue=QUEUE_BATCHES * spec.max_batch_size,
-            ),
-            "warmup": self.warmup(),
-        }
-
-    def instances(self) -> InstanceGroup:
-        """The model step's ``instance_group``."""
-        return _instances(self.spec.model_instances)
-
-    def warmup(self) -> tuple[Warmup, ...]:
-        """One zero sample per bucket, so the first real request of each length finds a warm model.
-
-        Inputs of fixed shape (images) get one sample.
-        """
-        if not self.spec.warmup:
-            return ()
-        if not any(-1 in t.dims for t in self.inputs):
-            return (Warmup("fixed_shape", self.inputs),)
-
-        def at(length: int) -> tuple[Tensor, ...]:
-            return tuple(
-                Tensor(t.name, t.data_type, tuple(length if d == -1 else d for d in t.dims)) for t in self.inputs
-            )
-
-        return tuple(Warmup(f"bucket_{length}", at(length)) for length in self.buckets)
+__all__ = ["step_configs"]
 
 
 @dataclass(frozen=True)
@@ -175,7 +107,7 @@ def _python_batching(spec: BuildSpec, plan: TaskPlan) -> dict[str, Any]:
     no_wait = dataclasses.replace(
         spec.dynamic_batching, max_queue_delay_microseconds=0, preferred_batch_size=(), queue_policy=None
     )
-    return {"max_batch_size": spec.max_batch_size, "dynamic_batching": _batching(no_wait)}
+    return {"max_batch_size": spec.max_batch_size, "dynamic_batching": no_wait.to_config()}
 
 
 def _python_step(
@@ -191,11 +123,11 @@ def _python_step(
     return ModelConfig(
         **batching,
         name=names[step],
-        comment=_comment(names[step], step, names["ensemble"]),
+        comment=generated_comment(names[step], step, names["ensemble"]),
         backend="python",
         inputs=tensors[0],
         outputs=tensors[1],
-        instance_group=_instances(groups[step]),
+        instance_group=instance_group(groups[step]),
         parameters=_strings(parameters),
     )
 
@@ -229,10 +161,6 @@ def _padding(tokenizer_facts: Mapping[str, str] | None) -> dict[str, str]:
     return {"padding_side": side} if side != "right" else {}
 
 
-def _comment(name: str, step: str, ensemble: str) -> str:
-    return f"{name}: {step} step of the `{ensemble}` ensemble (generated; edit the build spec instead)."
-
-
 def _tensors(tensors: Iterable) -> tuple[Tensor, ...]:
     """Task tensors (``tasks.TensorSpec``) as config tensors."""
     return tuple(Tensor(t.name, t.data_type, tuple(t.dims), getattr(t, "optional", False)) for t in tensors)
@@ -245,41 +173,3 @@ def _strings(values: Mapping[str, object]) -> dict[str, str]:
 def _step(model: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor]) -> EnsembleStep:
     """A step whose tensors keep their names in the ensemble."""
     return EnsembleStep(model, {t.name: t.name for t in inputs}, {t.name: t.name for t in outputs})
-
-
-def _instances(group: InstanceGroup) -> InstanceGroup:
-    """The spec's group as the config writes it (a kind read from YAML is a string)."""
-    return dataclasses.replace(group, kind=Kind(group.kind), gpus=tuple(group.gpus))
-
-
-# A backstop, not a throttle: by default the model step's queue holds at most this many full batches, so a
-# burst beyond it is shed (UNAVAILABLE/503) instead of queueing without bound, while ordinary bursts never
-# reach it. A tight limit cost throughput on a 2-core CPU (docs/benchmarks.md, "Under load"); set one per deployment.
-QUEUE_BATCHES = 8
-
-
-def _batching(batching: specs.DynamicBatchingSettings, *, default_queue: int = 0) -> DynamicBatching | None:
-    """Triton's section; ``default_queue`` bounds the queue when the spec names no policy (0: unbounded)."""
-    if not batching.enabled:
-        return None
-    policy = batching.queue_policy
-    if policy is None and default_queue:
-        policy = QueuePolicy(max_queue_size=default_queue)
-    if policy is not None:  # a timeout action read from YAML is a string
-        policy = dataclasses.replace(policy, timeout_action=TimeoutAction(policy.timeout_action))
-    return DynamicBatching(
-        max_queue_delay_microseconds=batching.max_queue_delay_microseconds or 0,
-        preferred_batch_size=tuple(batching.preferred_batch_size),
-        preserve_ordering=batching.preserve_ordering,
-        queue_policy=None
-        if policy is None
-        else dataclasses.replace(policy, timeout_action=TimeoutAction(policy.timeout_action)),
-    )
-
-
-def _version_policy(policy: specs.VersionPolicySettings) -> VersionPolicy:
-    if policy.policy == "all":
-        return VersionPolicy(all=True)
-    if policy.policy == "specific":
-        return VersionPolicy(specific=tuple(policy.versions))
-    return VersionPolicy(latest=policy.latest)

@@ -1,0 +1,91 @@
+"""The build spec as a build reads it: YAML and options, the registered plug-ins' sections, the node's defaults.
+
+The runtime's own checks run here too.
+
+``tritongen.buildspec`` is the spec as data; this module is where it meets the registries, so that a task or a
+runtime declares its section, its flags and its checks in its own folder and the spec needs no list of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tritongen.buildspec import (
+    BuildSpec,
+    check_cpu_cores,
+    python_step_defaults,
+    read_spec_file,
+    spec_from_mapping,
+    usable_cores,
+    with_overrides,
+)
+from tritongen.buildspec.sections import SpecSection
+from tritongen.errors import SpecError
+from tritongen.runtimes import RUNTIMES, get_runtime
+from tritongen.tasks import TASKS
+
+__all__ = ["check_spec", "flat_names", "load_spec", "spec_sections"]
+
+
+def spec_sections() -> dict[str, type[SpecSection]]:
+    """Every registered task's and runtime's section class, by section name.
+
+    Two plug-ins may share a section (the image tasks' ``images``) only through one class.
+    """
+    found: dict[str, type[SpecSection]] = {}
+    declared = [task.Settings for task in TASKS.values() if task.section] + [
+        cls for runtime in RUNTIMES.values() for cls in runtime.settings
+    ]
+    for cls in declared:
+        if found.setdefault(cls.section, cls) is not cls:
+            raise ValueError(
+                f"section `{cls.section}` is declared twice ({found[cls.section].__name__}, {cls.__name__})"
+            )
+    return found
+
+
+def flat_names() -> dict[str, tuple[str, str]]:
+    """Flat spec keys and command-line destinations (``qa_doc_stride``) -> (section, field)."""
+    return {old: (name, new) for name, cls in spec_sections().items() for old, new in cls.flat_names.items()}
+
+
+def load_spec(path: Path | None = None, **overrides: Any) -> BuildSpec:
+    """Build a :class:`BuildSpec` from an optional YAML file plus keyword overrides.
+
+    Overrides whose value is ``None`` are ignored, so CLI options that were not given leave the file's (or the
+    default) value in place. A section may be given whole (``question_answering={"doc_stride": 64}``) or by its
+    flat names (``qa_doc_stride=64``).
+    """
+    sections = spec_sections()
+    data = with_overrides(read_spec_file(path), overrides, sections)
+    if "model" not in data:
+        raise SpecError("no model given: name a checkpoint directory or a hub id")
+    spec = spec_from_mapping(_device_defaults(data), sections)
+    check_spec(spec)
+    return spec
+
+
+def check_spec(spec: BuildSpec) -> None:
+    """The checks that need the registries: the runtime's own (an unknown runtime lists the registered ones)."""
+    get_runtime(spec.runtime).check_spec(spec)
+
+
+def _device_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """The device fills what its node wants wherever the spec leaves it open (an explicit value wins).
+
+    ``device: gpu``: KIND_GPU instances, FP16 and the runtime's GPU settings. A CPU build (``device: cpu``, or
+    none and no KIND_GPU model instances): the runtime's instances and threads for ``cpu_cores`` cores.
+    """
+    runtime = get_runtime(data.get("runtime", BuildSpec.runtime))
+    check_cpu_cores(data.get("cpu_cores"))
+    if data.get("device") != "gpu":
+        if (data.get("model_instances") or {}).get("kind", "KIND_CPU") != "KIND_CPU":
+            return data
+        data = {**data, "cpu_cores": data.get("cpu_cores") or usable_cores()}  # recorded: the node it is sized for
+        return runtime.cpu_defaults(data, data["cpu_cores"])
+    data = {**data, "cpu_cores": data.get("cpu_cores") or usable_cores()}  # the node's CPU feeds its GPU
+    data["model_instances"] = {"kind": "KIND_GPU", **(data.get("model_instances") or {})}
+    data.setdefault("precision", "fp16")
+    data.setdefault("fold", True)
+    return runtime.gpu_defaults(python_step_defaults(data, data["cpu_cores"]))

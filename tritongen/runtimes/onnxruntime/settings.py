@@ -1,0 +1,51 @@
+"""ONNX Runtime's spec sections: the session (``onnxruntime``) and its TensorRT accelerator (``tensorrt``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from tritongen.buildspec.sections import RuntimeSettings
+from tritongen.errors import SpecError
+
+__all__ = ["OnnxRuntimeSettings", "TensorRTSettings"]
+
+
+@dataclass(frozen=True)
+class OnnxRuntimeSettings(RuntimeSettings):
+    """Session settings for the onnxruntime backend (``parameters`` and ``optimization``)."""
+
+    section: ClassVar[str] = "onnxruntime"
+
+    intra_op_threads: int = 0  # 0 lets ONNX Runtime decide
+    inter_op_threads: int = 0
+    graph_optimization_level: Literal[-1, 0, 1, 2] = 1  # Triton's scale: -1 off .. 1 all (2 extended)
+    # Busy-waiting worker threads steal CPU from the tokenizer and postprocess steps on small hosts.
+    allow_spinning: bool = False
+
+    flat_names: ClassVar[dict[str, str]] = {
+        "intra_op_threads": "intra_op_threads",
+        "inter_op_threads": "inter_op_threads",
+    }
+    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
+        "intra_op_threads": {"type": int, "help": "ONNX Runtime intra-op threads (0: default)"},
+        "inter_op_threads": {"type": int, "help": "ONNX Runtime inter-op threads (0: default)"},
+    }
+
+    def validate(self) -> None:
+        """A graph optimisation level on Triton's scale."""
+        if self.graph_optimization_level not in (-1, 0, 1, 2):
+            raise SpecError("graph_optimization_level must be -1, 0, 1 or 2")
+
+
+@dataclass(frozen=True)
+class TensorRTSettings(RuntimeSettings):
+    """The onnxruntime backend's TensorRT execution accelerator (GPU targets only)."""
+
+    section: ClassVar[str] = "tensorrt"
+
+    enabled: bool = False
+    precision_mode: Literal["FP32", "FP16", "INT8"] = "FP16"
+    max_workspace_size_bytes: int = 1 << 30
+    engine_cache_path: str = "/tmp/trt_engine_cache"
+    profile_shapes: bool = True

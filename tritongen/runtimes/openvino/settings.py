@@ -1,0 +1,44 @@
+"""OpenVINO's spec section (``openvino``): the native backend's properties."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from tritongen.buildspec.sections import RuntimeSettings
+from tritongen.errors import SpecError
+
+__all__ = ["OpenVinoSettings"]
+
+
+@dataclass(frozen=True)
+class OpenVinoSettings(RuntimeSettings):
+    """The openvino backend's properties (its ``parameters``), for ``runtime: openvino``.
+
+    There is no precision setting: OpenVINO computes in BF16 on CPUs that have it and FP32 elsewhere, and
+    the native backend cannot force FP32, so the build gates both (``tritongen.runtimes.openvino.ir``).
+    """
+
+    section: ClassVar[str] = "openvino"
+
+    performance_hint: Literal["LATENCY", "THROUGHPUT"] = "LATENCY"
+    num_streams: int = 1  # executor streams per instance; 0: AUTO
+    inference_threads: int = 0  # INFERENCE_NUM_THREADS; 0: OpenVINO's default (every core)
+
+    flat_names: ClassVar[dict[str, str]] = {
+        "openvino_hint": "performance_hint",
+        "openvino_streams": "num_streams",
+        "openvino_threads": "inference_threads",
+    }
+    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
+        "openvino_hint": {"choices": ("LATENCY", "THROUGHPUT"), "help": "openvino PERFORMANCE_HINT"},
+        "openvino_streams": {"type": int, "help": "openvino NUM_STREAMS per instance (0: AUTO; default 1)"},
+        "openvino_threads": {"type": int, "help": "openvino INFERENCE_NUM_THREADS (0: default)"},
+    }
+
+    def validate(self) -> None:
+        """A hint the backend knows, and counts it takes."""
+        if self.performance_hint not in ("LATENCY", "THROUGHPUT"):
+            raise SpecError(f"openvino performance_hint must be LATENCY or THROUGHPUT, got {self.performance_hint}")
+        if self.num_streams < 0 or self.inference_threads < 0:
+            raise SpecError("openvino num_streams and inference_threads must be >= 0 (0: OpenVINO decides)")

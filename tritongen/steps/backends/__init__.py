@@ -1,1 +1,0 @@
-"""Python-based Triton backends installed into the local server's backend directory."""

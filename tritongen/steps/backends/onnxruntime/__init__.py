@@ -1,1 +1,0 @@
-"""A Python-based ``onnxruntime`` backend for servers that lack the native one."""

@@ -1,0 +1,49 @@
+"""The build spec's section for question answering: its settings, their checks and their command-line flags."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from tritongen.buildspec.sections import TaskSettings
+from tritongen.errors import SpecError
+
+__all__ = ["QuestionAnsweringSettings"]
+
+
+@dataclass(frozen=True)
+class QuestionAnsweringSettings(TaskSettings):
+    """The ``question_answering`` section: windows over long contexts, and which answers may win."""
+
+    section: ClassVar[str] = "question_answering"
+
+    max_seq_len: int | None = None  # window length; None: min(model max length, 384) as in transformers
+    doc_stride: int | None = None  # window overlap; None: min(window // 2, 128) as in transformers
+    max_answer_len: int = 15  # longest answer, in tokens
+    handle_impossible_answer: bool = False  # the empty answer may win ("no answer")
+
+    flat_names: ClassVar[dict[str, str]] = {
+        "qa_max_seq_len": "max_seq_len",
+        "qa_doc_stride": "doc_stride",
+        "qa_max_answer_len": "max_answer_len",
+        "qa_handle_impossible_answer": "handle_impossible_answer",
+    }
+
+    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
+        "qa_max_seq_len": {"type": int, "help": "QA window length in tokens (default min(max, 384))"},
+        "qa_doc_stride": {"type": int, "help": "QA tokens shared by neighbouring windows (default 128)"},
+        "qa_max_answer_len": {"type": int, "help": "QA longest answer in tokens (default 15)"},
+        "qa_handle_impossible_answer": {
+            "action": argparse.BooleanOptionalAction,
+            "help": 'QA: allow the empty "no answer" to win',
+        },
+    }
+
+    def validate(self) -> None:
+        if self.max_answer_len < 1:
+            raise SpecError(f"qa_max_answer_len must be >= 1, got {self.max_answer_len}")
+        if self.max_seq_len is not None and self.max_seq_len < 8:
+            raise SpecError(f"qa_max_seq_len must be >= 8, got {self.max_seq_len}")
+        if self.doc_stride is not None and not 0 <= self.doc_stride < (self.max_seq_len or 1 << 30):
+            raise SpecError(f"qa_doc_stride must be >= 0 and below qa_max_seq_len, got {self.doc_stride}")

@@ -1,0 +1,31 @@
+"""The build spec's section for reranking: its settings, their checks and their command-line flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from tritongen.buildspec.sections import TaskSettings
+from tritongen.errors import SpecError
+
+__all__ = ["DEFAULT_INSTRUCTION", "RerankingSettings"]
+
+DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+
+
+@dataclass(frozen=True)
+class RerankingSettings(TaskSettings):
+    """The ``reranking`` section: the instruction every (query, document) pair is judged under."""
+
+    section: ClassVar[str] = "reranking"
+
+    instruction: str = DEFAULT_INSTRUCTION
+
+    flat_names: ClassVar[dict[str, str]] = {"rerank_instruction": "instruction"}
+    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
+        "rerank_instruction": {"help": f'reranking: the instruction (default "{DEFAULT_INSTRUCTION}")'},
+    }
+
+    def validate(self) -> None:
+        if not self.instruction.strip():
+            raise SpecError("the reranking instruction must not be empty")
