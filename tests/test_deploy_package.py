@@ -40,6 +40,7 @@ def repo(tmp_path: Path) -> Path:
     for step, source in (("demo_tokenizer", "tokenizer.py"), ("demo_postprocess", "postprocess.py")):
         shutil.copy(TRITON_MODELS / source, root / step / "1" / "model.py")
         shutil.copy(TRITON_MODELS / "_common.py", root / step / "1" / "_common.py")
+        shutil.copy(SOURCE / "contract.py", root / step / "1" / "contract.py")
     _wire(root, STEPS[1:])
     return root
 

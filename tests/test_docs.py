@@ -1,6 +1,7 @@
 """The README and docs/ as a reader meets them: short enough, no dead link, no broken table.
 
-Plain text checks, no build and no server: they run in milliseconds under ``make check`` too.
+Plain text checks, no build and no server: they run in milliseconds under ``make check`` too. The tensor table is
+read against the contract module (``tritongen.contract``).
 """
 
 from __future__ import annotations
@@ -122,3 +123,47 @@ def test_links_skip_urls_and_code_when_page_is_scanned(tmp_path: Path):
         encoding="utf-8",
     )
     assert _links(page) == [(1, "x.md"), (5, "img.png")]
+
+
+def test_tensor_table_of_tasks_md_types_every_public_tensor_as_the_contract_does():
+    """docs/tasks.md's table of the ensembles' tensors: each public tensor once at least, typed as in the contract."""
+    from tritongen.contract import PUBLIC
+
+    rows = [line for _, line in _prose(ROOT / "docs" / "tasks.md") if line.startswith("| `")]
+    typed: dict[str, set[str]] = {}
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        types = re.findall(r"TYPE_[A-Z0-9]+", cells[1]) if len(cells) > 1 else []
+        names = re.findall(r"`([A-Z_]+)`", cells[0])
+        for index, name in enumerate(names):
+            if types:
+                typed.setdefault(name, set()).add(types[min(index, len(types) - 1)])
+    assert set(PUBLIC) <= set(typed), sorted(set(PUBLIC) - set(typed))
+    assert {name: PUBLIC[name].data_type for name in PUBLIC if typed[name] != {PUBLIC[name].data_type}} == {}
+
+
+def test_architecture_page_names_only_paths_that_exist_and_every_folder_of_the_package():
+    """docs/architecture.md's tree: each folder and the files it names exist; each package folder is named."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    package = ROOT / "tritongen"
+    tree = text.split("```")[1]
+    folder, missing, named = None, [], set()
+    for line in tree.splitlines()[2:]:
+        head = re.match(r"^  (\S+)", line)
+        if head:
+            folder = head.group(1)
+            named.add(folder.rstrip("/"))
+            if not (package / folder).exists():
+                missing.append(folder)
+        for name in re.findall(r"\b([a-z_]+\.py)\b", line):
+            where = package / folder if folder and folder.endswith("/") else package
+            if not list(where.rglob(name)):
+                missing.append(f"{folder}{name}")
+    for path in re.findall(r"`((?:tritongen/)?[a-z_]+/[a-z_<>/.]*\.py)`", text):
+        pattern = path.replace("<runtime>", "*").replace("<task>", "*")
+        base = ROOT if pattern.startswith(("tests/", "tritongen/")) else package
+        if not list(base.glob(pattern)):
+            missing.append(path)
+    folders = {p.name for p in package.iterdir() if p.is_dir() and not p.name.startswith("__")}
+    assert missing == []
+    assert folders <= named, sorted(folders - named)

@@ -23,7 +23,16 @@ from tritongen.errors import (
 
 PACKAGE = Path(tritongen.__file__).parent
 # `QAInputError` lives in the served Python-backend code, which cannot import tritongen (see errors.py).
-SERVED_CODE = {PACKAGE / "steps"}
+def _served_code() -> set[Path]:
+    """The Python steps and what the build copies beside them: they run in Triton without the package."""
+    from tritongen.sources import module_file
+    from tritongen.tasks import TASKS
+
+    modules = {m for task in TASKS.values() for m in (task.tokenizer_step, task.postprocess_step, *task.helper_modules)}
+    return {PACKAGE / "steps", *(module_file(m) for m in modules)}
+
+
+SERVED_CODE = _served_code()
 
 
 def _error_classes() -> dict[str, type[BaseException]]:

@@ -149,3 +149,21 @@ def test_functions_stay_short_when_written_in_the_package():
             if count > MAX_PARAMETERS or lines > MAX_LINES:
                 long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}: {count} parameters, {lines} lines")
     assert long == []
+
+
+def test_public_tensor_names_are_spelled_only_in_the_contract_module():
+    """A public tensor's name as a string literal anywhere else is a vocabulary leaking (docstrings may name them)."""
+    import io
+    import tokenize
+
+    from tritongen.contract import PUBLIC
+
+    spelled = {f'"{name}"' for name in PUBLIC} | {f"'{name}'" for name in PUBLIC}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "contract.py" and path.parent == PACKAGE:
+            continue
+        for token in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline):
+            if token.type == tokenize.STRING and token.string in spelled:
+                found.append(f"{path.relative_to(PACKAGE)}:{token.start[0]} {token.string}")
+    assert found == []

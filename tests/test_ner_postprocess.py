@@ -1,4 +1,4 @@
-"""``tritongen/steps/ner.py`` against transformers' ``TokenClassificationPipeline``, every strategy.
+"""The NER decoder (``tasks/token_classification/ner.py``) against transformers' pipeline, every strategy.
 
 Tiny random token classifiers (``tests/tiny_ner.py``) for the three tokenizer families: WordPiece (bert),
 byte-level BPE (roberta) and Unigram/"▁" (xlm-roberta). The numpy postprocessing runs on logits computed by the
@@ -23,7 +23,7 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, pipeline
 
-from tritongen.steps.ner import (
+from tritongen.tasks.token_classification.ner import (
     STRATEGIES,
     Aggregation,
     TokenVocab,

@@ -17,10 +17,12 @@ from tritongen.builder.spec import load_spec
 from tritongen.configs.render import render_all
 from tritongen.errors import SpecError
 from tritongen.model.checkpoint import Checkpoint, Pooling
-from tritongen.steps import _common, ner, postprocess, qa, tokenizer
+from tritongen.steps import _common, postprocess, tokenizer
 from tritongen.tasks import get_task
 from tritongen.tasks.question_answering import postprocess as qa_postprocess
+from tritongen.tasks.question_answering import qa
 from tritongen.tasks.question_answering import tokenizer as qa_tokenizer
+from tritongen.tasks.token_classification import ner
 from tritongen.tasks.token_classification import tokenizer as ner_tokenizer
 
 QA_BERT = Path(__file__).parent / "assets" / "qa" / "bert"

@@ -1,4 +1,4 @@
-"""``tritongen/steps/qa.py`` against the transformers 4.57 question-answering pipeline.
+"""``tritongen/tasks/question_answering/qa.py`` against the transformers 4.57 question-answering pipeline.
 
 ``tests/assets/qa/golden.json`` holds the v4 pipeline's answers for the tiny QA checkpoints next to it
 (``scripts/make_qa_golden.py``). Here the same pairs are split with ``encode_windows``, run through the same
@@ -20,7 +20,7 @@ import torch
 from tokenizers import Tokenizer
 
 from tritongen.model.facts import model_inputs
-from tritongen.steps import qa
+from tritongen.tasks.question_answering import qa
 
 pytestmark = pytest.mark.build  # the tests make or load tiny models
 

@@ -141,7 +141,7 @@ def test_detect_picks_multi_embedding_when_both_head_files_sit_beside_the_encode
 def _m3_step() -> multi_postprocess.TritonPythonModel:
     step = multi_postprocess.TritonPythonModel()
     step.setup({"hidden_size": "2", "colbert_dim": "3", "unused_token_ids": "[0, 1, 2, 3]"}, {})
-    step.input_name, step.output_names = "token_vectors", list(multi_postprocess.SPARSE + multi_postprocess.COLBERT)
+    step.input_name, step.output_names = "token_vectors", list(multi_postprocess.SPARSE + multi_postprocess.COLBERTS)
     return step
 
 
@@ -156,7 +156,7 @@ def _m3_request() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def test_multi_postprocess_gives_bge_m3_outputs_padded_within_the_request():
-    out = _m3_step().process(*_m3_request(), {"EMBEDDING", *multi_postprocess.SPARSE, *multi_postprocess.COLBERT})
+    out = _m3_step().process(*_m3_request(), {"EMBEDDING", *multi_postprocess.SPARSE, *multi_postprocess.COLBERTS})
     np.testing.assert_allclose(out["EMBEDDING"], [[0.6, 0.8], [0.0, 1.0]])
     assert out["SPARSE_INDICES"].tolist() == [[7], [-1]] and out["SPARSE_VALUES"].tolist() == [[0.75], [0.0]]
     assert out["COLBERT_LENGTH"].tolist() == [[4], [1]] and out["COLBERT"].shape == (2, 4, 3)

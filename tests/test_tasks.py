@@ -60,7 +60,8 @@ def test_bind_computes_the_qa_plan_once_from_the_section():
     assert [t.name for t in plan.ensemble_inputs] == ["QUESTION", "CONTEXT"]
     assert plan.tokenizer_outputs[0].name == "input_ids" and plan.onnx_output.dims == (-1, 2)
     assert plan.step_modules["postprocess"] == "tritongen.tasks.question_answering.postprocess"
-    assert "qa" in plan.helper_modules["tokenizer"] and "tokenizer" in plan.helper_modules["tokenizer"]
+    helpers = plan.helper_modules["tokenizer"]
+    assert "tritongen.tasks.question_answering.qa" in helpers and "tritongen.steps.tokenizer" in helpers
 
 
 def test_bind_refuses_a_stride_that_fills_the_ner_window():

@@ -19,8 +19,8 @@ from tritongen.cli import main
 from tritongen.errors import ServerError, SpecError
 from tritongen.model.checkpoint import inspect_checkpoint
 from tritongen.serve.client import infer
-from tritongen.steps import zero_shot
 from tritongen.tasks import detect_task
+from tritongen.tasks.zero_shot_classification import zero_shot
 
 SCORE_TOLERANCE = 1e-4
 TEMPLATE = "Das Thema ist {}."

@@ -27,7 +27,7 @@ are a :class:`StageError`'s ``stage`` and ``cause``; the message is rendered fro
 capability check carry ``stage`` too: a :class:`CapabilityError`'s (``model type``, ``remote code``,
 ``task head``, ``weights``), ``export`` on an :class:`ExportError`, ``parity`` on a :class:`ParityError`. A message
 places the path with a ``{path}`` marker (``"checkpoint {path} has no config.json"``), else the
-path leads it. ``QAInputError`` in ``steps/qa.py`` is deliberately not here: that module
+path leads it. ``QAInputError`` in ``tasks/question_answering/qa.py`` is deliberately not here: that module
 runs inside Triton's Python backend, which has no tritongen to import.
 """
 

@@ -20,6 +20,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from tritongen.contract import EMBEDDING, TEXT
+
 __all__ = [
     "HttpTarget",
     "InterleavedRounds",
@@ -61,17 +63,17 @@ class HttpTarget:
             connection.close()
 
 
-def kserve_target(label: str, url: str, model: str, output: str | None = "EMBEDDING") -> HttpTarget:
+def kserve_target(label: str, url: str, model: str, output: str | None = EMBEDDING) -> HttpTarget:
     """A Triton ensemble over KServe v2 JSON: ``TEXT`` in, ``output`` out (None: every output)."""
     host, port = url.rsplit(":", 1)
     outputs = {"outputs": [{"name": output}]} if output else {}
 
     def body(text: str) -> bytes:
-        tensor = {"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}
+        tensor = {"name": TEXT, "shape": [1, 1], "datatype": "BYTES", "data": [text]}
         return json.dumps({"inputs": [tensor], **outputs}).encode()
 
     def embedding(answer: dict) -> list[float]:
-        return next(o["data"] for o in answer["outputs"] if o["name"] == "EMBEDDING")
+        return next(o["data"] for o in answer["outputs"] if o["name"] == EMBEDDING)
 
     return HttpTarget(label, host, int(port), f"/v2/models/{model}/infer", body, embedding)
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tritongen.contract import TEXT
 from tritongen.errors import BenchError
 from tritongen.serve.server import server_environment
 
@@ -85,7 +86,7 @@ def perf_analyzer_binary() -> Path:
 def write_input_data(path: Path, texts: Sequence[str], *, with_batch_dim: bool = False) -> None:
     """perf_analyzer ``--input-data`` JSON: one request per text, in order."""
     shape = [1, 1] if with_batch_dim else [1]
-    data = {"data": [{"TEXT": {"content": [text], "shape": shape}} for text in texts]}
+    data = {"data": [{TEXT: {"content": [text], "shape": shape}} for text in texts]}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
 

@@ -10,6 +10,8 @@ infer with JSON tensors) for perf_analyzer to drive it exactly as it drives Trit
 import argparse
 from typing import Any
 
+from tritongen.contract import EMBEDDING, LABEL, SCORE, TEXT
+
 __all__ = ["create_app"]
 
 
@@ -24,7 +26,7 @@ def _predictor(model: str, task: str, max_length: int) -> Any:
             with torch.no_grad():  # not torch's global switch: tests call these in their own process
                 results = pipe(texts, truncation=True, max_length=max_length)
             best = [max(r, key=lambda item: item["score"]) for r in results]
-            return {"LABEL": [b["label"] for b in best], "SCORE": [b["score"] for b in best]}
+            return {LABEL: [b["label"] for b in best], SCORE: [b["score"] for b in best]}
 
         return predict
     return embedding_predictor(model, max_length)
@@ -45,7 +47,7 @@ def embedding_predictor(model: str, max_length: int) -> Any:
         for hidden in hiddens:
             vector = hidden[0].mean(dim=0)  # one unpadded text at a time: mean over its tokens
             rows.append(torch.nn.functional.normalize(vector, dim=0).tolist())
-        return {"EMBEDDING": rows}
+        return {EMBEDDING: rows}
 
     return embed
 
@@ -69,7 +71,7 @@ def decode_request(body: bytes, header_length: str | None) -> list[str] | None:
                 (length,) = struct.unpack_from("<I", chunk, position)
                 values.append(chunk[position + 4 : position + 4 + length].decode("utf-8", errors="replace"))
                 position += 4 + length
-        if tensor.get("name") == "TEXT":
+        if tensor.get("name") == TEXT:
             return [str(v) for v in values]
     return None
 
@@ -80,7 +82,7 @@ def create_app(model: str, task: str, name: str, max_length: int) -> Any:
 
     predict = _predictor(model, task, max_length)
     app = FastAPI()
-    outputs = ["LABEL", "SCORE"] if task == "classification" else ["EMBEDDING"]
+    outputs = [LABEL, SCORE] if task == "classification" else [EMBEDDING]
     _add_health_routes(app, name)
     _add_model_routes(app, name, outputs)
     _add_infer_route(app, name, predict)
@@ -108,7 +110,7 @@ def _model_config(name: str, outputs: list[str]) -> dict[str, Any]:
         "name": name,
         "platform": "pytorch_pipeline",
         "max_batch_size": 64,
-        "input": [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": [1]}],
+        "input": [{"name": TEXT, "data_type": "TYPE_STRING", "dims": [1]}],
         "output": [{"name": o, "data_type": "TYPE_FP32", "dims": [-1]} for o in outputs],
     }
 
@@ -142,7 +144,7 @@ def _add_model_routes(app: Any, name: str, outputs: list[str]) -> None:
             "name": name,
             "versions": ["1"],
             "platform": config["platform"],
-            "inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [-1, 1]}],
+            "inputs": [{"name": TEXT, "datatype": "BYTES", "shape": [-1, 1]}],
             "outputs": [{"name": o, "datatype": "FP32", "shape": [-1, -1]} for o in outputs],
         }
 
@@ -163,7 +165,7 @@ def _infer_response(name: str, count: int, result: dict[str, list[Any]]) -> dict
     for key, rows in result.items():
         width = len(rows[0]) if rows and isinstance(rows[0], list) else 1
         flat = [v for row in rows for v in row] if width > 1 or (rows and isinstance(rows[0], list)) else rows
-        datatype = "BYTES" if key == "LABEL" else "FP32"
+        datatype = "BYTES" if key == LABEL else "FP32"
         outputs.append({"name": key, "datatype": datatype, "shape": [count, width], "data": flat})
     return {"model_name": name, "model_version": "1", "outputs": outputs}
 

@@ -11,7 +11,6 @@ staging area) -> publish atomically. Nothing reaches the repository before :func
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import shutil
 from collections.abc import Iterator, Mapping
@@ -23,7 +22,6 @@ from rich.console import Console
 from rich.markdown import Markdown
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritongen import steps
 from tritongen.builder.card import SEARCH_PLOT, model_card, required
 from tritongen.builder.ensemble import step_configs
 from tritongen.builder.spec import check_spec
@@ -46,6 +44,7 @@ from tritongen.repository.canary import record as record_canary
 from tritongen.repository.layout import served_steps, served_windows
 from tritongen.repository.staging import Staging, staging
 from tritongen.runtimes import Export, Runtime, Variant, get_runtime
+from tritongen.sources import module_file
 from tritongen.tasks import BuildPlan, Task, detect_task, get_task, reference_postprocess
 from tritongen.tasks._base import NO_TOKENIZER_LIMIT
 
@@ -53,8 +52,6 @@ __all__ = [
     "BuildResult", "build_repository", "canary", "container_check", "export", "exported", "fold", "inspect",
     "optimise", "parity", "publish", "render", "write",
 ]  # fmt: skip
-
-_PY_MODELS = Path(steps.__file__).resolve().parent
 
 ContainerChecks = dict[str, "ContainerReport | dict[str, str]"]  # release -> its report, or why it was skipped
 
@@ -404,9 +401,9 @@ def _write_python_steps(plan: BuildPlan, work: Staging, *, folded: bool = False)
         if folded and step == "postprocess":
             continue
         target = work.version_dir(names[step])
-        shutil.copyfile(_module_file(module_name), target / "model.py")
-        for helper in bound.helper_modules[step]:
-            shutil.copyfile(_PY_MODELS / f"{helper}.py", target / f"{helper}.py")
+        shutil.copyfile(_step_file(module_name), target / "model.py")
+        for helper in bound.helper_modules[step]:  # imported by its last name beside model.py
+            shutil.copyfile(_step_file(helper), target / f"{helper.rsplit('.', 1)[-1]}.py")
     if folded:
         return
     tok_dir, post_dir = work.version_dir(names["tokenizer"]), work.version_dir(names["postprocess"])
@@ -416,12 +413,12 @@ def _write_python_steps(plan: BuildPlan, work: Staging, *, folded: bool = False)
     (post_dir / "labels.json").write_text(json.dumps(labels, ensure_ascii=False))
 
 
-def _module_file(name: str) -> Path:
-    """The source file of a step module (``tritongen.tasks.qa.tokenizer``), served as a ``model.py``."""
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None:
-        raise RepositoryError(f"step module `{name}` cannot be found")
-    return Path(spec.origin)
+def _step_file(name: str) -> Path:
+    """The source file of a step module or helper (``tritongen.tasks.question_answering.tokenizer``)."""
+    try:
+        return module_file(name)
+    except LookupError as exc:
+        raise RepositoryError(f"step module `{name}` cannot be found ({exc})") from None
 
 
 def _build_record(plan: BuildPlan, variant: Variant | None) -> dict[str, Any]:

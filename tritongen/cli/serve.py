@@ -12,6 +12,7 @@ from functools import partial
 from pathlib import Path
 
 from tritongen.cli.options import add_server_options
+from tritongen.contract import CANDIDATE_LABELS, CONTEXT, QUESTION, TEXT, TEXT_PAIR
 from tritongen.errors import UsageError
 
 __all__ = ["register"]
@@ -177,11 +178,11 @@ def _infer(args: argparse.Namespace) -> None:
     if args.question:
         if not args.context or len(args.context) != len(args.question):
             raise UsageError("give one --context per --question")
-        key, texts, extra = "QUESTION", args.question, {"CONTEXT": args.context}
+        key, texts, extra = QUESTION, args.question, {CONTEXT: args.context}
     elif args.text:
-        key, texts, extra = "TEXT", args.text, ({"TEXT_PAIR": args.text_pair} if args.text_pair else {})
+        key, texts, extra = TEXT, args.text, ({TEXT_PAIR: args.text_pair} if args.text_pair else {})
         if args.candidate_labels:  # zero-shot: one label list for every text
-            extra["CANDIDATE_LABELS"] = [args.candidate_labels]
+            extra[CANDIDATE_LABELS] = [args.candidate_labels]
     else:
         raise UsageError("nothing to send: give --text (or --question and --context for QA models)")
     rows = infer(texts, name=args.name, url=url, protocol=args.protocol, inputs=extra, text_input=key)

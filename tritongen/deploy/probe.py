@@ -22,6 +22,8 @@ import time
 import urllib.error
 import urllib.request
 
+from tritongen.contract import IMAGE
+
 
 def _call(url: str, body: dict | None, timeout: float) -> dict:
     data = None if body is None else json.dumps(body).encode()
@@ -32,7 +34,7 @@ def _call(url: str, body: dict | None, timeout: float) -> dict:
 
 def _payload(name: str, text: str) -> str:
     """``text``, or for ``IMAGE`` a 1x1 plain-text PPM image coloured by it (as ``tritongen.serve.health`` sends)."""
-    if name != "IMAGE":
+    if name != IMAGE:
         return text
     seed = sum(text.encode()) * 2654435761
     return f"P3\n1 1\n255\n{seed % 256} {(seed >> 8) % 256} {(seed >> 16) % 256}\n"

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tritongen.contract import END, SCORE, TEXT, TEXT_PAIR
 from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family
 from tritongen.gateway.schemas import MAX_INPUTS, bad, body_object, dimensions_field, model_name, optional, text_list
@@ -66,8 +67,8 @@ async def rerank(gateway: Gateway, request: Request) -> Response:
     """``POST /v1/rerank``, ``/v2/rerank``."""
     req = parse_rerank_documents(await request.body())
     model = await gateway.model_for(request, req.model, "rerank", request.url.path)
-    pairs = {"TEXT": [req.query] * len(req.documents), "TEXT_PAIR": req.documents}
-    scores = (await gateway.infer(model, pairs, ["SCORE"]))["SCORE"].reshape(-1).tolist()
+    pairs = {TEXT: [req.query] * len(req.documents), TEXT_PAIR: req.documents}
+    scores = (await gateway.infer(model, pairs, [SCORE]))[SCORE].reshape(-1).tolist()
     order = sorted(range(len(scores)), key=lambda i: -scores[i])[: req.top_n]
     results = [
         {
@@ -77,7 +78,7 @@ async def rerank(gateway: Gateway, request: Request) -> Response:
         }
         for i in order
     ]
-    usage = gateway.usage(model, list(zip(pairs["TEXT"], pairs["TEXT_PAIR"])))
+    usage = gateway.usage(model, list(zip(pairs[TEXT], pairs[TEXT_PAIR])))
     meta = {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}}
     answer = {"id": str(uuid.uuid4()), "model": model.name, "results": results, "usage": usage, "meta": meta}
     return json_response(answer)
@@ -100,11 +101,11 @@ async def embed(gateway: Gateway, request: Request) -> Response:
         raise bad(f"`input_type` must be one of {', '.join(_INPUT_TYPES)}", "input_type")
     _embedding_types(data)
     truncate = optional(data, "truncate", str, None)
-    if truncate is not None and truncate.upper() not in ("END", "NONE"):
+    if truncate is not None and truncate.upper() not in (END, "NONE"):
         raise bad("`truncate` must be END or NONE: the ensemble cuts the end of a long text", "truncate")
     dimensions = dimensions_field({"dimensions": data.get("output_dimension")})
     model = await gateway.model_for(request, model_name(data), "embeddings", "/v2/embed")
-    cut = None if truncate is None else truncate.upper() == "END"  # absent: the gateway's auto_truncate
+    cut = None if truncate is None else truncate.upper() == END  # absent: the gateway's auto_truncate
     vectors, _ = await gateway.embed(model, texts, dimensions, truncate=cut, field="texts")
     tokens = gateway.usage(model, texts)["prompt_tokens"]
     meta = {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}}

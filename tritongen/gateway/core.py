@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tritongen.contract import DIMENSIONS, EMBEDDING, PROMPT_NAME, TEXT, TRUNCATED
 from tritongen.errors import GatewayError, describe
 from tritongen.gateway.auth import check_key
 from tritongen.gateway.discovery import local_folder, served_names
@@ -206,8 +207,8 @@ class Gateway:
         ``truncate: false``), not silently cut: the ensemble says which texts it cut in ``TRUNCATED``.
         """
         cut = self.options.auto_truncate if truncate is None else truncate
-        refuse = not cut and "TRUNCATED" in model.outputs
-        result = await self.triton.infer(model, inputs, [*outputs, "TRUNCATED"] if refuse else outputs)
+        refuse = not cut and TRUNCATED in model.outputs
+        result = await self.triton.infer(model, inputs, [*outputs, TRUNCATED] if refuse else outputs)
         if refuse:
             self._refuse_truncated(model, result, field)
         return result
@@ -215,7 +216,7 @@ class Gateway:
     @staticmethod
     def _refuse_truncated(model: ModelInfo, result: dict[str, np.ndarray], field: str) -> None:
         """A text longer than the model is an error (413; TEI's 422 on its routes), not silently cut."""
-        truncated = result.get("TRUNCATED")
+        truncated = result.get(TRUNCATED)
         if truncated is None or not truncated.any():
             return
         index = int(np.flatnonzero(truncated.reshape(-1))[0])
@@ -248,7 +249,7 @@ class Gateway:
         Long texts are cut as :meth:`infer` says; ``prompt_name`` None takes ``default_prompt_name`` where the
         model has prompts.
         """
-        width = model.outputs["EMBEDDING"].dims[-1]
+        width = model.outputs[EMBEDDING].dims[-1]
         if dimensions is not None and width > 0 and dimensions > width:
             raise GatewayError(
                 400,
@@ -256,13 +257,13 @@ class Gateway:
                 param="dimensions",
                 code="invalid_dimensions",
             )
-        inputs: dict[str, list] = {"TEXT": texts}
-        if dimensions is not None and "DIMENSIONS" in model.inputs:
-            inputs["DIMENSIONS"] = [dimensions] * len(texts)
+        inputs: dict[str, list] = {TEXT: texts}
+        if dimensions is not None and DIMENSIONS in model.inputs:
+            inputs[DIMENSIONS] = [dimensions] * len(texts)
         self.add_prompt(model, inputs, prompt_name, len(texts))
-        result = await self.infer(model, inputs, ["EMBEDDING"], truncate=truncate, field=field)
-        vectors = result["EMBEDDING"]
-        if dimensions is not None and "DIMENSIONS" not in model.inputs and dimensions != vectors.shape[1]:
+        result = await self.infer(model, inputs, [EMBEDDING], truncate=truncate, field=field)
+        vectors = result[EMBEDDING]
+        if dimensions is not None and DIMENSIONS not in model.inputs and dimensions != vectors.shape[1]:
             if not _unit(model, vectors):
                 raise GatewayError(
                     400,
@@ -276,13 +277,13 @@ class Gateway:
 
     def add_prompt(self, model: ModelInfo, inputs: dict[str, list], prompt_name: str | None, rows: int) -> None:
         """``PROMPT_NAME`` for ``rows`` texts: the one asked for, else ``default_prompt_name`` where it has prompts."""
-        if prompt_name is None and self.options.default_prompt_name and "PROMPT_NAME" in model.inputs:
+        if prompt_name is None and self.options.default_prompt_name and PROMPT_NAME in model.inputs:
             prompt_name = self.options.default_prompt_name
         if prompt_name is None:
             return
-        if "PROMPT_NAME" not in model.inputs:
+        if PROMPT_NAME not in model.inputs:
             raise GatewayError(400, f"`{model.name}` declares no prompts", param="prompt_name", code="no_prompts")
-        inputs["PROMPT_NAME"] = [prompt_name] * rows
+        inputs[PROMPT_NAME] = [prompt_name] * rows
 
     async def health(self, request: Request) -> Response:
         """``GET /health``: 200 when Triton is ready and serves an ensemble the gateway can see (no key, for probes).

@@ -11,6 +11,7 @@ know. Which names to ask Triton about is :mod:`tritongen.gateway.discovery`'s bu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import time
@@ -19,13 +20,57 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tritongen.contract import EMBEDDING, PROBABILITIES, SCORE, SPARSE_INDICES, SPARSE_VALUES, TEXT, TEXT_PAIR
 from tritongen.errors import GatewayError
 from tritongen.gateway.errors import model_not_found, unsupported_route
 
-__all__ = ["ROUTES", "Catalogue", "Fetch", "ModelInfo", "Names", "describe_models"]
+__all__ = ["ROUTES", "ROUTE_NEEDS", "Catalogue", "Fetch", "ModelInfo", "Names", "Needs", "describe_models"]
 
-# Route -> what it needs of an ensemble, for the 400 that says why an ensemble cannot serve it.
-ROUTES = ("embeddings", "rerank", "predict", "tokenize", "sparse", "score", "text")
+
+@dataclass(frozen=True)
+class Needs:
+    """What a route needs of an ensemble: public tensors it sends and reads (``tritongen.contract``), and why not.
+
+    ``one_score``: a single score per text pair (a cross-encoder with one label, not a pair classifier), else
+    ``many_labels`` (``{labels}``: their count); ``tokenizer``: the tokenizer step's ``tokenizer.json``, which the
+    gateway reads itself.
+    """
+
+    inputs: tuple[str, ...] = (TEXT,)
+    outputs: tuple[str, ...] = ()
+    refusal: str = ""
+    one_score: bool = False
+    many_labels: str = ""
+    tokenizer: bool = False
+
+
+_PAIR_SCORER = Needs(
+    (TEXT, TEXT_PAIR), (SCORE,), "re-ranking needs a text-pair scorer (inputs TEXT and TEXT_PAIR, output SCORE)",
+    one_score=True, many_labels="it classifies pairs into {labels} labels; re-ranking needs one score per pair",
+)  # fmt: skip
+_SCORER_OR_EMBEDDER = "scoring needs a one-score text-pair model or an embedder (whose cosine it takes)"
+_EMBEDDER = Needs(outputs=(EMBEDDING,), refusal="it outputs no EMBEDDING (it is not an embedding model)")
+
+# Route -> what serves it: any one of its needs, in order (the first one's refusal explains a miss). A model says
+# what it serves by the tensors its ensemble's config declares, which its task chose.
+ROUTE_NEEDS: dict[str, tuple[Needs, ...]] = {
+    "embeddings": (_EMBEDDER,),
+    "rerank": (_PAIR_SCORER,),
+    "predict": (Needs(outputs=(PROBABILITIES,), refusal="it outputs no PROBABILITIES (it is no classifier)"),),
+    "tokenize": (Needs(refusal="the gateway cannot read its tokenizer step's tokenizer.json", tokenizer=True),),
+    "sparse": (
+        Needs(
+            outputs=(SPARSE_INDICES, SPARSE_VALUES),
+            refusal="it outputs no SPARSE_INDICES and SPARSE_VALUES (it is not a sparse embedding model)",
+        ),
+    ),
+    "score": (
+        dataclasses.replace(_PAIR_SCORER, refusal=_SCORER_OR_EMBEDDER, many_labels=_SCORER_OR_EMBEDDER),
+        _EMBEDDER,
+    ),
+    "text": (Needs(),),
+}
+ROUTES = tuple(ROUTE_NEEDS)
 _REFRESH_INTERVAL_S = 1.0  # health probes and /v1/models calls share one read of the configs a second
 
 
@@ -57,43 +102,32 @@ class ModelInfo:
         """TEI's model type: ``reranker``, ``classifier``, ``sparse`` (SPLADE pooling) or ``embedding``."""
         if self.why_not("rerank") is None:
             return "reranker"
-        if "PROBABILITIES" in self.outputs:
+        if PROBABILITIES in self.outputs:
             return "classifier"
         return "sparse" if self.why_not("sparse") is None else "embedding"
 
     @property
     def num_labels(self) -> int | None:
         """The width of ``PROBABILITIES``, if the ensemble outputs it."""
-        probabilities = self.outputs.get("PROBABILITIES")
+        probabilities = self.outputs.get(PROBABILITIES)
         return probabilities.dims[-1] if probabilities else None
 
     def why_not(self, route: str) -> str | None:
-        """None if this ensemble can serve ``route``, else the reason it cannot."""
-        if "TEXT" not in self.inputs:
+        """None if this ensemble can serve ``route`` (:data:`ROUTE_NEEDS`), else the reason it cannot."""
+        if TEXT not in self.inputs:
             return "it takes no TEXT input"
-        if route == "embeddings":
-            return None if "EMBEDDING" in self.outputs else "it outputs no EMBEDDING (it is not an embedding model)"
-        if route == "rerank":
-            if "TEXT_PAIR" not in self.inputs or "SCORE" not in self.outputs:
-                return "re-ranking needs a text-pair scorer (inputs TEXT and TEXT_PAIR, output SCORE)"
-            if (self.num_labels or 1) != 1:
-                return f"it classifies pairs into {self.num_labels} labels; re-ranking needs one score per pair"
-            return None
-        if route == "predict":
-            return None if "PROBABILITIES" in self.outputs else "it outputs no PROBABILITIES (it is no classifier)"
-        if route == "tokenize":
-            return None if self.tokenizer is not None else "the gateway cannot read its tokenizer step's tokenizer.json"
-        if route == "sparse":
-            if "SPARSE_INDICES" in self.outputs and "SPARSE_VALUES" in self.outputs:
-                return None
-            return "it outputs no SPARSE_INDICES and SPARSE_VALUES (it is not a sparse embedding model)"
-        if route == "score":
-            if self.why_not("rerank") is None or "EMBEDDING" in self.outputs:
-                return None
-            return "scoring needs a one-score text-pair model or an embedder (whose cosine it takes)"
-        if route == "text":
-            return None
-        raise ValueError(f"unknown route {route!r}")
+        alternatives = ROUTE_NEEDS[route]  # a KeyError: a route of ours that declared nothing
+        reasons = [self._unmet(needs) for needs in alternatives]
+        return None if None in reasons else reasons[0]
+
+    def _unmet(self, needs: Needs) -> str | None:
+        if any(name not in self.inputs for name in needs.inputs) or any(n not in self.outputs for n in needs.outputs):
+            return needs.refusal
+        if needs.tokenizer and self.tokenizer is None:
+            return needs.refusal
+        if needs.one_score and (self.num_labels or 1) != 1:
+            return needs.many_labels.format(labels=self.num_labels)
+        return None
 
 
 def _datatype(enum_name: str) -> str:

@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tritongen.contract import TEXT
 from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family, model_not_found
 from tritongen.gateway.schemas import parse_embeddings
@@ -35,7 +36,7 @@ async def embeddings(gateway: Gateway, request: Request) -> Response:
 async def list_models(gateway: Gateway, request: Request) -> Response:
     """``GET /v1/models``: the ensembles that take text."""
     await gateway.catalogue.refresh(force=False)
-    names = sorted(gateway.served_name(m) for m in gateway.catalogue.models.values() if "TEXT" in m.inputs)
+    names = sorted(gateway.served_name(m) for m in gateway.catalogue.models.values() if TEXT in m.inputs)
     return json_response({"object": "list", "data": [_model_entry(name) for name in names]})
 
 

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tritongen.contract import PROBABILITIES, SCORE, SPARSE_INDICES, SPARSE_VALUES, TEXT, TEXT_PAIR
 from tritongen.errors import GatewayError
 from tritongen.gateway.core import Gateway, json_response, l2_normalise
 from tritongen.gateway.errors import Family, unsupported_route
@@ -66,10 +67,10 @@ async def embed_sparse(gateway: Gateway, request: Request) -> Response:
     req = parse_sparse(await request.body())
     gateway.client_batch(len(req.texts), "inputs")
     model = await gateway.model_for(request, req.model, "sparse", "/embed_sparse")
-    inputs: dict[str, list] = {"TEXT": req.texts}
+    inputs: dict[str, list] = {TEXT: req.texts}
     gateway.add_prompt(model, inputs, req.prompt_name, len(req.texts))
-    result = await gateway.infer(model, inputs, ["SPARSE_INDICES", "SPARSE_VALUES"], truncate=req.truncate)
-    return json_response(sparse_rows(result["SPARSE_INDICES"], result["SPARSE_VALUES"]))
+    result = await gateway.infer(model, inputs, [SPARSE_INDICES, SPARSE_VALUES], truncate=req.truncate)
+    return json_response(sparse_rows(result[SPARSE_INDICES], result[SPARSE_VALUES]))
 
 
 def sparse_rows(indices: np.ndarray, values: np.ndarray) -> list[list[dict[str, Any]]]:
@@ -98,9 +99,9 @@ async def rerank(gateway: Gateway, request: Request) -> Response:
     req = parse_rerank(await request.body())
     gateway.client_batch(len(req.texts), "texts")
     model = await gateway.model_for(request, req.model, "rerank", "/rerank")
-    inputs = {"TEXT": [req.query] * len(req.texts), "TEXT_PAIR": req.texts}
-    result = await gateway.infer(model, inputs, ["SCORE"], truncate=req.truncate, field="texts")
-    scores = result["SCORE"].reshape(-1).tolist()
+    inputs = {TEXT: [req.query] * len(req.texts), TEXT_PAIR: req.texts}
+    result = await gateway.infer(model, inputs, [SCORE], truncate=req.truncate, field="texts")
+    scores = result[SCORE].reshape(-1).tolist()
     order = sorted(range(len(scores)), key=lambda i: -scores[i])
     text = (lambda i: {"text": req.texts[i]}) if req.return_text else (lambda i: {})
     return json_response([{"index": i, "score": scores[i], **text(i)} for i in order])
@@ -110,11 +111,11 @@ async def predict(gateway: Gateway, request: Request) -> Response:
     """``POST /predict``: every label with its probability, best first (a list of those per input)."""
     req = parse_predict(await request.body())
     model = await gateway.model_for(request, req.model, "predict", "/predict")
-    texts, pairs, single = req.rows("TEXT_PAIR" in model.inputs)
+    texts, pairs, single = req.rows(TEXT_PAIR in model.inputs)
     gateway.client_batch(len(texts), "inputs")
-    inputs = {"TEXT": texts, **({"TEXT_PAIR": pairs} if pairs is not None else {})}
-    result = await gateway.infer(model, inputs, ["PROBABILITIES"], truncate=req.truncate)
-    probabilities = result["PROBABILITIES"]
+    inputs = {TEXT: texts, **({TEXT_PAIR: pairs} if pairs is not None else {})}
+    result = await gateway.infer(model, inputs, [PROBABILITIES], truncate=req.truncate)
+    probabilities = result[PROBABILITIES]
     labels = model.labels or tuple(f"LABEL_{i}" for i in range(probabilities.shape[1]))
     rows = [
         [{"label": labels[j], "score": row[j]} for j in sorted(range(len(row)), key=lambda j: -row[j])]

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tritongen.contract import EMBEDDING, PROBABILITIES, SCORE, SPARSE_VALUES
 from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family
 from tritongen.gateway.models import ModelInfo
@@ -20,7 +21,7 @@ from tritongen.gateway.tokens import decode as decode_ids
 
 __all__ = ["routes"]
 
-_OUTPUT = {"embedding": "EMBEDDING", "classifier": "PROBABILITIES", "reranker": "SCORE", "sparse": "SPARSE_VALUES"}
+_OUTPUT = {"embedding": EMBEDDING, "classifier": PROBABILITIES, "reranker": SCORE, "sparse": SPARSE_VALUES}
 
 
 def _version() -> str:

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tritongen.contract import PROBABILITIES, SCORE, TEXT, TEXT_PAIR
 from tritongen.gateway.core import Gateway, json_response, l2_normalise
 from tritongen.gateway.errors import Family
 from tritongen.gateway.models import ModelInfo
@@ -47,8 +48,8 @@ def _pairs(data: dict[str, Any]) -> tuple[list[str], list[str]]:
 async def score_pairs(gateway: Gateway, model: ModelInfo, left: list[str], right: list[str]) -> list[float]:
     """The score of each pair: the cross-encoder's ``SCORE``, or the embeddings' cosine for an embedder."""
     if model.why_not("rerank") is None:
-        result = await gateway.infer(model, {"TEXT": left, "TEXT_PAIR": right}, ["SCORE"])
-        return result["SCORE"].reshape(-1).tolist()
+        result = await gateway.infer(model, {TEXT: left, TEXT_PAIR: right}, [SCORE])
+        return result[SCORE].reshape(-1).tolist()
     texts = list(dict.fromkeys([*left, *right]))  # each text embedded once (one query against many, usually)
     vectors, _ = await gateway.embed(model, texts)
     unit = l2_normalise(vectors.astype(np.float64))
@@ -83,10 +84,10 @@ async def classify(gateway: Gateway, request: Request) -> Response:
     data = body_object(await request.body())
     texts, _ = text_list(data, "input")
     model = await gateway.model_for(request, model_name(data), "predict", "/classify")
-    if "TEXT_PAIR" in model.inputs:
+    if TEXT_PAIR in model.inputs:
         raise bad(f"`{model.name}` classifies text pairs; score them with /score", "model", code="unsupported_model")
-    result = await gateway.infer(model, {"TEXT": texts}, ["PROBABILITIES"])
-    probabilities = result["PROBABILITIES"]
+    result = await gateway.infer(model, {TEXT: texts}, [PROBABILITIES])
+    probabilities = result[PROBABILITIES]
     labels = model.labels or tuple(f"LABEL_{i}" for i in range(probabilities.shape[1]))
     rows = [
         {"index": i, "label": labels[int(np.argmax(row))], "probs": row.tolist(), "num_classes": len(row)}

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tritongen.contract import LABEL, PROBABILITIES, SCORE
+
 if TYPE_CHECKING:
     import onnx
 
@@ -73,18 +75,18 @@ def classification_tail(source: str, labels: Sequence[str], *, function: str) ->
         raise ValueError(f"cannot fold activation `{function}`")
     x, nodes = float_input(source)
     activation = (
-        helper.make_node("Softmax", [x], ["PROBABILITIES"], axis=-1, name="fold_softmax")
+        helper.make_node("Softmax", [x], [PROBABILITIES], axis=-1, name="fold_softmax")
         if function == "softmax"
-        else helper.make_node("Sigmoid", [x], ["PROBABILITIES"], name="fold_sigmoid")
+        else helper.make_node("Sigmoid", [x], [PROBABILITIES], name="fold_sigmoid")
     )
     nodes += [
         activation,
-        helper.make_node("ReduceMax", ["PROBABILITIES", "fold_last_axis"], ["SCORE"], keepdims=1, name="fold_score"),
-        helper.make_node("ArgMax", ["PROBABILITIES"], ["fold_best"], axis=-1, keepdims=1, name="fold_best"),
+        helper.make_node("ReduceMax", [PROBABILITIES, "fold_last_axis"], [SCORE], keepdims=1, name="fold_score"),
+        helper.make_node("ArgMax", [PROBABILITIES], ["fold_best"], axis=-1, keepdims=1, name="fold_best"),
         helper.make_node(
             "LabelEncoder",
             ["fold_best"],
-            ["LABEL"],
+            [LABEL],
             domain=ML_DOMAIN,
             name="fold_label",
             keys_int64s=list(range(len(labels))),
@@ -95,9 +97,9 @@ def classification_tail(source: str, labels: Sequence[str], *, function: str) ->
     return GraphTail(
         tuple(nodes),
         {
-            "LABEL": (TensorProto.STRING, 1),
-            "SCORE": (TensorProto.FLOAT, 1),
-            "PROBABILITIES": (TensorProto.FLOAT, len(labels)),
+            LABEL: (TensorProto.STRING, 1),
+            SCORE: (TensorProto.FLOAT, 1),
+            PROBABILITIES: (TensorProto.FLOAT, len(labels)),
         },
         (last_axis(),),
         {ML_DOMAIN: ML_OPSET},
@@ -190,10 +192,10 @@ def prove(
         values = run([source, *outputs], dict(feed))
         got = dict(zip([source, *outputs], values))
         expected = {k: v for k, v in step.process(np.asarray(got[source])).items() if k in outputs}
-        if "PROBABILITIES" in expected and expected["PROBABILITIES"].shape[-1] > 1:
-            top = np.sort(expected["PROBABILITIES"], axis=-1)[:, -2:]
+        if PROBABILITIES in expected and expected[PROBABILITIES].shape[-1] > 1:
+            top = np.sort(expected[PROBABILITIES], axis=-1)[:, -2:]
             if np.any(top[:, 1] - top[:, 0] <= FOLD_TOLERANCE):
-                expected.pop("LABEL", None)
+                expected.pop(LABEL, None)
         why, diff = compare_outputs(expected, got)
         worst = max(worst, diff)
         if why is not None:

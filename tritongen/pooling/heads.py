@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tritongen.contract import EMBEDDING
 from tritongen.model.fold import GraphTail, float_input, last_axis
 from tritongen.steps.postprocess import l2_normalize, truncate
 
@@ -27,8 +28,8 @@ def embedding_tail(source: str, width: int, *, normalize: bool) -> GraphTail:
         nodes += [
             helper.make_node("ReduceL2", [x, "fold_last_axis"], ["fold_norm"], keepdims=1, name="fold_norm"),
             helper.make_node("Max", ["fold_norm", "fold_eps"], ["fold_norm_safe"], name="fold_norm_safe"),
-            helper.make_node("Div", [x, "fold_norm_safe"], ["EMBEDDING"], name="fold_normalize"),
+            helper.make_node("Div", [x, "fold_norm_safe"], [EMBEDDING], name="fold_normalize"),
         ]
     else:
-        nodes.append(helper.make_node("Identity", [x], ["EMBEDDING"], name="fold_identity"))
-    return GraphTail(tuple(nodes), {"EMBEDDING": (TensorProto.FLOAT, width)}, tuple(initializers))
+        nodes.append(helper.make_node("Identity", [x], [EMBEDDING], name="fold_identity"))
+    return GraphTail(tuple(nodes), {EMBEDDING: (TensorProto.FLOAT, width)}, tuple(initializers))

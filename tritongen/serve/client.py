@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from tritongen.contract import TEXT
 from tritongen.errors import ServerError
 
 __all__ = ["infer", "make_client"]
@@ -41,7 +42,7 @@ def infer(
     url: str = "127.0.0.1:8001",
     protocol: str = "grpc",
     inputs: dict[str, Sequence[str | bytes]] | None = None,
-    text_input: str = "TEXT",
+    text_input: str = TEXT,
 ) -> list[dict[str, Any]]:
     """Send ``texts`` (as ``text_input``, plus any extra string ``inputs``) in one request.
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tritongen.contract import IMAGE
+
 __all__ = [
     "Ensemble",
     "EnsembleProbe",
@@ -87,7 +89,7 @@ def probe_payload(name: str, text: str) -> str:
 
     The image is a plain-text PPM: Pillow reads it, and it travels as text through the JSON API too.
     """
-    if name != "IMAGE":
+    if name != IMAGE:
         return text
     seed = sum(text.encode()) * 2654435761
     return f"P3\n1 1\n255\n{seed % 256} {(seed >> 8) % 256} {(seed >> 16) % 256}\n"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import os
 import shutil
 import signal
@@ -32,6 +31,7 @@ from typing import Any
 
 from tritongen.errors import ServerError
 from tritongen.runtimes import RUNTIMES
+from tritongen.sources import module_file
 
 REMOTE_SCHEMES = ("s3://", "gs://", "as://")  # repositories tritonserver reads itself
 
@@ -94,7 +94,7 @@ def prepare_runtime() -> Path:
     # Python-based stand-ins for the container's native backends, one per runtime that needs one.
     for runtime in [r for r in RUNTIMES.values() if r.local_backend and r.owns_backend]:
         (root / "backends" / runtime.backend).mkdir()
-        shutil.copy2(_module_file(runtime.local_backend), root / "backends" / runtime.backend / "model.py")
+        shutil.copy2(module_file(runtime.local_backend), root / "backends" / runtime.backend / "model.py")
     (root / "caches").symlink_to(paths["caches"], target_is_directory=True)
     lib = root / "lib"
     lib.mkdir()
@@ -324,11 +324,3 @@ def running_server(repository: Path | str, **settings: Any) -> Iterator[TritonSe
     """Start a server on free ports and stop it afterwards; ``settings`` are :class:`TritonServer`'s."""
     with TritonServer(repository, Endpoints.free(), **settings) as server:
         yield server
-
-
-def _module_file(module: str) -> Path:
-    """The source file of ``module``, found without running it (a stand-in imports its runtime's libraries)."""
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
-        raise ServerError(f"the local backend module {module} is not installed")
-    return Path(spec.origin)

@@ -38,6 +38,11 @@ try:
 except ImportError:
     from tritongen.steps._common import input_error, model_parameters
 
+try:  # in the server: the contract is copied next to this model.py
+    from contract import IMAGE
+except ImportError:
+    from tritongen.contract import IMAGE
+
 __all__ = ["DEFAULT_MAX_PIXELS", "ImageEncoder", "ImageSettings", "TritonPythonModel"]
 
 DEFAULT_MAX_PIXELS = 40_000_000  # about 7300 x 5500: beyond any camera photo a classifier needs, far below a bomb
@@ -234,7 +239,7 @@ class TritonPythonModel:
         """Preprocess all images, then answer each request (a bad image fails its own request only)."""
         responses = []
         for request in requests:
-            images = _image_bytes(pb_utils.get_input_tensor_by_name(request, "IMAGE").as_numpy())
+            images = _image_bytes(pb_utils.get_input_tensor_by_name(request, IMAGE).as_numpy())
             try:
                 arrays = self.encoder(images)
             except ValueError as exc:

@@ -25,6 +25,11 @@ try:
 except ImportError:
     from tritongen.steps._common import PerRequestStep, model_parameters, read_json, resolve_version_file, softmax
 
+try:  # in the server: the contract is copied next to this model.py
+    from contract import LABEL, LABELS, PROBABILITIES, SCORE
+except ImportError:
+    from tritongen.contract import LABEL, LABELS, PROBABILITIES, SCORE
+
 __all__ = [
     "BatchedPostprocess",
     "RequestPostprocess",
@@ -66,10 +71,10 @@ def classify(
         order = order[:top_k] if top_k else order
         chosen.append(json.dumps([{"label": labels[i], "score": float(row[i])} for i in order]).encode("utf-8"))
     return {
-        "LABEL": names,
-        "SCORE": scores,
-        "PROBABILITIES": probabilities.astype(np.float32),
-        "LABELS": np.array(chosen, dtype=np.object_).reshape(-1, 1),
+        LABEL: names,
+        SCORE: scores,
+        PROBABILITIES: probabilities.astype(np.float32),
+        LABELS: np.array(chosen, dtype=np.object_).reshape(-1, 1),
     }
 
 

@@ -54,6 +54,11 @@ except ImportError:
         token_metadata,
     )
 
+try:  # in the server: the contract is copied next to this model.py
+    from contract import PROMPT_NAME, TEXT, TEXT_PAIR, TRUNCATED
+except ImportError:
+    from tritongen.contract import PROMPT_NAME, TEXT, TEXT_PAIR, TRUNCATED
+
 __all__ = [
     "PARALLEL_TEXTS",
     "TextEncoder",
@@ -190,10 +195,8 @@ class TritonPythonModel:
 
     def prompted(self, request: Any, texts: list[str]) -> list[str]:
         """``texts`` with the prompt ``PROMPT_NAME`` names (per row; absent or empty: the default) in front."""
-        tensor = (
-            pb_utils.get_input_tensor_by_name(request, "PROMPT_NAME") if "PROMPT_NAME" in self.input_names else None
-        )
-        names = [""] * len(texts) if tensor is None else decode_texts(tensor.as_numpy(), "PROMPT_NAME")
+        tensor = pb_utils.get_input_tensor_by_name(request, PROMPT_NAME) if PROMPT_NAME in self.input_names else None
+        names = [""] * len(texts) if tensor is None else decode_texts(tensor.as_numpy(), PROMPT_NAME)
         if len(names) == 1 and len(texts) > 1:
             names = names * len(texts)
         if len(names) != len(texts):
@@ -209,15 +212,15 @@ class TritonPythonModel:
 
     def read(self, request: Any) -> tuple[list[str], list[str] | None]:
         """The request's texts (prompted where the model has prompts) and second segments (None: no pairs)."""
-        texts = self.texts(request, "TEXT")
+        texts = self.texts(request, TEXT)
         if self.prompts:
             texts = self.prompted(request, texts)
         pairs = None
-        if "TEXT_PAIR" in self.input_names:
-            tensor = pb_utils.get_input_tensor_by_name(request, "TEXT_PAIR")
+        if TEXT_PAIR in self.input_names:
+            tensor = pb_utils.get_input_tensor_by_name(request, TEXT_PAIR)
             if tensor is None:
                 raise ValueError("TEXT_PAIR is required by this model")
-            pairs = decode_texts(tensor.as_numpy(), "TEXT_PAIR")
+            pairs = decode_texts(tensor.as_numpy(), TEXT_PAIR)
             if len(pairs) != len(texts):
                 raise ValueError(f"TEXT has {len(texts)} rows but TEXT_PAIR has {len(pairs)}")
         return texts, pairs
@@ -244,7 +247,7 @@ class TritonPythonModel:
                 chunk = encodings[start : start + len(request_texts)]
                 start += len(request_texts)
                 arrays = self.encoder.pack(chunk)
-                arrays["TRUNCATED"] = truncated(chunk)
+                arrays[TRUNCATED] = truncated(chunk)
                 responses[index] = pb_utils.InferenceResponse(
                     output_tensors=[pb_utils.Tensor(name, arrays[name]) for name in self.output_names]
                 )

@@ -23,7 +23,7 @@ from tritongen.tasks import (
     token_classification,
     zero_shot_classification,
 )
-from tritongen.tasks._base import TRUNCATED, Task, TensorSpec, reference_postprocess
+from tritongen.tasks._base import TRUNCATED_OUTPUT, Task, TensorSpec, reference_postprocess
 from tritongen.tasks._plan import BuildPlan, Modality, TaskPlan
 from tritongen.tasks._registry import (
     TASKS,
@@ -34,7 +34,7 @@ from tritongen.tasks._registry import (
 
 __all__ = [
     "TASKS",
-    "TRUNCATED",
+    "TRUNCATED_OUTPUT",
     "BuildPlan",
     "Modality",
     "Task",

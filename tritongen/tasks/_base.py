@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen.buildspec.sections import TaskSettings
+from tritongen.contract import TEXT
 from tritongen.errors import CapabilityError, CheckpointError, UnsupportedModelError
 from tritongen.gates.accuracy import Gate, LabelGate
 from tritongen.tasks._inputs import TextInputs
 from tritongen.tasks._plan import Modality, TaskPlan
-from tritongen.tasks._tensors import TRUNCATED, TensorSpec
+from tritongen.tasks._tensors import TRUNCATED_OUTPUT, TensorSpec, public
 
 if TYPE_CHECKING:
     import torch
@@ -31,9 +32,11 @@ if TYPE_CHECKING:
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.model.fold import GraphTail
 
-__all__ = ["NO_TOKENIZER_LIMIT", "TRUNCATED", "Binding", "Task", "TensorSpec", "reference_postprocess"]
+__all__ = ["NO_TOKENIZER_LIMIT", "TRUNCATED_OUTPUT", "Binding", "Task", "TensorSpec", "reference_postprocess"]
 
 _TOKENIZER_STEP = "tritongen.steps.tokenizer"  # the plain text tokenizer: TEXT [, TEXT_PAIR] -> rows
+_POSTPROCESS_BASE = "tritongen.steps.postprocess"  # the postprocess steps' bases, which every one imports
+_COMMON = "tritongen.steps._common"
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,8 @@ class Task:
     # The step modules served as each step's ``model.py``.
     tokenizer_step: ClassVar[str] = _TOKENIZER_STEP
     postprocess_step: ClassVar[str]
-    # Modules of ``tritongen/steps`` the task's steps import, copied next to their ``model.py``.
+    # Modules the task's steps import (``tritongen.tasks.question_answering.qa``), copied next to their
+    # ``model.py`` under their last name; ``_common``, ``contract`` and the steps' bases always are.
     helper_modules: ClassVar[tuple[str, ...]] = ()
     # Files the postprocess step reads besides ``labels.json`` (which every build writes).
     postprocess_files: ClassVar[tuple[str, ...]] = ()
@@ -123,7 +127,7 @@ class Task:
         token_tensors = self.modality.tensors(checkpoint, names)
         extra = [t for t in self.tokenizer_outputs(checkpoint) if t.name not in names]
         post_out = self.postprocess_outputs(checkpoint)
-        helpers = ("_common", *self.helper_modules)
+        helpers = (_COMMON, "tritongen.contract", *self.helper_modules)
         return TaskPlan(
             task=self.name,
             settings=settings,
@@ -134,7 +138,9 @@ class Task:
             onnx_output=TensorSpec(self.onnx_output, "TYPE_FP32", self.onnx_output_dims(checkpoint)),
             postprocess_inputs=tuple(self.postprocess_inputs(checkpoint)),
             postprocess_outputs=tuple(post_out),
-            ensemble_outputs=tuple(post_out + ([TRUNCATED] if TRUNCATED in token_tensors + extra else [])),
+            ensemble_outputs=tuple(
+                post_out + ([TRUNCATED_OUTPUT] if TRUNCATED_OUTPUT in token_tensors + extra else [])
+            ),
             tokenizer_parameters=tokenizer_settings,
             postprocess_parameters={"task": self.name, **self.postprocess_parameters(checkpoint), **post_settings},
             card_lines=tuple(self.card_lines(binding)),
@@ -144,8 +150,8 @@ class Task:
             gate=self.gate(self.gate_function(checkpoint)),
             step_modules={"tokenizer": self.tokenizer_step, "postprocess": self.postprocess_step},
             helper_modules={
-                "tokenizer": (*helpers, "tokenizer") if self.tokenizer_step != _TOKENIZER_STEP else helpers,
-                "postprocess": (*helpers, "postprocess"),
+                "tokenizer": (*helpers, _TOKENIZER_STEP) if self.tokenizer_step != _TOKENIZER_STEP else helpers,
+                "postprocess": (*helpers, _POSTPROCESS_BASE),
             },
             postprocess_files=self.postprocess_files,
             tokenizer_inputs=tuple(self.tokenizer_inputs(checkpoint)),
@@ -193,7 +199,7 @@ class Task:
 
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         """The ensemble's (and tokenizer step's) inputs: one text by default."""
-        return [TensorSpec("TEXT", "TYPE_STRING", (1,))]
+        return [public(TEXT)]
 
     def tokenizer_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         """The ensemble inputs the tokenizer step reads: all of them by default."""
@@ -241,7 +247,7 @@ class Task:
 
     def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         """Tensors the tokenizer step emits besides the model inputs (for the postprocess step or the client)."""
-        return [TRUNCATED] if self.truncates else []
+        return [TRUNCATED_OUTPUT] if self.truncates else []
 
     def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         """Ensemble tensors the postprocess step reads: the model output by default."""

@@ -11,11 +11,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tritongen.contract import IMAGE
 from tritongen.errors import CheckpointError, SpecError, UnsupportedModelError
 from tritongen.steps.image import ImageEncoder, ImageSettings
 from tritongen.tasks._image_settings import ImagesSettings
 from tritongen.tasks._plan import BuildPlan, Modality
-from tritongen.tasks._tensors import TensorSpec
+from tritongen.tasks._tensors import TensorSpec, public
 
 if TYPE_CHECKING:
     import torch
@@ -25,9 +26,9 @@ if TYPE_CHECKING:
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.model.facts import ModelFacts
 
-__all__ = ["IMAGE", "ImageInputs", "ImagesSettings", "image_settings", "image_size", "pixel_module"]
+__all__ = ["IMAGE_INPUT", "ImageInputs", "ImagesSettings", "image_settings", "image_size", "pixel_module"]
 
-IMAGE = TensorSpec("IMAGE", "TYPE_STRING", (1,))  # encoded JPEG/PNG bytes, one image per row
+IMAGE_INPUT = public(IMAGE)  # encoded JPEG/PNG bytes, one image per row
 
 
 def image_size(checkpoint: Checkpoint) -> tuple[int, int]:

@@ -1,10 +1,12 @@
-"""The tensors a task declares for its steps' configs, and the one every truncating task adds."""
+"""The tensors a task declares for its steps' configs; the public ones by their contract (``tritongen.contract``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["TRUNCATED", "TensorSpec"]
+from tritongen.contract import PUBLIC, TRUNCATED
+
+__all__ = ["TRUNCATED_OUTPUT", "TensorSpec", "public"]
 
 
 @dataclass(frozen=True)
@@ -17,4 +19,13 @@ class TensorSpec:
     optional: bool = False
 
 
-TRUNCATED = TensorSpec("TRUNCATED", "TYPE_BOOL", (1,))  # True where the text was cut at the model's length
+def public(name: str, dims: tuple[int, ...] | None = None) -> TensorSpec:
+    """The public tensor ``name`` as the contract types it; ``dims`` where the model sets them (a width)."""
+    declared = PUBLIC[name]
+    shape = declared.dims if dims is None else dims
+    if shape is None:
+        raise ValueError(f"{name} takes the model's dims: give them")
+    return TensorSpec(name, declared.data_type, tuple(shape), declared.optional)
+
+
+TRUNCATED_OUTPUT = public(TRUNCATED)  # True where the text was cut at the model's length

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tritongen.contract import LABEL, LABELS, PROBABILITIES, SCORE
 from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, labels_line, load_pretrained
 from tritongen.tasks._registry import register_task
+from tritongen.tasks._tensors import public
 from tritongen.tasks.classification.settings import ClassificationSettings
 
 if TYPE_CHECKING:
@@ -34,12 +36,12 @@ class Classification(Task):
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         outputs = [
-            TensorSpec("LABEL", "TYPE_STRING", (1,)),
-            TensorSpec("SCORE", "TYPE_FP32", (1,)),
-            TensorSpec("PROBABILITIES", "TYPE_FP32", (len(checkpoint.id2label),)),
+            public(LABEL),
+            public(SCORE),
+            public(PROBABILITIES, (len(checkpoint.id2label),)),
         ]
         if _multi_label(checkpoint):
-            outputs.append(TensorSpec("LABELS", "TYPE_STRING", (1,)))  # JSON list of the labels that apply
+            outputs.append(public(LABELS))  # JSON list of the labels that apply
         return outputs
 
     def gate_function(self, checkpoint: Checkpoint) -> str:

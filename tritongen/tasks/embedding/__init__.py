@@ -15,11 +15,12 @@ import json
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen.buildspec.sections import TaskSettings
+from tritongen.contract import DIMENSIONS, EMBEDDING, PROMPT_NAME
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import CosineGate
 from tritongen.pooling.methods import pooling_method
 from tritongen.tasks._base import (
-    TRUNCATED,
+    TRUNCATED_OUTPUT,
     WINDOW_EXAMPLE,
     Binding,
     Task,
@@ -29,6 +30,7 @@ from tritongen.tasks._base import (
     max_windows,
 )
 from tritongen.tasks._registry import register_task
+from tritongen.tasks._tensors import public
 from tritongen.tasks.embedding.settings import EmbeddingSettings
 
 if TYPE_CHECKING:
@@ -38,11 +40,11 @@ if TYPE_CHECKING:
     from tritongen.model.checkpoint import Checkpoint, Dense
     from tritongen.model.fold import GraphTail
 
-__all__ = ["DIMENSIONS", "PROMPT_NAME", "WINDOW_TOKENS", "ChunkedEmbedding", "Embedding", "chunk_overlap"]
+__all__ = ["DIMENSIONS_INPUT", "PROMPT_INPUT", "WINDOW_TOKENS", "ChunkedEmbedding", "Embedding", "chunk_overlap"]
 
 # Optional per-request inputs (a client that sends neither gets the checkpoint's defaults).
-PROMPT_NAME = TensorSpec("PROMPT_NAME", "TYPE_STRING", (1,), optional=True)
-DIMENSIONS = TensorSpec("DIMENSIONS", "TYPE_INT32", (1,), optional=True)
+PROMPT_INPUT = public(PROMPT_NAME)
+DIMENSIONS_INPUT = public(DIMENSIONS)
 # Chunked builds: the text tokens (special tokens not counted) of each window, its weight in its text's mean.
 WINDOW_TOKENS = TensorSpec("window_tokens", "TYPE_INT64", (1,))
 
@@ -91,16 +93,16 @@ class Embedding(Task):
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         inputs = super().ensemble_inputs(checkpoint)
         if checkpoint.pooling.prompts:
-            inputs.append(PROMPT_NAME)
+            inputs.append(PROMPT_INPUT)
         if self.matryoshka(checkpoint):
-            inputs.append(DIMENSIONS)
+            inputs.append(DIMENSIONS_INPUT)
         return inputs
 
     def tokenizer_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [t for t in self.ensemble_inputs(checkpoint) if t != DIMENSIONS]  # the postprocess step reads it
+        return [t for t in self.ensemble_inputs(checkpoint) if t != DIMENSIONS_INPUT]  # the postprocess step reads it
 
     def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return super().postprocess_inputs(checkpoint) + ([DIMENSIONS] if self.matryoshka(checkpoint) else [])
+        return super().postprocess_inputs(checkpoint) + ([DIMENSIONS_INPUT] if self.matryoshka(checkpoint) else [])
 
     def matches(self, checkpoint: Checkpoint) -> bool:
         if checkpoint.pooling.from_sentence_transformers:
@@ -113,7 +115,7 @@ class Embedding(Task):
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         width = -1 if self.matryoshka(checkpoint) else checkpoint.pooling.width(checkpoint.hidden_size)
-        return [TensorSpec("EMBEDDING", "TYPE_FP32", (width,))]
+        return [public(EMBEDDING, (width,))]
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"normalize": "true" if checkpoint.pooling.normalize else "false"}
@@ -199,7 +201,7 @@ class ChunkedEmbedding(Embedding):
         return self
 
     def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [TRUNCATED, WINDOW_EXAMPLE, WINDOW_TOKENS]  # TRUNCATED: always false, the contract kept
+        return [TRUNCATED_OUTPUT, WINDOW_EXAMPLE, WINDOW_TOKENS]  # TRUNCATED: always false, the contract kept
 
     def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [*super().postprocess_inputs(checkpoint), WINDOW_EXAMPLE, WINDOW_TOKENS]

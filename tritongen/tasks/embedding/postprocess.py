@@ -28,6 +28,11 @@ except ImportError:
     from tritongen.steps._common import respond_per_request
     from tritongen.steps.postprocess import BatchedPostprocess, input_array, l2_normalize, truncate
 
+try:  # in the server: the contract is copied next to this model.py
+    from contract import DIMENSIONS, EMBEDDING
+except ImportError:
+    from tritongen.contract import DIMENSIONS, EMBEDDING
+
 __all__ = ["TritonPythonModel", "combine_windows", "truncate"]
 
 
@@ -65,7 +70,7 @@ class TritonPythonModel(BatchedPostprocess):
         """Read whether to normalise, whether requests may carry ``DIMENSIONS``, and whether texts come in windows."""
         self.normalize = params.get("normalize", "false") == "true"
         names = getattr(self, "input_names", ())  # the fold proof calls setup alone
-        self.dimensions = "DIMENSIONS" in names
+        self.dimensions = DIMENSIONS in names
         self.windowed = "window_example" in names
 
     def initialize(self, args: dict[str, str]) -> None:
@@ -75,7 +80,7 @@ class TritonPythonModel(BatchedPostprocess):
 
     def process(self, values: np.ndarray) -> dict[str, np.ndarray]:
         """The pooled vectors, normalised when asked."""
-        return {"EMBEDDING": l2_normalize(values) if self.normalize else values.astype(np.float32)}
+        return {EMBEDDING: l2_normalize(values) if self.normalize else values.astype(np.float32)}
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """One request's embeddings: its windows combined (chunked builds), then cut to its ``DIMENSIONS``."""
@@ -83,9 +88,9 @@ class TritonPythonModel(BatchedPostprocess):
         if self.windowed:
             owners, tokens = input_array(request, "window_example"), input_array(request, "window_tokens")
             values = combine_windows(values, owners, tokens)
-        dims = requested_dimensions(_optional_input(request, "DIMENSIONS")) if self.dimensions else None
+        dims = requested_dimensions(_optional_input(request, DIMENSIONS)) if self.dimensions else None
         if dims is not None:
-            return {"EMBEDDING": np.ascontiguousarray(truncate(values, dims, normalize=self.normalize))}
+            return {EMBEDDING: np.ascontiguousarray(truncate(values, dims, normalize=self.normalize))}
         return self.process(values)
 
     def execute(self, requests: list[Any]) -> list[Any]:

@@ -20,6 +20,11 @@ try:  # in the server: the shared modules are copied next to this model.py
 except ImportError:
     from tritongen.steps.tokenizer import WindowedTokenizer
 
+try:  # in the server: the contract is copied next to this model.py
+    from contract import TRUNCATED
+except ImportError:
+    from tritongen.contract import TRUNCATED
+
 __all__ = ["TritonPythonModel", "text_tokens"]
 
 
@@ -44,5 +49,5 @@ class TritonPythonModel(WindowedTokenizer):
         arrays = self.encoder.pack(windows)
         arrays["window_example"] = owners.reshape(-1, 1)
         arrays["window_tokens"] = text_tokens(windows)
-        arrays["TRUNCATED"] = np.zeros((len(texts), 1), dtype=bool)
+        arrays[TRUNCATED] = np.zeros((len(texts), 1), dtype=bool)
         return {name: arrays[name] for name in self.output_names}

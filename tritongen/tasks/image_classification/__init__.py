@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tritongen.tasks._base import Binding, load_pretrained
-from tritongen.tasks._images import IMAGE, ImageInputs, ImagesSettings, pixel_module
+from tritongen.tasks._images import IMAGE_INPUT, ImageInputs, ImagesSettings, pixel_module
 from tritongen.tasks._registry import register_task
 from tritongen.tasks.classification import Classification
 
@@ -36,7 +36,7 @@ class ImageClassification(Classification):
     section, Settings = "images", ImagesSettings
 
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [IMAGE]
+        return [IMAGE_INPUT]
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         settings, facts = bound.settings, bound.facts

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tritongen.contract import EMBEDDING
 from tritongen.gates.accuracy import CosineGate
 from tritongen.tasks._base import Binding, Task, TensorSpec, load_pretrained
-from tritongen.tasks._images import IMAGE, ImageInputs, ImagesSettings, pixel_module
+from tritongen.tasks._images import IMAGE_INPUT, ImageInputs, ImagesSettings, pixel_module
 from tritongen.tasks._registry import register_task
+from tritongen.tasks._tensors import public
 
 if TYPE_CHECKING:
     import torch
@@ -43,13 +45,13 @@ class ImageEmbedding(Task):
         return any(a in IMAGE_TEXT_MODELS for a in checkpoint.architectures)
 
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [IMAGE]
+        return [IMAGE_INPUT]
 
     def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
         return (_embedding_size(checkpoint),)
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [TensorSpec("EMBEDDING", "TYPE_FP32", (_embedding_size(checkpoint),))]
+        return [public(EMBEDDING, (_embedding_size(checkpoint),))]
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"normalize": "false"}

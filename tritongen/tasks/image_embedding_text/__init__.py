@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tritongen.contract import EMBEDDING
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import CosineGate
 from tritongen.tasks._base import Binding, Task, TensorSpec, load_pretrained
 from tritongen.tasks._inputs import TextInputs
 from tritongen.tasks._registry import register_task
+from tritongen.tasks._tensors import public
 from tritongen.tasks.image_embedding import IMAGE_TEXT_MODELS
 
 if TYPE_CHECKING:
@@ -66,7 +68,7 @@ class ImageEmbeddingText(Task):
         return (_text_embedding_size(checkpoint),)
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [TensorSpec("EMBEDDING", "TYPE_FP32", (_text_embedding_size(checkpoint),))]
+        return [public(EMBEDDING, (_text_embedding_size(checkpoint),))]
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"normalize": "false"}

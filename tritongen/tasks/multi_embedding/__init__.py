@@ -14,11 +14,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tritongen.contract import COLBERT, COLBERT_LENGTH, EMBEDDING
 from tritongen.errors import CheckpointError
 from tritongen.gates.accuracy import TokenCosineGate
 from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, load_pretrained
 from tritongen.tasks._registry import register_task
-from tritongen.tasks.sparse_embedding import SPARSE_INDICES, SPARSE_VALUES, sparse_card_line, sparse_parameters
+from tritongen.tasks._tensors import public
+from tritongen.tasks.sparse_embedding import SPARSE_OUTPUTS, sparse_card_line, sparse_parameters
 from tritongen.tasks.sparse_embedding.settings import SparseSettings
 
 if TYPE_CHECKING:
@@ -26,10 +28,10 @@ if TYPE_CHECKING:
 
     from tritongen.model.checkpoint import Checkpoint
 
-__all__ = ["COLBERT_LENGTH", "HEAD_FILES", "MultiEmbedding", "pack"]
+__all__ = ["COLBERT_LENGTH_OUTPUT", "HEAD_FILES", "MultiEmbedding", "pack"]
 
 HEAD_FILES = ("sparse_linear.pt", "colbert_linear.pt")
-COLBERT_LENGTH = TensorSpec("COLBERT_LENGTH", "TYPE_INT32", (1,))
+COLBERT_LENGTH_OUTPUT = public(COLBERT_LENGTH)
 # The special tokens FlagEmbedding's _process_token_weights leaves out of the sparse weights.
 UNUSED_TOKENS = ("cls_token", "eos_token", "pad_token", "unk_token")
 
@@ -43,7 +45,7 @@ class MultiEmbedding(Task):
     detect_order = 20  # before `embedding`: BGE-M3 also ships a sentence-transformers layout (its dense side)
     gate = TokenCosineGate
     postprocess_step = "tritongen.tasks.multi_embedding.postprocess"
-    helper_modules = ("sparse",)
+    helper_modules = ("tritongen.steps.sparse",)
     section = "sparse"
     Settings = SparseSettings
 
@@ -59,11 +61,10 @@ class MultiEmbedding(Task):
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [
-            TensorSpec("EMBEDDING", "TYPE_FP32", (checkpoint.hidden_size,)),
-            SPARSE_INDICES,
-            SPARSE_VALUES,
-            TensorSpec("COLBERT", "TYPE_FP32", (-1, _colbert_dim(checkpoint))),
-            COLBERT_LENGTH,
+            public(EMBEDDING, (checkpoint.hidden_size,)),
+            *SPARSE_OUTPUTS,
+            public(COLBERT, (-1, _colbert_dim(checkpoint))),
+            COLBERT_LENGTH_OUTPUT,
         ]
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:

@@ -38,10 +38,15 @@ except ImportError:
     from tritongen.steps.postprocess import input_array, l2_normalize
     from tritongen.steps.sparse import pad_rows, token_weights
 
+try:  # in the server: the contract is copied next to this model.py
+    from contract import COLBERT, COLBERT_LENGTH, EMBEDDING, SPARSE_INDICES, SPARSE_VALUES
+except ImportError:
+    from tritongen.contract import COLBERT, COLBERT_LENGTH, EMBEDDING, SPARSE_INDICES, SPARSE_VALUES
+
 __all__ = ["TritonPythonModel"]
 
-SPARSE = ("SPARSE_INDICES", "SPARSE_VALUES")
-COLBERT = ("COLBERT", "COLBERT_LENGTH")
+SPARSE = (SPARSE_INDICES, SPARSE_VALUES)
+COLBERTS = (COLBERT, COLBERT_LENGTH)
 
 
 class TritonPythonModel(PostprocessBase):
@@ -61,8 +66,8 @@ class TritonPythonModel(PostprocessBase):
         tokens = packed.shape[1]
         real = np.asarray(mask)[:, :tokens] > 0
         outputs: dict[str, np.ndarray] = {}
-        if "EMBEDDING" in wanted:
-            outputs["EMBEDDING"] = l2_normalize(packed[:, 0, 1 : 1 + self.hidden])
+        if EMBEDDING in wanted:
+            outputs[EMBEDDING] = l2_normalize(packed[:, 0, 1 : 1 + self.hidden])
         if wanted & set(SPARSE):
             ids = np.asarray(ids)[:, :tokens]
             rows = [
@@ -70,9 +75,9 @@ class TritonPythonModel(PostprocessBase):
                               threshold=self.threshold)
                 for i in range(len(packed))
             ]  # fmt: skip
-            outputs["SPARSE_INDICES"], outputs["SPARSE_VALUES"] = pad_rows(rows)
-        if wanted & set(COLBERT):
-            outputs["COLBERT"], outputs["COLBERT_LENGTH"] = self.colbert(packed, real)
+            outputs[SPARSE_INDICES], outputs[SPARSE_VALUES] = pad_rows(rows)
+        if wanted & set(COLBERTS):
+            outputs[COLBERT], outputs[COLBERT_LENGTH] = self.colbert(packed, real)
         return outputs
 
     def colbert(self, packed: np.ndarray, real: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

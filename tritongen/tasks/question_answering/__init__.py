@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tritongen.contract import ANSWER, CONTEXT, END, QUESTION, SCORE, START
 from tritongen.errors import UnsupportedModelError
 from tritongen.gates.accuracy import SpanGate
-from tritongen.steps.qa import QAInputError, resolve_window_sizes
 from tritongen.tasks._base import (
     TOKEN_METADATA,
     WINDOW_EXAMPLE,
@@ -22,6 +22,8 @@ from tritongen.tasks._base import (
     max_windows,
 )
 from tritongen.tasks._registry import register_task
+from tritongen.tasks._tensors import public
+from tritongen.tasks.question_answering.qa import QAInputError, resolve_window_sizes
 from tritongen.tasks.question_answering.settings import QuestionAnsweringSettings
 
 if TYPE_CHECKING:
@@ -43,7 +45,7 @@ class QuestionAnswering(Task):
     truncates = False  # long contexts become windows
     pair_input = True
     gate = SpanGate
-    helper_modules = ("qa",)
+    helper_modules = ("tritongen.tasks.question_answering.qa",)
     head = "ForQuestionAnswering"
     tokenizer_step = "tritongen.tasks.question_answering.tokenizer"
     postprocess_step = "tritongen.tasks.question_answering.postprocess"
@@ -54,7 +56,7 @@ class QuestionAnswering(Task):
         return (-1, 2)
 
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [TensorSpec("QUESTION", "TYPE_STRING", (1,)), TensorSpec("CONTEXT", "TYPE_STRING", (1,))]
+        return [public(QUESTION), public(CONTEXT)]
 
     def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [
@@ -67,17 +69,17 @@ class QuestionAnswering(Task):
 
     def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [
-            TensorSpec("CONTEXT", "TYPE_STRING", (1,)),
+            public(CONTEXT),
             *super().postprocess_inputs(checkpoint),
             *self.tokenizer_outputs(checkpoint),
         ]
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [
-            TensorSpec("ANSWER", "TYPE_STRING", (1,)),
-            TensorSpec("SCORE", "TYPE_FP32", (1,)),
-            TensorSpec("START", "TYPE_INT64", (1,)),
-            TensorSpec("END", "TYPE_INT64", (1,)),
+            public(ANSWER),
+            public(SCORE),
+            public(START),
+            public(END),
         ]
 
     def row_length(

@@ -16,9 +16,14 @@ try:  # in the server: the shared modules are copied next to this model.py
     from _common import decode_texts
     from postprocess import RequestPostprocess, input_array
 except ImportError:
-    from tritongen.steps import qa
     from tritongen.steps._common import decode_texts
     from tritongen.steps.postprocess import RequestPostprocess, input_array
+    from tritongen.tasks.question_answering import qa
+
+try:  # in the server: the contract is copied next to this model.py
+    from contract import ANSWER, CONTEXT, END, SCORE, START
+except ImportError:
+    from tritongen.contract import ANSWER, CONTEXT, END, SCORE, START
 
 __all__ = ["TritonPythonModel", "answer_arrays"]
 
@@ -27,10 +32,10 @@ def answer_arrays(answers: Sequence[dict | list]) -> dict[str, np.ndarray]:
     """``qa.decode_answers``' best answer per pair as [N, 1] arrays; no span left gives "", 0, -1, -1."""
     best = [a if isinstance(a, dict) else (a[0] if a else None) for a in answers]
     return {
-        "ANSWER": np.array([[(b["answer"] if b else "").encode("utf-8")] for b in best], dtype=np.object_),
-        "SCORE": np.array([[b["score"] if b else 0.0] for b in best], dtype=np.float32),
-        "START": np.array([[b["start"] if b else -1] for b in best], dtype=np.int64),
-        "END": np.array([[b["end"] if b else -1] for b in best], dtype=np.int64),
+        ANSWER: np.array([[(b["answer"] if b else "").encode("utf-8")] for b in best], dtype=np.object_),
+        SCORE: np.array([[b["score"] if b else 0.0] for b in best], dtype=np.float32),
+        START: np.array([[b["start"] if b else -1] for b in best], dtype=np.int64),
+        END: np.array([[b["end"] if b else -1] for b in best], dtype=np.int64),
     }
 
 
@@ -46,7 +51,7 @@ class TritonPythonModel(RequestPostprocess):
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """The best answer of every pair of one request."""
-        contexts = decode_texts(input_array(request, "CONTEXT"), "CONTEXT")
+        contexts = decode_texts(input_array(request, CONTEXT), CONTEXT)
         spans = input_array(request, "span_logits")
         attention = input_array(request, "attention_mask")
         windows = qa.QAWindows(

@@ -16,8 +16,13 @@ try:  # in the server: the shared modules are copied next to this model.py
     import qa
     from tokenizer import WindowedTokenizer, check_windows
 except ImportError:
-    from tritongen.steps import qa
     from tritongen.steps.tokenizer import WindowedTokenizer, check_windows
+    from tritongen.tasks.question_answering import qa
+
+try:  # in the server: the contract is copied next to this model.py
+    from contract import CONTEXT, QUESTION
+except ImportError:
+    from tritongen.contract import CONTEXT, QUESTION
 
 __all__ = ["TritonPythonModel"]
 
@@ -36,8 +41,8 @@ class TritonPythonModel(WindowedTokenizer):
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """All windows of one request, padded to a length bucket."""
-        questions = self.texts(request, "QUESTION")
-        contexts = self.texts(request, "CONTEXT")
+        questions = self.texts(request, QUESTION)
+        contexts = self.texts(request, CONTEXT)
         encoder = self.encoder
         windows = qa.encode_windows(encoder.tokenizer, questions, contexts, self.windowing)
         check_windows(windows.num_windows, self.max_windows, windows.max_seq_len, "contexts")

@@ -13,9 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tritongen.contract import SCORE, TEXT, TEXT_PAIR
 from tritongen.errors import CheckpointError, UnsupportedModelError
 from tritongen.tasks._base import Binding, Task, TensorSpec, load_pretrained
 from tritongen.tasks._registry import register_task
+from tritongen.tasks._tensors import public
 from tritongen.tasks.reranking.settings import DEFAULT_INSTRUCTION, RerankingSettings
 
 if TYPE_CHECKING:
@@ -94,10 +96,10 @@ class Reranking(Task):
         return (len(ANSWERS),)
 
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [TensorSpec("TEXT", "TYPE_STRING", (1,)), TensorSpec("TEXT_PAIR", "TYPE_STRING", (1,))]
+        return [public(TEXT), public(TEXT_PAIR)]
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [TensorSpec("SCORE", "TYPE_FP32", (1,))]
+        return [public(SCORE)]
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         settings, checkpoint, row_length = bound.settings, bound.checkpoint, bound.row_length

@@ -14,6 +14,11 @@ except ImportError:
     from tritongen.steps._common import softmax
     from tritongen.steps.postprocess import BatchedPostprocess
 
+try:  # in the server: the contract is copied next to this model.py
+    from contract import SCORE
+except ImportError:
+    from tritongen.contract import SCORE
+
 __all__ = ["TritonPythonModel"]
 
 
@@ -22,4 +27,4 @@ class TritonPythonModel(BatchedPostprocess):
 
     def process(self, values: np.ndarray) -> dict[str, np.ndarray]:
         """P(yes) per row."""
-        return {"SCORE": softmax(values.astype(np.float32))[:, 1:2].astype(np.float32)}
+        return {SCORE: softmax(values.astype(np.float32))[:, 1:2].astype(np.float32)}

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from tritongen.contract import PROMPT_NAME, SPARSE_INDICES, SPARSE_VALUES
 from tritongen.gates.accuracy import CosineGate
 from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, load_pretrained
 from tritongen.tasks._registry import register_task
+from tritongen.tasks._tensors import public
 from tritongen.tasks.sparse_embedding.settings import SparseSettings
 
 if TYPE_CHECKING:
@@ -20,12 +22,11 @@ if TYPE_CHECKING:
 
     from tritongen.model.checkpoint import Checkpoint
 
-__all__ = ["SPARSE_INDICES", "SPARSE_VALUES", "SparseEmbedding", "sparse_parameters"]
+__all__ = ["PROMPT_INPUT", "SPARSE_OUTPUTS", "SparseEmbedding", "sparse_parameters"]
 
 # Per text, indices ascending; the texts of one request padded to the longest with index -1 and value 0.
-SPARSE_INDICES = TensorSpec("SPARSE_INDICES", "TYPE_INT64", (-1,))
-SPARSE_VALUES = TensorSpec("SPARSE_VALUES", "TYPE_FP32", (-1,))
-PROMPT_NAME = TensorSpec("PROMPT_NAME", "TYPE_STRING", (1,), optional=True)
+SPARSE_OUTPUTS = (public(SPARSE_INDICES), public(SPARSE_VALUES))
+PROMPT_INPUT = public(PROMPT_NAME)
 
 
 def sparse_parameters(settings: SparseSettings) -> dict[str, str]:
@@ -49,7 +50,7 @@ class SparseEmbedding(Task):
     head = "ForMaskedLM"
     gate = CosineGate
     postprocess_step = "tritongen.tasks.sparse_embedding.postprocess"
-    helper_modules = ("sparse",)
+    helper_modules = ("tritongen.steps.sparse",)
     section = "sparse"
     Settings = SparseSettings
 
@@ -58,13 +59,13 @@ class SparseEmbedding(Task):
         return checkpoint.pooling.splade is not None
 
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return super().ensemble_inputs(checkpoint) + ([PROMPT_NAME] if _prompts(checkpoint) else [])
+        return super().ensemble_inputs(checkpoint) + ([PROMPT_INPUT] if _prompts(checkpoint) else [])
 
     def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
         return (int(checkpoint.config["vocab_size"]),)
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [SPARSE_INDICES, SPARSE_VALUES]
+        return list(SPARSE_OUTPUTS)
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         pooling = bound.checkpoint.pooling

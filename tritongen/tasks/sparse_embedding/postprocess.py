@@ -24,6 +24,11 @@ except ImportError:
     from tritongen.steps.postprocess import input_array
     from tritongen.steps.sparse import pad_rows, vocabulary_rows
 
+try:  # in the server: the contract is copied next to this model.py
+    from contract import SPARSE_INDICES, SPARSE_VALUES
+except ImportError:
+    from tritongen.contract import SPARSE_INDICES, SPARSE_VALUES
+
 __all__ = ["TritonPythonModel"]
 
 
@@ -41,7 +46,7 @@ class TritonPythonModel(PostprocessBase):
         outputs, start = [], 0
         for size in sizes:
             indices, values = pad_rows(rows[start : start + size])
-            outputs.append({"SPARSE_INDICES": indices, "SPARSE_VALUES": values})
+            outputs.append({SPARSE_INDICES: indices, SPARSE_VALUES: values})
             start += size
         return outputs
 

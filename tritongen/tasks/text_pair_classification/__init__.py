@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tritongen.contract import TEXT, TEXT_PAIR
 from tritongen.tasks._base import TensorSpec
 from tritongen.tasks._registry import register_task
+from tritongen.tasks._tensors import public
 from tritongen.tasks.classification import Classification
 
 if TYPE_CHECKING:
@@ -36,4 +38,4 @@ class TextPairClassification(Classification):
         return super().matches(checkpoint) and (cross_encoder or bool(labels & _PAIR_LABELS))
 
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [TensorSpec("TEXT", "TYPE_STRING", (1,)), TensorSpec("TEXT_PAIR", "TYPE_STRING", (1,))]
+        return [public(TEXT), public(TEXT_PAIR)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tritongen.contract import ENTITIES, TEXT
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import TokenLabelGate
 from tritongen.tasks._base import (
@@ -21,6 +22,7 @@ from tritongen.tasks._base import (
     max_windows,
 )
 from tritongen.tasks._registry import register_task
+from tritongen.tasks._tensors import public
 from tritongen.tasks.token_classification.settings import TokenClassificationSettings
 
 if TYPE_CHECKING:
@@ -52,7 +54,7 @@ class TokenClassification(Task):
     name = "token-classification"
     onnx_output = "logits"
     gate = TokenLabelGate
-    helper_modules = ("ner",)
+    helper_modules = ("tritongen.tasks.token_classification.ner",)
     head = "ForTokenClassification"
     batched_io = False
     truncates = False
@@ -70,14 +72,14 @@ class TokenClassification(Task):
 
     def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [
-            TensorSpec("TEXT", "TYPE_STRING", (1,)),
+            public(TEXT),
             *super().postprocess_inputs(checkpoint),
             TensorSpec("input_ids", "TYPE_INT64", (-1,)),
             *self.tokenizer_outputs(checkpoint),
         ]
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [TensorSpec("ENTITIES", "TYPE_STRING", (1,))]  # JSON list of entities
+        return [public(ENTITIES)]  # JSON list of entities
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"labels_file": "labels.json", "tokenizer_file": "tokenizer.json"}

@@ -17,9 +17,14 @@ try:  # in the server: the shared modules are copied next to this model.py
     from _common import decode_texts, resolve_version_file
     from postprocess import RequestPostprocess, input_array
 except ImportError:
-    from tritongen.steps import ner
     from tritongen.steps._common import decode_texts, resolve_version_file
     from tritongen.steps.postprocess import RequestPostprocess, input_array
+    from tritongen.tasks.token_classification import ner
+
+try:  # in the server: the contract is copied next to this model.py
+    from contract import ENTITIES, TEXT
+except ImportError:
+    from tritongen.contract import ENTITIES, TEXT
 
 __all__ = ["TritonPythonModel"]
 
@@ -39,10 +44,10 @@ class TritonPythonModel(RequestPostprocess):
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """The entities of every text of one request."""
-        texts = decode_texts(input_array(request, "TEXT"), "TEXT")
+        texts = decode_texts(input_array(request, TEXT), TEXT)
         encoded = {name: input_array(request, name) for name in ("input_ids", "special_mask", "word_ids", "offsets")}
         entities = ner.aggregate_windows(
             input_array(request, "logits"), encoded, input_array(request, "window_example"), texts, self.aggregation
         )
         rows = [[json.dumps(row, ensure_ascii=False).encode("utf-8")] for row in entities]
-        return {"ENTITIES": np.array(rows, dtype=np.object_)}
+        return {ENTITIES: np.array(rows, dtype=np.object_)}

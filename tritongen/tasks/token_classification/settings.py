@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 from tritongen.buildspec.sections import TaskSettings
 from tritongen.errors import SpecError
-from tritongen.steps.ner import STRATEGIES
+from tritongen.tasks.token_classification.ner import STRATEGIES
 
 __all__ = ["TokenClassificationSettings"]
 

@@ -16,8 +16,13 @@ try:  # in the server: the shared modules are copied next to this model.py
     import ner
     from tokenizer import WindowedTokenizer
 except ImportError:
-    from tritongen.steps import ner
     from tritongen.steps.tokenizer import WindowedTokenizer
+    from tritongen.tasks.token_classification import ner
+
+try:  # in the server: the contract is copied next to this model.py
+    from contract import TEXT
+except ImportError:
+    from tritongen.contract import TEXT
 
 __all__ = ["TritonPythonModel"]
 
@@ -32,7 +37,7 @@ class TritonPythonModel(WindowedTokenizer):
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """All windows of one request (long texts split with ``stride``), padded to a length bucket."""
-        texts = self.texts(request, "TEXT")
+        texts = self.texts(request, TEXT)
         windows, owners = self.windows(texts, self.stride)
         width = self.encoder.bucket(max((len(w.ids) for w in windows), default=1))
         arrays = ner.pack_encodings(windows, width, self.encoder.pad_id, self.encoder.pad_type_id)

@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tritongen.contract import CANDIDATE_LABELS, LABELS, SCORES, TEXT
 from tritongen.errors import UnsupportedModelError
 from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, labels_line, load_pretrained, max_windows
 from tritongen.tasks._registry import register_task
+from tritongen.tasks._tensors import public
 from tritongen.tasks.zero_shot_classification.settings import ZeroShotSettings
 
 if TYPE_CHECKING:
@@ -55,7 +57,7 @@ class ZeroShotClassification(Task):
     batched_io = False  # one text becomes one row per candidate label
     truncates = False  # the text of a pair is cut to fit (only_first, as the pipeline); no TRUNCATED output
     pair_input = True
-    helper_modules = ("zero_shot",)
+    helper_modules = ("tritongen.tasks.zero_shot_classification.zero_shot",)
     tokenizer_step = "tritongen.tasks.zero_shot_classification.tokenizer"
     postprocess_step = "tritongen.tasks.zero_shot_classification.postprocess"
     section = "zero_shot_classification"
@@ -72,16 +74,16 @@ class ZeroShotClassification(Task):
         return (len(checkpoint.id2label),)
 
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [TensorSpec("TEXT", "TYPE_STRING", (1,)), TensorSpec("CANDIDATE_LABELS", "TYPE_STRING", (1,))]
+        return [public(TEXT), public(CANDIDATE_LABELS)]
 
     def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [PAIR_TEXT]
 
     def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [*super().postprocess_inputs(checkpoint), TensorSpec("CANDIDATE_LABELS", "TYPE_STRING", (1,)), PAIR_TEXT]
+        return [*super().postprocess_inputs(checkpoint), public(CANDIDATE_LABELS), PAIR_TEXT]
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [TensorSpec("LABELS", "TYPE_STRING", (1,)), TensorSpec("SCORES", "TYPE_STRING", (1,))]
+        return [public(LABELS), public(SCORES)]
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         spec, settings, checkpoint = bound.spec, bound.settings, bound.checkpoint

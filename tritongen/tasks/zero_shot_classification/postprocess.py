@@ -16,9 +16,14 @@ try:  # in the server: the shared modules are copied next to this model.py
     from _common import decode_texts
     from postprocess import RequestPostprocess, input_array
 except ImportError:
-    from tritongen.steps import zero_shot
     from tritongen.steps._common import decode_texts
     from tritongen.steps.postprocess import RequestPostprocess, input_array
+    from tritongen.tasks.zero_shot_classification import zero_shot
+
+try:  # in the server: the contract is copied next to this model.py
+    from contract import CANDIDATE_LABELS, LABELS, SCORES
+except ImportError:
+    from tritongen.contract import CANDIDATE_LABELS, LABELS, SCORES
 
 __all__ = ["TritonPythonModel"]
 
@@ -36,7 +41,7 @@ class TritonPythonModel(RequestPostprocess):
         """Each text's labels ranked by score (the tokenizer step already checked the request)."""
         logits = input_array(request, "logits")
         owners = input_array(request, "pair_text").reshape(-1)
-        rows = decode_texts(input_array(request, "CANDIDATE_LABELS"), "CANDIDATE_LABELS")
+        rows = decode_texts(input_array(request, CANDIDATE_LABELS), CANDIDATE_LABELS)
         parsed = [zero_shot.candidate_labels(raw, row) for row, raw in enumerate(rows)]
         texts = int(owners.max()) + 1 if owners.size else 0
         labels_out, scores_out = [], []
@@ -48,6 +53,6 @@ class TritonPythonModel(RequestPostprocess):
             labels_out.append([json.dumps(ranked_labels, ensure_ascii=False).encode("utf-8")])
             scores_out.append([json.dumps(ranked_scores).encode("utf-8")])
         return {
-            "LABELS": np.array(labels_out, dtype=np.object_).reshape(-1, 1),
-            "SCORES": np.array(scores_out, dtype=np.object_).reshape(-1, 1),
+            LABELS: np.array(labels_out, dtype=np.object_).reshape(-1, 1),
+            SCORES: np.array(scores_out, dtype=np.object_).reshape(-1, 1),
         }

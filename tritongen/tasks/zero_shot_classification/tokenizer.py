@@ -19,10 +19,15 @@ try:  # in the server: the shared modules are copied next to this model.py
     from tokenizer import TritonPythonModel as TextTokenizer
     from tokenizer import pb_utils
 except ImportError:
-    from tritongen.steps import zero_shot
     from tritongen.steps._common import input_error
     from tritongen.steps.tokenizer import TritonPythonModel as TextTokenizer
     from tritongen.steps.tokenizer import pb_utils
+    from tritongen.tasks.zero_shot_classification import zero_shot
+
+try:  # in the server: the contract is copied next to this model.py
+    from contract import CANDIDATE_LABELS, TEXT
+except ImportError:
+    from tritongen.contract import CANDIDATE_LABELS, TEXT
 
 __all__ = ["TritonPythonModel", "request_pairs"]
 
@@ -64,8 +69,8 @@ class TritonPythonModel(TextTokenizer):
         self.encoder.tokenizer.enable_truncation(self.encoder.max_length, strategy="only_first")
 
     def _pairs(self, request: Any) -> tuple[list[tuple[str, str]], list[int]]:
-        texts = self.texts(request, "TEXT")
-        return request_pairs(texts, self.texts(request, "CANDIDATE_LABELS"), self.template, self.max_rows)
+        texts = self.texts(request, TEXT)
+        return request_pairs(texts, self.texts(request, CANDIDATE_LABELS), self.template, self.max_rows)
 
     def _encode(self, pairs: list[tuple[str, str]]) -> list[Any]:
         try:
