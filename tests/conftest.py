@@ -37,7 +37,7 @@ def _onnxruntime_shares_the_cores():
     the cores and no busy-waiting.
 
     By default ONNX Runtime runs one spinning thread per core: two workers' gates and INT8 searches at once then
-    spin against each other on a 2-core machine (both halves of the suite slowed, measured 1.4x). Sessions given
+    spin against each other on a 2-core machine, each slowing the other's half of the suite. Sessions given
     options (the served stand-ins, the bench) keep theirs; results do not depend on the thread count.
     """
     if _WORKERS <= 1:
