@@ -8,7 +8,7 @@ import json
 import pytest
 from rich.console import Console
 
-from tritongen.builder.pipeline import exported, inspect, optimise, parity, publish, render, write
+from tritongen.builder.pipeline import Findings, exported, inspect, optimise, parity, publish, render, write
 from tritongen.buildspec import BuildSpec
 from tritongen.errors import ParityError
 from tritongen.repository.staging import staging
@@ -61,7 +61,7 @@ def test_stages_publish_nothing_until_publish(plan, quiet):
         assert not onnx.fp32_path.exists()
         assert report.passed and variant is None
         assert onnx.target.is_file()  # fp32 served as is
-        write(plan, work, render(plan), report, variant)
+        write(plan, work, render(plan), Findings(report, variant))
         assert _published(repo) == []
         assert json.loads((work.root / "clf" / "1" / "build.json").read_text())["max_length"] == 64
         assert publish(plan, work, quiet) == 1

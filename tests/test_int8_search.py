@@ -111,11 +111,13 @@ class _FakeGate:
     def __init__(self, layers, sensitive):
         self.layers, self.sensitive = layers, set(sensitive)
         self.count = 40
+        self.until_failed = []
 
     def subset(self, count):
         return self
 
-    def measure(self, model, variant, *, batch_dependent=False, feeds=None):
+    def measure(self, model, variant, *, batch_dependent=False, feeds=None, until_failed=False):
+        self.until_failed.append((variant, until_failed))
         if feeds is not None:  # the switch model: one layer on
             on = [layer.node for i, layer in enumerate(self.layers) if feeds[f"int8_switch_{i}"]]
             loss = sum(0.05 if node in self.sensitive else 0.001 for node in on)
@@ -149,6 +151,9 @@ def test_search_keeps_exactly_the_sensitive_layers_in_float_when_the_gate_needs_
         "dynamic", "dynamic, smoothed", "dynamic, 1 float", "dynamic, 2 float", "dynamic, 4 float", "dynamic, 3 float"
     ]  # fmt: skip
     assert report.chosen is report.trials[-1] and report.chosen.passed
+    # Only the layer search's candidates, judged by their verdict alone, may stop their gate early.
+    asked = {variant: early for variant, early in gate.until_failed if variant.startswith("INT8")}
+    assert asked == {f"INT8 {label}": "float" in label for label in labels}
     assert set(report.chosen.candidate.float_nodes) == set(sensitive)
     assert {item.layer.node for item in report.sensitivity[:3]} == set(sensitive)
     served = onnx.load(str(target)).graph
@@ -156,6 +161,11 @@ def test_search_keeps_exactly_the_sensitive_layers_in_float_when_the_gate_needs_
     assert sum(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for n in served.node) == len(layers) - 3
     assert all(trial.speedup[1] > 0 and trial.speedup[8] > 0 for trial in report.trials)
     json.dumps(report.to_dict())  # build.json takes it as it is
+    # Where the time went, by phase: the layer ranking happened while finding the served candidate.
+    assert {"prepare", "choose", "sensitivity", "timing"} <= set(report.seconds) <= {*report.seconds, "curve"}
+    assert report.to_dict()["seconds"].keys() == report.seconds.keys()
+    assert lines[-1] == report.time_line() and lines[-1].startswith("Search time: ")
+    assert "; within those, ranking the layers" in report.to_markdown() or report.seconds["sensitivity"] < 0.5
 
 
 def test_search_returns_the_most_accurate_and_writes_nothing_when_nothing_passes(tiny, tmp_path):
@@ -232,6 +242,43 @@ def test_gate_subset_holds_the_texts_nearest_the_decision_boundary(tiny):
     assert {t for c in subset.chunks for t in c.texts} == set(sorted(margins, key=margins.get)[:8])
     full, part = reference.measure(tiny["fp32"], "fp32"), subset.measure(tiny["fp32"], "fp32")
     assert full.texts == 40 and part.texts == 8 and full.label_agreement == part.label_agreement == 1.0
+
+
+class _Flipping:
+    """The FP32 model, with its logits negated (every label flipped) on the calls whose texts ``flip`` picks."""
+
+    def __init__(self, path, flip):
+        import onnxruntime as ort
+
+        self.session, self.flip, self.calls = ort.InferenceSession(str(path)), flip, []
+
+    def run(self, names, feeds):
+        outputs = self.session.run(names, feeds)
+        self.calls.append(len(feeds["input_ids"]))
+        return [-outputs[0], *outputs[1:]] if self.flip(len(feeds["input_ids"])) else outputs
+
+
+def test_a_gate_run_until_failed_stops_once_it_cannot_pass_and_starts_where_the_last_model_did_worst(tiny):
+    model = ReferenceModel(tiny["module"], tiny["hf_tokenizer"], tiny["encoder"], 64)
+    reference = GateReference(model, gate="labels", texts=TEXTS, batch_size=8)  # 5 chunks of 8 texts
+    # Every label flipped: the full measurement fails, and the early one after one chunk (8 of 40 texts wrong
+    # can no longer give 99% agreement), with the same verdict.
+    full = reference.measure(_Flipping(tiny["fp32"], lambda rows: True), "flipped")
+    early = _Flipping(tiny["fp32"], lambda rows: True)
+    stopped = reference.measure(early, "flipped", until_failed=True)
+    assert not full.passed and not stopped.passed and full.of_texts is None
+    assert (stopped.texts, stopped.of_texts, early.calls) == (8, 40, [8])
+    assert "8 of 40 validation texts (stopped" in stopped.summary()
+    # A model that passes is measured in full; until_failed changes nothing for it.
+    passing = reference.measure(tiny["fp32"], "fp32", until_failed=True)
+    assert passing.passed and (passing.texts, passing.of_texts) == (40, None)
+    # The chunk the last model did worst on goes first: here the fourth, the only one flipped.
+    fourth = _Flipping(tiny["fp32"], lambda rows: len(fourth.calls) == 4)
+    reference.measure(fourth, "one chunk flipped")
+    assert min(reference.worst, key=reference.worst.get) == 3
+    again = _Flipping(tiny["fp32"], lambda rows: len(again.calls) == 1)
+    assert not reference.measure(again, "flipped first", until_failed=True).passed
+    assert again.calls == [8] and reference.worst[3] == 0.0
 
 
 def _cosine(mean: float, low: float, variant: str = "x") -> AccuracyReport:
@@ -336,3 +383,20 @@ def test_a_candidate_the_serving_runtime_fails_is_not_chosen(tiny, tmp_path):
     assert report.chosen is report.trials[1] and report.chosen.passed
     assert any("1 passed here and failed there" in note for note in report.notes)
     assert report.decided_by(first) == "agreement 90.00% < 99% in the serving runtime"
+
+
+def test_the_trade_off_curve_is_measured_by_default_only_for_small_models_and_the_card_says_so(tmp_path):
+    from tritongen.precision.int8_search import CURVE_AUTO_BYTES, _wants_curve
+
+    small, big = tmp_path / "small.onnx", tmp_path / "big.onnx"
+    for path, size in ((small, CURVE_AUTO_BYTES), (big, CURVE_AUTO_BYTES + 1)):
+        with path.open("wb") as file:
+            file.truncate(size)  # sparse: the size without the bytes
+    report = SearchReport(layers=[])
+    assert _wants_curve(None, small, report) and report.notes == []
+    assert not _wants_curve(None, big, report)
+    assert report.notes == [
+        "The trade-off curve was not measured: the model has 200 MB of FP32 weights (over 200 MB), where its extra "
+        "candidates cost more than the search; `--int8-curve` measures it."
+    ]
+    assert _wants_curve(True, big, SearchReport(layers=[])) and not _wants_curve(False, small, SearchReport(layers=[]))

@@ -152,7 +152,10 @@ def test_int8_search_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkp
     card = (repo / "s8" / "1" / "model_card.md").read_text()
     assert "Most sensitive weight MatMuls, each quantised alone" in card
     for trial in record["trials"]:  # the figures each candidate was judged by
-        assert trial["accuracy"]["texts"] == GATED_TEXTS and trial["speedup"]["8"] > 0
+        accuracy = trial["accuracy"]
+        # every text; or, for a layer-search step that failed, the texts run until it could no longer pass
+        assert accuracy["texts"] == GATED_TEXTS or (accuracy["of_texts"] == GATED_TEXTS and not trial["passed"])
+        assert trial["speedup"]["8"] > 0
 
 
 def test_fp16_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkpoint, gate_texts, tmp_path, capsys):

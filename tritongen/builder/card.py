@@ -9,10 +9,12 @@ import datetime as _dt
 from collections.abc import Sequence
 from typing import Any
 
+from tritongen.buildspec import usable_cores
 from tritongen.gates.parity import ParityReport
 from tritongen.model.checkpoint import Checkpoint
 from tritongen.model.fold import FoldReport
-from tritongen.runtimes import Variant, get_runtime
+from tritongen.runtimes import Runtime, Variant, get_runtime
+from tritongen.sizing import SizingReport
 from tritongen.tasks import BuildPlan
 
 __all__ = ["SEARCH_PLOT", "model_card", "required"]
@@ -26,7 +28,12 @@ def required(tensors: Sequence[Any]) -> list[Any]:
 
 
 def model_card(
-    plan: BuildPlan, version: int, report: ParityReport, variant: Variant | None, folding: FoldReport | None = None
+    plan: BuildPlan,
+    version: int,
+    report: ParityReport,
+    variant: Variant | None,
+    folding: FoldReport | None = None,
+    sizing: SizingReport | None = None,
 ) -> str:
     """``model_card.md``: what was built from what, the served contract, and every gate's figures."""
     import onnxruntime
@@ -62,12 +69,14 @@ def model_card(
     ]
     lines += bound.card_lines
     lines.append(f"- served model: {get_runtime(spec.runtime).variant_name(spec, variant)} ({spec.runtime} runtime)")
-    lines.append(_sizing_line(spec))
+    lines.append(_sizing_line(spec, sizing))
     if folding is not None:
         lines.append(folding.card_line())
     if spec.device == "gpu" and spec.cpu_cores:
         lines.append(_cpu_side_line(spec, folded=folding is not None and folding.folded))
     card = "\n".join(lines) + "\n\n## Parity of the FP32 export\n\n" + report.to_markdown()
+    if sizing is not None:
+        card += "\n## Model step layout\n\n" + "\n".join(sizing.card_lines()) + "\n"
     if variant is not None:
         optimized = variant.optimized
         card += "\n## Optimisation\n\n" + "".join(f"- {step}\n" for step in optimized.steps)
@@ -79,15 +88,24 @@ def model_card(
     return card
 
 
-def _sizing_line(spec: Any) -> str:
-    """The card's line on the model step's instances and threads, and the CPU node they were sized for."""
+def _sizing_line(spec: Any, sizing: SizingReport | None = None) -> str:
+    """The card's line on the model step's instances and threads, the CPU node, and how they were chosen."""
     group = spec.model_instances
-    threads = get_runtime(spec.runtime).threads(spec)
+    runtime = get_runtime(spec.runtime)
+    threads = runtime.threads(spec)
     line = f"- model step: {group.count} instance(s) on {'GPU' if group.kind == 'KIND_GPU' else 'CPU'}"
     line += f", {threads} thread(s) each" if threads else ", the runtime's default threads"
     if spec.cpu_cores:
         line += f"; sized for a {spec.cpu_cores}-core node (`cpu_cores`, `--cpu-cores` for another)"
-    return line
+    if group.kind == "KIND_GPU":
+        return line
+    if sizing is not None:
+        return line + f"; measured and chosen at build time ({sizing.prefer}, [below](#model-step-layout))"
+    if type(runtime).sizing_session is Runtime.sizing_session:
+        return line + f"; not measured ({runtime.title}'s layout is not measured at build time)"
+    if spec.cpu_cores and spec.cpu_cores > usable_cores():
+        return line + "; the fixed default, not measured (the node has more cores than the build machine)"
+    return line + "; as the spec sets it, not measured"
 
 
 def _cpu_side_line(spec: Any, *, folded: bool) -> str:

@@ -4,15 +4,18 @@ A build is a :class:`BuildPlan` (decided once, by :func:`inspect`) and a list of
 taking the plan and what earlier stages produced:
 
 inspect -> export ONNX -> parity gate -> optimise and gate -> check in the container's runtime ->
-record the canary -> fold the postprocess into the graph -> render and validate configs -> write (into a
-staging area) -> publish atomically. Nothing reaches the repository before :func:`publish`.
+record the canary -> fold the postprocess into the graph -> lay out the model step (measured, where the spec
+leaves it open) -> render and validate configs -> write (into a staging area) -> publish atomically. Nothing
+reaches the repository before :func:`publish`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,16 +47,29 @@ from tritongen.repository.canary import record as record_canary
 from tritongen.repository.layout import served_steps, served_windows
 from tritongen.repository.staging import Staging, staging
 from tritongen.runtimes import Export, Runtime, Variant, get_runtime
+from tritongen.sizing import SizingReport
 from tritongen.sources import module_file
 from tritongen.tasks import BuildPlan, Task, detect_task, get_task, reference_postprocess
 from tritongen.tasks._base import NO_TOKENIZER_LIMIT
 
 __all__ = [
-    "BuildResult", "build_repository", "canary", "container_check", "export", "exported", "fold", "inspect",
-    "optimise", "parity", "publish", "render", "write",
+    "BuildResult", "Findings", "build_repository", "canary", "container_check", "export", "exported", "fold", "inspect",
+    "optimise", "parity", "publish", "render", "size", "write",
 ]  # fmt: skip
 
+SIZING_TEXTS = 32  # validation texts the layout stage times, spread over the file
 ContainerChecks = dict[str, "ContainerReport | dict[str, str]"]  # release -> its report, or why it was skipped
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What the checking and measuring stages found, for the model card and ``build.json``."""
+
+    parity: ParityReport
+    variant: Variant | None = None
+    container: ContainerChecks | None = None
+    folding: FoldReport | None = None
+    sizing: SizingReport | None = None
 
 
 @dataclass(frozen=True)
@@ -106,8 +122,9 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             checks = container_check(plan, onnx, variant, console)
             canary(plan, onnx, work, console)
             folding = fold(plan, onnx, console)
+            plan, sizing = size(plan, onnx, console)
         configs = render(plan, folded=folding.folded)
-        write(plan, work, configs, report, variant, checks, folding)
+        write(plan, work, configs, Findings(report, variant, checks, folding, sizing))
         version = publish(plan, work, console)
     accuracy = None if variant is None else variant.accuracy
     search = None if variant is None else variant.search
@@ -348,24 +365,51 @@ def _same_windows(plan: BuildPlan) -> None:
         )
 
 
+def size(plan: BuildPlan, onnx: Export, console: Console) -> tuple[BuildPlan, SizingReport | None]:
+    """Stage 8: where the spec leaves the model step's layout open on a CPU node, measure a few and take one.
+
+    The plan comes back with the chosen layout in its spec (``tritongen.sizing``); unchanged, with no report,
+    where the spec sizes the step itself (or ``model_layout.measure`` is off) or the task's inputs are not text.
+    """
+    spec, runtime = plan.spec, _runtime(plan)
+    if not spec.model_layout.measure or plan.bound.modality.name != "text":
+        return plan, None
+    from tritongen.gates.accuracy import read_texts
+    from tritongen.sizing import candidates, choose
+    from tritongen.sizing.measure import measure_layouts
+
+    texts = read_texts(spec.validation, "validation")
+    texts = texts[:: max(1, len(texts) // SIZING_TEXTS)][:SIZING_TEXTS]
+    cores = spec.cpu_cores or 1
+    reserved = sum(group.count or 1 for group in (spec.tokenizer_instances, spec.postprocess_instances))
+    layouts = candidates(cores, reserved)
+    start = time.perf_counter()
+    with console.status("Measuring the model step's layouts…") as status, stage("model step layout"):
+        measured = measure_layouts(
+            layouts,
+            lambda layout: runtime.sizing_session(onnx.target, runtime.with_layout(spec, layout)),
+            lambda batch: onnx.encoder(list(batch), plan.pairs(list(batch))),
+            texts,
+            progress=lambda message: status.update(f"Measuring the {message}…"),
+        )
+    chosen, why = choose(measured, spec.model_layout.prefer)
+    report = SizingReport(spec.model_layout.prefer, cores, measured, chosen, why, len(texts),
+                          time.perf_counter() - start)  # fmt: skip
+    console.print(f"[green]Model step layout[/]: {chosen.layout.label}, because {why} ({report.seconds:.0f} s)")
+    return dataclasses.replace(plan, spec=runtime.with_layout(spec, chosen.layout)), report
+
+
 def render(plan: BuildPlan, *, folded: bool = False) -> dict[str, tuple[str, mc.ModelConfig]]:
-    """Stage 8: the configs as ``config.pbtxt`` text, parsed with Triton's schema and wiring-checked."""
+    """Stage 9: the configs as ``config.pbtxt`` text, parsed with Triton's schema and wiring-checked."""
     return render_all(
         step_configs(plan.spec, plan.bound, pad_id=plan.pad_id, tokenizer_facts=plan.tokenizer_facts, folded=folded)
     )
 
 
-def write(
-    plan: BuildPlan,
-    work: Staging,
-    configs: Mapping[str, tuple[str, mc.ModelConfig]],
-    report: ParityReport,
-    variant: Variant | None,
-    container: ContainerChecks | None = None,
-    folding: FoldReport | None = None,
-) -> None:
-    """Stage 9: write everything else into the staging area: configs, Python steps, engine plan, card, reports."""
+def write(plan: BuildPlan, work: Staging, configs: Mapping[str, tuple[str, mc.ModelConfig]], found: Findings) -> None:
+    """Stage 10: write everything else into the staging area: configs, Python steps, engine plan, card, reports."""
     spec, names = plan.spec, plan.names
+    report, variant, container, folding = found.parity, found.variant, found.container, found.folding
     for step, (text, _) in configs.items():
         work.write_config(names[step], text)
     _runtime(plan).write_files(plan, work.version_dir(names["model"]))
@@ -374,7 +418,8 @@ def write(
     card_dir = work.version_dir(names["ensemble"])
     if variant is not None and variant.search is not None and variant.search.trials:
         variant.search.plot(card_dir / SEARCH_PLOT)
-    (card_dir / "model_card.md").write_text(model_card(plan, work.version, report, variant, folding), encoding="utf-8")
+    card = model_card(plan, work.version, report, variant, folding, found.sizing)
+    (card_dir / "model_card.md").write_text(card, encoding="utf-8")
     parity_json = {
         "passed": report.passed,
         "max_abs_diff": report.max_abs_diff,
@@ -391,6 +436,7 @@ def write(
     record["container_runtimes"] = checks
     record["fold"] = folding.to_dict()
     record["steps"] = [step for step in configs if step != "ensemble"]
+    record["model_layout"] = None if found.sizing is None else found.sizing.to_dict()
     (card_dir / "build.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
 
 
@@ -437,7 +483,7 @@ def _build_record(plan: BuildPlan, variant: Variant | None) -> dict[str, Any]:
 
 
 def publish(plan: BuildPlan, work: Staging, console: Console) -> int:
-    """Stage 10: move the staged version into the repository at once; return its number."""
+    """Stage 11: move the staged version into the repository at once; return its number."""
     work.publish()
     console.print(f"[green]Published[/] `{plan.spec.name}` version {work.version} to {plan.spec.repository}")
     return work.version

@@ -22,7 +22,7 @@ from tritongen.buildspec import (
 )
 from tritongen.buildspec.sections import SpecSection
 from tritongen.errors import SpecError
-from tritongen.runtimes import RUNTIMES, get_runtime
+from tritongen.runtimes import RUNTIMES, Runtime, get_runtime
 from tritongen.tasks import TASKS
 
 __all__ = ["check_spec", "flat_names", "load_spec", "spec_sections"]
@@ -75,7 +75,9 @@ def _device_defaults(data: dict[str, Any]) -> dict[str, Any]:
     """The device fills what its node wants wherever the spec leaves it open (an explicit value wins).
 
     ``device: gpu``: KIND_GPU instances, FP16 and the runtime's GPU settings. A CPU build (``device: cpu``, or
-    none and no KIND_GPU model instances): the runtime's instances and threads for ``cpu_cores`` cores.
+    none and no KIND_GPU model instances): the runtime's instances and threads for ``cpu_cores`` cores; where
+    the spec leaves both open and the runtime can be measured, the build measures the layout
+    (``model_layout.measure``, ``tritongen.sizing``) and the runtime's default is only where it starts.
     """
     runtime = get_runtime(data.get("runtime", BuildSpec.runtime))
     check_cpu_cores(data.get("cpu_cores"))
@@ -83,9 +85,21 @@ def _device_defaults(data: dict[str, Any]) -> dict[str, Any]:
         if (data.get("model_instances") or {}).get("kind", "KIND_CPU") != "KIND_CPU":
             return data
         data = {**data, "cpu_cores": data.get("cpu_cores") or usable_cores()}  # recorded: the node it is sized for
-        return runtime.cpu_defaults(data, data["cpu_cores"])
+        layout = dict(data.get("model_layout") or {})
+        if layout.get("measure") is None:  # this machine can stand in for a node of no more cores than its own
+            layout["measure"] = _layout_open(runtime, data) and data["cpu_cores"] <= usable_cores()
+        return runtime.cpu_defaults({**data, "model_layout": layout}, data["cpu_cores"])
     data = {**data, "cpu_cores": data.get("cpu_cores") or usable_cores()}  # the node's CPU feeds its GPU
     data["model_instances"] = {"kind": "KIND_GPU", **(data.get("model_instances") or {})}
     data.setdefault("precision", "fp16")
     data.setdefault("fold", True)
     return runtime.gpu_defaults(python_step_defaults(data, data["cpu_cores"]))
+
+
+def _layout_open(runtime: Runtime, data: dict[str, Any]) -> bool:
+    """Whether the spec mapping leaves the model step's instances and threads to the build, and it can measure."""
+    if runtime.thread_setting is None or type(runtime).sizing_session is Runtime.sizing_session:
+        return False
+    section, key = runtime.thread_setting
+    threads = (data.get(section.section) or {}).get(key)
+    return (data.get("model_instances") or {}).get("count") is None and not threads

@@ -41,6 +41,7 @@ __all__ = [
     "BuildSpec",
     "DynamicBatchingSettings",
     "InstanceGroup",
+    "ModelLayoutSettings",
     "QueuePolicy",
     "RuntimeSettings",
     "SpecSection",
@@ -122,6 +123,19 @@ class VersionPolicySettings:
 
 
 @dataclass(frozen=True)
+class ModelLayoutSettings:
+    """How a CPU build lays out the model step where the spec leaves its instances and threads open.
+
+    ``measure``: the build times a few layouts on the served model and takes the one ``prefer`` picks
+    (``tritongen.sizing``); the loader sets it where the spec leaves the layout open and the runtime can be
+    measured. ``false`` keeps the runtime's fixed CPU default.
+    """
+
+    prefer: Literal["balanced", "latency", "throughput"] = "balanced"
+    measure: bool = False
+
+
+@dataclass(frozen=True)
 class BuildSpec:
     """What to build, and how the generated Triton configuration should behave."""
 
@@ -136,6 +150,7 @@ class BuildSpec:
     model_instances: InstanceGroup = field(default_factory=InstanceGroup)
     postprocess_instances: InstanceGroup = field(default_factory=InstanceGroup)
     version_policy: VersionPolicySettings = field(default_factory=VersionPolicySettings)
+    model_layout: ModelLayoutSettings = field(default_factory=ModelLayoutSettings)
     warmup: bool = True
     response_cache: bool = False
     max_length: int | None = None  # tokens a model row holds; None: the model's own limit (and the tokenizer's)
@@ -143,7 +158,9 @@ class BuildSpec:
     precision: Literal["fp32", "fp16", "int8"] = "fp32"
     optimize: bool = False  # offline transformer fusions (ONNX Runtime only)
     quantization: Literal["auto", "static", "dynamic"] = "auto"  # int8: auto searches every scheme
-    int8_curve: bool = True  # int8: also measure the trade-off curve for the model card (a few more candidates)
+    # int8: also measure the trade-off curve for the model card (a few more candidates, each one more gate); None:
+    # only for models of at most CURVE_AUTO_BYTES of FP32 weights, where it costs little beside the search.
+    int8_curve: bool | None = None
     calibration: Path | None = None  # one text per line; None: the built-in sample
     validation: Path | None = None  # one text per line; None: the built-in sample
     accept_accuracy_loss: bool = False
@@ -219,6 +236,7 @@ def _validate(spec: BuildSpec) -> None:
     _check_batching(spec)
     _check_instances(spec)
     _check_versions(spec)
+    _check_layout(spec)
     _check_precision(spec)
     _check_max_length(spec)
     _check_sections(spec)
@@ -307,6 +325,11 @@ def _check_precision(spec: BuildSpec) -> None:
         raise SpecError(f"quantization must be auto, static or dynamic, got {spec.quantization}")
 
 
+def _check_layout(spec: BuildSpec) -> None:
+    if spec.model_layout.prefer not in ("balanced", "latency", "throughput"):
+        raise SpecError(f"model_layout.prefer must be balanced, latency or throughput, got {spec.model_layout.prefer}")
+
+
 def _check_max_length(spec: BuildSpec) -> None:
     if spec.max_length is not None and spec.max_length < 8:
         raise SpecError(f"max_length must be >= 8, got {spec.max_length}")
@@ -330,6 +353,7 @@ _NESTED = {
     "model_instances": InstanceGroup,
     "postprocess_instances": InstanceGroup,
     "version_policy": VersionPolicySettings,
+    "model_layout": ModelLayoutSettings,
 }
 _TABLES = {TaskSettings: "task_settings", RuntimeSettings: "runtime_settings"}  # where each kind of section goes
 

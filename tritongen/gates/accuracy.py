@@ -70,6 +70,9 @@ class AccuracyReport:
     # A continuous measure of the difference (lower is better), to rank candidates that agree equally:
     # the mean over texts of the largest probability difference, or 1 - mean cosine for embeddings.
     loss: float | None = None
+    # Set where the measuring stopped once the gate could no longer pass: the texts there were, of which the
+    # figures cover ``texts`` (the worst first).
+    of_texts: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -116,7 +119,10 @@ class AccuracyReport:
                 f"cosine mean {self.cosine_mean:.4f} (gate >= {COSINE_MEAN_MIN}), "
                 f"min {self.cosine_min:.4f} (gate >= {COSINE_MIN_MIN})"
             )
-        return f"{self.variant} vs FP32 PyTorch on {self.texts} validation texts: {figures}"
+        texts = f"{self.texts} validation texts"
+        if self.of_texts is not None:
+            texts = f"{self.texts} of {self.of_texts} validation texts (stopped: it could no longer pass)"
+        return f"{self.variant} vs FP32 PyTorch on {texts}: {figures}"
 
     def to_markdown(self, *, accepted: bool = False) -> str:
         """The figures for the model card."""
@@ -324,6 +330,8 @@ class GateReference:
             _reference_chunk(model, order[start : start + batch_size], texts, pairs)
             for start in range(0, len(order), batch_size)
         ]
+        self.worst: dict[int, float] = {}  # per chunk, its figure in the last measurement (lower: worse)
+        self.perfect: dict[int, tuple[np.ndarray, ...]] = {}  # per chunk, the figures of FP32 itself
 
     @property
     def count(self) -> int:
@@ -351,16 +359,25 @@ class GateReference:
         view = object.__new__(GateReference)
         view.__dict__.update(self.__dict__)
         view.chunks = _rebatch(picked, self.encoder.bucket)
+        view.worst, view.perfect = {}, {}
         return view
 
     def measure(
-        self, model: Path | Any, variant: str, *, batch_dependent: bool = False, feeds: dict[str, Any] | None = None
+        self,
+        model: Path | Any,
+        variant: str,
+        *,
+        batch_dependent: bool = False,
+        feeds: dict[str, Any] | None = None,
+        until_failed: bool = False,
     ) -> AccuracyReport:
         """Run ``model`` (a path, or an ONNX Runtime session) on the served path and compare it with FP32 PyTorch.
 
         ``batch_dependent`` (dynamic int8: activation scales come from the whole batch) measures twice, in
         batches as under load and each text alone as at low load, and reports the worse figures. ``feeds``
-        are extra inputs for every run (the switches of a sensitivity model).
+        are extra inputs for every run (the switches of a sensitivity model). ``until_failed`` stops as soon
+        as the gate could not pass even if every text left matched FP32 exactly, taking first the texts the last
+        model measured did worst on: the verdict is the full measurement's, the figures cover the texts run.
         """
         session = model if hasattr(model, "run") else _session(model)
         extra = feeds or {}
@@ -375,14 +392,32 @@ class GateReference:
                 rows.append(_fit(session.run(None, {**inputs, **extra})[0][0], chunk.mask.shape[1]))
             return np.stack(rows).astype(np.float32)
 
-        reports = [self._compare(batched, variant)]
+        reports = [self._compare(batched, variant, until_failed)]
         if batch_dependent and reports[0].passed:  # a failure in batches already fails the gate
-            reports.append(self._compare(alone, variant))
+            reports.append(self._compare(alone, variant, until_failed))
         return worst_of(reports)
 
-    def _compare(self, run: Any, variant: str) -> AccuracyReport:
-        figures = [self.gate.compare(chunk.reference, run(chunk), chunk.mask) for chunk in self.chunks]
-        return self.gate.report(variant, self.count, figures)
+    def _compare(self, run: Any, variant: str, until_failed: bool = False) -> AccuracyReport:
+        indices = range(len(self.chunks))
+        order = sorted(indices, key=lambda i: self.worst.get(i, 1.0)) if until_failed else indices
+        figures: dict[int, tuple[np.ndarray, ...]] = {}
+        for index in order:
+            chunk = self.chunks[index]
+            figures[index] = self.gate.compare(chunk.reference, run(chunk), chunk.mask)
+            self.worst[index] = float(np.mean(figures[index][0]))
+            if until_failed and len(figures) < len(self.chunks) and not self._could_pass(figures, variant):
+                measured = sum(self.chunks[i].rows.size for i in figures)
+                report = self.gate.report(variant, measured, [figures[i] for i in sorted(figures)])
+                return dataclasses.replace(report, of_texts=self.count)
+        return self.gate.report(variant, self.count, [figures[i] for i in indices])
+
+    def _could_pass(self, figures: dict[int, tuple[np.ndarray, ...]], variant: str) -> bool:
+        """Whether the gate passes if every chunk not in ``figures`` matched FP32 exactly (the best case)."""
+        for index, chunk in enumerate(self.chunks):
+            if index not in figures and index not in self.perfect:
+                self.perfect[index] = self.gate.compare(chunk.reference, chunk.reference, chunk.mask)
+        best = [figures.get(i, self.perfect.get(i)) for i in range(len(self.chunks))]
+        return self.gate.report(variant, self.count, best).passed
 
 
 def _reference_chunk(

@@ -100,6 +100,18 @@ def _figure(accuracy: AccuracyReport) -> float:
     return 0.0 if value is None else value
 
 
+# The search's phases as the card names them, in order; the last two happen within the others.
+PHASES = {
+    "prepare": "preparing the model",
+    "choose": "finding the served candidate",
+    "curve": "the trade-off curve",
+    "timing": "timing every candidate",
+    "container": "the container's re-gate",
+    "sensitivity": "ranking the layers",
+}
+_WITHIN = ("container", "sensitivity")
+
+
 @dataclass
 class SearchReport:
     """Everything the search tried, for the build's console, the model card and build.json."""
@@ -112,10 +124,13 @@ class SearchReport:
     notes: list[str] = field(default_factory=list)  # levers skipped or unavailable, calibration used
     runtime: str = "ONNX Runtime"  # ours, where every candidate is gated
     served_runtime: str | None = None  # the container's, where candidates that pass ours are gated again
+    # Where the search's time went, in seconds, by phase (:data:`PHASES`), for the card and build.json.
+    seconds: dict[str, float] = field(default_factory=dict)
 
     def best(self) -> Trial:
-        """The most accurate candidate (the smallest mean difference from FP32)."""
-        return min(self.trials, key=lambda trial: trial.gated.loss or 0.0)
+        """The most accurate candidate (the smallest mean difference from FP32), of those measured in full."""
+        complete = [trial for trial in self.trials if trial.gated.of_texts is None] or self.trials
+        return min(complete, key=lambda trial: trial.gated.loss or 0.0)
 
     def failure(self) -> AccuracyError:
         """The one-line error when no candidate passed."""
@@ -139,7 +154,8 @@ class SearchReport:
         """The criterion that decided ``trial``, and the container's runtime where it decided there."""
         report = trial.deciding
         where = f" in {self.runtime_of(report, trial)}" if trial.container is not None else ""
-        return report.deciding() + where
+        stopped = f" (stopped after {report.texts} of {report.of_texts} texts)" if report.of_texts is not None else ""
+        return report.deciding() + where + stopped
 
     def margins(self, trial: Trial) -> dict[str, dict[str, float]]:
         """Per runtime measured, each criterion's figure minus its floor."""
@@ -167,6 +183,7 @@ class SearchReport:
             "fp32_texts_per_s": self.fp32_texts_per_s,
             "weight_bits": 7 if int8_weights_saturate() else 8,  # 7 where this CPU's int8 kernels saturate on 8
             "notes": self.notes,
+            "seconds": {phase: round(value, 1) for phase, value in self.seconds.items()},
             "runtime": self.runtime,
             "served_runtime": self.served_runtime,
             "margins": None if self.chosen is None else self.margins(self.chosen),
@@ -190,12 +207,24 @@ class SearchReport:
             ],
         }
 
+    def time_line(self) -> str:
+        """Where the search's time went, by phase."""
+        spent = {phase: self.seconds[phase] for phase in PHASES if self.seconds.get(phase, 0.0) >= 0.5}
+        total = sum(v for k, v in self.seconds.items() if k not in _WITHIN)
+        line = f"Search time: {total:.0f} s: " + "; ".join(
+            f"{PHASES[k]} {v:.0f} s" for k, v in spent.items() if k not in _WITHIN
+        )
+        within = [f"{PHASES[k]} {v:.0f} s" for k, v in spent.items() if k in _WITHIN]
+        return line + (f"; within those, {' and '.join(within)}" if within else "") + "."
+
     def to_markdown(self, plot_file: str | None = None) -> str:
         """The search as the model card shows it: the choice, the trade-off table, the sensitive layers."""
         lines = ["## INT8 search", ""]
         lines += self._choice_lines()
         lines += self._table_lines()
         lines += self._sensitivity_lines()
+        if self.seconds:
+            lines += ["", self.time_line()]
         if self.notes:
             lines += [""] + [f"- {note}" for note in self.notes]
         if plot_file:

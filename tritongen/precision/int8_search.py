@@ -14,7 +14,8 @@ Runtime's CPU provider, and the first that passes the gate on the full validatio
    MatMuls in float. Each MatMul's sensitivity is the difference it causes when it alone is int8, on the
    validation texts nearest FP32's decision boundary (``tritongen.precision.sensitivity``, one switch model,
    no rebuild per layer). The 1, 2, 4, ... most sensitive stay in float until the gate passes, then the
-   count is bisected down.
+   count is bisected down. Only the verdict decides these steps, so each one's gate stops as soon as the
+   candidate can no longer pass, running first the texts the last candidate did worst on.
 
 Every candidate is gated against the same FP32 PyTorch reference (dynamic ones both one text at a time
 and in batches, since their activation scales depend on the batch). At the end all of them are timed
@@ -24,10 +25,11 @@ choice follows the expected speed order, not a timing on a machine that may be b
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,9 @@ SMOOTHING_ALPHA = 0.75  # how much of the activations' range moves into the weig
 # After the choice, for the model card's trade-off curve only: the served candidate with this many of its
 # most sensitive weight MatMuls (also) in float, and every scheme's whole model. Empty: no curve.
 CURVE_FLOAT_COUNTS = (1, 2, 4)
+# Without an explicit setting the curve is measured for models of at most this many bytes of FP32 ONNX (about
+# 50M parameters: MiniLM-sized). On a base-size model each of its candidates is one more gate of minutes.
+CURVE_AUTO_BYTES = 200_000_000
 
 
 def smallest_passing(limit: int, passes: Callable[[int], bool]) -> int | None:
@@ -116,7 +121,8 @@ class SearchSettings:
     activations for TensorRT. ``baseline`` is the FP32 model speeds are compared with (default: the source,
     which may carry fusions), timed on ``speed_texts``. When nothing passes, the most accurate candidate is
     written only with ``accept_loss``. ``curve`` adds candidates after the choice, for the model card's
-    trade-off curve only. ``served``, when set, gates every candidate that passed here again where it will run.
+    trade-off curve only (None: for small models only, :data:`CURVE_AUTO_BYTES`). ``served``, when set, gates
+    every candidate that passed here again where it will run.
     """
 
     reference: GateReference
@@ -127,7 +133,7 @@ class SearchSettings:
     baseline: Path | None = None
     speed_texts: Sequence[str] = ()
     accept_loss: bool = False
-    curve: bool = True
+    curve: bool | None = True  # None: only for a source of at most CURVE_AUTO_BYTES
     served: ServedGate | None = None
 
 
@@ -153,19 +159,26 @@ def search_int8(
     """
     work = target.resolve().parent / "_int8_search"
     work.mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
     try:
-        search = _Search(source, work, settings, feedback)
-        chosen = search.run(settings.schemes)
-        if chosen is not None and settings.curve and CURVE_FLOAT_COUNTS:
+        with _timed(seconds, "prepare"):
+            search = _Search(source, work, settings, feedback)
+        search.report.seconds = seconds
+        with _timed(seconds, "choose"):
+            chosen = search.run(settings.schemes)
+        if chosen is not None and _wants_curve(settings.curve, source, search.report) and CURVE_FLOAT_COUNTS:
             try:
-                search.explore(chosen, settings.schemes)
+                with _timed(seconds, "curve"):
+                    search.explore(chosen, settings.schemes)
             except Exception as exc:  # the curve only informs; a quantiser failure there must not lose the choice
                 search.report.notes.append(f"The trade-off curve stopped early: {describe(exc)}.")
         report = search.report
         report.chosen = chosen or (report.best() if report.trials else None)
         report.notes += search.notes()
         feedback.status("INT8 search: timing the candidates against FP32…")
-        _time_trials(report, settings.baseline or source, settings.encoder, settings.speed_texts)
+        with _timed(seconds, "timing"):
+            _time_trials(report, settings.baseline or source, settings.encoder, settings.speed_texts)
+        feedback.announce(report.time_line())
         if report.chosen is not None and (report.chosen.passed or settings.accept_loss):
             shutil.copyfile(report.chosen.path, target)
         return report
@@ -251,8 +264,12 @@ class _Search:
             )  # fmt: skip
         return self._smoothed
 
-    def attempt(self, candidate: Candidate) -> Trial:
-        """Build ``candidate`` for real and gate it on the full validation set; announce its figures."""
+    def attempt(self, candidate: Candidate, *, until_failed: bool = False) -> Trial:
+        """Build ``candidate`` for real and gate it on the full validation set; announce its figures.
+
+        ``until_failed``: the gate stops once the candidate can no longer pass (its verdict decided; its figures
+        then cover the texts run), for candidates whose figures decide nothing beyond pass or fail.
+        """
         start = time.perf_counter()
         self.feedback.status(f"INT8 search: {candidate.label} (candidate {len(self.report.trials) + 1})…")
         path = self.work / f"candidate_{len(self.report.trials)}.onnx"
@@ -263,11 +280,14 @@ class _Search:
         )  # fmt: skip
         quantize_int8(self.float_model(candidate.smooth), path, recipe)
         dynamic = candidate.scheme == "dynamic"
-        accuracy = self.settings.reference.measure(path, f"INT8 {candidate.label}", batch_dependent=dynamic)
+        accuracy = self.settings.reference.measure(
+            path, f"INT8 {candidate.label}", batch_dependent=dynamic, until_failed=until_failed
+        )
         there, served = None, self.settings.served
         if accuracy.passed and served is not None:  # what serves it must pass too
             self.feedback.status(f"INT8 search: {candidate.label} in {served.runtime or 'the serving runtime'}…")
-            there = served.measure(path, f"INT8 {candidate.label}", dynamic)
+            with _timed(self.report.seconds, "container"):
+                there = served.measure(path, f"INT8 {candidate.label}", dynamic)
             if not there.passed:
                 self.failed_there += 1
         trial = Trial(candidate, accuracy, path, container=there, seconds=time.perf_counter() - start)
@@ -295,8 +315,12 @@ class _Search:
         ranked = self.ranked_layers(base)
         tried: dict[int, Trial] = {}
 
+        # Only the verdict matters here, so a failing candidate stops early; unless the most accurate candidate
+        # may be served when none passes, which takes every candidate's full figures.
+        until_failed = not self.settings.accept_loss
+
         def passes(count: int) -> bool:
-            tried[count] = self.attempt(self.with_float(base, ranked[:count]))
+            tried[count] = self.attempt(self.with_float(base, ranked[:count]), until_failed=until_failed)
             return tried[count].passed
 
         count = smallest_passing(len(ranked) - 1, passes)
@@ -305,22 +329,27 @@ class _Search:
     def ranked_layers(self, base: Candidate) -> list[str]:
         """The weight MatMuls, the most sensitive first, measured (once) on ``base``'s whole int8 model."""
         if not self.report.sensitivity:
-            whole = next(t for t in self.report.trials if t.candidate == base)  # built before any layer search
-            self.feedback.status("INT8 search: building the sensitivity model…")
-            switch = build_switch_model(
-                self.float_model(base.smooth), whole.path, self.work / "switch.onnx", scheme=base.scheme
-            )
-            sensitivities = measure_sensitivity(
-                switch, self.report.layers, self.settings.reference.subset(SENSITIVITY_TEXTS), batch_dependent=False,
-                progress=lambda message: self.feedback.status(f"INT8 search: {message}…"),
-            )  # fmt: skip
-            self.report.sensitivity = rank_layers(sensitivities)
-            switch.path.unlink(missing_ok=True)
-            top = ", ".join(item.layer.layer for item in self.report.sensitivity[:3])
-            self.feedback.announce(
-                f"INT8 search: {len(sensitivities)} weight MatMuls ranked by sensitivity; the most: {top}"
-            )
+            with _timed(self.report.seconds, "sensitivity"):
+                self._rank(base)
         return [item.layer.node for item in self.report.sensitivity]
+
+    def _rank(self, base: Candidate) -> None:
+        """Measure every weight MatMul's sensitivity on ``base``'s whole int8 model, into the report."""
+        whole = next(t for t in self.report.trials if t.candidate == base)  # built before any layer search
+        self.feedback.status("INT8 search: building the sensitivity model…")
+        switch = build_switch_model(
+            self.float_model(base.smooth), whole.path, self.work / "switch.onnx", scheme=base.scheme
+        )
+        sensitivities = measure_sensitivity(
+            switch, self.report.layers, self.settings.reference.subset(SENSITIVITY_TEXTS), batch_dependent=False,
+            progress=lambda message: self.feedback.status(f"INT8 search: {message}…"),
+        )  # fmt: skip
+        self.report.sensitivity = rank_layers(sensitivities)
+        switch.path.unlink(missing_ok=True)
+        top = ", ".join(item.layer.layer for item in self.report.sensitivity[:3])
+        self.feedback.announce(
+            f"INT8 search: {len(sensitivities)} weight MatMuls ranked by sensitivity; the most: {top}"
+        )
 
     @staticmethod
     def with_float(base: Candidate, nodes: Sequence[str]) -> Candidate:
@@ -339,6 +368,31 @@ class _Search:
         for count in CURVE_FLOAT_COUNTS:
             if len(chosen.candidate.float_nodes) < count < len(ranked) and count not in done:
                 self.attempt(self.with_float(base, ranked[:count]))
+
+
+def _wants_curve(curve: bool | None, source: Path, report: SearchReport) -> bool:
+    """Whether to measure the trade-off curve; where the default says no, the report says why and how."""
+    if curve is not None:
+        return curve
+    size = source.stat().st_size
+    if size <= CURVE_AUTO_BYTES:
+        return True
+    report.notes.append(
+        f"The trade-off curve was not measured: the model has {size / 1e6:.0f} MB of FP32 weights (over "
+        f"{CURVE_AUTO_BYTES / 1e6:.0f} MB), where its extra candidates cost more than the search; `--int8-curve` "
+        "measures it."
+    )
+    return False
+
+
+@contextlib.contextmanager
+def _timed(seconds: dict[str, float], phase: str) -> Iterator[None]:
+    """Add the time the block takes to ``seconds[phase]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[phase] = seconds.get(phase, 0.0) + time.perf_counter() - start
 
 
 def _time_trials(report: SearchReport, baseline: Path, encoder: Any, texts: Sequence[str]) -> None:

@@ -17,6 +17,7 @@ Runtime, OpenVINO, NNCF) only when the build calls them.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from tritongen.gates.compat import ContainerReport
     from tritongen.precision.int8_search import SearchReport
     from tritongen.precision.optimize import OptimizeReport
+    from tritongen.sizing import Layout
     from tritongen.tasks import BuildPlan
 
 __all__ = ["Export", "ModelStep", "Runtime", "Variant"]
@@ -129,6 +131,8 @@ class Runtime:
     # The model step's parameter for threads per instance, and the spec section and field that set it.
     thread_parameter: ClassVar[str | None] = None
     thread_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = None
+    # The spec field that lets the model step's threads spin (ONNX Runtime's ``allow_spinning``); None: no such knob.
+    spinning_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = None
     # Whether the served file is the exported ONNX graph itself (or an optimisation of it), so that graph-level
     # work (folding the postprocess in, the canary record, image models exported as they are) applies.
     serves_onnx: ClassVar[bool] = False
@@ -181,7 +185,25 @@ class Runtime:
         section, key = self.thread_setting
         return [f"{section.section}:", f"  {key}: {threads}"]
 
+    def with_layout(self, spec: BuildSpec, layout: Layout) -> BuildSpec:
+        """``spec`` with the model step laid out as ``layout``: instances, threads per instance, spinning."""
+        runtime_settings = dict(spec.runtime_settings)
+        for setting, value in ((self.thread_setting, layout.threads), (self.spinning_setting, layout.spinning)):
+            if setting is not None:
+                section, key = setting
+                current = runtime_settings.get(section.section) or section()
+                runtime_settings[section.section] = dataclasses.replace(current, **{key: value})
+        instances = dataclasses.replace(spec.model_instances, count=layout.instances)
+        return spec.replace(model_instances=instances, runtime_settings=runtime_settings)
+
     # --- the build -----------------------------------------------------------------------------------------
+
+    def sizing_session(self, path: Path, spec: BuildSpec) -> Callable[[dict[str, Any]], Any] | None:
+        """One model-step instance's session as ``spec`` lays it out, in process, for the layout stage.
+
+        None: the runtime's layout is not measured (its CPU default stands).
+        """
+        return None
 
     def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
         """Build stage 4: the served model from the FP32 export, gated; None when the export is served as is."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -33,6 +34,7 @@ class OnnxRuntime(Runtime):
     thread_parameter: ClassVar[str | None] = "intra_op_thread_count"
     settings: ClassVar[tuple[type[RuntimeSettings], ...]] = (OnnxRuntimeSettings, TensorRTSettings)
     thread_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = (OnnxRuntimeSettings, "intra_op_threads")
+    spinning_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = (OnnxRuntimeSettings, "allow_spinning")
     serves_onnx = True
 
     def check_spec(self, spec: BuildSpec) -> None:
@@ -76,22 +78,41 @@ class OnnxRuntime(Runtime):
 
         return container_check(self, plan, onnx, variant, console, release, python)
 
+    def sizing_session(self, path: Path, spec: BuildSpec) -> Callable[[dict[str, Any]], Any]:
+        """A CPU session with the options the onnxruntime backend reads from the config this spec renders."""
+        import onnxruntime as ort
+
+        from tritongen.runtimes.onnxruntime.backend import session_options
+
+        settings = spec.section(OnnxRuntimeSettings)
+        config = {
+            "parameters": {key: {"string_value": value} for key, value in _parameters(settings).items()},
+            "optimization": {"graph": {"level": settings.graph_optimization_level}},
+        }
+        session = ort.InferenceSession(str(path), session_options(config), providers=["CPUExecutionProvider"])
+        return lambda feeds: session.run(None, feeds)
+
     def model_config(self, step: ModelStep) -> ModelConfig:
         """The onnxruntime backend: session threads in ``parameters``, graph level and the optional TensorRT EP."""
         from tritongen.configs.model_config import ModelConfig, OnnxRuntimeOptimization
 
         ort = step.spec.section(OnnxRuntimeSettings)
-        threads = (("intra_op_thread_count", ort.intra_op_threads), ("inter_op_thread_count", ort.inter_op_threads))
-        parameters = {key: str(value) for key, value in threads if value}
-        parameters["session.intra_op.allow_spinning"] = "1" if ort.allow_spinning else "0"
         return ModelConfig(
             **step.common(),
             backend=self.backend,
             default_model_filename=self.model_file,
             instance_group=step.instances(),
             optimization=OnnxRuntimeOptimization(ort.graph_optimization_level, _tensorrt_accelerator(step)),
-            parameters=parameters,
+            parameters=_parameters(ort),
         )
+
+
+def _parameters(ort: OnnxRuntimeSettings) -> dict[str, str]:
+    """The model step's session ``parameters``: threads where set, and whether they spin."""
+    threads = (("intra_op_thread_count", ort.intra_op_threads), ("inter_op_thread_count", ort.inter_op_threads))
+    parameters = {key: str(value) for key, value in threads if value}
+    parameters["session.intra_op.allow_spinning"] = "1" if ort.allow_spinning else "0"
+    return parameters
 
 
 def _tensorrt_accelerator(step: ModelStep) -> TensorRTAccelerator | None:

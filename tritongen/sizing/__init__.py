@@ -1,0 +1,161 @@
+"""The model step's layout for the model and the node: instances, threads per instance, and spinning.
+
+No one layout wins on every model. Two one-thread instances serve MiniLM's many small requests best, while a
+base-size model's single request wants every core. So where the spec leaves the model step's instances and
+threads open, a CPU build measures a few layouts in process on the served model (:mod:`tritongen.sizing.measure`)
+and chooses by a stated rule (:func:`choose`):
+
+* ``balanced`` (the default): the best throughput among the layouts whose one-request latency is within
+  :data:`LATENCY_SLACK` of the best one-request latency;
+* ``latency``: the best one-request latency (the better throughput within :data:`TIE`);
+* ``throughput``: the best throughput (the better one-request latency within :data:`TIE`).
+
+This module is the plain data and the rule; it imports no runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "LATENCY_SLACK",
+    "PREFERENCES",
+    "SATURATION",
+    "TIE",
+    "Layout",
+    "Measurement",
+    "SizingReport",
+    "candidates",
+    "choose",
+]
+
+PREFERENCES = ("balanced", "latency", "throughput")
+LATENCY_SLACK = 0.10  # balanced: one-request latency within 10% of the best
+TIE = 0.03  # differences this small are noise on a busy build machine
+SATURATION = 16  # requests in flight for the throughput figure (the bench's c16)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way to run the model step: ``instances`` sessions of ``threads`` intra-op threads each."""
+
+    instances: int
+    threads: int
+    spinning: bool = False
+
+    @property
+    def label(self) -> str:
+        """``2 × 1 thread``, ``1 × 4 threads, spinning``."""
+        text = f"{self.instances} × {self.threads} thread{'s' if self.threads > 1 else ''}"
+        return text + (", spinning" if self.spinning else "")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One layout's figures in process: one request alone, and :data:`SATURATION` requests in flight."""
+
+    layout: Layout
+    one_ms: float  # median latency of one request alone (one text)
+    texts_per_s: float  # with SATURATION one-text requests in flight, batched over the instances
+
+    def to_dict(self) -> dict[str, Any]:
+        """For ``build.json``."""
+        return {
+            "instances": self.layout.instances, "threads": self.layout.threads, "spinning": self.layout.spinning,
+            "one_request_ms": round(self.one_ms, 3), "texts_per_s": round(self.texts_per_s, 1),
+        }  # fmt: skip
+
+
+@dataclass
+class SizingReport:
+    """What the layout stage measured and chose, for the model card and ``build.json``."""
+
+    prefer: str
+    cores: int
+    measurements: list[Measurement]
+    chosen: Measurement
+    why: str
+    texts: int  # distinct texts measured with
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """For ``build.json``."""
+        return {
+            "prefer": self.prefer, "cores": self.cores, "chosen": self.chosen.to_dict(), "why": self.why,
+            "measured": [m.to_dict() for m in self.measurements], "texts": self.texts,
+            "seconds": round(self.seconds, 1), "notes": self.notes,
+        }  # fmt: skip
+
+    def card_lines(self) -> list[str]:
+        """The model card's section: every layout measured, and why the chosen one won."""
+        best_one = min(m.one_ms for m in self.measurements)
+        best_rate = max(m.texts_per_s for m in self.measurements)
+        lines = [
+            f"Measured in process on the served model for a {self.cores}-core node, {self.texts} validation texts "
+            f"one at a time and {SATURATION} in flight, in {self.seconds:.0f} s; preference `{self.prefer}`.",
+            "",
+            "| layout | one request ms | vs best | texts/s, 16 in flight | vs best | |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        for m in self.measurements:
+            mark = "**chosen**" if m is self.chosen else ""
+            lines.append(
+                f"| {m.layout.label} | {m.one_ms:.2f} | {m.one_ms / best_one:.2f}x | {m.texts_per_s:.1f} | "
+                f"{m.texts_per_s / best_rate:.2f}x | {mark} |"
+            )
+        lines += ["", f"Chosen: {self.chosen.layout.label}, because {self.why}."]
+        lines += [f"{note}" for note in self.notes]
+        return lines
+
+
+def candidates(cores: int, reserved: int = 0) -> list[Layout]:
+    """The layouts measured for a node of ``cores`` cores, ``reserved`` of them for the Python steps.
+
+    Instances of 1, 2, 4 and 8 that share the cores evenly, and two instances of every core's threads (on a
+    small node, the second instance's threads wait while the first's work and take over as they finish).
+    Spinning threads never yield their core, so a spinning layout is measured only where it leaves the reserved
+    cores free: measured served on 2 cores, spinning beside the Python steps cost 0.56x the requests/s at one
+    request in flight (docs/benchmarks.md).
+    """
+    cores = max(1, cores)
+    layouts = [Layout(n, cores // n) for n in (1, 2, 4, 8) if n <= cores and cores % n == 0]
+    if cores <= 4:
+        layouts.append(Layout(2, cores))
+    free = cores - reserved
+    if free >= 2:
+        layouts.append(Layout(1, free, spinning=True))
+    return list(dict.fromkeys(layouts))
+
+
+def choose(measurements: Sequence[Measurement], prefer: str = "balanced") -> tuple[Measurement, str]:
+    """The layout ``prefer`` picks, and why in words (:mod:`tritongen.sizing`'s rule)."""
+    if prefer not in PREFERENCES:
+        raise ValueError(f"prefer must be one of {', '.join(PREFERENCES)}, got {prefer}")
+    best_one = min(m.one_ms for m in measurements)
+    best_rate = max(m.texts_per_s for m in measurements)
+    if prefer == "latency":
+        near = [m for m in measurements if m.one_ms <= best_one * (1 + TIE)]
+        chosen = max(near, key=lambda m: m.texts_per_s)
+        return chosen, (
+            f"it answers one request fastest ({chosen.one_ms:.2f} ms"
+            + (f"; of those within {TIE:.0%} of the best, the most texts/s" if len(near) > 1 else "")
+            + ")"
+        )
+    if prefer == "throughput":
+        near = [m for m in measurements if m.texts_per_s >= best_rate * (1 - TIE)]
+        chosen = min(near, key=lambda m: m.one_ms)
+        return chosen, (
+            f"it serves the most texts/s with {SATURATION} in flight ({chosen.texts_per_s:.1f}"
+            + (f"; of those within {TIE:.0%} of the best, the fastest one request" if len(near) > 1 else "")
+            + ")"
+        )
+    near = [m for m in measurements if m.one_ms <= best_one * (1 + LATENCY_SLACK)]
+    chosen = max(near, key=lambda m: m.texts_per_s)
+    return chosen, (
+        f"it serves the most texts/s ({chosen.texts_per_s:.1f}, {chosen.texts_per_s / best_rate:.2f}x the best) "
+        f"of the {len(near)} layout{'s' if len(near) > 1 else ''} whose one-request latency is within "
+        f"{LATENCY_SLACK:.0%} of the best ({best_one:.2f} ms)"
+    )
