@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tritongen import contract
 from tritongen.cli import main
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.deploy import PackageOptions, TritonArgs, dashboard_queries, probe, write_package
@@ -165,8 +166,9 @@ def test_package_compose_runs_triton_args_and_scrapes_its_metrics_port_when_port
     assert triton["ports"] == ["9000:9000", "9001:9001", "9002:9002"]
     assert triton["stop_grace_period"] == "55s"
     assert triton["healthcheck"]["test"] == ["CMD", "python3", PROBE_PATH, "--url", "http://127.0.0.1:9000", "demo"]
-    assert f"COPY probe.py {PROBE_PATH}" in (out / "Dockerfile").read_text()
+    assert f"COPY probe.py contract.py {Path(PROBE_PATH).parent}/" in (out / "Dockerfile").read_text()
     assert (out / "probe.py").read_text() == Path(probe.__file__).read_text()
+    assert (out / "contract.py").read_text() == Path(contract.__file__).read_text()  # the names the probe reads
     assert "deploy" not in triton  # a CPU build reserves no GPU
     assert {"prometheus", "grafana"} <= set(compose["services"])
     scrape = yaml.safe_load((out / "prometheus" / "prometheus.yml").read_text())["scrape_configs"][0]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tritongen import contract
 from tritongen.deploy import probe
 from tritongen.serve.server import running_server
 from tritongen.serve.supervisor import stubs_of
@@ -23,7 +24,11 @@ PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"  # not the v
 def test_probe_passes_an_answering_ensemble_and_fails_a_missing_one(tiny_factory, builds, tmp_path):
     # Its own server: the test kills a stub.
     repo = builds.repository(builds(tiny_factory("bert"), "cls"), into=tmp_path / "repo")
-    script = Path(probe.__file__)
+    image = tmp_path / "opt"  # as the image holds it: the probe and the contract's module, nothing else of ours
+    image.mkdir()
+    for module in (Path(probe.__file__), Path(contract.__file__)):
+        shutil.copyfile(module, image / module.name)
+    script = image / "probe.py"
     with running_server(repo) as server:
         url = f"http://{server.http_url}"
         ok = subprocess.run([PYTHON, str(script), "--url", url, "cls"], capture_output=True, text=True, timeout=60)

@@ -29,6 +29,7 @@ from tritongen.deploy.triton_args import TritonArgs
 from tritongen.errors import DeployError, RepositoryError
 from tritongen.repository.layout import read_config, served_steps, step_names
 from tritongen.repository.pins import configured_version
+from tritongen.sources import module_file
 
 __all__ = [
     "PackageOptions",
@@ -103,7 +104,7 @@ FROM {target.image}
 
 COPY model_repository {args.model_repository}
 # Deep readiness (one real inference per ensemble, stdlib only): the Kubernetes readiness probe runs it.
-COPY probe.py {PROBE_PATH}
+COPY probe.py contract.py {PROBE_DIR}/
 
 EXPOSE {args.http_port} {args.grpc_port} {args.metrics_port}
 ENTRYPOINT ["tritonserver"]
@@ -111,13 +112,15 @@ CMD {json.dumps(args.argv())}
 """
 
 
-PROBE_PATH = "/opt/tritongen/probe.py"  # where the image keeps the deep readiness probe
+PROBE_DIR = "/opt/tritongen"  # where the image keeps the deep readiness probe, with the contract it reads
+PROBE_PATH = f"{PROBE_DIR}/probe.py"
 
 
 _DOCKERIGNORE = """# Only the model repository and the readiness probe go into the image.
 *
 !model_repository
 !probe.py
+!contract.py
 **/__pycache__
 **/*.staging-*
 """
@@ -246,6 +249,7 @@ def package_files(name: str, *, args: TritonArgs, image: str, target: Target, ga
         "Dockerfile": _dockerfile(name, args, target.container, target.requirements),
         ".dockerignore": _DOCKERIGNORE,
         "probe.py": (Path(__file__).parent / "probe.py").read_text(encoding="utf-8"),
+        "contract.py": module_file("tritongen.contract").read_text(encoding="utf-8"),
         "compose.yaml": dump(compose),
         "prometheus/prometheus.yml": dump(prometheus_config([f"triton:{args.metrics_port}"])),
         "grafana/provisioning/datasources/prometheus.yaml": dump(datasource),

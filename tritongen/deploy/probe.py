@@ -10,7 +10,8 @@ For each named ensemble it reads the inputs from ``/v2/models/<name>/config``, s
 (in ``IMAGE``, a one-pixel plain-text PPM image; a different one every call, so that the response cache cannot
 answer for a broken pipeline) through the KServe v2 JSON API, and needs a 200 with outputs. One line per
 ensemble; exit 0 when all answer, else 1.
-``tritongen.serve.health`` is the same check for ``tritongen serve``; this copy must run without tritongen.
+``tritongen.serve.health`` is the same check for ``tritongen serve``; this copy must run without tritongen, with the
+contract's module (``tritongen/contract.py``, stdlib only) copied beside it for the public tensor names.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ import time
 import urllib.error
 import urllib.request
 
-from tritongen.contract import IMAGE
+try:  # in the image: the contract's module beside this file
+    from contract import IMAGE
+except ImportError:  # in this package
+    from tritongen.contract import IMAGE
 
 
 def _call(url: str, body: dict | None, timeout: float) -> dict:

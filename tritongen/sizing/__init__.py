@@ -117,8 +117,9 @@ def candidates(cores: int, reserved: int = 0) -> list[Layout]:
     Instances of 1, 2, 4 and 8 that share the cores evenly, and two instances of every core's threads (on a
     small node, the second instance's threads wait while the first's work and take over as they finish).
     Spinning threads never yield their core, so a spinning layout is measured only where it leaves the reserved
-    cores free: measured served on 2 cores, spinning beside the Python steps cost 0.56x the requests/s at one
-    request in flight (docs/benchmarks.md).
+    cores free: served on 2 cores, one instance of two spinning threads beside the Python steps gave 0.53x the
+    sentence-transformers script's requests/s at one request in flight, one request in 20 waiting half a second
+    (docs/benchmarks.md).
     """
     cores = max(1, cores)
     layouts = [Layout(n, cores // n) for n in (1, 2, 4, 8) if n <= cores and cores % n == 0]
