@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 
 from tritongen.builder.pipeline import Findings, exported, inspect, optimise, parity, publish, render, write
+from tritongen.builder.pipeline import size as size_stage
 from tritongen.buildspec import BuildSpec
 from tritongen.errors import ParityError
 from tritongen.repository.staging import staging
@@ -67,6 +68,31 @@ def test_stages_publish_nothing_until_publish(plan, quiet):
         assert publish(plan, work, quiet) == 1
     assert _published(repo) == ["clf", "clf_model", "clf_postprocess", "clf_tokenizer"]
     assert (repo / "clf_model" / "1" / "model.onnx").is_file()
+
+
+def test_size_stage_lays_out_the_model_step_only_where_the_spec_leaves_it_open(plan, quiet):
+    from tritongen.buildspec import ModelLayoutSettings
+    from tritongen.runtimes.onnxruntime import OnnxRuntimeSettings
+    from tritongen.sizing import TIE
+
+    open_plan = dataclasses.replace(
+        plan, spec=plan.spec.replace(cpu_cores=2, model_layout=ModelLayoutSettings(prefer="latency", measure=True))
+    )
+    with staging(plan.spec.repository, list(plan.names.values())) as work:
+        with exported(open_plan, work, quiet) as onnx:
+            optimise(open_plan, onnx, quiet)  # the served file, as the stage measures it
+            sized, report = size_stage(open_plan, onnx, quiet)
+            unchanged, none = size_stage(plan, onnx, quiet)  # measure off: the spec's layout stands
+    assert none is None and unchanged is plan
+    assert report is not None and report.prefer == "latency" and report.cores == 2 and len(report.measurements) == 3
+    chosen = report.chosen.layout
+    assert report.chosen.one_ms <= min(m.one_ms for m in report.measurements) * (1 + TIE)  # `latency`'s rule
+    assert sized.spec.model_instances.count == chosen.instances
+    assert sized.spec.section(OnnxRuntimeSettings).intra_op_threads == chosen.threads
+    config = render(sized)["model"][1]
+    assert config.instance_group[0].count == chosen.instances
+    assert config.parameters["intra_op_thread_count"].string_value == str(chosen.threads)
+    assert _published(plan.spec.repository) == []
 
 
 def test_parity_stage_raises_and_export_cleans_up_when_tolerance_is_impossible(plan, quiet):
