@@ -13,7 +13,7 @@ from tritongen.buildspec import usable_cores
 from tritongen.gates.parity import ParityReport
 from tritongen.model.checkpoint import Checkpoint
 from tritongen.model.fold import FoldReport
-from tritongen.runtimes import Runtime, Variant, get_runtime
+from tritongen.runtimes import Variant, get_runtime
 from tritongen.sizing import SizingReport
 from tritongen.tasks import BuildPlan
 
@@ -101,7 +101,7 @@ def _sizing_line(spec: Any, sizing: SizingReport | None = None) -> str:
         return line
     if sizing is not None:
         return line + f"; measured and chosen at build time ({sizing.prefer}, [below](#model-step-layout))"
-    if type(runtime).sizing_session is Runtime.sizing_session:
+    if not runtime.measures_layout:
         return line + f"; not measured ({runtime.title}'s layout is not measured at build time)"
     if spec.cpu_cores and spec.cpu_cores > usable_cores():
         return line + "; the fixed default, not measured (the node has more cores than the build machine)"

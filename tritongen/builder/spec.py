@@ -98,7 +98,7 @@ def _device_defaults(data: dict[str, Any]) -> dict[str, Any]:
 
 def _layout_open(runtime: Runtime, data: dict[str, Any]) -> bool:
     """Whether the spec mapping leaves the model step's instances and threads to the build, and it can measure."""
-    if runtime.thread_setting is None or type(runtime).sizing_session is Runtime.sizing_session:
+    if runtime.thread_setting is None or not runtime.measures_layout:
         return False
     section, key = runtime.thread_setting
     threads = (data.get(section.section) or {}).get(key)

@@ -198,6 +198,11 @@ class Runtime:
 
     # --- the build -----------------------------------------------------------------------------------------
 
+    @property
+    def measures_layout(self) -> bool:
+        """Whether the build can time this runtime's layouts in process (it overrides :meth:`sizing_session`)."""
+        return type(self).sizing_session is not Runtime.sizing_session
+
     def sizing_session(self, path: Path, spec: BuildSpec) -> Callable[[dict[str, Any]], Any] | None:
         """One model-step instance's session as ``spec`` lays it out, in process, for the layout stage.
 
