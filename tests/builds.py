@@ -129,9 +129,13 @@ class Builds:
         """
         from tritongen.builder.spec import load_spec
 
-        # One model instance unless a test asks for more: the CPU default's second instance is one more stub
-        # process per ensemble on the shared server (the default itself is built by the CLI tests).
-        settings = {"container_check": False, "model_instances": {"count": 1}, **spec_settings(settings)}
+        # One model instance of one thread unless a test asks for more: the CPU default's second instance is one
+        # more stub process per ensemble on the shared server, and more threads spin (ONNX Runtime's default, as in
+        # the container) against the other worker's half of the suite. The default is built by the CLI tests.
+        settings = {
+            "container_check": False, "model_instances": {"count": 1}, "onnxruntime": {"intra_op_threads": 1},
+            **spec_settings(settings),
+        }  # fmt: skip
         spec = load_spec(None, model=str(model), name=name, repository=self.root / "unused", **settings)
         ignored = ("repository", "container_check", "containers")
         key = _key({k: v for k, v in spec.to_dict().items() if k not in ignored}, versions)

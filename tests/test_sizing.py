@@ -20,15 +20,13 @@ from tritongen.sizing import measure as measuring
 
 
 def test_a_small_node_measures_its_even_splits_and_two_instances_of_every_core():
-    assert candidates(2, reserved=2) == [Layout(1, 2), Layout(2, 1), Layout(2, 2)]
-    assert candidates(1, reserved=2) == [Layout(1, 1), Layout(2, 1)]
+    assert candidates(2) == [Layout(1, 2), Layout(2, 1), Layout(2, 2)]
+    assert candidates(1) == [Layout(1, 1), Layout(2, 1)]
 
 
-def test_spinning_is_measured_only_where_it_leaves_the_python_steps_their_cores():
-    big = candidates(16, reserved=4)
-    assert [layout for layout in big if layout.spinning] == [Layout(1, 12, spinning=True)]
-    assert Layout(16, 1) not in big and {Layout(1, 16), Layout(2, 8), Layout(4, 4), Layout(8, 2)} <= set(big)
-    assert not any(layout.spinning for layout in candidates(4, reserved=3))
+def test_a_large_node_measures_its_even_splits_only():
+    big = candidates(16)
+    assert big == [Layout(1, 16), Layout(2, 8), Layout(4, 4), Layout(8, 2)]
 
 
 def _m(instances: int, threads: int, one_ms: float, rate: float) -> Measurement:
@@ -62,7 +60,7 @@ def test_the_card_lists_every_layout_and_says_why_the_chosen_one_won():
     assert all(m.layout.label in card for m in MEASURED)
     assert f"Chosen: 2 × 1 thread, because {why}." in card
     assert report.to_dict()["chosen"] == {
-        "instances": 2, "threads": 1, "spinning": False, "one_request_ms": 10.9, "texts_per_s": 150.0,
+        "instances": 2, "threads": 1, "one_request_ms": 10.9, "texts_per_s": 150.0,
     }  # fmt: skip
 
 
@@ -125,10 +123,8 @@ def test_a_session_that_fails_fails_the_measuring():
 
 def test_a_layout_reaches_every_setting_of_its_runtime_section_at_once():
     runtime = get_runtime("onnx")
-    spec = runtime.with_layout(load_spec(model="m", cpu_cores=2), Layout(1, 2, spinning=True))
-    assert spec.model_instances.count == 1
-    ort = spec.section(OnnxRuntimeSettings)
-    assert (ort.intra_op_threads, ort.allow_spinning) == (2, True)
+    spec = runtime.with_layout(load_spec(model="m", cpu_cores=2), Layout(1, 2))
+    assert spec.model_instances.count == 1 and spec.section(OnnxRuntimeSettings).intra_op_threads == 2
 
 
 def test_the_build_measures_the_layout_only_where_the_spec_leaves_it_open():

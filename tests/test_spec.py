@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tritongen.builder.spec import load_spec
+from tritongen.builder.spec import load_spec, recorded_spec
 from tritongen.buildspec import DEFAULT_NAME, BuildSpec, DynamicBatchingSettings, InstanceGroup
 from tritongen.errors import SpecError
 from tritongen.runtimes.onnxruntime import OnnxRuntimeSettings
@@ -54,6 +54,16 @@ def test_load_spec_raises_when_yaml_has_unknown_key(tmp_path):
     path.write_text("model: m\nmax_batch: 3\n")
     with pytest.raises(SpecError, match=r"unknown setting\(s\) \['max_batch'\]"):
         load_spec(path)
+
+
+def test_a_retired_setting_is_refused_with_why():
+    with pytest.raises(SpecError, match=r"`onnxruntime.allow_spinning` is no longer a setting: Triton's onnxruntime "
+                       r"backend has no switch for it .*; remove it"):  # fmt: skip
+        load_spec(model="m", onnxruntime={"allow_spinning": False})
+    # a spec an earlier version recorded in build.json loads without it (the bench rebuilds from the record)
+    recorded = load_spec(model="m").to_dict()
+    recorded["onnxruntime"]["allow_spinning"] = False
+    assert load_spec(None, **recorded_spec(recorded)) == load_spec(model="m")
 
 
 def test_load_spec_raises_when_file_missing(tmp_path):

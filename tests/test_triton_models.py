@@ -129,6 +129,34 @@ def test_pad_and_concatenate_right_pads_shorter_requests():
     assert merged[0].tolist() == [1, 1, 0, 0]
 
 
+def test_onnxruntime_session_options_are_what_the_native_backend_reads_from_the_config():
+    """Threads, execution mode, the memory switches, the graph level on the native backend's scale, and of the
+    ``session.*`` parameters only the one it passes on: spinning keeps ONNX Runtime's default, as in the container."""
+    import onnxruntime as ort
+
+    def options(level=None, **parameters):
+        config = {"parameters": {key: {"string_value": value} for key, value in parameters.items()}}
+        if level is not None:
+            config["optimization"] = {"graph": {"level": level}}
+        return ort_model.session_options(config)
+
+    levels = ort.GraphOptimizationLevel
+    assert options().graph_optimization_level == levels.ORT_ENABLE_ALL
+    assert [options(level).graph_optimization_level for level in (-1, 0, 1, 2)] == [
+        levels.ORT_ENABLE_BASIC, levels.ORT_ENABLE_ALL, levels.ORT_ENABLE_EXTENDED, levels.ORT_DISABLE_ALL
+    ]  # fmt: skip
+    got = options(
+        intra_op_thread_count="2", inter_op_thread_count="0", execution_mode="1", enable_mem_pattern="false",
+        **{"session.intra_op.allow_spinning": "0", "session.use_device_allocator_for_initializers": "1"},
+    )  # fmt: skip
+    assert (got.intra_op_num_threads, got.inter_op_num_threads) == (2, 0)
+    assert got.execution_mode == ort.ExecutionMode.ORT_PARALLEL
+    assert not got.enable_mem_pattern and got.enable_cpu_mem_arena
+    assert got.get_session_config_entry("session.use_device_allocator_for_initializers") == "1"
+    with pytest.raises(Exception, match="allow_spinning"):  # never set: ONNX Runtime spins by default
+        got.get_session_config_entry("session.intra_op.allow_spinning")
+
+
 def test_onnxruntime_backend_runs_requests_in_one_session_call(tmp_path):
     import onnx
     from onnx import TensorProto, helper

@@ -118,7 +118,7 @@ def test_wheel_builds_serves_and_answers_minilm_when_installed_in_a_clean_venv(v
     assert (config.instance_group[0].count, parameters["intra_op_thread_count"]) == (
         chosen["instances"], str(chosen["threads"])
     )
-    assert parameters["session.intra_op.allow_spinning"] == ("1" if chosen["spinning"] else "0")
+    assert not any(key.startswith("session.") for key in parameters)  # none that the native backend ignores
     assert len(layout["measured"]) >= 2 and chosen in layout["measured"] and layout["why"]
     card = (repository / "minilm" / "1" / "model_card.md").read_text()
     assert "## Model step layout" in card and f"because {layout['why']}" in card

@@ -40,7 +40,7 @@ from tritongen.bench.st_peer import ST_VENV, Fp32Check, compare_with_script, st_
 from tritongen.bench.tail import TailReport, read_traces, tail_report, trace_arguments, tracing
 from tritongen.bench.tune import TuneGrid, TunePlan, TunePoint, tune
 from tritongen.builder.pipeline import build_repository
-from tritongen.builder.spec import load_spec
+from tritongen.builder.spec import load_spec, recorded_spec
 from tritongen.buildspec import DynamicBatchingSettings
 from tritongen.data.datasets import bench_texts
 from tritongen.errors import BenchError, ServerError
@@ -333,7 +333,7 @@ def _triton_configs(run: _BenchRun, tmp: Path) -> tuple[dict[str, tuple[str, Pat
     if "nobatch" not in options.baselines:
         return configs, []
     run.console.print("[bold]Building baseline (b): the same ensemble without dynamic batching…")
-    spec = load_spec(None, **run.meta["spec"]).replace(
+    spec = load_spec(None, **recorded_spec(run.meta["spec"])).replace(
         name=f"{name}_nobatch", repository=tmp / "repo", max_batch_size=0,
         dynamic_batching=DynamicBatchingSettings(enabled=False), response_cache=False,
     )  # fmt: skip

@@ -381,8 +381,7 @@ def size(plan: BuildPlan, onnx: Export, console: Console) -> tuple[BuildPlan, Si
     texts = read_texts(spec.validation, "validation")
     texts = texts[:: max(1, len(texts) // SIZING_TEXTS)][:SIZING_TEXTS]
     cores = spec.cpu_cores or 1
-    reserved = sum(group.count or 1 for group in (spec.tokenizer_instances, spec.postprocess_instances))
-    layouts = candidates(cores, reserved)
+    layouts = candidates(cores)
     start = time.perf_counter()
     with console.status("Measuring the model step's layouts…") as status, stage("model step layout"):
         measured = measure_layouts(

@@ -14,6 +14,7 @@ from typing import Any
 from tritongen.buildspec import (
     BuildSpec,
     check_cpu_cores,
+    gather_sections,
     python_step_defaults,
     read_spec_file,
     spec_from_mapping,
@@ -25,7 +26,7 @@ from tritongen.errors import SpecError
 from tritongen.runtimes import RUNTIMES, Runtime, get_runtime
 from tritongen.tasks import TASKS
 
-__all__ = ["check_spec", "flat_names", "load_spec", "spec_sections"]
+__all__ = ["check_spec", "flat_names", "load_spec", "recorded_spec", "spec_sections"]
 
 
 def spec_sections() -> dict[str, type[SpecSection]]:
@@ -64,6 +65,19 @@ def load_spec(path: Path | None = None, **overrides: Any) -> BuildSpec:
     spec = spec_from_mapping(_device_defaults(data), sections)
     check_spec(spec)
     return spec
+
+
+def recorded_spec(data: dict[str, Any]) -> dict[str, Any]:
+    """A spec a build recorded in its ``build.json``, as :func:`load_spec` overrides, less retired settings.
+
+    A user's own spec that sets a retired setting is refused; a record an earlier version wrote is not theirs to edit.
+    """
+    sections = spec_sections()
+    data = gather_sections(data, sections)
+    for name, cls in sections.items():
+        if isinstance(data.get(name), dict):
+            data[name] = {key: value for key, value in data[name].items() if key not in cls.retired}
+    return data
 
 
 def check_spec(spec: BuildSpec) -> None:

@@ -440,6 +440,10 @@ def _build(cls: type, data: dict[str, Any], where: str, sections: Sections) -> A
         raise SpecError(f"`{where}` must be a mapping, got {type(data).__name__}")
     known = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(known))
+    for key in unknown:
+        why = getattr(cls, "retired", {}).get(key)
+        if why is not None:
+            raise SpecError(f"`{where}.{key}` is no longer a setting: {why}; remove it")
     if unknown:
         listed = sorted(set(known) - set(_TABLES.values()) | (set(sections) if cls is BuildSpec else set()))
         raise SpecError(f"unknown setting(s) {unknown} in `{where}`; known: {listed}")

@@ -27,6 +27,8 @@ class SpecSection:
     flat_names: ClassVar[dict[str, str]] = {}
     # Command-line flags, by flat name (``qa_doc_stride`` -> ``--qa-doc-stride``): argparse keywords.
     cli_flags: ClassVar[dict[str, dict[str, Any]]] = {}
+    # Settings the section no longer takes, each with why: a spec that still sets one is refused with the reason.
+    retired: ClassVar[dict[str, str]] = {}
 
     def __post_init__(self) -> None:
         self.validate()

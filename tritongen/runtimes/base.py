@@ -131,8 +131,6 @@ class Runtime:
     # The model step's parameter for threads per instance, and the spec section and field that set it.
     thread_parameter: ClassVar[str | None] = None
     thread_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = None
-    # The spec field that lets the model step's threads spin (ONNX Runtime's ``allow_spinning``); None: no such knob.
-    spinning_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = None
     # Whether the served file is the exported ONNX graph itself (or an optimisation of it), so that graph-level
     # work (folding the postprocess in, the canary record, image models exported as they are) applies.
     serves_onnx: ClassVar[bool] = False
@@ -186,13 +184,12 @@ class Runtime:
         return [f"{section.section}:", f"  {key}: {threads}"]
 
     def with_layout(self, spec: BuildSpec, layout: Layout) -> BuildSpec:
-        """``spec`` with the model step laid out as ``layout``: instances, threads per instance, spinning."""
+        """``spec`` with the model step laid out as ``layout``: instances, and threads per instance."""
         runtime_settings = dict(spec.runtime_settings)
-        for setting, value in ((self.thread_setting, layout.threads), (self.spinning_setting, layout.spinning)):
-            if setting is not None:
-                section, key = setting
-                current = runtime_settings.get(section.section) or section()
-                runtime_settings[section.section] = dataclasses.replace(current, **{key: value})
+        if self.thread_setting is not None:
+            section, key = self.thread_setting
+            current = runtime_settings.get(section.section) or section()
+            runtime_settings[section.section] = dataclasses.replace(current, **{key: layout.threads})
         instances = dataclasses.replace(spec.model_instances, count=layout.instances)
         return spec.replace(model_instances=instances, runtime_settings=runtime_settings)
 

@@ -1,4 +1,4 @@
-"""The model step's layout for the model and the node: instances, threads per instance, and spinning.
+"""The model step's layout for the model and the node: instances, and threads per instance.
 
 No one layout wins on every model. Two one-thread instances serve MiniLM's many small requests best, while a
 base-size model's single request wants every core. So where the spec leaves the model step's instances and
@@ -43,13 +43,11 @@ class Layout:
 
     instances: int
     threads: int
-    spinning: bool = False
 
     @property
     def label(self) -> str:
-        """``2 × 1 thread``, ``1 × 4 threads, spinning``."""
-        text = f"{self.instances} × {self.threads} thread{'s' if self.threads > 1 else ''}"
-        return text + (", spinning" if self.spinning else "")
+        """``2 × 1 thread``, ``1 × 4 threads``."""
+        return f"{self.instances} × {self.threads} thread{'s' if self.threads > 1 else ''}"
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,7 @@ class Measurement:
     def to_dict(self) -> dict[str, Any]:
         """For ``build.json``."""
         return {
-            "instances": self.layout.instances, "threads": self.layout.threads, "spinning": self.layout.spinning,
+            "instances": self.layout.instances, "threads": self.layout.threads,
             "one_request_ms": round(self.one_ms, 3), "texts_per_s": round(self.texts_per_s, 1),
         }  # fmt: skip
 
@@ -111,23 +109,18 @@ class SizingReport:
         return lines
 
 
-def candidates(cores: int, reserved: int = 0) -> list[Layout]:
-    """The layouts measured for a node of ``cores`` cores, ``reserved`` of them for the Python steps.
+def candidates(cores: int) -> list[Layout]:
+    """The layouts measured for a node of ``cores`` cores.
 
     Instances of 1, 2, 4 and 8 that share the cores evenly, and two instances of every core's threads (on a
     small node, the second instance's threads wait while the first's work and take over as they finish).
-    Spinning threads never yield their core, so a spinning layout is measured only where it leaves the reserved
-    cores free: served on 2 cores, one instance of two spinning threads beside the Python steps gave 0.53x the
-    sentence-transformers script's requests/s at one request in flight, one request in 20 waiting half a second
-    (docs/benchmarks.md).
+    Whether the threads spin is not a candidate: Triton's onnxruntime backend has no switch for it, and its
+    intra-op threads spin between operators (ONNX Runtime's default), as the sessions measured here do.
     """
     cores = max(1, cores)
     layouts = [Layout(n, cores // n) for n in (1, 2, 4, 8) if n <= cores and cores % n == 0]
     if cores <= 4:
         layouts.append(Layout(2, cores))
-    free = cores - reserved
-    if free >= 2:
-        layouts.append(Layout(1, free, spinning=True))
     return list(dict.fromkeys(layouts))
 
 

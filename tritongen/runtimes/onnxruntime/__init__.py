@@ -34,7 +34,6 @@ class OnnxRuntime(Runtime):
     thread_parameter: ClassVar[str | None] = "intra_op_thread_count"
     settings: ClassVar[tuple[type[RuntimeSettings], ...]] = (OnnxRuntimeSettings, TensorRTSettings)
     thread_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = (OnnxRuntimeSettings, "intra_op_threads")
-    spinning_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = (OnnxRuntimeSettings, "allow_spinning")
     serves_onnx = True
 
     def check_spec(self, spec: BuildSpec) -> None:
@@ -108,11 +107,9 @@ class OnnxRuntime(Runtime):
 
 
 def _parameters(ort: OnnxRuntimeSettings) -> dict[str, str]:
-    """The model step's session ``parameters``: threads where set, and whether they spin."""
+    """The model step's session ``parameters``: the threads, where set."""
     threads = (("intra_op_thread_count", ort.intra_op_threads), ("inter_op_thread_count", ort.inter_op_threads))
-    parameters = {key: str(value) for key, value in threads if value}
-    parameters["session.intra_op.allow_spinning"] = "1" if ort.allow_spinning else "0"
-    return parameters
+    return {key: str(value) for key, value in threads if value}
 
 
 def _tensorrt_accelerator(step: ModelStep) -> TensorRTAccelerator | None:

@@ -13,9 +13,8 @@ a CPU that padding would otherwise be computed. Outputs that keep a sequence axi
 back on the side they were cut from. Requests padded on the left (a checkpoint whose tokenizer
 declares ``padding_side: left``; their mask starts with zeros and ends with ones) are widened
 on the left too, so every row keeps its padding on one side.
-Session settings come from the config: ``parameters`` ``intra_op_thread_count`` and
-``inter_op_thread_count`` and ``optimization.graph.level``, as the native backend reads them,
-and any ``session.*`` parameter as an ONNX Runtime session config entry.
+Session settings come from the config exactly as the native backend reads them (:func:`session_options`), so
+that what is measured here is what the container runs.
 """
 
 from __future__ import annotations
@@ -41,23 +40,40 @@ __all__ = [
     "trim_padding",
 ]
 
-# Triton's graph level -> ONNX Runtime's enum name (the native backend's mapping).
-_GRAPH_LEVELS = {-1: "ORT_DISABLE_ALL", 0: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_ALL", 2: "ORT_ENABLE_EXTENDED"}
+# Triton's ``optimization.graph.level`` -> ONNX Runtime's, as the native backend maps it (``src/onnxruntime.cc``,
+# r24.10 to r26.06): -1 basic, 1 extended, 2 none; absent, 0 or anything else all optimisations.
+_GRAPH_LEVELS = {-1: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_EXTENDED", 2: "ORT_DISABLE_ALL"}
+# The model config ``parameters`` the native backend turns into session options (besides its CUDA and TensorRT
+# ones): the thread counts and execution mode, the two memory switches and one session config entry.
+_THREADS = {"intra_op_thread_count": "intra_op_num_threads", "inter_op_thread_count": "inter_op_num_threads"}
+_SWITCHES = {"enable_mem_arena": "enable_cpu_mem_arena", "enable_mem_pattern": "enable_mem_pattern"}
+_SESSION_ENTRIES = ("session.use_device_allocator_for_initializers",)
 
 
 def session_options(model_config: dict[str, Any]) -> Any:
-    """Build ``onnxruntime.SessionOptions`` from a Triton model config."""
+    """``onnxruntime.SessionOptions`` from a Triton model config, as the native onnxruntime backend makes them.
+
+    It reads the parameters above and the graph level, and nothing else. Other ``session.*`` parameters are
+    ignored there, so they are here: in particular ``session.intra_op.allow_spinning``, so that the intra-op
+    threads spin between operators, ONNX Runtime's default and the only behaviour the container offers.
+    """
     import onnxruntime as ort
 
     params = {k: v["string_value"] for k, v in (model_config.get("parameters") or {}).items()}
     options = ort.SessionOptions()
-    options.intra_op_num_threads = int(params.get("intra_op_thread_count", "0"))
-    options.inter_op_num_threads = int(params.get("inter_op_thread_count", "0"))
-    level = int(((model_config.get("optimization") or {}).get("graph") or {}).get("level", 1))
+    for key, attribute in _THREADS.items():
+        if int(params.get(key, "0")) > 0:
+            setattr(options, attribute, int(params[key]))
+    if params.get("execution_mode", "0") == "1":
+        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    level = int(((model_config.get("optimization") or {}).get("graph") or {}).get("level", 0))
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _GRAPH_LEVELS.get(level, "ORT_ENABLE_ALL"))
-    for key, value in params.items():
-        if key.startswith("session."):  # ONNX Runtime session config entries, passed through
-            options.add_session_config_entry(key, value)
+    for key, attribute in _SWITCHES.items():
+        if key in params:
+            setattr(options, attribute, params[key].strip().lower() in ("1", "true", "yes", "on"))
+    for key in _SESSION_ENTRIES:
+        if key in params:
+            options.add_session_config_entry(key, params[key])
     return options
 
 

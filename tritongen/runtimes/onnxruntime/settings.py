@@ -19,10 +19,13 @@ class OnnxRuntimeSettings(RuntimeSettings):
 
     intra_op_threads: int = 0  # 0 lets ONNX Runtime decide
     inter_op_threads: int = 0
-    graph_optimization_level: Literal[-1, 0, 1, 2] = 1  # Triton's scale: -1 off .. 1 all (2 extended)
-    # Busy-waiting worker threads steal CPU from the tokenizer and postprocess steps on small hosts.
-    allow_spinning: bool = False
+    # Triton's scale, as the native backend reads it: 0 all optimisations, -1 basic, 1 extended, 2 none.
+    graph_optimization_level: Literal[-1, 0, 1, 2] = 1
 
+    retired: ClassVar[dict[str, str]] = {
+        "allow_spinning": "Triton's onnxruntime backend has no switch for it (its intra-op threads spin between "
+        "operators, ONNX Runtime's default), so the container never honoured it",
+    }
     flat_names: ClassVar[dict[str, str]] = {
         "intra_op_threads": "intra_op_threads",
         "inter_op_threads": "inter_op_threads",
