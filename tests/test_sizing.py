@@ -19,14 +19,18 @@ from tritongen.sizing import LATENCY_SLACK, Layout, Measurement, SizingReport, c
 from tritongen.sizing import measure as measuring
 
 
-def test_a_small_node_measures_its_even_splits_and_two_instances_of_every_core():
-    assert candidates(2) == [Layout(1, 2), Layout(2, 1), Layout(2, 2)]
-    assert candidates(1) == [Layout(1, 1), Layout(2, 1)]
+def test_a_small_node_measures_one_thread_instances_only_where_the_python_steps_need_its_cores():
+    assert candidates(2, reserved=2) == [Layout(1, 1), Layout(2, 1)]
+    assert candidates(2, reserved=1) == [Layout(1, 1), Layout(2, 1)]
+    assert candidates(1) == [Layout(1, 1)]
+    assert candidates(4, reserved=2) == [Layout(1, 1), Layout(2, 1), Layout(4, 1), Layout(1, 2)]
 
 
-def test_a_large_node_measures_its_even_splits_only():
-    big = candidates(16)
-    assert big == [Layout(1, 16), Layout(2, 8), Layout(4, 4), Layout(8, 2)]
+def test_threads_that_spin_share_only_the_cores_the_python_steps_leave():
+    big = candidates(16, reserved=2)
+    assert [layout for layout in big if layout.threads == 1] == [Layout(n, 1) for n in (1, 2, 4, 8)]
+    assert [layout for layout in big if layout.threads > 1] == [Layout(1, 14), Layout(2, 7), Layout(4, 3)]
+    assert all(layout.instances * layout.threads <= 14 for layout in big if layout.threads > 1)
 
 
 def _m(instances: int, threads: int, one_ms: float, rate: float) -> Measurement:

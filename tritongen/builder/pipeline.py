@@ -122,7 +122,7 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             checks = container_check(plan, onnx, variant, console)
             canary(plan, onnx, work, console)
             folding = fold(plan, onnx, console)
-            plan, sizing = size(plan, onnx, console)
+            plan, sizing = size(plan, onnx, console, folded=folding.folded)
         configs = render(plan, folded=folding.folded)
         write(plan, work, configs, Findings(report, variant, checks, folding, sizing))
         version = publish(plan, work, console)
@@ -365,11 +365,14 @@ def _same_windows(plan: BuildPlan) -> None:
         )
 
 
-def size(plan: BuildPlan, onnx: Export, console: Console) -> tuple[BuildPlan, SizingReport | None]:
+def size(
+    plan: BuildPlan, onnx: Export, console: Console, *, folded: bool = False
+) -> tuple[BuildPlan, SizingReport | None]:
     """Stage 8: where the spec leaves the model step's layout open on a CPU node, measure a few and take one.
 
     The plan comes back with the chosen layout in its spec (``tritongen.sizing``); unchanged, with no report,
     where the spec sizes the step itself (or ``model_layout.measure`` is off) or the task's inputs are not text.
+    The Python steps' instances (the postprocess step's unless ``folded``) keep a core each from threads that spin.
     """
     spec, runtime = plan.spec, _runtime(plan)
     if not spec.model_layout.measure or plan.bound.modality.name != "text":
@@ -381,7 +384,8 @@ def size(plan: BuildPlan, onnx: Export, console: Console) -> tuple[BuildPlan, Si
     texts = read_texts(spec.validation, "validation")
     texts = texts[:: max(1, len(texts) // SIZING_TEXTS)][:SIZING_TEXTS]
     cores = spec.cpu_cores or 1
-    layouts = candidates(cores)
+    python_steps = [spec.tokenizer_instances] + ([] if folded else [spec.postprocess_instances])
+    layouts = candidates(cores, reserved=sum(group.count or 1 for group in python_steps))
     start = time.perf_counter()
     with console.status("Measuring the model step's layouts…") as status, stage("model step layout"):
         measured = measure_layouts(

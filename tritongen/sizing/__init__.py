@@ -109,18 +109,21 @@ class SizingReport:
         return lines
 
 
-def candidates(cores: int) -> list[Layout]:
-    """The layouts measured for a node of ``cores`` cores.
+def candidates(cores: int, reserved: int = 0) -> list[Layout]:
+    """The layouts measured for a node of ``cores`` cores, ``reserved`` of them kept for the Python steps.
 
-    Instances of 1, 2, 4 and 8 that share the cores evenly, and two instances of every core's threads (on a
-    small node, the second instance's threads wait while the first's work and take over as they finish).
-    Whether the threads spin is not a candidate: Triton's onnxruntime backend has no switch for it, and its
-    intra-op threads spin between operators (ONNX Runtime's default), as the sessions measured here do.
+    One-thread instances, 1, 2, 4 and 8 of them up to the node's cores: a one-thread session has no thread pool,
+    so nothing of it waits on a core it does not use. Instances of several threads share only the cores left
+    beside the Python steps: Triton's onnxruntime backend has no switch for spinning, so their threads spin
+    between operators (ONNX Runtime's default) and hold their cores while a request runs. Served on 2 cores
+    beside the Python steps, one instance of two threads answered 31 requests/s at concurrency 1 with a p99 of
+    519 ms, against 92 for two one-thread instances (docs/benchmarks.md); in process, where nothing else needs
+    the cores, such a layout would look the fastest.
     """
     cores = max(1, cores)
-    layouts = [Layout(n, cores // n) for n in (1, 2, 4, 8) if n <= cores and cores % n == 0]
-    if cores <= 4:
-        layouts.append(Layout(2, cores))
+    layouts = [Layout(n, 1) for n in (1, 2, 4, 8) if n <= cores]
+    free = cores - reserved
+    layouts += [Layout(n, free // n) for n in (1, 2, 4, 8) if free // n >= 2]
     return list(dict.fromkeys(layouts))
 
 

@@ -45,22 +45,25 @@ class OnnxRuntime(Runtime):
         return {**data, "tensorrt": {"enabled": True, "precision_mode": "FP16", **(data.get("tensorrt") or {})}}
 
     def cpu_defaults(self, data: dict[str, Any], cores: int) -> dict[str, Any]:
-        """Two model instances of ``cores // 2`` explicit threads each, where the spec sets neither.
+        """Two model instances sharing the cores the Python steps leave, where the spec sets neither.
 
-        Measured on a 2-core CPU (docs/benchmarks.md, against the sentence-transformers script): two
-        one-thread instances served 1.6x the requests/s of one instance with ONNX Runtime's default threads at
-        concurrency 16, with a lower p99. An explicit count also keeps ONNX Runtime from pinning its threads to
-        every core, where they fight the tokenizer and postprocess processes.
+        Each instance gets ``(cores - python steps' instances) // 2`` threads, at least one: threads beyond one
+        spin between operators (the native backend offers no switch) and hold their cores while a request runs,
+        so they share only the cores the tokenizer and postprocess processes do not need. Two instances of one
+        thread served 1.6x the requests/s of one instance with ONNX Runtime's default threads at concurrency 16 on
+        2 cores (docs/benchmarks.md). Where the layout is measured at build time, its choice replaces this one.
         """
         instances = dict(data.get("model_instances") or {})
         ort = dict(data.get("onnxruntime") or {})
         if instances.get("count") is not None or ort.get("intra_op_threads"):
             return data  # the user's sizing, as given
+        steps = ("tokenizer_instances", "postprocess_instances")
+        python = sum((data.get(key) or {}).get("count") or 1 for key in steps)
         count = 2 if cores >= 2 else 1
         return {
             **data,
             "model_instances": {**instances, "count": count},
-            "onnxruntime": {**ort, "intra_op_threads": max(1, cores // count)},
+            "onnxruntime": {**ort, "intra_op_threads": max(1, (cores - python) // count)},
         }
 
     def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
