@@ -1,7 +1,8 @@
 """The model step's layout for the model and the node: instances, and threads per instance.
 
 No one layout wins on every model. Two one-thread instances serve MiniLM's many small requests best, while a
-base-size model's single request wants every core. So where the spec leaves the model step's instances and
+base-size model's single request wants every core the Python steps can spare (threads beyond one spin, see
+:func:`candidates`). So where the spec leaves the model step's instances and
 threads open, a CPU build measures a few layouts in process on the served model (:mod:`tritongen.sizing.measure`)
 and chooses by a stated rule (:func:`choose`):
 
