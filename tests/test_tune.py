@@ -32,10 +32,10 @@ def repo(tmp_path_factory, tiny_factory, builds):
 
 def test_grid_starts_with_the_built_setting_and_skips_repeats(repo):
     plan = TunePlan(repo, "clf", TuneGrid(tokenizer=(1, 2), threads=(0, 1)))
-    assert plan.built == Setting(tokenizer=1, model=1, threads=0)
-    assert plan.settings == [Setting(1, 1, 0), Setting(1, 1, 1), Setting(2, 1, 0), Setting(2, 1, 1)]
-    assert plan.changes(Setting(1, 1, 0), plan.built) == {}
-    changes = plan.changes(Setting(2, 1, 0), plan.built)
+    assert plan.built == Setting(tokenizer=1, model=1, threads=1)  # the test builds' one thread
+    assert plan.settings == [Setting(1, 1, 1), Setting(1, 1, 0), Setting(2, 1, 0), Setting(2, 1, 1)]
+    assert plan.changes(Setting(1, 1, 1), plan.built) == {}
+    changes = plan.changes(Setting(2, 1, 1), plan.built)
     assert set(changes) == {"tokenizer"} and changes["tokenizer"].instance_group[0].count == 2
 
 
@@ -62,7 +62,7 @@ def test_threads_are_refused_for_backends_without_a_thread_setting():
 @pytest.mark.bench
 def test_settings_reach_the_server_and_leave_the_disk_alone(repo, tmp_path):
     plan = TunePlan(repo, "clf", TuneGrid(tokenizer=(2,), model=(1, 2), threads=(1,)))
-    assert plan.settings == [Setting(1, 1, 0), Setting(2, 1, 1), Setting(2, 2, 1)]
+    assert plan.settings == [Setting(1, 1, 1), Setting(2, 1, 1), Setting(2, 2, 1)]
     on_disk = {m: (repo / m / "config.pbtxt").read_text() for m in ("clf_tokenizer", "clf_model")}
     data = tmp_path / "input.json"
     write_input_data(data, ["a short text", "another one, a little longer than that"] * 4)
@@ -91,7 +91,7 @@ def test_bench_reports_the_sweep_and_the_spec_for_its_best_setting(repo, tmp_pat
         tune=TuneGrid(model=(1, 2)),
     )  # fmt: skip
     report, paths = run_bench(options)
-    assert [t.setting for t in report.tuning] == [Setting(1, 1, 0), Setting(1, 2, 0)]
+    assert [t.setting for t in report.tuning] == [Setting(1, 1, 1), Setting(1, 2, 1)]
     assert report.tuned_backend == "onnxruntime"
     assert {p.config for p in report.points} == {"ensemble"}  # the sweep stays out of the main table and ratios
     with open(paths["tuning"]) as handle:
