@@ -30,6 +30,7 @@ __all__ = [
     "SizingReport",
     "candidates",
     "choose",
+    "fixed_layout",
 ]
 
 PREFERENCES = ("balanced", "latency", "throughput")
@@ -126,6 +127,16 @@ def candidates(cores: int, reserved: int = 0) -> list[Layout]:
     free = cores - reserved
     layouts += [Layout(n, free // n) for n in (1, 2, 4, 8) if free // n >= 2]
     return list(dict.fromkeys(layouts))
+
+
+def fixed_layout(cores: int, reserved: int = 0) -> Layout:
+    """The layout written where none is measured: two instances (one on a one-core node).
+
+    Each gets an even share of the cores the Python steps leave, at least one thread (threads beyond one spin, see
+    :func:`candidates`).
+    """
+    count = 2 if cores >= 2 else 1
+    return Layout(count, max(1, (cores - reserved) // count))
 
 
 def choose(measurements: Sequence[Measurement], prefer: str = "balanced") -> tuple[Measurement, str]:

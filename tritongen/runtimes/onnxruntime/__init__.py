@@ -11,6 +11,7 @@ from tritongen.errors import SpecError
 from tritongen.runtimes.base import Export, ModelStep, Runtime, Variant
 from tritongen.runtimes.onnxruntime.settings import OnnxRuntimeSettings, TensorRTSettings
 from tritongen.runtimes.registry import register_runtime
+from tritongen.sizing import fixed_layout
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -58,12 +59,11 @@ class OnnxRuntime(Runtime):
         if instances.get("count") is not None or ort.get("intra_op_threads"):
             return data  # the user's sizing, as given
         steps = ("tokenizer_instances", "postprocess_instances")
-        python = sum((data.get(key) or {}).get("count") or 1 for key in steps)
-        count = 2 if cores >= 2 else 1
+        layout = fixed_layout(cores, reserved=sum((data.get(key) or {}).get("count") or 1 for key in steps))
         return {
             **data,
-            "model_instances": {**instances, "count": count},
-            "onnxruntime": {**ort, "intra_op_threads": max(1, (cores - python) // count)},
+            "model_instances": {**instances, "count": layout.instances},
+            "onnxruntime": {**ort, "intra_op_threads": layout.threads},
         }
 
     def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
