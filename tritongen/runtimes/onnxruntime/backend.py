@@ -62,8 +62,9 @@ def session_options(model_config: dict[str, Any]) -> Any:
     params = {k: v["string_value"] for k, v in (model_config.get("parameters") or {}).items()}
     options = ort.SessionOptions()
     for key, attribute in _THREADS.items():
-        if int(params.get(key, "0")) > 0:
-            setattr(options, attribute, int(params[key]))
+        threads = int(params.get(key, "0"))
+        if threads > 0:
+            setattr(options, attribute, threads)
     if params.get("execution_mode", "0") == "1":
         options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     level = int(((model_config.get("optimization") or {}).get("graph") or {}).get("level", 0))
