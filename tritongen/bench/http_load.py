@@ -111,10 +111,18 @@ class LoadResult:
         return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
 
 
+WARMUP_SECONDS = 2.0  # before each measured window: connections open, the server's batches settle
+
+
 def drive(
-    target: HttpTarget, texts: Sequence[str], concurrency: int, seconds: float, warmup: float = 2.0
+    target: HttpTarget, texts: Sequence[str], concurrency: int, seconds: float, warmup: float | None = None
 ) -> LoadResult:
-    """``concurrency`` clients send ``texts`` (round robin) for ``warmup`` + ``seconds``; the window is measured."""
+    """``concurrency`` clients send ``texts`` (round robin) for ``warmup`` + ``seconds``; the window is measured.
+
+    The warm-up defaults to :data:`WARMUP_SECONDS`, but never longer than the window it precedes: a quick look of
+    one second per side (``BenchOptions(peer_seconds=1)``) should not spend two thirds of its time warming up.
+    """
+    warmup = min(WARMUP_SECONDS, seconds) if warmup is None else warmup
     cycle = itertools.cycle(texts)
     lock, halt = threading.Lock(), threading.Event()
     latencies: list[float] = []
