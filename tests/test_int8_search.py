@@ -21,7 +21,7 @@ from tritongen.precision.optimize import (
     quantize_int8,
     weight_matmuls,
 )
-from tritongen.precision.sensitivity import LayerSensitivity, build_switch_model, rank_layers
+from tritongen.precision.sensitivity import LayerSensitivity, build_switch_model, measure_sensitivity, rank_layers
 from tritongen.precision.smoothquant import smooth_activations
 from tritongen.steps.tokenizer import TextEncoder
 
@@ -197,6 +197,32 @@ def test_switch_model_computes_what_the_int8_model_computes(tiny, scheme):
     one = _logits(session, encoder, switch.feeds(nodes[:1]))
     # One flag switches one layer: the output moves off float32, and not to where all flags take it.
     assert np.abs(one - float32).max() > 0 and np.abs(one - all_on).max() > 0
+
+
+@pytest.mark.parametrize("scheme", ["dynamic", "static"])
+def test_sensitivity_measured_from_each_segments_cut_equals_the_whole_switch_model(tiny, scheme, monkeypatch):
+    """Each layer measured on the switch model from its segment's cut on, fed the float run's crossing tensors,
+    gives the figures of the whole switch model: with one segment per layer, per two layers, and one for all."""
+    import tritongen.precision.sensitivity as sensitivity
+
+    encoder, layers = tiny["encoder"], tiny["layers"]
+    quantized = tiny["work"] / f"{scheme}_segments.onnx"
+    quantize_int8(tiny["prepared"], quantized, Int8Recipe(scheme, [layer.node for layer in layers], encoder, TEXTS))
+    switch = build_switch_model(tiny["prepared"], quantized, tiny["work"] / f"segments_{scheme}.onnx", scheme=scheme)
+    model = ReferenceModel(tiny["module"], tiny["hf_tokenizer"], tiny["encoder"], 64)
+    gate = GateReference(model, gate="labels", texts=TEXTS).subset(16)
+    session, alone = ort.InferenceSession(str(switch.path)), scheme == "dynamic"  # dynamic: texts alone as well
+    whole = [
+        gate.measure(session, layer.layer, batch_dependent=alone, feeds=switch.feeds([layer.node])).loss
+        for layer in layers
+    ]
+    assert len(set(whole)) > 1  # the layers differ, so the comparison below can tell them apart
+    for segments in (len(layers), len(layers) // 2, 1):
+        monkeypatch.setattr(sensitivity, "SEGMENTS", segments)
+        found = measure_sensitivity(switch, layers, gate, batch_dependent=alone)
+        assert [item.layer for item in found] == list(layers)
+        np.testing.assert_allclose([item.loss for item in found], whole, rtol=1e-4, atol=1e-7)
+    assert not [path.name for path in switch.path.parent.iterdir() if "from_" in path.name or "prefix" in path.name]
 
 
 def test_static_int8_keeps_products_and_the_residual_stream_float(tiny):
