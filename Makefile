@@ -23,7 +23,9 @@ GATEWAY_PORT ?= 8080
 ADMIN_KEY_FILE ?=
 GRACE_PERIOD ?= 20
 PYTEST_ARGS ?=
-TEST_WORKERS ?= 2
+# pytest-xdist workers. Three on a 2-core machine: a worker spends part of its time waiting on servers, subprocesses
+# and load windows, which a third fills (docs/testing.md, "Measured").
+TEST_WORKERS ?= 3
 BENCH_ARGS ?=
 PRECISION ?=
 OPTIMIZE ?=

@@ -76,9 +76,9 @@ FAST_ONLY = os.environ.get("TRITONGEN_FAST_TESTS") == "1"  # set by `make check`
 _heavy_calls: list[str] = []
 
 
-# With two workers, the modules that share the MiniLM variants run on one (the other would wait on their lock),
-# the fine-tuned classifier's tests (their own checkpoint, the longest INT8 search) are a group of their own, and
-# the longest groups start first, so that neither worker is left alone with a long group at the end.
+# Under pytest-xdist, the modules that share the MiniLM variants run on one worker (another would wait on their
+# lock), the fine-tuned classifier's tests (their own checkpoint, the longest INT8 search) are a group of their own,
+# and the longest groups start first, so that no worker is left alone with a long group at the end.
 _MINILM_MODULES = {"test_precision", "test_compat", "test_openvino", "test_e2e"}
 _LONGEST_FIRST = (
     "minilm",

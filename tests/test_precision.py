@@ -131,6 +131,8 @@ def test_variants_serve_through_real_server_within_gate(variants, minilm_path, s
         assert cosine.min() >= 0.98, f"{name}: min cosine {cosine.min():.4f}"
 
 
+# The longest test: its own time-out, for the slowest CPU the suite runs on (no VNNI, a third of a 2-core machine).
+@pytest.mark.timeout(1800)
 def test_int8_search_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkpoint, gate_texts, tmp_path):
     """A MiniLM fine-tuned end to end, where int8 loses labels more easily than FP16.
 
