@@ -183,10 +183,13 @@ def _segments(switch: SwitchModel, layers: Sequence[WeightMatMul]) -> Iterator[t
     cuts = [at[switch.flags[group[0].node]] for group in groups]
     initializers = {init.name for init in model.graph.initializer}
     inputs = {value.name for value in model.graph.input}
-    crossing = {cut: _crossing(nodes, cut, inputs, model.graph.output) - initializers for cut in cuts}
+    reads = [_consumed(node) for node in nodes]
+    read = {cut: set().union(*reads[cut:]) for cut in cuts}  # what the nodes from each cut on read
+    crossing = {cut: _crossing(nodes, cut, inputs, read[cut], model.graph.output) - initializers for cut in cuts}
     prefix = _Prefix(model, sorted(set().union(*crossing.values()) - inputs), switch)
     for cut, group in zip(cuts, groups):
-        suffix = _Suffix(model, nodes[cut:], sorted(crossing[cut]), prefix, switch.path.with_name(f"from_{cut}.onnx"))
+        path = switch.path.with_name(f"from_{cut}.onnx")
+        suffix = _Suffix(model, nodes[cut:], sorted(crossing[cut]), read[cut], prefix, path)
         yield suffix, group
         suffix.session = None  # one segment's session at a time
 
@@ -201,11 +204,10 @@ def _consumed(node: Any) -> set[str]:
     return names
 
 
-def _crossing(nodes: Sequence[Any], cut: int, inputs: set[str], outputs: Sequence[Any]) -> set[str]:
-    """The tensors the nodes from ``cut`` on read that the graph's inputs or the nodes before ``cut`` give."""
+def _crossing(nodes: Sequence[Any], cut: int, inputs: set[str], read: set[str], outputs: Sequence[Any]) -> set[str]:
+    """Of what the nodes from ``cut`` on ``read`` (and the graph's outputs), what the inputs or earlier nodes give."""
     given = inputs | {output for node in nodes[:cut] for output in node.output}
-    read = {name for node in nodes[cut:] for name in _consumed(node)} | {value.name for value in outputs}
-    return read & given
+    return (read | {value.name for value in outputs}) & given
 
 
 class _Prefix:
@@ -226,54 +228,53 @@ class _Prefix:
         finally:
             del model.graph.output[outputs:]
             path.unlink(missing_ok=True)
-        self.types: dict[str, tuple[int, int]] = {}  # tensor -> (ONNX element type, rank), from its first run
         self._cache: dict[bytes, dict[str, np.ndarray]] = {}
 
     def tensors(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The cut tensors of the texts in ``feeds`` (their own inputs; the switches are ignored)."""
-        from onnx import helper
-
         own = {name: value for name, value in feeds.items() if name not in self.off}
         key = b"".join(name.encode() + repr(v.shape).encode() + v.tobytes() for name, v in sorted(own.items()))
         if key not in self._cache:
             values = self.session.run(self.names, {**own, **self.off})
             self._cache[key] = dict(zip(self.names, values))
-            for name, value in self._cache[key].items():
-                self.types.setdefault(name, (helper.np_dtype_to_tensor_dtype(value.dtype), value.ndim))
         return self._cache[key]
 
 
 class _Suffix:
     """The switch model from one cut on, fed the tensors that cross the cut from the prefix run of the same texts.
 
-    Its session is made at its first run, once the prefix has given the crossing tensors' types.
+    Its session is made at its first run, from the crossing tensors' types as that run gives them.
     """
 
-    def __init__(self, model: Any, nodes: Sequence[Any], crossing: Sequence[str], prefix: _Prefix, path: Path) -> None:
-        self.model, self.nodes, self.crossing, self.prefix, self.path = model, nodes, crossing, prefix, path
+    def __init__(
+        self, model: Any, nodes: Sequence[Any], crossing: Sequence[str], read: set[str], prefix: _Prefix, path: Path
+    ) -> None:
+        self.model, self.nodes, self.crossing, self.read, self.prefix, self.path = (
+            model, nodes, crossing, read, prefix, path,
+        )  # fmt: skip
         self.session: Any = None
 
     def run(self, outputs: Sequence[str] | None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         given = {**feeds, **self.prefix.tensors(feeds)}
+        fed = {name: given[name] for name in self.crossing}
         if self.session is None:
-            self.session = self._load()
-        return self.session.run(outputs, {name: given[name] for name in self.crossing})
+            self.session = self._load(fed)
+        return self.session.run(outputs, fed)
 
-    def _load(self) -> Any:
+    def _load(self, fed: dict[str, np.ndarray]) -> Any:
         import onnx
         import onnxruntime as ort
         from onnx import helper
 
         graph = self.model.graph
         originals = {value.name: value for value in graph.input}
-        read = {name for node in self.nodes for name in _consumed(node)}
         inputs = [
             originals[name] if name in originals else helper.make_tensor_value_info(
-                name, self.prefix.types[name][0], [f"{name}_{axis}" for axis in range(self.prefix.types[name][1])]
+                name, helper.np_dtype_to_tensor_dtype(fed[name].dtype), [f"{name}_{i}" for i in range(fed[name].ndim)]
             )
             for name in self.crossing
         ]  # fmt: skip
-        initializers = [init for init in graph.initializer if init.name in read]
+        initializers = [init for init in graph.initializer if init.name in self.read]
         suffix = helper.make_model(
             helper.make_graph(self.nodes, f"{graph.name}_suffix", inputs, graph.output, initializers),
             opset_imports=self.model.opset_import, ir_version=self.model.ir_version,
