@@ -54,7 +54,7 @@ PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(
 ADMIN_KEY_ARGS := $(if $(ADMIN_KEY_FILE),--admin-key-file "$(ADMIN_KEY_FILE)")
 
 .DEFAULT_GOAL := help
-.PHONY: help venv compat-venv infinity-venv st-venv repo serve gateway health rollout rollback infer engine bench soak publish package manifests test check lint \
+.PHONY: help venv compat-venv infinity-venv st-venv repo serve gateway health rollout rollback infer engine bench soak publish package manifests test test-avx2 check lint \
 	clean
 
 help: ## show this help
@@ -143,6 +143,19 @@ manifests: venv ## Kubernetes/KServe YAML reading S3: make manifests NAME=... TO
 
 soak: venv ## mixed traffic at a served NAME for MINUTES (default 10) at CONCURRENCY (32); report in soak_results/NAME
 	$(PY) -m tritongen soak --name "$(NAME)" --minutes $(MINUTES) --concurrency $(CONCURRENCY) $(PORT_ARGS)
+
+# The AVX2-only CPU of tools/avx2_only.c: CPUID without AVX-512, VNNI or AMX for every library, and the same flags
+# in TRITONGEN_CPU_FLAGS for ours (docs/testing.md, "Every CPU the suite runs on").
+AVX2_ONLY := build/avx2_only.so
+AVX2_ONLY_FLAGS = $$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2 | tr ' ' '\n' | grep -Ev '^(avx512|amx|avx_vnni|avx_ifma|avx_ne)' | tr '\n' ' ')
+
+$(AVX2_ONLY): tools/avx2_only.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -shared -fPIC -Wall -o $@ $< -ldl
+
+test-avx2: venv compat-venv $(AVX2_ONLY) ## the suite as on an AVX2-only CPU (needs x86 Linux with CPUID faulting: cpuid_fault)
+	@grep -qw cpuid_fault /proc/cpuinfo || { echo "test-avx2: this CPU cannot fault on CPUID (no cpuid_fault flag): run make test on an AVX2-only machine instead" >&2; exit 2; }
+	LD_PRELOAD="$(abspath $(AVX2_ONLY))" TRITONGEN_CPU_FLAGS="$(AVX2_ONLY_FLAGS)" $(MAKE) --no-print-directory test
 
 test: venv compat-venv ## run the test suite (unit and end-to-end against the real server); TEST_WORKERS=0 runs it in one process
 	$(PY) -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)

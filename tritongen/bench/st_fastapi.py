@@ -3,10 +3,11 @@
 Standalone (it runs in ``.venv-st``, not tritongen's venv). Files it writes go under ``--cache``:
 ``python st_fastapi.py --model DIR --port 8000 --cache /tmp/st [--no-quantize] [--threads N] [--isa ISA]``.
 ``--isa`` picks the quantization config (``avx2``, ``avx512``, ``avx512_vnni`` or ``arm64``); by default the best
-one this CPU's flags allow.
+one this CPU's flags allow (``TRITONGEN_CPU_FLAGS``, where set, replaces ``/proc/cpuinfo``'s, as for tritongen).
 """
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -73,7 +74,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--isa", choices=[isa for isa, _ in ISAS] + ["arm64"], help="default: this CPU's best")
     args = parser.parse_args()
-    isa = (args.isa or cpu_isa(Path("/proc/cpuinfo").read_text())) if args.quantize else None
+    flags = os.environ.get("TRITONGEN_CPU_FLAGS", "").replace(",", " ") or Path("/proc/cpuinfo").read_text()
+    isa = (args.isa or cpu_isa(flags)) if args.quantize else None
     model = load(args.model, args.cache, isa, args.threads)
     app = FastAPI()
 
