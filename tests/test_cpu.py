@@ -1,12 +1,15 @@
 """The choices that follow the CPU's instruction set, each branch run on this machine whatever its CPU.
 
 ``TRITONGEN_CPU_FLAGS`` puts a build on the branch of a CPU with fewer flags. Where the premise of a branch
-is the runtime's own kernels, an AVX2-only CPU is emulated (qemu-user's Haswell model: AVX2 and FMA, no
-AVX-512, no VNNI) so that ONNX Runtime picks its AVX2 kernels on any x86 machine.
+is the runtime's own kernels, an AVX2-only CPU is made two ways, so that ONNX Runtime picks its AVX2 kernels on
+any x86 machine: emulated (qemu-user's Haswell model: AVX2 and FMA, no AVX-512, no VNNI), and natively, with
+``tools/avx2_only.c`` preloaded (CPUID without AVX-512, VNNI or AMX, where the CPU can fault on CPUID: the
+shim ``make test-avx2`` runs the whole suite under).
 """
 
 from __future__ import annotations
 
+import json
 import platform
 import shutil
 import subprocess
@@ -25,6 +28,26 @@ X86 = platform.machine().lower() in ("x86_64", "amd64")
 HERE = "VNNI" if not int8_weights_saturate() else "no VNNI"
 QEMU = shutil.which("qemu-x86_64")
 AVX2_ONLY_CPU = "Haswell-v4"  # qemu's model: AVX2 and FMA, no AVX-512, no VNNI
+SHIM_SOURCE = Path(__file__).resolve().parents[1] / "tools" / "avx2_only.c"
+CPUINFO = Path("/proc/cpuinfo")
+CPUID_FAULTS = CPUINFO.exists() and "cpuid_fault" in cpu_flags(CPUINFO.read_text())  # this CPU's, not the override
+
+
+@pytest.fixture(scope="module")
+def avx2_only(tmp_path_factory) -> list[str]:
+    """The environment prefix that runs a program on this CPU with CPUID masked to AVX2 (``tools/avx2_only.c``)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if not (X86 and CPUID_FAULTS and compiler):
+        pytest.skip("needs x86 Linux whose CPU can fault on CPUID (cpuid_fault) and a C compiler")
+    lib = tmp_path_factory.mktemp("shim") / "avx2_only.so"
+    out = subprocess.run(
+        [compiler, "-O2", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(lib), str(SHIM_SOURCE), "-ldl"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return ["env", f"LD_PRELOAD={lib}"]
 
 
 def test_flags_come_from_cpuinfo_or_the_override(monkeypatch):
@@ -110,14 +133,21 @@ def test_int8_kernels_here_follow_the_branch_this_cpu_takes(tmp_path):
         assert products[127] == 64 * 255 * 127, f"branch here: {HERE}"
 
 
-@pytest.mark.skipif(not (X86 and QEMU), reason="needs qemu-user (qemu-x86_64) to emulate an AVX2-only CPU")
-def test_int8_kernels_of_an_avx2_only_cpu_saturate_on_8_bit_weights_and_not_on_7_bit(tmp_path):
-    """The premise of the 7-bit branch, on ONNX Runtime's AVX2 kernels (an emulated AVX2-only CPU, on any x86).
+@pytest.mark.parametrize("cpu", ["qemu Haswell-v4", "CPUID masked"])
+def test_int8_kernels_of_an_avx2_only_cpu_saturate_on_8_bit_weights_and_not_on_7_bit(request, tmp_path, cpu):
+    """The premise of the 7-bit branch, on ONNX Runtime's AVX2 kernels: on qemu's AVX2-only CPU, and natively on
+    this one with CPUID masked to AVX2 (``tools/avx2_only.c``).
 
     Each int16 pair sum saturates at 32,767: 32 pairs give 1,048,544 instead of 2,072,640. With 7-bit weights
     the pairs stay below it and the product is exact.
     """
-    products = _products(tmp_path, [QEMU, "-cpu", AVX2_ONLY_CPU])
+    if cpu.startswith("qemu"):
+        if not (X86 and QEMU):
+            pytest.skip("needs qemu-user (qemu-x86_64) to emulate an AVX2-only CPU")
+        prefix = [QEMU, "-cpu", AVX2_ONLY_CPU]
+    else:
+        prefix = request.getfixturevalue("avx2_only")
+    products = _products(tmp_path, prefix)
     assert products[127] == 32 * 32767 != 64 * 255 * 127
     assert products[63] == 64 * 255 * 63
 
@@ -160,3 +190,40 @@ def test_openvino_gates_bf16_only_where_the_flags_have_it(monkeypatch):
     assert cpu_precisions() == ("f32",)
     monkeypatch.setenv(CPU_FLAGS_ENV, "avx2 avx512f avx512_bf16")
     assert cpu_precisions() == native  # a flag cannot add what OpenVINO finds missing here
+
+
+_SEEN = textwrap.dedent(
+    """
+    import json
+    from numpy._core._multiarray_umath import __cpu_features__ as numpy_sees
+    import torch
+    from tritongen.runtimes.openvino.ir import cpu_precisions
+    print(json.dumps({
+        "numpy": {flag: numpy_sees[flag] for flag in ("AVX2", "FMA3", "AVX512F", "AVX512VNNI", "AVX512_SPR")},
+        "torch": torch.backends.cpu.get_cpu_capability(),
+        "openvino": list(cpu_precisions()),
+    }))
+    """
+)
+
+
+def test_with_cpuid_masked_every_library_sees_an_avx2_only_cpu(avx2_only, monkeypatch):
+    """The shim ``make test-avx2`` runs under: numpy's dispatch, PyTorch's kernels and OpenVINO's own view of the
+    CPU all see AVX2 and FMA without AVX-512 or VNNI, here natively, and OpenVINO's gate drops BF16 without
+    being told (no ``TRITONGEN_CPU_FLAGS``)."""
+    monkeypatch.delenv(CPU_FLAGS_ENV, raising=False)
+    out = subprocess.run([*avx2_only, sys.executable, "-c", _SEEN], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.splitlines()[-1])
+    assert seen["numpy"] == {"AVX2": True, "FMA3": True, "AVX512F": False, "AVX512VNNI": False, "AVX512_SPR": False}
+    assert seen["torch"] == "AVX2"
+    assert seen["openvino"] == ["f32"]
+
+
+def test_with_cpuid_masked_a_real_fault_still_reaches_the_programs_handler(avx2_only):
+    """The shim answers CPUID faults only: any other SIGSEGV goes to the handler the program installed
+    (Python's faulthandler here, installed after the shim), and the program dies of it as it would have."""
+    crash = "import faulthandler, ctypes; faulthandler.enable(); ctypes.string_at(0)"
+    out = subprocess.run([*avx2_only, sys.executable, "-c", crash], capture_output=True, text=True, timeout=120)
+    assert out.returncode == -11
+    assert "Fatal Python error: Segmentation fault" in out.stderr
