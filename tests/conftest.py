@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -78,18 +80,32 @@ _heavy_calls: list[str] = []
 
 # Under pytest-xdist, the modules that share the MiniLM variants run on one worker (another would wait on their
 # lock), the fine-tuned classifier's tests (their own checkpoint, the longest INT8 search) are a group of their own,
-# and the longest groups start first, so that no worker is left alone with a long group at the end.
+# and the longest groups start first, so that no worker is left alone with a long group at the end (longest
+# processing time first: the groups of 40 s and more, by their seconds in a timeline of `make test`, measured with
+# scripts/test_timeline.py; the short groups after them, in collection order, fill the workers' ends).
 _MINILM_MODULES = {"test_precision", "test_compat", "test_openvino", "test_e2e"}
 _LONGEST_FIRST = (
     "minilm",
     "finetuned",
-    "test_peer",
-    "test_build",
-    "test_gateway",
     "test_modern_encoders_e2e",
+    "test_gateway",
+    "test_build",
+    "test_peer",
     "test_ner_qa_e2e",
     "test_operations",
     "test_step_imports",
+    "test_wheel",
+    "test_rollout",
+    "test_st_peer",
+    "test_tune",
+    "test_cpu_side",
+    "test_bad_input",
+    "test_bench",
+    "test_fold",
+    "test_soak",
+    "test_images_e2e",
+    "test_tasks_e2e",
+    "test_decoders",
 )
 
 
@@ -120,6 +136,23 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
             return xdist_group_of(nodeid)
 
     return GroupScheduling(config, log)
+
+
+# TRITONGEN_TEST_TIMELINE=FILE: each test's worker, group, start and end, one JSON line each, for
+# scripts/test_timeline.py to show how the groups filled the workers (docs/testing.md, "Measured").
+_TIMELINE = os.environ.get("TRITONGEN_TEST_TIMELINE")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    start = time.time()
+    yield
+    if _TIMELINE:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        line = {"worker": worker, "group": xdist_group_of(item.nodeid), "test": item.nodeid}
+        line.update(start=start, end=time.time())
+        with open(_TIMELINE, "a", encoding="utf-8") as out:  # one short write per line: workers never interleave
+            out.write(json.dumps(line) + "\n")
 
 
 @pytest.hookimpl(tryfirst=True)
