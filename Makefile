@@ -149,12 +149,16 @@ soak: venv ## mixed traffic at a served NAME for MINUTES (default 10) at CONCURR
 AVX2_ONLY := build/avx2_only.so
 AVX2_ONLY_FLAGS = $$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2 | tr ' ' '\n' | grep -Ev '^(avx512|amx|avx_vnni|avx_ifma|avx_ne)' | tr '\n' ' ')
 
+CPUID_FAULT_CHECK = grep -qw cpuid_fault /proc/cpuinfo 2>/dev/null || { echo "test-avx2: this CPU cannot fault on CPUID \
+	(no cpuid_fault flag in /proc/cpuinfo, or not x86 Linux): run make test on an AVX2-only machine instead" >&2; exit 2; }
+
 $(AVX2_ONLY): tools/avx2_only.c
+	@$(CPUID_FAULT_CHECK)
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -shared -fPIC -Wall -o $@ $< -ldl
 
 test-avx2: venv compat-venv $(AVX2_ONLY) ## the suite as on an AVX2-only CPU (needs x86 Linux with CPUID faulting: cpuid_fault)
-	@grep -qw cpuid_fault /proc/cpuinfo || { echo "test-avx2: this CPU cannot fault on CPUID (no cpuid_fault flag): run make test on an AVX2-only machine instead" >&2; exit 2; }
+	@$(CPUID_FAULT_CHECK)
 	LD_PRELOAD="$(abspath $(AVX2_ONLY))" TRITONGEN_CPU_FLAGS="$(AVX2_ONLY_FLAGS)" $(MAKE) --no-print-directory test
 
 test: venv compat-venv ## run the test suite (unit and end-to-end against the real server); TEST_WORKERS=0 runs it in one process
