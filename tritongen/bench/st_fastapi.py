@@ -74,7 +74,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--isa", choices=[isa for isa, _ in ISAS] + ["arm64"], help="default: this CPU's best")
     args = parser.parse_args()
-    flags = os.environ.get("TRITONGEN_CPU_FLAGS", "").replace(",", " ") or Path("/proc/cpuinfo").read_text()
+    override = os.environ.get("TRITONGEN_CPU_FLAGS")  # set, even empty, it replaces the CPU's (tritongen.cpu)
+    flags = override.replace(",", " ") if override is not None else Path("/proc/cpuinfo").read_text()
     isa = (args.isa or cpu_isa(flags)) if args.quantize else None
     model = load(args.model, args.cache, isa, args.threads)
     app = FastAPI()
