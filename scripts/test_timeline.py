@@ -17,8 +17,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("timeline", type=Path)
     parser.add_argument("--groups", type=int, default=15, help="how many of the longest groups to list")
-    rows = [json.loads(line) for line in parser.parse_args().timeline.read_text().splitlines() if line.strip()]
-    limit = parser.parse_args().groups
+    args = parser.parse_args()
+    rows = [json.loads(line) for line in args.timeline.read_text().splitlines() if line.strip()]
     zero = min(r["start"] for r in rows)
     workers: dict[str, list[dict]] = defaultdict(list)
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
@@ -32,11 +32,11 @@ def main() -> None:
         last = max(r["end"] for r in ran) - zero
         print(f"  {worker}: busy {busy:.0f} s, finished at {last:.0f} s ({end - last:.0f} s before the end)")
     print("groups, longest first: seconds, worker, from-to")
-    spans = sorted(groups.items(), key=lambda kv: -sum(r["end"] - r["start"] for r in kv[1]))
-    for (group, worker), ran in spans[:limit]:
-        seconds = sum(r["end"] - r["start"] for r in ran)
+    seconds = {key: sum(r["end"] - r["start"] for r in ran) for key, ran in groups.items()}
+    for group, worker in sorted(groups, key=lambda key: -seconds[key])[: args.groups]:
+        ran = groups[group, worker]
         first, last = min(r["start"] for r in ran) - zero, max(r["end"] for r in ran) - zero
-        print(f"  {seconds:6.0f}  {worker}  {first:5.0f}-{last:5.0f}  {group} ({len(ran)} tests)")
+        print(f"  {seconds[group, worker]:6.0f}  {worker}  {first:5.0f}-{last:5.0f}  {group} ({len(ran)} tests)")
 
 
 if __name__ == "__main__":
