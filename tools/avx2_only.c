@@ -6,14 +6,12 @@
  * bits cleared. Libraries that choose kernels by CPUID (ONNX Runtime's MLAS, oneDNN in PyTorch and
  * OpenVINO, numpy) then take their AVX2 paths, natively. The C library's own string functions chose theirs
  * before this loads. A handler the program installs for SIGSEGV is kept and called for every other fault.
- * AVX2_ONLY_SKIP lists executable names (space separated) this leaves alone.
  */
 #define _GNU_SOURCE
 #include <asm/prctl.h>
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
@@ -107,23 +105,8 @@ sighandler_t signal(int sig, sighandler_t handler) {
 	return old.sa_handler;
 }
 
-static int skipped(void) {
-	const char *skip = getenv("AVX2_ONLY_SKIP");
-	char exe[4096];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	if (!skip || n <= 0) return 0;
-	exe[n] = 0;
-	const char *name = strrchr(exe, '/');
-	name = name ? name + 1 : exe;
-	size_t len = strlen(name);
-	for (const char *p = skip; (p = strstr(p, name)); p += len)
-		if ((p == skip || p[-1] == ' ') && (p[len] == 0 || p[len] == ' ')) return 1;
-	return 0;
-}
-
 __attribute__((constructor)) static void start(void) {
 	if (!real_sigaction) real_sigaction = dlsym(RTLD_NEXT, "sigaction");
-	if (skipped()) return;
 	real_sigaction(SIGSEGV, NULL, &theirs);
 	install();
 	if (set_cpuid(0) != 0) return; /* no CPUID faulting here: the CPU stays as it is */
