@@ -88,13 +88,19 @@ def test_the_server_cpu_is_read_process_by_process_and_named_by_the_model_each_s
     try:
         time.sleep(0.5)
         before = cpu_snapshot(leader.pid)
-        time.sleep(1.0)
-        spent = cpu_snapshot(leader.pid).since(before)
+        # Until each model's stubs have run at all since `before`: however loaded the machine, busy processes get
+        # the CPU within a few scheduler periods; the deadline only stops a hang.
+        deadline = time.monotonic() + 120
+        while True:
+            time.sleep(0.2)
+            spent = cpu_snapshot(leader.pid).since(before)
+            if min(spent.get("m_tok", 0), spent.get("m_post", 0)) > 0 or time.monotonic() > deadline:
+                break
     finally:
         os.killpg(leader.pid, signal.SIGKILL)  # the group: the shell and every stub
         leader.wait(timeout=30)
     assert set(spent) == {FRONTEND, "m_tok", "m_post"}
-    assert spent["m_tok"] > 0.2 and spent["m_post"] > 0.2  # two busy processes each, sharing the cores for a second
+    assert spent["m_tok"] > 0 and spent["m_post"] > 0  # the two busy stubs of each model, summed under its name
 
 
 @pytest.mark.e2e
