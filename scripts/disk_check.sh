@@ -13,12 +13,13 @@ tmp_dir=${TMPDIR:-/tmp}
 tmp_mib=2100
 free_mib() { df -Pm "$1" | awk 'NR == 2 {print $4}'; }
 mount_of() { df -P "$1" | awk 'NR == 2 {print $6}'; }
+gib() { echo "$(($1 / 1024)).$(($1 % 1024 * 10 / 1024))"; }  # MiB as GiB, one decimal, rounded down
 check() {  # folder, MiB it needs, what needs them
 	local free
 	free=$(free_mib "$1")
 	if [ "$free" -lt "$2" ]; then
-		echo "error: $((free / 1024)).$((free % 1024 * 10 / 1024)) GiB free on $(mount_of "$1"), and $3 need about" \
-			"$(($2 / 1024)).$(($2 % 1024 * 10 / 1024)) GiB there: free some space (old clones, pip cache purge) and run again" >&2
+		echo "error: $(gib "$free") GiB free on $(mount_of "$1"), and $3 need about $(gib "$2") GiB there:" \
+			"free some space (old clones, pip cache purge) and run again" >&2
 		exit 1
 	fi
 }
