@@ -210,11 +210,11 @@ class SharedServer:
         return server
 
     def _started(self) -> Any:
-        from tritongen.serve.server import running_server
+        from tritongen.serve.server import cache_args, running_server
 
         if self._server is None:
             self.repository.mkdir(parents=True, exist_ok=True)
-            self._context = running_server(self.repository, models=[], cache_size=self.CACHE_BYTES)
+            self._context = running_server(self.repository, models=[], extra_args=cache_args(self.CACHE_BYTES))
             self._server = self._context.__enter__()
         elif self._server.process is None or self._server.process.poll() is not None:
             raise RuntimeError(f"the shared tritonserver died; see {self._server.log_file}")

@@ -98,7 +98,9 @@ def free_graph(config: Any) -> Any:
                 value=helper.make_tensor("zero", kind, [1], [0]),
             ),
         ]
-        outputs.append(helper.make_tensor_value_info(output.name, kind, None))
+        # The declared shape, free axes named: the native backend holds outputs to their configured dims exactly.
+        dims = [f"free{axis}" if dim == -1 else dim for axis, dim in enumerate(_full_dims(output, batched))]
+        outputs.append(helper.make_tensor_value_info(output.name, kind, dims))
     inputs = [
         helper.make_tensor_value_info(t.name, _onnx_type(config, t), [None] * len(_full_dims(t, batched)))
         for t in config.input

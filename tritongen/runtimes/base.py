@@ -28,6 +28,7 @@ from tritongen.configs.model_config import InstanceGroup, ModelConfig, Tensor, W
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from tritongen.containers import Container
     from tritongen.gates.accuracy import AccuracyReport, GateReference
     from tritongen.gates.compat import ContainerReport
     from tritongen.precision.int8_search import SearchReport
@@ -139,6 +140,20 @@ class Runtime:
     # Why the postprocess cannot be folded into what this runtime serves ("": it can).
     fold_refused: ClassVar[str] = ""
     symmetric_int8: ClassVar[bool] = False  # whether INT8 activations must be symmetric (TensorRT's explicit QDQ)
+    # A native backend built against another release of the runtime sits beside the container's own folder, named
+    # ``<backend>-<native_tag><release>`` (``onnxruntime-ort1.28.0``); "": this runtime has no such folders.
+    native_tag: ClassVar[str] = ""
+    package: ClassVar[str] = ""  # the pip distribution the stand-in runs (its release names it in logs and cards)
+
+    # --- the native backend ----------------------------------------------------------------------------------
+
+    def container_release(self, target: Container) -> str:
+        """The release of this runtime that ``target``'s native backend links ("": none that matters here)."""
+        return ""
+
+    def native_release(self, folder: Path) -> str:
+        """The runtime release the native backend in ``folder`` links, read from its libraries ("": unknown)."""
+        return ""
 
     # --- the spec ------------------------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from types import FrameType
 from tritongen.errors import ServerError
 from tritongen.serve.admin import AdminClient, http_headers, restricted_args, serving_key
 from tritongen.serve.health import HealthEndpoint, check, find_ensembles
-from tritongen.serve.server import Endpoints, TritonServer
+from tritongen.serve.server import Endpoints, TritonServer, cache_args
 from tritongen.serve.supervisor import Supervisor
 
 __all__ = ["ServeOptions", "serve"]
@@ -99,9 +99,8 @@ def serve(options: ServeOptions, *, log: Callable[[str], None] = print) -> None:
     server = TritonServer(
         options.repository,
         options.endpoints,
-        cache_size=options.cache_size,
         exit_timeout=options.grace_period,
-        extra_args=restricted_args(key),
+        extra_args=cache_args(options.cache_size) + restricted_args(key),
     )
     stopping = threading.Event()
     started = threading.Event()

@@ -2,8 +2,10 @@
 
 That build (Triton 2.51, the same as the 24.10 container) has only the Python backend.
 ``prepare_runtime`` lays out a backend directory holding the Python backend with the stub
-for this interpreter, plus our Python-based ``onnxruntime`` backend, so the generated
-repository is served unchanged. :class:`TritonServer` starts it on the ports asked for
+for this interpreter and, for each runtime's model steps, Triton's native backend where
+``TRITONGEN_BACKENDS`` names a folder of them, else our Python stand-in
+(:mod:`tritongen.serve.backends`), so the generated repository is served unchanged. The log's
+first lines name what serves each backend. :class:`TritonServer` starts it on the ports asked for
 (explicit model control, every model loaded, so that models can be reloaded through the
 repository API), waits for readiness with :func:`wait_until_ready`, and always stops it: a
 signal first, so that Triton drains in-flight requests for ``exit_timeout`` seconds, then
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import shutil
 import signal
 import socket
@@ -30,7 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from tritongen.errors import ServerError
-from tritongen.runtimes import RUNTIMES
+from tritongen.serve.backends import (
+    ServedBackends,
+    built_container,
+    link_backend,
+    served_backends,
+    stand_in_runtimes,
+)
 from tritongen.sources import module_file
 
 REMOTE_SCHEMES = ("s3://", "gs://", "as://")  # repositories tritonserver reads itself
@@ -39,6 +48,7 @@ __all__ = [
     "REMOTE_SCHEMES",
     "Endpoints",
     "TritonServer",
+    "cache_args",
     "free_port",
     "prepare_runtime",
     "running_server",
@@ -47,6 +57,10 @@ __all__ = [
     "wait_until_ready",
 ]
 
+# A model version the server could not load, and why (Triton's model_lifecycle log line).
+_REFUSED = re.compile(r"failed to load '(?P<model>[^']+)' version \d+: (?P<reason>[^\"]+)")
+# Error lines of a start without a GPU that are no reason for anything.
+_BENIGN = re.compile(r"CudaDriverHelper has not been initialized|Unable to allocate pinned system memory|CUDA driver")
 # Seconds past the exit timeout before the process group gets SIGKILL: Triton's own exit takes a moment.
 _KILL_MARGIN_S = 10.0
 
@@ -77,9 +91,12 @@ def triton_paths() -> dict[str, Path]:
     return paths
 
 
-@functools.lru_cache(maxsize=1)
-def prepare_runtime() -> Path:
-    """Create (once per process) a folder with ``backends/``, ``caches/`` and ``lib/``.
+@functools.cache
+def prepare_runtime(backends: ServedBackends | None = None) -> Path:
+    """Create (once per process and choice of ``backends``) a folder with ``backends/``, ``caches/`` and ``lib/``.
+
+    ``backends`` (default: :func:`~tritongen.serve.backends.served_backends`) says which runtimes' steps the
+    native backends serve; the others get their stand-in.
 
     ``lib/`` holds the unversioned names perf_analyzer looks for (``libb64.so.0d``,
     ``libcudart.so.12``), linked to the hashed copies in the wheel's libs folder.
@@ -91,8 +108,12 @@ def prepare_runtime() -> Path:
     for item in ("libtriton_python.so", "triton_python_backend_utils.py"):
         shutil.copy2(paths["python_backend"] / item, python_dir / item)
     shutil.copy2(paths["stub"], python_dir / "triton_python_backend_stub")
-    # Python-based stand-ins for the container's native backends, one per runtime that needs one.
-    for runtime in [r for r in RUNTIMES.values() if r.local_backend and r.owns_backend]:
+    backends = backends if backends is not None else served_backends()
+    for runtime in stand_in_runtimes():
+        native = backends.of(runtime.backend)
+        if native is not None:
+            link_backend(native, root / "backends" / runtime.backend)
+            continue
         (root / "backends" / runtime.backend).mkdir()
         shutil.copy2(module_file(runtime.local_backend), root / "backends" / runtime.backend / "model.py")
     (root / "caches").symlink_to(paths["caches"], target_is_directory=True)
@@ -106,6 +127,11 @@ def prepare_runtime() -> Path:
 
     atexit.register(shutil.rmtree, root, True)
     return root
+
+
+def cache_args(size: int) -> list[str]:
+    """Tritonserver's arguments for a local response cache of ``size`` bytes (none for 0)."""
+    return [f"--cache-config=local,size={size}"] if size else []
 
 
 def server_environment() -> dict[str, str]:
@@ -198,20 +224,21 @@ class TritonServer:
         repository: Path | str,
         endpoints: Endpoints = Endpoints(),
         *,
-        cache_size: int = 0,
         models: Sequence[str] | None = None,
         log_file: Path | None = None,
         exit_timeout: int = 10,
         extra_args: Sequence[str] = (),
+        backends: ServedBackends | None = None,
     ) -> None:
         # A local folder, or a remote repository URL tritonserver reads itself (s3://, gs://, as://).
         remote = str(repository).startswith(REMOTE_SCHEMES)
         self.repository: Path | str = str(repository) if remote else Path(repository).resolve()
         self.endpoints = endpoints
-        self.cache_size = cache_size
         self.models = list(models) if models is not None else ["*"]
         self.exit_timeout = exit_timeout
         self.extra_args = list(extra_args)
+        # Default: the native backends of $TRITONGEN_BACKENDS for the release the repository's builds target.
+        self.backends = backends if backends is not None else served_backends(built_container(self.repository))
         self._own_log = log_file is None
         self.log_file = log_file or Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
         self.process: subprocess.Popen[bytes] | None = None
@@ -228,7 +255,7 @@ class TritonServer:
 
     def command(self) -> list[str]:
         """The tritonserver command line."""
-        runtime, at = prepare_runtime(), self.endpoints
+        runtime, at = prepare_runtime(self.backends), self.endpoints
         cmd = [
             str(triton_paths()["binary"]),
             f"--model-repository={self.repository}",
@@ -245,8 +272,6 @@ class TritonServer:
             f"--exit-timeout-secs={self.exit_timeout}",
             "--strict-readiness=true",
         ]
-        if self.cache_size:
-            cmd.append(f"--cache-config=local,size={self.cache_size}")
         cmd.append("--model-control-mode=explicit")
         cmd += [f"--load-model={name}" for name in self.models]
         return cmd + self.extra_args
@@ -261,6 +286,8 @@ class TritonServer:
                 if sock.connect_ex((host, port)) == 0:
                     raise ServerError(f"port {port} on {host} is already in use; choose other ports")
         with open(self.log_file, "wb") as log:
+            log.write("".join(f"tritongen: {line}\n" for line in self.backends.lines()).encode())
+            log.flush()
             self.process = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, env=server_environment(), start_new_session=True
             )
@@ -285,9 +312,20 @@ class TritonServer:
             return ""
 
     def failure_reason(self) -> str:
-        """The most telling error line of the log (see the log file for the rest)."""
-        lines = [ln for ln in self.logs().splitlines() if ln.strip()]
-        errors = [ln for ln in lines if ln.startswith("E") or "failed" in ln.lower() or "error" in ln.lower()]
+        """The most telling error line of the log (see the log file for the rest).
+
+        A model its backend refused comes first, as ``model `X` refused by its backend: <reason>``; lines that
+        every CPU-only start logs (no CUDA driver) never count as the reason.
+        """
+        lines = [ln for ln in self.logs().splitlines() if ln.strip() and not ln.startswith("tritongen: ")]
+        for line in lines:
+            refused = _REFUSED.search(line)
+            if refused:
+                return f"model `{refused['model']}` refused by its backend: {refused['reason']}"[:600]
+        errors = [
+            ln for ln in lines
+            if (ln.startswith("E") or "failed" in ln.lower() or "error" in ln.lower()) and not _BENIGN.search(ln)
+        ]  # fmt: skip
         picked = (errors or lines or ["no output"])[0 if errors else -1]
         return picked.strip()[:400]
 

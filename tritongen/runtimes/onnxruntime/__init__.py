@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tritongen.configs.model_config import ModelConfig, TensorRTAccelerator
+    from tritongen.containers import Container
     from tritongen.gates.compat import ContainerReport
     from tritongen.tasks import BuildPlan
 
@@ -36,6 +37,15 @@ class OnnxRuntime(Runtime):
     settings: ClassVar[tuple[type[RuntimeSettings], ...]] = (OnnxRuntimeSettings, TensorRTSettings)
     thread_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = (OnnxRuntimeSettings, "intra_op_threads")
     serves_onnx = True
+    package = "onnxruntime"
+    native_tag = "ort"
+
+    def container_release(self, target: Container) -> str:
+        return target.onnxruntime
+
+    def native_release(self, folder: Path) -> str:
+        """From ``libonnxruntime.so.1.19.2``: ONNX Runtime names its library by its release."""
+        return _release_suffix(folder, "libonnxruntime.so.")
 
     def check_spec(self, spec: BuildSpec) -> None:
         if spec.section(TensorRTSettings).enabled and spec.model_instances.kind != "KIND_GPU":
@@ -138,3 +148,9 @@ def _tensorrt_accelerator(step: ModelStep) -> TensorRTAccelerator | None:
         for key, (rows, length) in shapes.items():
             parameters[f"trt_profile_{key}_shapes"] = ",".join(f"{t.name}:{rows}x{length}" for t in step.inputs)
     return TensorRTAccelerator(parameters)
+
+
+def _release_suffix(folder: Path, prefix: str) -> str:
+    """The longest ``X.Y.Z`` after ``prefix`` among ``folder``'s file names ("" if none)."""
+    found = [p.name[len(prefix) :] for p in folder.glob(prefix + "*.*.*")]
+    return max(found, key=len, default="")

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tritongen.configs.model_config import ModelConfig
+    from tritongen.containers import Container
     from tritongen.gates.compat import ContainerReport
     from tritongen.tasks import BuildPlan
 
@@ -40,6 +41,21 @@ class OpenVino(Runtime):
     settings: ClassVar[tuple[type[RuntimeSettings], ...]] = (OpenVinoSettings,)
     thread_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = (OpenVinoSettings, "inference_threads")
     fold_refused = "the openvino runtime serves the model alone, without ai.onnx.ml operators"
+    package = "openvino"
+    native_tag = "ov"
+
+    def container_release(self, target: Container) -> str:
+        return target.openvino
+
+    def native_release(self, folder: Path) -> str:
+        """From ``libopenvino.so.2024.4.0``, or the wheels' ``libopenvino.so.2440`` (2024.4.0)."""
+        for library in sorted(folder.glob("libopenvino.so.*"), key=lambda p: -len(p.name)):
+            suffix = library.name[len("libopenvino.so.") :]
+            if suffix.count(".") == 2:
+                return suffix
+            if suffix.isdigit() and len(suffix) == 4:
+                return f"20{suffix[:2]}.{suffix[2]}.{suffix[3]}"
+        return ""
 
     def check_spec(self, spec: BuildSpec) -> None:
         if spec.precision == "fp16" or spec.optimize:
