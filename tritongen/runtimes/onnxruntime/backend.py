@@ -14,12 +14,14 @@ back on the side they were cut from. Requests padded on the left (a checkpoint w
 declares ``padding_side: left``; their mask starts with zeros and ends with ones) are widened
 on the left too, so every row keeps its padding on one side.
 Session settings come from the config exactly as the native backend reads them (:func:`session_options`), so
-that what is measured here is what the container runs.
+that what is measured here is what the container runs, and a config the native backend refuses at load is refused
+here too, with its words (:func:`native_refusal`; ``tests/test_backend_conformance.py`` holds both to one table).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,8 @@ except ImportError:  # outside the server: importable for tests
 
 __all__ = [
     "TritonPythonModel",
+    "cpp_int",
+    "native_refusal",
     "pad_and_concatenate",
     "padding_columns",
     "padding_side",
@@ -50,6 +54,135 @@ _SWITCHES = {"enable_mem_arena": "enable_cpu_mem_arena", "enable_mem_pattern": "
 _SESSION_ENTRIES = ("session.use_device_allocator_for_initializers",)
 
 
+# ONNX Runtime's element types as Triton's (``tensor(int64)`` -> ``TYPE_INT64``), for the native load checks.
+_ORT_TYPES = {
+    "tensor(float)": "TYPE_FP32", "tensor(float16)": "TYPE_FP16", "tensor(double)": "TYPE_FP64",
+    "tensor(int64)": "TYPE_INT64", "tensor(int32)": "TYPE_INT32", "tensor(int16)": "TYPE_INT16",
+    "tensor(int8)": "TYPE_INT8", "tensor(uint8)": "TYPE_UINT8", "tensor(uint16)": "TYPE_UINT16",
+    "tensor(uint32)": "TYPE_UINT32", "tensor(uint64)": "TYPE_UINT64", "tensor(bool)": "TYPE_BOOL",
+    "tensor(string)": "TYPE_STRING",
+}  # fmt: skip
+_TRUE, _FALSE = ("true", "on", "1"), ("false", "off", "0")
+Signature = dict[str, tuple[str, list[int]]]  # a model's tensors: name -> (Triton type, dims with -1 for free axes)
+
+
+def cpp_int(value: str, key: str) -> int:
+    """``value`` as the backends' ``std::stoi`` reads it: a leading integer, the rest ignored; else refused."""
+    leading = re.match(r"\s*([+-]?\d+)", value)
+    if leading is None:
+        raise ValueError(f"failed to convert '{value}' to integral number (parameter '{key}')")
+    return int(leading.group(1))
+
+
+def _cpp_bool(value: str, key: str) -> bool:
+    lowered = value.lower()
+    if lowered not in _TRUE + _FALSE:
+        raise ValueError(f"failed to convert '{value}' to boolean (parameter '{key}')")
+    return lowered in _TRUE
+
+
+def _shape(dims: list[int]) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def _dims_refusal(name: str, tensor: str, model: list[int], dims: list[int], batching: int, exact: bool) -> str | None:
+    """The onnxruntime backend's ``CompareDimsSupported``: why ``model``'s shape cannot serve the config's ``dims``."""
+    if batching and (not model or model[0] != -1):
+        return (
+            f"model '{name}', tensor '{tensor}': for the model to support batching the shape should have at least 1 "
+            f"dimension and the first dimension must be -1; but shape expected by the model is {_shape(model)}"
+        )
+    full = [-1, *dims] if batching else list(dims)
+    same = len(model) == len(full) and all(m == f for m, f in zip(model, full, strict=True) if exact or m != -1)
+    return None if same else _dims_message(name, tensor, model, full)
+
+
+def _openvino_dims_refusal(
+    name: str, tensor: str, model: list[int], dims: list[int], batching: int, exact: bool
+) -> str | None:
+    """The openvino backend's ``CompareDimsSupported``.
+
+    Its batch axis is set to ``max_batch_size`` (``set_batch``) rather than compared, a config's free axis is not
+    compared on inputs, and a free model axis matches anything.
+    """
+    if batching and not model:
+        return f"model '{name}', tensor '{tensor}': for the model to support batching the shape should have at least 1"
+    full = [batching, *dims] if batching else list(dims)
+    if len(model) != len(full):
+        return _dims_message(name, tensor, model, full)
+    for axis, (m, f) in enumerate(zip(model, full, strict=True)):
+        compared = exact or not batching or (axis != 0 and f != -1)
+        if compared and not (batching and axis == 0) and m != -1 and m != f:
+            return _dims_message(name, tensor, model, full)
+    return None
+
+
+def _dims_message(name: str, tensor: str, model: list[int], full: list[int]) -> str:
+    return (
+        f"model '{name}', tensor '{tensor}': the model expects {len(model)} dimensions (shape {_shape(model)}) but "
+        f"the model configuration specifies {len(full)} dimensions (shape {_shape(full)})"
+    )
+
+
+def _config_dims(tensor: dict[str, Any]) -> list[int]:
+    reshape = tensor.get("reshape")
+    dims = reshape.get("shape", []) if isinstance(reshape, dict) and "shape" in reshape else tensor.get("dims", [])
+    return [int(d) for d in dims]
+
+
+def native_refusal(
+    config: dict[str, Any], inputs: Signature, outputs: Signature, *, backend: str = "onnxruntime"
+) -> str | None:
+    """Why the native backend refuses to load ``config`` over a model of these tensors; None where it loads it.
+
+    The r24.10 onnxruntime and openvino (``backend``) backends' ``ValidateInputs``/``ValidateOutputs``: as many
+    inputs as the model has, each named as in the model, of its type (the openvino backend converts types
+    instead) and of compatible dims (a free model axis takes any size); each output named as in the model, of
+    its type and of exactly its dims; with batching, the model's first axis free (openvino sets it instead).
+    """
+    name = config.get("name", "")
+    batching = max(int(config.get("max_batch_size", 0)), 0)
+    check_types = backend != "openvino"
+    compare = _openvino_dims_refusal if backend == "openvino" else _dims_refusal
+    declared = config.get("input", [])
+    if len(declared) != len(inputs):
+        return (
+            f"unable to load model '{name}', configuration expects {len(declared)} inputs, model provides {len(inputs)}"
+        )
+    for kind, tensors, model, exact in (
+        ("input", declared, inputs, False),
+        ("output", config.get("output", []), outputs, True),
+    ):
+        for tensor in tensors:
+            io = tensor["name"]
+            if kind == "input" and tensor.get("optional") and batching:
+                return f"unable to load model '{name}', optional input '{io}' is not supported with batching"
+            if io not in model:
+                return f"unexpected inference {kind} '{io}', allowed {kind}s are: {', '.join(sorted(model))}"
+            dtype, shape = model[io]
+            if check_types and dtype != tensor.get("data_type"):
+                return (
+                    f"unable to load model '{name}', configuration expects datatype {tensor.get('data_type')} for "
+                    f"{kind} '{io}', model provides {dtype}"
+                )
+            if shape:  # a scalar model tensor is not compared
+                why = compare(name, io, shape, _config_dims(tensor), batching, exact)
+                if why:
+                    return why
+    return None
+
+
+def ort_signature(ports: list[Any]) -> Signature:
+    """An ONNX Runtime session's inputs or outputs as :data:`Signature` (symbolic and unknown axes free)."""
+    return {
+        port.name: (
+            _ORT_TYPES.get(port.type, port.type),
+            [d if isinstance(d, int) and d >= 0 else -1 for d in port.shape or []],
+        )
+        for port in ports
+    }
+
+
 def session_options(model_config: dict[str, Any]) -> Any:
     """``onnxruntime.SessionOptions`` from a Triton model config, as the native onnxruntime backend makes them.
 
@@ -61,17 +194,22 @@ def session_options(model_config: dict[str, Any]) -> Any:
 
     params = {k: v["string_value"] for k, v in (model_config.get("parameters") or {}).items()}
     options = ort.SessionOptions()
+    mode = cpp_int(params.get("execution_mode", "0"), "execution_mode")
+    if mode not in (0, 1):
+        raise ValueError(
+            f"Invalid configuration value provided. Expected values for execution_mode are 0 or 1 but got {mode}"
+        )
+    if mode == 1:
+        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     for key, attribute in _THREADS.items():
-        threads = int(params.get(key, "0"))
+        threads = cpp_int(params.get(key, "0"), key)
         if threads > 0:
             setattr(options, attribute, threads)
-    if params.get("execution_mode", "0") == "1":
-        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     level = int(((model_config.get("optimization") or {}).get("graph") or {}).get("level", 0))
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _GRAPH_LEVELS.get(level, "ORT_ENABLE_ALL"))
     for key, attribute in _SWITCHES.items():
         if key in params:
-            setattr(options, attribute, params[key].strip().lower() in ("1", "true", "yes", "on"))
+            setattr(options, attribute, _cpp_bool(params[key], key))
     for key in _SESSION_ENTRIES:
         if key in params:
             options.add_session_config_entry(key, params[key])
@@ -150,6 +288,15 @@ class TritonPythonModel:
 
         config, path = self.setup(args)
         self.session = ort.InferenceSession(str(path), session_options(config), providers=["CPUExecutionProvider"])
+        self.refuse_as_native(
+            config, ort_signature(self.session.get_inputs()), ort_signature(self.session.get_outputs())
+        )
+
+    def refuse_as_native(self, config: dict[str, Any], inputs: Signature, outputs: Signature) -> None:
+        """Fail the load where the native backend would (:func:`native_refusal`), with its words."""
+        why = native_refusal(config, inputs, outputs, backend=self.runtime)
+        if why is not None:
+            raise ValueError(why)
 
     def setup(self, args: dict[str, str]) -> tuple[dict[str, Any], Path]:
         """Read the config's tensors; return the config and the model file's path (which must exist)."""
@@ -159,6 +306,7 @@ class TritonPythonModel:
         if not path.is_file():
             raise FileNotFoundError(f"model file `{path}` is missing")
         self.input_names = [inp["name"] for inp in config["input"]]
+        self.max_batch_size = int(config.get("max_batch_size", 0))
         # Outputs whose first non-batch axis is the (variable) sequence axis.
         self.sequence_outputs = {out["name"] for out in config["output"] if list(out.get("dims", []))[:1] == [-1]}
         self.outputs = {
@@ -166,6 +314,10 @@ class TritonPythonModel:
             for out in config["output"]
         }
         return config, path
+
+    def batch_refusal(self, rows: int) -> str | None:
+        """Why the native backend fails a batch of ``rows`` rows, as it words it; None: it runs any batch."""
+        return None
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """Run all requests in one session call and split the outputs back."""
@@ -175,6 +327,9 @@ class TritonPythonModel:
             for name in self.input_names:
                 feeds[name].append(pb_utils.get_input_tensor_by_name(request, name).as_numpy())
             sizes.append(feeds[self.input_names[0]][-1].shape[0])
+        refused = self.batch_refusal(sum(sizes))
+        if refused is not None:
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(refused)) for _ in requests]
         side = padding_side(feeds.get("attention_mask", []))
         inputs = {name: pad_and_concatenate(arrays, side) for name, arrays in feeds.items()}
         width = inputs[self.input_names[0]].shape[1] if inputs[self.input_names[0]].ndim > 1 else 0

@@ -82,40 +82,73 @@ def cpu_precisions() -> tuple[str, ...]:
     return ("f32", "bf16") if bf16 else ("f32",)
 
 
-def backend_properties(parameters: Mapping[str, str]) -> dict[str, Any]:
-    """OpenVINO properties from a model config's ``parameters``, read as the native backend reads them.
+# The CPU parameters the r24.10 native backend reads (``ModelState::ParseParameters``); it reads no other key.
+_NATIVE_PARAMETERS = (
+    "INFERENCE_NUM_THREADS",
+    "COMPILATION_NUM_THREADS",
+    "HINT_BF16",
+    "NUM_STREAMS",
+    "PERFORMANCE_HINT",
+)
+_HINTS = ("latency", "throughput", "cumulative_throughput")
+# OpenVINO's element types as Triton's.
+_TRITON_TYPES = {
+    "f32": "TYPE_FP32", "f16": "TYPE_FP16", "f64": "TYPE_FP64", "i64": "TYPE_INT64", "i32": "TYPE_INT32",
+    "i16": "TYPE_INT16", "i8": "TYPE_INT8", "u8": "TYPE_UINT8", "boolean": "TYPE_BOOL",
+}  # fmt: skip
 
-    ``INFERENCE_PRECISION_HINT`` is ours, for the build's gate and the local backend only: the native backend
-    refuses parameters it does not know, so generated configs never carry it.
+
+def backend_properties(parameters: Mapping[str, str]) -> dict[str, Any]:
+    """OpenVINO properties from a model config's ``parameters``, read as the r24.10 native backend reads them.
+
+    Each value lower-cased; an empty one skipped; a thread count all digits; ``HINT_BF16`` only ``YES``;
+    ``NUM_STREAMS`` ``AUTO``, ``NUMA`` or a number; ``PERFORMANCE_HINT`` one of the three modes. Any other key is
+    not read, there or here (so no config can ask for FP32 on a BF16 CPU: ``cpu_precisions``).
     """
     properties: dict[str, Any] = {}
-    for key, raw in parameters.items():
-        value = str(raw).strip()
-        if key == "PERFORMANCE_HINT":
-            properties["PERFORMANCE_HINT"] = value.upper()
-        elif key == "NUM_STREAMS":
-            properties["NUM_STREAMS"] = value.upper() if not value.isdigit() else int(value)
-        elif key in ("INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS"):
+    for key in _NATIVE_PARAMETERS:
+        value = str(parameters.get(key, "")).lower()
+        if not value:
+            continue
+        if key in ("INFERENCE_NUM_THREADS", "COMPILATION_NUM_THREADS"):
+            if not value.isdigit():
+                raise ValueError(f"expected the parameter '{key}' to be a non-negative number, got {value}")
             properties[key] = int(value)
         elif key == "HINT_BF16":
-            if value.upper() != "YES":
+            if value != "yes":
                 raise ValueError(f"expected the parameter 'HINT_BF16' to be YES, got {value}")
             properties["INFERENCE_PRECISION_HINT"] = "bf16"
-        elif key == "INFERENCE_PRECISION_HINT":
-            properties["INFERENCE_PRECISION_HINT"] = value.lower()
+        elif key == "NUM_STREAMS":
+            if value not in ("auto", "numa") and not value.isdigit():
+                raise ValueError(
+                    f"expected the parameter 'NUM_STREAMS' to be either AUTO/NUMA/<int_value>, got {value}"
+                )
+            properties["NUM_STREAMS"] = int(value) if value.isdigit() else value.upper()
         else:
-            raise ValueError(f"the parameter '{key}' is not supported by the openvino backend")
+            if value not in _HINTS:
+                modes = "/".join(h.upper() for h in _HINTS)
+                raise ValueError(f"expected the parameter 'PERFORMANCE_HINT' to be {modes}, got {value}")
+            properties["PERFORMANCE_HINT"] = value.upper()
     return properties
 
 
 class OpenVinoSession:
     """An IR compiled for the CPU with ``properties``, answering ``run(names, feeds)`` like an ONNX Runtime session."""
 
-    def __init__(self, xml_path: Path, properties: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, xml_path: Path, properties: Mapping[str, Any] | None = None, *, batch: int = 0) -> None:
+        """``batch``: fix every input's first axis at that size, as the native backend does for ``max_batch_size``."""
         import openvino as ov
 
         core = ov.Core()
-        self.compiled = core.compile_model(core.read_model(str(xml_path)), "CPU", dict(properties or {}))
+        self.model = core.read_model(str(xml_path))
+        self.signatures = {ports: self._signature(ports) for ports in ("inputs", "outputs")}
+        if batch > 0:
+            steps = ov.preprocess.PrePostProcessor(self.model)
+            for port in self.model.inputs:
+                steps.input(port.get_any_name()).tensor().set_layout(ov.Layout("N..."))
+            self.model = steps.build()
+            ov.set_batch(self.model, batch)
+        self.compiled = core.compile_model(self.model, "CPU", dict(properties or {}))
         self.request = self.compiled.create_infer_request()
         self.output_names = [port.get_any_name() for port in self.compiled.outputs]
 
@@ -123,6 +156,18 @@ class OpenVinoSession:
     def precision(self) -> str:
         """The inference precision the plugin chose (``f32`` or ``bf16``)."""
         return str(self.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name())
+
+    def signature(self, ports: str) -> dict[str, tuple[str, list[int]]]:
+        """The IR's ``inputs`` or ``outputs`` as the native backend's load checks read them (free axes -1)."""
+        return self.signatures[ports]
+
+    def _signature(self, ports: str) -> dict[str, tuple[str, list[int]]]:
+        found = {}
+        for port in getattr(self.model, ports):
+            dims = [d.get_length() if d.is_static else -1 for d in port.get_partial_shape()]
+            kind = port.get_element_type().get_type_name()
+            found[port.get_any_name()] = (_TRITON_TYPES.get(kind, kind), dims)
+        return found
 
     def run(self, names: Sequence[str] | None, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Outputs ``names`` (all when None) for one batch of ``feeds``."""
