@@ -36,7 +36,17 @@ from typing import Any
 
 from filelock import FileLock
 
-__all__ = ["Builds", "Built", "Checkpoints", "SharedServer", "memoized_exports"]
+__all__ = ["Builds", "Built", "Checkpoints", "SharedServer", "memoized_exports", "native_backend"]
+
+
+def native_backend(backend: str = "onnxruntime") -> bool:
+    """Whether the servers the tests start serve ``backend``'s model steps natively (``TRITONGEN_BACKENDS``).
+
+    A native step runs inside tritonserver: it has no stub process of its own to kill, watch or weigh.
+    """
+    from tritongen.serve.backends import served_backends
+
+    return served_backends().of(backend) is not None
 
 
 def _key(*parts: Any) -> str:

@@ -48,7 +48,7 @@ def test_spec_refuses_what_the_openvino_runtime_cannot_serve(overrides, message)
         load_spec(model="m", runtime="openvino", **overrides)
 
 
-def test_backend_properties_read_the_native_backends_parameters_and_refuse_the_rest():
+def test_backend_properties_read_the_native_backends_parameters_and_ignore_the_rest():
     properties = backend_properties({"PERFORMANCE_HINT": "latency", "NUM_STREAMS": "auto", "HINT_BF16": "YES"})
     assert properties == {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "AUTO", "INFERENCE_PRECISION_HINT": "bf16"}
     assert backend_properties({"NUM_STREAMS": "2", "INFERENCE_NUM_THREADS": "1"}) == {
@@ -56,8 +56,10 @@ def test_backend_properties_read_the_native_backends_parameters_and_refuse_the_r
     }  # fmt: skip
     with pytest.raises(ValueError, match="HINT_BF16' to be YES"):
         backend_properties({"HINT_BF16": "NO"})
-    with pytest.raises(ValueError, match="not supported by the openvino backend"):
-        backend_properties({"intra_op_thread_count": "1"})
+    with pytest.raises(ValueError, match="NUM_STREAMS' to be either AUTO/NUMA"):
+        backend_properties({"NUM_STREAMS": "many"})
+    # As the native backend: a key it does not read is ignored, ours included (tests/test_backend_conformance.py).
+    assert backend_properties({"intra_op_thread_count": "1", "INFERENCE_PRECISION_HINT": "f32"}) == {}
 
 
 def test_the_local_backend_batches_as_the_onnxruntime_one():

@@ -178,9 +178,10 @@ def test_onnxruntime_backend_runs_requests_in_one_session_call(tmp_path):
     )
     (tmp_path / "1").mkdir()
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "1" / "model.onnx")
-    config = {
-        "input": [{"name": "input_ids"}, {"name": "attention_mask"}],
-        "output": [{"name": "logits", "data_type": "TYPE_FP32"}],
+    config = {  # as the server hands it over: every field filled
+        "max_batch_size": 8,
+        "input": [{"name": n, "data_type": "TYPE_INT64", "dims": [-1]} for n in ("input_ids", "attention_mask")],
+        "output": [{"name": "logits", "data_type": "TYPE_FP32", "dims": [1]}],
         "parameters": {"intra_op_thread_count": {"string_value": "1"}},
         "optimization": {"graph": {"level": -1}},
     }
@@ -210,8 +211,9 @@ def test_onnxruntime_backend_runs_and_returns_only_the_outputs_asked_for(tmp_pat
     (tmp_path / "1").mkdir()
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "1" / "model.onnx")
     config = {
-        "input": [{"name": "input_ids"}],
-        "output": [{"name": n, "data_type": "TYPE_FP32"} for n in ("raw", "SCORE")],
+        "max_batch_size": 8,
+        "input": [{"name": "input_ids", "data_type": "TYPE_INT64", "dims": [1]}],
+        "output": [{"name": n, "data_type": "TYPE_FP32", "dims": [1]} for n in ("raw", "SCORE")],
     }
     model = ort_model.TritonPythonModel()
     model.initialize(_args(tmp_path, config))

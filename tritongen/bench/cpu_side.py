@@ -7,8 +7,10 @@ real perf_analyzer over gRPC and HTTP with 1 and 32 texts per request, and reads
 processes spent (:mod:`tritongen.bench.cpu_use`). Each figure is set beside the in-process ceiling of the same
 ``tokenizer.json``, measured in the same run (:mod:`tritongen.bench.tokenize_rate`).
 
-Here the model step is a Python stand-in for the container's native ONNX Runtime backend: one more stub
-process and one more hop. Its own CPU time is measured apart, and the "container estimate" leaves it out.
+The free model step is served by Triton's native onnxruntime backend where ``TRITONGEN_BACKENDS`` has it, as the
+container serves it: its CPU is tritonserver's own (the frontend's). Without it, by the Python stand-in: one more
+stub process and one more hop, whose CPU time is measured apart and left out of the "native model step" figure.
+The report names which served it.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class CpuSideReport:
     ceiling: Ceiling
     instances: Mapping[str, int]  # instances per step as built
     command: str
+    model_step: str = ""  # what served the free model step: "onnxruntime r24.10 native, ONNX Runtime 1.28.0"
     notes: list[str] = field(default_factory=list)
 
     def rows(self) -> list[dict[str, object]]:
@@ -125,8 +128,9 @@ class CpuSideReport:
         lines = [
             f"# The CPU side of `{self.name}`: its model step free",
             "",
-            f"Command: `{self.command}`. The model step computes nothing (same tensors); everything else is the "
-            f"build as served: instances {', '.join(f'{k} {v}' for k, v in self.instances.items())}.",
+            f"Command: `{self.command}`. The model step computes nothing (same tensors), served by "
+            f"{self.model_step}; everything else is the build as served: instances "
+            f"{', '.join(f'{k} {v}' for k, v in self.instances.items())}.",
             "",
             f"In-process ceiling of the same `tokenizer.json` ({c.cores} cores): `encode_batch` in batches of 64 "
             f"**{c.limit:,.0f} texts/s** on every core, {c.one_thread['encode_batch_64']:,.0f} on one thread; the "
@@ -149,8 +153,9 @@ class CpuSideReport:
             "- *texts/s* is what perf_analyzer measured with the server and the client sharing this machine; "
             "*× ceiling* divides it by `encode_batch` on every core.",
             "- *texts/s per core* is texts over the CPU seconds of the server's processes (the client's not counted): "
-            "what one fully used core of a node carries. *Native model step* leaves out the local stand-in's stub "
-            "(the container runs the model step natively, with no Python hop): the container estimate.",
+            "what one fully used core of a node carries. *Native model step* leaves out a stand-in's stub, where one "
+            "served the model step (the container runs it natively, with no Python hop); served natively, the two "
+            "are the same figure.",
             *(f"- {note}" for note in self.notes),
         ]
         return "\n".join(lines) + "\n"
@@ -286,7 +291,8 @@ def measure_cpu_side(
             if tune_plan is not None:
                 points += _measure_settings(run, tune_plan, max(concurrency), console)
     command = f"python -m tritongen bench --name {name} --repository {repository} --free-model-step"
-    report = CpuSideReport(name, points, ceiling, _instances(repository, name), command)
+    served_by = server.backends.describe("onnxruntime")
+    report = CpuSideReport(name, points, ceiling, _instances(repository, name), command, served_by)
     _write(report, output)
     return report
 

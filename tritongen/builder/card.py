@@ -17,7 +17,7 @@ from tritongen.runtimes import Variant, get_runtime
 from tritongen.sizing import SizingReport
 from tritongen.tasks import BuildPlan
 
-__all__ = ["SEARCH_PLOT", "model_card", "required"]
+__all__ = ["SEARCH_PLOT", "backend_record", "model_card", "required"]
 
 SEARCH_PLOT = "int8_search.png"  # next to model_card.md
 
@@ -69,6 +69,7 @@ def model_card(
     ]
     lines += bound.card_lines
     lines.append(f"- served model: {get_runtime(spec.runtime).variant_name(spec, variant)} ({spec.runtime} runtime)")
+    lines.append(_backend_line(spec))
     lines.append(_sizing_line(spec, sizing))
     if folding is not None:
         lines.append(folding.card_line())
@@ -86,6 +87,26 @@ def model_card(
         if variant.search is not None:
             card += "\n" + variant.search.to_markdown(SEARCH_PLOT)
     return card
+
+
+def backend_record(spec: Any) -> dict[str, str]:
+    """What runs the model step on the node (the target container's backend) and what ran it here."""
+    from tritongen.containers import container
+    from tritongen.serve.backends import served_backends
+
+    runtime, target = get_runtime(spec.runtime), container(spec.containers[0])
+    release = runtime.container_release(target)
+    node = f"the {runtime.backend} backend of Triton {target.release}" + (
+        f", {runtime.title} {release}" if release else ""
+    )
+    here = served_backends(target.release).describe(runtime.backend) if runtime.local_backend else "not served here"
+    return {"node": node, "here": here}
+
+
+def _backend_line(spec: Any) -> str:
+    """The card's line on the backend that serves the model step on the node, and the one that served it here."""
+    record = backend_record(spec)
+    return f"- model step backend: {record['node']} on the node; served here by {record['here']}"
 
 
 def _sizing_line(spec: Any, sizing: SizingReport | None = None) -> str:

@@ -4,19 +4,25 @@ A build is a :class:`BuildPlan` (decided once, by :func:`inspect`) and a list of
 taking the plan and what earlier stages produced:
 
 inspect -> export ONNX -> parity gate -> optimise and gate -> check in the container's runtime ->
-record the canary -> fold the postprocess into the graph -> lay out the model step (measured, where the spec
-leaves it open) -> render and validate configs -> write (into a staging area) -> publish atomically. Nothing
+fold the postprocess into the graph -> lay out the model step (measured, where the spec leaves it open) ->
+render and validate configs -> record the canary -> write (into a staging area) -> publish atomically. Nothing
 reaches the repository before :func:`publish`.
+
+Where a native Triton backend serves the runtime (``TRITONGEN_BACKENDS``, :mod:`tritongen.serve.backends`), the
+layout timings and the canary record come from it, the model step served alone by a local tritonserver
+(:class:`~tritongen.serve.step_server.StepServer`): the release the target container links, and its reading of
+the config. Elsewhere they run in process with the session settings the config gives.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +31,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritongen.builder.card import SEARCH_PLOT, model_card, required
+from tritongen.builder.card import SEARCH_PLOT, backend_record, model_card, required
 from tritongen.builder.ensemble import step_configs
 from tritongen.builder.spec import check_spec
 from tritongen.buildspec import BuildSpec
@@ -44,17 +50,20 @@ from tritongen.model.fold import FOLD_TOLERANCE, FoldReport, fold_graph, prove
 from tritongen.precision.int8_search import SearchReport
 from tritongen.repository.canary import CANARY_FILE
 from tritongen.repository.canary import record as record_canary
+from tritongen.repository.canary import tolerance as canary_tolerance
 from tritongen.repository.layout import served_steps, served_windows
 from tritongen.repository.staging import Staging, staging
 from tritongen.runtimes import Export, Runtime, Variant, get_runtime
-from tritongen.sizing import SizingReport
+from tritongen.serve.backends import served_backends
+from tritongen.serve.step_server import StepCall, StepServer
+from tritongen.sizing import Layout, SizingReport
 from tritongen.sources import module_file
 from tritongen.tasks import BuildPlan, Task, detect_task, get_task, reference_postprocess
 from tritongen.tasks._base import NO_TOKENIZER_LIMIT
 
 __all__ = [
     "BuildResult", "Findings", "build_repository", "canary", "container_check", "export", "exported", "fold", "inspect",
-    "optimise", "parity", "publish", "render", "size", "write",
+    "optimise", "parity", "publish", "render", "served_step", "size", "write",
 ]  # fmt: skip
 
 SIZING_TEXTS = 32  # validation texts the layout stage times, spread over the file
@@ -120,10 +129,11 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
             report = parity(plan, onnx, console)
             variant = optimise(plan, onnx, console)
             checks = container_check(plan, onnx, variant, console)
-            canary(plan, onnx, work, console)
             folding = fold(plan, onnx, console)
-            plan, sizing = size(plan, onnx, console, folded=folding.folded)
-        configs = render(plan, folded=folding.folded)
+            with served_step(plan) as steps:
+                plan, sizing = size(plan, onnx, console, folded=folding.folded, steps=steps)
+                configs = render(plan, folded=folding.folded)
+                canary(plan, onnx, work, console, configs["model"][1], steps)
         write(plan, work, configs, Findings(report, variant, checks, folding, sizing))
         version = publish(plan, work, console)
     accuracy = None if variant is None else variant.accuracy
@@ -250,23 +260,73 @@ def container_check(plan: BuildPlan, onnx: Export, variant: Variant | None, cons
     return checks
 
 
-def canary(plan: BuildPlan, onnx: Export, work: Staging, console: Console) -> None:
-    """Stage 6: record the served model step's outputs on the parity texts (``canary.json``, for roll-outs).
+@contextlib.contextmanager
+def served_step(plan: BuildPlan) -> Iterator[StepServer | None]:
+    """A server for the model step alone where a native backend serves the build's runtime; else None."""
+    runtime = _runtime(plan)
+    backends = served_backends(plan.spec.containers[0])
+    if backends.of(runtime.backend) is None:
+        yield None
+        return
+    with StepServer(backends) as steps:
+        yield steps
 
-    A roll-out sends the same texts through the new version's steps in the server and must get these outputs
-    before traffic moves (``tritongen.serve.rollout``). Per-request tasks (NER, QA windows) and TensorRT plans
-    (built on the GPU node) record none; their roll-out canaries only need an answer.
+
+def _served_by(plan: BuildPlan, steps: StepServer | None) -> str:
+    """What runs the model step for the layout timings and the canary, in words."""
+    runtime = _runtime(plan)
+    if steps is not None:
+        return steps.backends.describe(runtime.backend)
+    return f"in process, {runtime.title} {_installed(runtime.package)} (as the {runtime.backend} stand-in runs it)"
+
+
+def _installed(package: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "(release unknown)"
+
+
+def _on_cpu(config: mc.ModelConfig, instances: int = 1) -> mc.ModelConfig:
+    """``config`` on ``instances`` CPU instances, no GPU accelerator: how this machine serves a GPU build's step."""
+    served = mc.ModelConfig()
+    served.CopyFrom(config)
+    del served.instance_group[:]
+    served.instance_group.add(count=instances, kind=mc.ModelInstanceGroup.KIND_CPU)
+    served.optimization.ClearField("execution_accelerators")
+    return served
+
+
+def canary(
+    plan: BuildPlan, onnx: Export, work: Staging, console: Console, config: mc.ModelConfig, steps: StepServer | None
+) -> None:
+    """Stage 10: record the served model step's outputs on the parity texts (``canary.json``, for roll-outs).
+
+    The step runs as the node runs it (``config``, the rendered model step): through the native backend where
+    ``steps`` serves it, else in process with the session settings the config gives. A roll-out sends the same
+    texts through the new version's steps in the server and must get these outputs, within the precision's
+    tolerance, before traffic moves (``tritongen.serve.rollout``). Per-request tasks (NER, QA windows) and
+    TensorRT plans (built on the GPU node) record none; their roll-out canaries only need an answer.
     """
-    bound = plan.bound
-    if not bound.batched_io or not _runtime(plan).serves_onnx or not bound.modality.records_canary:
+    bound, runtime = plan.bound, _runtime(plan)
+    if not bound.batched_io or not runtime.serves_onnx or not bound.modality.records_canary:
         return
     with console.status("Recording the canary outputs…"), stage("canary record"):
+        if steps is not None:
+            name = steps.load(onnx.target.parent, _on_cpu(config))
+            run = steps.call(name)
+        else:
+            run = runtime.served_session(onnx.target, plan.spec)
+        assert run is not None
         segments = (PARITY_TEXTS, plan.pairs(PARITY_TEXTS))
         record_canary(
-            work.version_dir(plan.names["ensemble"]) / CANARY_FILE, onnx.target, onnx.encoder,
+            work.version_dir(plan.names["ensemble"]) / CANARY_FILE, run, onnx.encoder,
             output=bound.onnx_output.name,
             inputs={t.name: list(texts) for t, texts in zip(required(bound.ensemble_inputs), segments)},
-            tolerance=plan.spec.parity_tolerance,
+            tolerance_of=functools.partial(canary_tolerance, plan.spec.precision, plan.spec.parity_tolerance),
+            served_by=_served_by(plan, steps),
         )  # fmt: skip
 
 
@@ -366,13 +426,14 @@ def _same_windows(plan: BuildPlan) -> None:
 
 
 def size(
-    plan: BuildPlan, onnx: Export, console: Console, *, folded: bool = False
+    plan: BuildPlan, onnx: Export, console: Console, *, folded: bool = False, steps: StepServer | None = None
 ) -> tuple[BuildPlan, SizingReport | None]:
     """Stage 8: where the spec leaves the model step's layout open on a CPU node, measure a few and take one.
 
     The plan comes back with the chosen layout in its spec (``tritongen.sizing``); unchanged, with no report,
     where the spec sizes the step itself (or ``model_layout.measure`` is off) or the task's inputs are not text.
     The Python steps' instances (the postprocess step's unless ``folded``) keep a core each from threads that spin.
+    Each layout is served by the native backend where ``steps`` serves it, with its config as rendered.
     """
     spec, runtime = plan.spec, _runtime(plan)
     if not spec.model_layout.measure or plan.bound.modality.name != "text":
@@ -386,20 +447,47 @@ def size(
     cores = spec.cpu_cores or 1
     python_steps = [spec.tokenizer_instances] + ([] if folded else [spec.postprocess_instances])
     layouts = candidates(cores, reserved=sum(group.count or 1 for group in python_steps))
+
+    def laid_out(layout: Layout) -> BuildPlan:
+        return dataclasses.replace(plan, spec=runtime.with_layout(spec, layout))
+
+    def in_process(layout: Layout) -> Any:
+        return runtime.served_session(onnx.target, laid_out(layout).spec)
+
+    open_session: Callable[[Layout], Any] = in_process
+    if steps is not None:
+        open_session = _ServedLayouts(
+            steps, onnx.target.parent, lambda l_: render(laid_out(l_), folded=folded)["model"][1]
+        )
     start = time.perf_counter()
     with console.status("Measuring the model step's layouts…") as status, stage("model step layout"):
         measured = measure_layouts(
             layouts,
-            lambda layout: runtime.sizing_session(onnx.target, runtime.with_layout(spec, layout)),
+            open_session,
             lambda batch: onnx.encoder(list(batch), plan.pairs(list(batch))),
             texts,
             progress=lambda message: status.update(f"Measuring the {message}…"),
         )
     chosen, why = choose(measured, spec.model_layout.prefer)
     report = SizingReport(spec.model_layout.prefer, cores, measured, chosen, why, len(texts),
-                          time.perf_counter() - start)  # fmt: skip
+                          time.perf_counter() - start, measured_on=_served_by(plan, steps))  # fmt: skip
     console.print(f"[green]Model step layout[/]: {chosen.layout.label}, because {why} ({report.seconds:.0f} s)")
     return dataclasses.replace(plan, spec=runtime.with_layout(spec, chosen.layout)), report
+
+
+class _ServedLayouts:
+    """Opens a layout's instances in the step server: the step loaded once per layout, one caller per instance."""
+
+    def __init__(self, steps: StepServer, version_dir: Path, config_of: Callable[[Layout], mc.ModelConfig]) -> None:
+        self.steps, self.version_dir, self.config_of = steps, version_dir, config_of
+        self.current: tuple[Layout, str] | None = None
+
+    def __call__(self, layout: Layout) -> StepCall:
+        if self.current is None or self.current[0] != layout:
+            if self.current is not None:
+                self.steps.unload(self.current[1])
+            self.current = (layout, self.steps.load(self.version_dir, self.config_of(layout)))
+        return self.steps.call(self.current[1])
 
 
 def render(plan: BuildPlan, *, folded: bool = False) -> dict[str, tuple[str, mc.ModelConfig]]:
@@ -480,6 +568,7 @@ def _build_record(plan: BuildPlan, variant: Variant | None) -> dict[str, Any]:
         "inputs": plan.inputs,
         "position_limit": plan.facts.position_limit,
         "variant": _runtime(plan).variant_name(plan.spec, variant),
+        "model_step_backend": backend_record(plan.spec),
         "accuracy": None if variant is None else variant.accuracy.__dict__,
         "int8_search": None if variant is None or variant.search is None else variant.search.to_dict(),
     }

@@ -96,7 +96,7 @@ def validate_ensemble(ensemble: mc.ModelConfig, models: Mapping[str, mc.ModelCon
         model = models.get(step.model_name)
         if model is None:
             raise ConfigValidationError(f"ensemble `{ensemble.name}` calls `{step.model_name}`, which is not generated")
-        if ensemble.max_batch_size > model.max_batch_size:
+        if model.max_batch_size and ensemble.max_batch_size > model.max_batch_size:  # 0: it takes whole requests
             raise ConfigValidationError(
                 f"step `{model.name}` has max_batch_size {model.max_batch_size}, "
                 f"below the ensemble's {ensemble.max_batch_size}"

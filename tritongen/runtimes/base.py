@@ -212,13 +212,15 @@ class Runtime:
 
     @property
     def measures_layout(self) -> bool:
-        """Whether the build can time this runtime's layouts in process (it overrides :meth:`sizing_session`)."""
-        return type(self).sizing_session is not Runtime.sizing_session
+        """Whether the build times this runtime's layouts (it overrides :meth:`served_session`)."""
+        return type(self).served_session is not Runtime.served_session
 
-    def sizing_session(self, path: Path, spec: BuildSpec) -> Callable[[dict[str, Any]], Any] | None:
-        """One model-step instance's session as ``spec`` lays it out, in process, for the layout stage.
+    def served_session(self, path: Path, spec: BuildSpec) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+        """One model-step instance of ``path`` in process, with the session settings ``spec``'s config gives it.
 
-        None: the runtime's layout is not measured (its CPU default stands).
+        It answers a call's feeds with every output by name: the layout stage's timings and the canary's record
+        where no native backend serves this runtime. None: the runtime's layout is not measured (its CPU default
+        stands).
         """
         return None
 

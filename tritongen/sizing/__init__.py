@@ -80,13 +80,14 @@ class SizingReport:
     texts: int  # distinct texts measured with
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    measured_on: str = ""  # what ran the step: "onnxruntime r24.10 native, ONNX Runtime 1.28.0", or in process
 
     def to_dict(self) -> dict[str, Any]:
         """For ``build.json``."""
         return {
             "prefer": self.prefer, "cores": self.cores, "chosen": self.chosen.to_dict(), "why": self.why,
             "measured": [m.to_dict() for m in self.measurements], "texts": self.texts,
-            "seconds": round(self.seconds, 1), "notes": self.notes,
+            "seconds": round(self.seconds, 1), "notes": self.notes, "measured_on": self.measured_on,
         }  # fmt: skip
 
     def card_lines(self) -> list[str]:
@@ -94,8 +95,9 @@ class SizingReport:
         best_one = min(m.one_ms for m in self.measurements)
         best_rate = max(m.texts_per_s for m in self.measurements)
         lines = [
-            f"Measured in process on the served model for a {self.cores}-core node, {self.texts} validation texts "
-            f"one at a time and {SATURATION} in flight, in {self.seconds:.0f} s; preference `{self.prefer}`.",
+            f"Measured on the served model ({self.measured_on or 'in process'}) for a {self.cores}-core node, "
+            f"{self.texts} validation texts one at a time and {SATURATION} in flight, in {self.seconds:.0f} s; "
+            f"preference `{self.prefer}`.",
             "",
             "| layout | one request ms | vs best | texts/s, 16 in flight | vs best | |",
             "|---|---:|---:|---:|---:|---|",

@@ -90,7 +90,7 @@ class OnnxRuntime(Runtime):
 
         return container_check(self, plan, onnx, variant, console, release, python)
 
-    def sizing_session(self, path: Path, spec: BuildSpec) -> Callable[[dict[str, Any]], Any]:
+    def served_session(self, path: Path, spec: BuildSpec) -> Callable[[dict[str, Any]], dict[str, Any]]:
         """A CPU session with the options the onnxruntime backend reads from the config this spec renders."""
         import onnxruntime as ort
 
@@ -102,7 +102,8 @@ class OnnxRuntime(Runtime):
             "optimization": {"graph": {"level": settings.graph_optimization_level}},
         }
         session = ort.InferenceSession(str(path), session_options(config), providers=["CPUExecutionProvider"])
-        return lambda feeds: session.run(None, feeds)
+        names = [output.name for output in session.get_outputs()]
+        return lambda feeds: dict(zip(names, session.run(names, feeds), strict=True))
 
     def model_config(self, step: ModelStep) -> ModelConfig:
         """The onnxruntime backend: session threads in ``parameters``, graph level and the optional TensorRT EP."""

@@ -91,7 +91,7 @@ class OpenVino(Runtime):
         return container_check(plan, onnx, variant, console, release, python)
 
     def model_config(self, step: ModelStep) -> ModelConfig:
-        """The native openvino backend on the IR; the local backend reads the same parameters."""
+        """The native openvino backend on the IR, one request at a time; the stand-in reads the same parameters."""
         from tritongen.configs.model_config import ModelConfig
 
         settings = step.spec.section(OpenVinoSettings)
@@ -101,8 +101,11 @@ class OpenVino(Runtime):
         }
         if settings.inference_threads:
             parameters["INFERENCE_NUM_THREADS"] = str(settings.inference_threads)
+        # Whole requests, not batches of them: with max_batch_size above 0 the native backend answers only batches of
+        # exactly that many rows, and its batch padding (the way around) is broken upstream (r24.10 to main).
+        common = {**step.common(), "max_batch_size": 0, "dynamic_batching": None}
         return ModelConfig(
-            **step.common(),
+            **common,
             backend=self.backend,
             default_model_filename=self.model_file,
             instance_group=step.instances(),
