@@ -36,7 +36,7 @@ from typing import Any
 
 from filelock import FileLock
 
-__all__ = ["Builds", "Built", "Checkpoints", "SharedServer", "memoized_exports", "native_backend"]
+__all__ = ["Builds", "Built", "Checkpoints", "SharedServer", "memoized_exports", "native_backend", "step_alone"]
 
 
 def native_backend(backend: str = "onnxruntime") -> bool:
@@ -47,6 +47,33 @@ def native_backend(backend: str = "onnxruntime") -> bool:
     from tritongen.serve.backends import served_backends
 
     return served_backends().of(backend) is not None
+
+
+def step_alone(model_folder: Path, feeds: dict[str, Any], version: int = 1) -> dict[str, Any]:
+    """The outputs of a built model step (``<name>_model``) for one call's ``feeds``, run as the servers here run it.
+
+    Through its native backend where the tests' servers have one (a server of that step alone), else in process
+    with the session settings its config gives, as the stand-in runs it.
+    """
+    from google.protobuf import json_format
+
+    from tritongen.repository.layout import read_config
+    from tritongen.serve.backends import served_backends
+    from tritongen.serve.step_server import StepServer, on_cpu
+
+    config = on_cpu(read_config(model_folder / "config.pbtxt"))
+    backends = served_backends()
+    if backends.of(config.backend) is not None:
+        with StepServer(backends) as steps:
+            return steps.call(steps.load(model_folder / str(version), config))(feeds)
+    import onnxruntime as ort
+
+    from tritongen.runtimes.onnxruntime.backend import session_options
+
+    options = session_options(json_format.MessageToDict(config, preserving_proto_field_name=True))
+    session = ort.InferenceSession(str(model_folder / str(version) / "model.onnx"), options)
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feeds), strict=True))
 
 
 def _key(*parts: Any) -> str:

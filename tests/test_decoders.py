@@ -92,19 +92,13 @@ def test_text_encoder_pads_and_buckets_on_the_left_when_the_tokenizer_declares_i
     assert left["input_ids"][0, -1] == right["input_ids"][0, lengths[0] - 1] == 0  # <|endoftext|> appended
 
 
-def test_onnxruntime_backend_widens_and_trims_on_the_left_when_requests_are_left_padded():
+def test_onnxruntime_backend_widens_on_the_left_when_requests_are_left_padded():
     first = np.array([[0, 0, 1, 1]])  # a request padded on the left to 4
     second = np.array([[0, 0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1, 1]])  # another, padded to 8
     side = ort_model.padding_side([first, second])
     assert side == "left" and ort_model.padding_side([np.array([[1, 1, 0]])]) == "right"
     merged = ort_model.pad_and_concatenate([first, second], side)
     assert merged[0].tolist() == [0, 0, 0, 0, 0, 0, 1, 1]
-    inputs = {"attention_mask": merged, "input_ids": merged * 7}
-    assert ort_model.padding_columns(inputs) == (3, 0)
-    trimmed = ort_model.trim_padding(inputs)
-    assert trimmed["attention_mask"].tolist() == [[0, 0, 0, 1, 1], [0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]
-    restored = ort_model.restore_width(np.arange(15).reshape(3, 5), 5, 8, lead=3)
-    assert restored[0].tolist() == [0, 0, 0, 0, 1, 2, 3, 4]
 
 
 # --- the Python steps: prompts and DIMENSIONS -------------------------------------------------------------------

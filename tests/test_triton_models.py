@@ -226,14 +226,3 @@ def test_onnxruntime_backend_runs_and_returns_only_the_outputs_asked_for(tmp_pat
     responses = model.execute([Request({"input_ids": ids}, requested=("SCORE",))])
     assert asked[-1] == ["SCORE"] and [t.name() for t in responses[0].output_tensors] == ["SCORE"]
     assert responses[0].output("SCORE").tolist() == [[-2.0]]
-
-
-def test_trim_padding_drops_columns_padded_in_every_row():
-    inputs = {
-        "input_ids": np.array([[5, 6, 0, 0], [7, 0, 0, 0]], np.int64),
-        "attention_mask": np.array([[1, 1, 0, 0], [1, 0, 0, 0]], np.int64),
-    }
-    trimmed = ort_model.trim_padding(inputs)
-    assert trimmed["input_ids"].tolist() == [[5, 6], [7, 0]]
-    assert ort_model.restore_width(np.ones((2, 2, 3)), 2, 4).shape == (2, 4, 3)
-    assert ort_model.restore_width(np.ones((2, 3)), 2, 4).shape == (2, 3)

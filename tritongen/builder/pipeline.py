@@ -55,7 +55,7 @@ from tritongen.repository.layout import served_steps, served_windows
 from tritongen.repository.staging import Staging, staging
 from tritongen.runtimes import Export, Runtime, Variant, get_runtime
 from tritongen.serve.backends import served_backends
-from tritongen.serve.step_server import StepCall, StepServer
+from tritongen.serve.step_server import StepCall, StepServer, on_cpu
 from tritongen.sizing import Layout, SizingReport
 from tritongen.sources import module_file
 from tritongen.tasks import BuildPlan, Task, detect_task, get_task, reference_postprocess
@@ -289,16 +289,6 @@ def _installed(package: str) -> str:
         return "(release unknown)"
 
 
-def _on_cpu(config: mc.ModelConfig, instances: int = 1) -> mc.ModelConfig:
-    """``config`` on ``instances`` CPU instances, no GPU accelerator: how this machine serves a GPU build's step."""
-    served = mc.ModelConfig()
-    served.CopyFrom(config)
-    del served.instance_group[:]
-    served.instance_group.add(count=instances, kind=mc.ModelInstanceGroup.KIND_CPU)
-    served.optimization.ClearField("execution_accelerators")
-    return served
-
-
 def canary(
     plan: BuildPlan, onnx: Export, work: Staging, console: Console, config: mc.ModelConfig, steps: StepServer | None
 ) -> None:
@@ -315,7 +305,7 @@ def canary(
         return
     with console.status("Recording the canary outputs…"), stage("canary record"):
         if steps is not None:
-            name = steps.load(onnx.target.parent, _on_cpu(config))
+            name = steps.load(onnx.target.parent, on_cpu(config))
             run = steps.call(name)
         else:
             run = runtime.served_session(onnx.target, plan.spec)

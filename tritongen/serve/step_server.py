@@ -23,9 +23,24 @@ from tritongen.errors import ServerError
 from tritongen.serve.backends import ServedBackends
 from tritongen.serve.server import Endpoints, TritonServer
 
-__all__ = ["StepCall", "StepServer"]
+__all__ = ["StepCall", "StepServer", "on_cpu"]
 
 StepCall = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]  # one call's inputs -> its outputs by name
+
+
+def on_cpu(config: Any, instances: int = 1) -> Any:
+    """``config`` (a ``ModelConfig`` message) on ``instances`` CPU instances, without a GPU accelerator.
+
+    How a machine without a GPU serves a GPU build's model step.
+    """
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    served = mc.ModelConfig()
+    served.CopyFrom(config)
+    del served.instance_group[:]
+    served.instance_group.add(count=instances, kind=mc.ModelInstanceGroup.KIND_CPU)
+    served.optimization.ClearField("execution_accelerators")
+    return served
 
 
 class StepServer:

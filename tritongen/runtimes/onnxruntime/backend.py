@@ -5,17 +5,16 @@ The pytriton build of ``tritonserver`` ships only the Python backend. Installed 
 says ``backend: "onnxruntime"`` -- the same config files the official container serves
 with its native onnxruntime backend.
 
-All requests of one ``execute`` are padded to a common sequence length, concatenated and
-run in a single ``InferenceSession.run``; the outputs are split back per request. Columns
-that are padding in every row (``attention_mask`` all zero) are cut off before the run, at
-either end: the tokenizer pads to length buckets so that Triton can batch equal shapes, and on
-a CPU that padding would otherwise be computed. Outputs that keep a sequence axis are padded
-back on the side they were cut from. Requests padded on the left (a checkpoint whose tokenizer
-declares ``padding_side: left``; their mask starts with zeros and ends with ones) are widened
-on the left too, so every row keeps its padding on one side.
+All requests of one ``execute`` are concatenated and run in a single ``InferenceSession.run``, every column as
+sent (the tokenizer pads each request to its length bucket, and the native backend computes that padding too: a
+dynamic INT8 model's scales see it); the outputs are split back per request. Triton batches only requests of one
+shape; should widths differ, the narrower are widened with padding on the side their requests are padded on
+(``padding_side: left`` checkpoints: masks that start with zeros and end with ones).
 Session settings come from the config exactly as the native backend reads them (:func:`session_options`), so
 that what is measured here is what the container runs, and a config the native backend refuses at load is refused
 here too, with its words (:func:`native_refusal`; ``tests/test_backend_conformance.py`` holds both to one table).
+What still differs: each execute is one more process hop (the Python stub), and its ONNX Runtime is the
+project's own release, not the container's.
 """
 
 from __future__ import annotations
@@ -37,11 +36,8 @@ __all__ = [
     "cpp_int",
     "native_refusal",
     "pad_and_concatenate",
-    "padding_columns",
     "padding_side",
-    "restore_width",
     "session_options",
-    "trim_padding",
 ]
 
 # Triton's ``optimization.graph.level`` -> ONNX Runtime's, as the native backend maps it (``src/onnxruntime.cc``,
@@ -239,39 +235,6 @@ def padding_side(masks: list[np.ndarray]) -> str:
     return "right"
 
 
-def trimmed_width(inputs: dict[str, np.ndarray]) -> int:
-    """Sequence width of (trimmed) inputs; 0 when they have no sequence axis."""
-    first = next(iter(inputs.values()))
-    return int(first.shape[1]) if first.ndim > 1 else 0
-
-
-def padding_columns(inputs: dict[str, np.ndarray]) -> tuple[int, int]:
-    """How many leading and trailing columns are padding in every row (at least one column stays)."""
-    mask = inputs.get("attention_mask")
-    if mask is None or mask.ndim != 2:
-        return 0, 0
-    used = np.flatnonzero(mask.any(axis=0))
-    if not used.size:
-        return 0, mask.shape[1] - 1
-    return int(used[0]), mask.shape[1] - int(used[-1]) - 1
-
-
-def trim_padding(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Drop the leading and trailing columns where ``attention_mask`` is zero in every row (keeps at least one)."""
-    lead, trail = padding_columns(inputs)
-    if not lead and not trail:
-        return inputs
-    return {name: np.ascontiguousarray(array[:, lead : array.shape[1] - trail]) for name, array in inputs.items()}
-
-
-def restore_width(output: np.ndarray, trimmed: int, original: int, lead: int = 0) -> np.ndarray:
-    """Pad an output's sequence axis back to ``original`` from ``trimmed`` (``lead`` columns were cut in front)."""
-    if output.ndim < 2 or trimmed == original or output.shape[1] != trimmed:
-        return output
-    pad = [(0, 0), (lead, original - trimmed - lead)] + [(0, 0)] * (output.ndim - 2)
-    return np.pad(output, pad)
-
-
 class TritonPythonModel:
     """Runs the model step with ONNX Runtime.
 
@@ -307,8 +270,6 @@ class TritonPythonModel:
             raise FileNotFoundError(f"model file `{path}` is missing")
         self.input_names = [inp["name"] for inp in config["input"]]
         self.max_batch_size = int(config.get("max_batch_size", 0))
-        # Outputs whose first non-batch axis is the (variable) sequence axis.
-        self.sequence_outputs = {out["name"] for out in config["output"] if list(out.get("dims", []))[:1] == [-1]}
         self.outputs = {
             out["name"]: pb_utils.triton_string_to_numpy(out["data_type"]) if pb_utils else np.float32
             for out in config["output"]
@@ -332,9 +293,6 @@ class TritonPythonModel:
             return [pb_utils.InferenceResponse(error=pb_utils.TritonError(refused)) for _ in requests]
         side = padding_side(feeds.get("attention_mask", []))
         inputs = {name: pad_and_concatenate(arrays, side) for name, arrays in feeds.items()}
-        width = inputs[self.input_names[0]].shape[1] if inputs[self.input_names[0]].ndim > 1 else 0
-        lead, _ = padding_columns(inputs)
-        inputs = trim_padding(inputs)
         # Only what some request asked for: an ensemble step asks for the outputs it maps, so a graph that
         # also keeps its raw output (a folded postprocess) does not copy it back for nothing.
         every = set(self.outputs)
@@ -345,10 +303,7 @@ class TritonPythonModel:
         except Exception as exc:  # onnxruntime raises its own exception types for bad inputs
             error = pb_utils.TritonError(f"{self.runtime} failed: {exc}".splitlines()[0])
             return [pb_utils.InferenceResponse(error=error) for _ in requests]
-        results = {
-            name: restore_width(value, trimmed_width(inputs), width, lead) if name in self.sequence_outputs else value
-            for name, value in zip(names, values)
-        }
+        results = dict(zip(names, values, strict=True))
         responses = []
         start = 0
         for size, asked in zip(sizes, wanted):
