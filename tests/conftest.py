@@ -96,6 +96,8 @@ _LONGEST_FIRST = (
     "test_step_imports",
     "test_wheel",
     "test_rollout",
+    "test_rollout_precisions",
+    "test_backend_conformance",
     "test_st_peer",
     "test_tune",
     "test_cpu_side",

@@ -80,6 +80,37 @@ def repo(built, builds, tmp_path_factory):
     return builds.repository(*built, into=tmp_path_factory.mktemp("openvino") / "repo")
 
 
+def test_the_native_backend_computes_in_the_precision_the_card_names(repo, tmp_path):
+    """On a CPU with BF16 the 24.10 backend runs an FP32 IR in BF16 (OpenVINO 2024.4's default), elsewhere in FP32.
+
+    The model step alone through the native backend, against OpenVINO 2024.4 itself (the 24.10 container's venv)
+    at each precision: it must equal the precision the card names for this CPU, and not the other one.
+    """
+    from tests.builds import native_backend, step_alone
+    from tritongen.gates.compat import ContainerSession
+    from tritongen.steps.tokenizer import TextEncoder
+
+    if not native_backend("openvino") or container_python("24.10") is None:
+        pytest.skip("needs the native openvino backend (TRITONGEN_BACKENDS) and the 24.10 venv (make compat-venv)")
+    texts = ["a short text", "the native backend's precision, measured on a longer text than the first"] * 4
+    tokenizer = repo / "emb_ov_tokenizer" / "1" / "tokenizer.json"
+    feeds = TextEncoder(str(tokenizer), 64, [64], input_names=["input_ids", "attention_mask", "token_type_ids"])(texts)
+    served = step_alone(repo / "emb_ov_model", feeds)
+    output = next(iter(served))
+    diffs = {}
+    for precision in ("f32", "bf16"):
+        with ContainerSession(repo / "emb_ov_model" / "1" / "model.xml", container_python("24.10"), precision) as run:
+            (expected,) = run.run([output], feeds)
+        diffs[precision] = float(np.abs(served[output] - expected).max())
+    runs = "bf16" if "bf16" in cpu_precisions() else "f32"
+    other = "f32" if runs == "bf16" else "bf16"
+    assert diffs[runs] <= 1e-5, diffs
+    if runs == "bf16":  # where the CPU has no BF16, both hints run FP32
+        assert diffs[other] > 10 * max(diffs[runs], 1e-7), diffs
+    card = (repo / "emb_ov" / "1" / "model_card.md").read_text()
+    assert "runs in BF16 on a node whose CPU has AVX512_BF16 or AMX" in card
+
+
 def test_the_build_serves_ir_with_the_native_backends_config_and_gates_each_precision(repo):
     version = repo / "emb_ov_model" / "1"
     assert sorted(p.name for p in version.iterdir()) == ["model.bin", "model.xml"]

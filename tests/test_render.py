@@ -109,6 +109,22 @@ def test_parse_config_raises_when_text_is_not_a_model_config():
         parse_config('name: "x"\nbackend: "python"\nmax_batch_size: "many"\n', "x")
 
 
+def test_parse_config_refuses_batch_padding_which_is_broken_upstream():
+    text = 'name: "x"\nbackend: "openvino"\nparameters { key: "ENABLE_BATCH_PADDING" value { string_value: "YES" } }\n'
+    with pytest.raises(ConfigValidationError, match="sets parameter ENABLE_BATCH_PADDING: the openvino backend's"):
+        parse_config(text, "x")
+
+
+def test_validate_ensemble_accepts_a_step_that_takes_whole_requests_in_a_batched_ensemble():
+    """The openvino model step: max_batch_size 0, the batch axis in its dims (Triton expands the others' shapes)."""
+    configs = _configs()
+    model = configs["model"]
+    model.max_batch_size = 0
+    for tensor in list(model.input) + list(model.output):
+        tensor.dims.insert(0, -1)
+    validate_ensemble(configs["ensemble"], {c.name: c for c in configs.values()})
+
+
 def _configs():
     rendered = _render(BuildSpec(model="m", name="s"))
     return {step: config for step, (_, config) in rendered.items()}

@@ -40,6 +40,7 @@ class BenchReport:
     tuning: list[TunePoint] = field(default_factory=list)  # the instance/thread sweep, the built setting first
     tail: TailReport | None = None  # the slowest 1% of traced requests against the median (tritongen.bench.tail)
     tuned_backend: str = ""  # the model step's backend (which spec section holds its threads)
+    served_by: Mapping[str, str] = field(default_factory=dict)  # backend -> what served its steps (native or stand-in)
 
     def budgets(self, concurrency: int = 1) -> list[LatencyBudget]:
         """The latency budget of each Triton configuration measured at ``concurrency``."""
@@ -174,6 +175,8 @@ def summary_markdown(report: BenchReport) -> str:
     """The summary: the sweep table, the ratios, the ceiling and the per-step breakdown."""
     c = report.top_concurrency
     lines = [f"# Benchmark of `{report.name}`", "", f"Command: `{report.command}`", ""]
+    if report.served_by:
+        lines += ["Model steps served by: " + "; ".join(f"{b}: {what}" for b, what in report.served_by.items()), ""]
     if any(not p.stable for p in report.points):
         lines += [
             "Rows marked *unstable* did not settle within 15% over 10 trials (a noisy machine) and were "

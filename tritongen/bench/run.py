@@ -170,6 +170,7 @@ class _ServerFigures:
     tuning: list[TunePoint]
     script: PeerComparison | None = None
     tail: TailReport | None = None
+    served_by: dict[str, str] = field(default_factory=dict)  # backend -> what served its steps
 
 
 def _peer_skipped(run: _BenchRun, baseline: str, venv: Path, ready: bool) -> bool:
@@ -359,7 +360,7 @@ def _measure_server(run: _BenchRun, tune_plan: TunePlan | None) -> _ServerFigure
             script = _measure_script(run, server.http_url)
             gateway = _measure_gateway(run, server)
             tuning = _measure_tuning(run, tune_plan, server)
-    return _ServerFigures(points, breakdown, ensembles, peer, gateway, tuning, script, tail)
+    return _ServerFigures(points, breakdown, ensembles, peer, gateway, tuning, script, tail, server.backends.to_dict())
 
 
 def _measure_pipeline(run: _BenchRun) -> list[PerfPoint]:
@@ -411,7 +412,7 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
         name=name, points=points, breakdown=served.breakdown, ceiling=_measure_in_process(run), command=command,
         ensembles=served.ensembles, peer=served.peer, gateway=served.gateway, tuning=served.tuning,
         script=served.script, tail=served.tail,
-        tuned_backend=tune_plan.backend if tune_plan else "",
+        tuned_backend=tune_plan.backend if tune_plan else "", served_by=served.served_by,
     )  # fmt: skip
     paths = write_report(report, run.results)
     console.print(paths["summary"].read_text())

@@ -38,6 +38,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the process exit code."""
     args = _parser().parse_args(argv)
     try:
+        if getattr(args, "backends", None):  # for this process and every server or build it starts
+            from tritongen.serve.backends import BACKENDS_ENV, backends_folder
+
+            os.environ[BACKENDS_ENV] = str(backends_folder(args.backends))
         code = args.func(args)
     except TritongenError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from tritongen.cli.options import add_server_options, ints
+from tritongen.cli.options import add_backends_option, add_server_options, ints
 
 __all__ = ["register"]
 
@@ -67,6 +67,7 @@ def _bench_options(bench: argparse.ArgumentParser) -> None:
     tuning.add_argument(
         "--threads", help="comma-separated threads per model instance (0: the runtime's default), e.g. 0,1,2"
     )
+    add_backends_option(bench)
     bench.set_defaults(func=_bench)
 
 

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from tritongen.cli.options import ints
+from tritongen.cli.options import add_backends_option, ints
 
 __all__ = ["register"]
 
@@ -97,6 +97,7 @@ def _build_options(build: argparse.ArgumentParser) -> None:
     _add_gate_options(build)
     _add_runtime_options(build)
     _add_task_options(build)
+    add_backends_option(build)
     build.set_defaults(func=_build)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from tritongen.errors import UsageError
 
-__all__ = ["DeferredParser", "add_name", "add_server_options", "ensemble_name", "ints"]
+__all__ = ["DeferredParser", "add_backends_option", "add_name", "add_server_options", "ensemble_name", "ints"]
 
 
 class DeferredParser(argparse.ArgumentParser):
@@ -61,6 +61,16 @@ def add_server_options(parser: argparse.ArgumentParser, *ports: str) -> None:
     for port, default in defaults.items():
         shown = not ports or port in ports
         parser.add_argument(f"--{port}-port", type=int, default=default, help=None if shown else argparse.SUPPRESS)
+
+
+def add_backends_option(parser: argparse.ArgumentParser) -> None:
+    """``--backends DIR``: Triton's native backends to serve the model steps with ($TRITONGEN_BACKENDS over)."""
+    parser.add_argument(
+        "--backends",
+        metavar="DIR",
+        help="a folder of Triton's native backends (one folder per backend, as /opt/tritonserver/backends) that "
+        "serve the model steps here (default: $TRITONGEN_BACKENDS; neither: the Python stand-ins)",
+    )
 
 
 def add_name(parser: argparse.ArgumentParser, default: str) -> None:

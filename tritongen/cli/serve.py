@@ -11,7 +11,7 @@ import json
 from functools import partial
 from pathlib import Path
 
-from tritongen.cli.options import add_server_options
+from tritongen.cli.options import add_backends_option, add_server_options
 from tritongen.contract import CANDIDATE_LABELS, CONTEXT, QUESTION, TEXT, TEXT_PAIR
 from tritongen.errors import UsageError
 
@@ -69,6 +69,7 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
         help="reload a Python step whose stub process dies",
     )
     serve.add_argument("--admin-key-file", type=Path, help=_ADMIN_KEY_HELP)
+    add_backends_option(serve)
     add_server_options(serve)
     serve.set_defaults(func=_serve)
 

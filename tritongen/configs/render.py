@@ -19,7 +19,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritongen.configs.model_config import ModelConfig, to_text
 from tritongen.errors import ConfigValidationError
 
-__all__ = ["parse_config", "render_all", "render_config", "validate_ensemble"]
+__all__ = ["REFUSED_PARAMETERS", "parse_config", "render_all", "render_config", "validate_ensemble"]
+
+# Parameters no config of ours may carry, and why. The openvino backend's batch padding is broken upstream (r24.10
+# to main): after a padded batch a full one fails, and concurrent padded batches answer wrong values.
+REFUSED_PARAMETERS = {
+    "ENABLE_BATCH_PADDING": "the openvino backend's batch padding is broken upstream (wrong answers under load)",
+}
 
 
 def render_config(config: ModelConfig) -> tuple[str, mc.ModelConfig]:
@@ -44,6 +50,8 @@ def parse_config(text: str, name: str) -> mc.ModelConfig:
     for tensor in list(config.input) + list(config.output):
         if not tensor.dims:
             raise ConfigValidationError(f"tensor `{tensor.name}` of `{name}` has no dims")
+    for key in set(config.parameters) & set(REFUSED_PARAMETERS):
+        raise ConfigValidationError(f"config of `{name}` sets parameter {key}: {REFUSED_PARAMETERS[key]}")
     return config
 
 

@@ -127,6 +127,7 @@ def serve(options: ServeOptions, *, log: Callable[[str], None] = print) -> None:
             f"metrics {options.host}:{options.metrics_port}{health} (log: {server.log_file}). "
             f"Ctrl-C or SIGTERM stops it ({options.grace_period}s grace)."
         )
+        log("Model steps served by: " + "; ".join(server.backends.lines()))
         if key_file is not None:
             log(f"The admin key (model loading and unloading) is in {key_file}.")
         _wait(server, stopping)

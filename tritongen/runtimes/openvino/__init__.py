@@ -13,7 +13,7 @@ from tritongen.buildspec import BuildSpec, RuntimeSettings
 from tritongen.errors import SpecError
 from tritongen.runtimes.base import Export, ModelStep, Runtime, Variant
 from tritongen.runtimes.onnxruntime.settings import TensorRTSettings
-from tritongen.runtimes.openvino.ir import IR_FILE
+from tritongen.runtimes.openvino.ir import IR_FILE, cpu_precisions
 from tritongen.runtimes.openvino.settings import OpenVinoSettings
 from tritongen.runtimes.registry import register_runtime
 
@@ -72,7 +72,11 @@ class OpenVino(Runtime):
 
     def variant_name(self, spec: BuildSpec, variant: Variant | None = None) -> str:
         weights = "INT8 IR (NNCF)" if spec.precision == "int8" else "FP32 IR"
-        return f"{weights}, BF16 where the CPU has it"
+        return (
+            f"{weights}; runs in BF16 on a node whose CPU has AVX512_BF16 or AMX (OpenVINO's default, which the "
+            f"openvino backend cannot turn off), in FP32 elsewhere; gated at {'/'.join(cpu_precisions()).upper()} "
+            "on the build machine"
+        )
 
     def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant:
         """The export as IR (INT8 by NNCF), gated at every precision OpenVINO may run it at."""
