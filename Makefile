@@ -33,6 +33,7 @@ CALIBRATION ?=
 VALIDATION ?=
 RUNTIME ?=
 DEVICE ?=
+GPU_ACCELERATOR ?=
 CONTAINER ?=
 MINUTES ?= 10
 TO ?=
@@ -47,7 +48,8 @@ BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(
 	$(if $(SPEC),--spec "$(SPEC)") $(if $(PRECISION),--precision $(PRECISION)) \
 	$(if $(filter 1,$(OPTIMIZE)),--optimize) $(if $(filter 0,$(OPTIMIZE)),--no-optimize) \
 	$(if $(CALIBRATION),--calibration "$(CALIBRATION)") $(if $(VALIDATION),--validation "$(VALIDATION)") \
-	$(if $(RUNTIME),--runtime $(RUNTIME)) $(if $(DEVICE),--device $(DEVICE)) $(if $(CONTAINER),--container $(CONTAINER)) \
+	$(if $(RUNTIME),--runtime $(RUNTIME)) $(if $(DEVICE),--device $(DEVICE)) $(if $(GPU_ACCELERATOR),--gpu-accelerator $(GPU_ACCELERATOR)) \
+	$(if $(CONTAINER),--container $(CONTAINER)) \
 	$(EXTRA_ARGS)
 PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 # Unset: $$TRITONGEN_ADMIN_KEY, else the file serve writes beside REPO (.<repo name>.admin-key).
@@ -100,7 +102,7 @@ compat-venv: $(CONTAINER_VENVS)/.installed ## create the per-container venvs: ea
 
 venv: $(VENV)/.installed ## create .venv with the pinned packages (run by every target that needs it)
 
-repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISION=fp32|fp16|int8] [OPTIMIZE=0|1] [RUNTIME=onnx|tensorrt|openvino] [DEVICE=cpu|gpu] [CONTAINER=26.07]
+repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISION=fp32|fp16|int8] [OPTIMIZE=0|1] [RUNTIME=onnx|tensorrt|openvino] [DEVICE=cpu|gpu] [GPU_ACCELERATOR=tensorrt|cuda] [CONTAINER=26.07]
 	$(PY) -m tritongen build $(BUILD_ARGS)
 
 serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1), supervised; /healthz on HEALTH_PORT

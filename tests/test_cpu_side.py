@@ -7,7 +7,6 @@ import itertools
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -235,8 +234,3 @@ def test_fast_encodings_give_the_same_model_inputs_and_truncation(minilm_path):
     assert [e.ids for e in a] == [e.ids for e in b] and truncated(a).tolist() == truncated(b).tolist()
     pairs = list(itertools.islice(itertools.cycle(["a pair", ""]), len(texts)))
     assert [e.type_ids for e in fast.encode(texts, pairs)] == [e.type_ids for e in full.encode(texts, pairs)]
-
-
-def test_the_node_bench_script_parses_its_options():
-    done = subprocess.run([sys.executable, "scripts/gpu_node_bench.py", "--help"], capture_output=True, text=True)
-    assert done.returncode == 0 and "--free-repo" in done.stdout

@@ -51,3 +51,35 @@ def test_device_gpu_build_serves_on_gpu_instances_and_is_refused_where_there_is_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "`gpu_cls_model`" in err[0] and "built for a GPU node" in err[0], err
     assert "make repo DEVICE=cpu" in err[0]
+
+
+def test_gpu_accelerator_cuda_drops_tensorrt_and_a_conflict_is_refused():
+    spec = load_spec(model="m", device="gpu", gpu_accelerator="cuda")
+    assert spec.model_instances.kind == "KIND_GPU" and spec.precision == "fp16"
+    assert not spec.section(TensorRTSettings).enabled
+    with pytest.raises(SpecError, match=r"gpu_accelerator cuda runs the CUDA provider alone, but tensorrt\.enabled"):
+        load_spec(model="m", device="gpu", gpu_accelerator="cuda", tensorrt={"enabled": True})
+    with pytest.raises(SpecError, match=r"gpu_accelerator must be tensorrt or cuda"):
+        load_spec(model="m", device="gpu", gpu_accelerator="rocm")
+
+
+def test_cuda_only_gpu_build_renders_no_accelerator_and_the_backend_serves_its_step_on_cpu(tiny_factory, builds):
+    """The CUDA provider is the onnxruntime backend's own for KIND_GPU: the config names no accelerator. Here, with
+    no GPU, the same step on KIND_CPU loads and answers (natively where ``TRITONGEN_BACKENDS`` has the backend)."""
+    import numpy as np
+
+    from tests.builds import step_alone
+
+    built = builds(tiny_factory("bert", "embedding"), "gpu_cuda", device="gpu", gpu_accelerator="cuda")
+    model = read_config(built.repository / "gpu_cuda_model" / "config.pbtxt")
+    assert [g.kind for g in model.instance_group] == [model.instance_group[0].KIND_GPU]
+    assert not model.optimization.execution_accelerators.gpu_execution_accelerator
+    assert "CUDA provider" in built.card() and "CUDA provider" in built.record()["variant"]
+    ids = np.array([[1, 20, 2, 0]], dtype=np.int64)  # the tiny checkpoint's vocabulary is small
+    feeds = {"input_ids": ids, "attention_mask": (ids != 0).astype(np.int64), "token_type_ids": np.zeros_like(ids)}
+    outputs = step_alone(built.repository / "gpu_cuda_model", {k: v for k, v in feeds.items() if k in _inputs(model)})
+    assert all(np.isfinite(value).all() for value in outputs.values())
+
+
+def _inputs(config) -> set[str]:
+    return {t.name for t in config.input}

@@ -48,7 +48,7 @@ from tritongen.model.checkpoint import Checkpoint, inspect_checkpoint
 from tritongen.model.export import export_onnx
 from tritongen.model.fold import FOLD_TOLERANCE, FoldReport, fold_graph, prove
 from tritongen.precision.int8_search import SearchReport
-from tritongen.repository.canary import CANARY_FILE
+from tritongen.repository.canary import CANARY_FILE, Recorder
 from tritongen.repository.canary import record as record_canary
 from tritongen.repository.canary import tolerance as canary_tolerance
 from tritongen.repository.layout import served_steps, served_windows
@@ -305,19 +305,19 @@ def canary(
         return
     with console.status("Recording the canary outputs…"), stage("canary record"):
         if steps is not None:
-            name = steps.load(onnx.target.parent, on_cpu(config))
-            run = steps.call(name)
+            run = steps.call(steps.load(onnx.target.parent, on_cpu(config)))
         else:
             run = runtime.served_session(onnx.target, plan.spec)
         assert run is not None
         segments = (PARITY_TEXTS, plan.pairs(PARITY_TEXTS))
         record_canary(
-            work.version_dir(plan.names["ensemble"]) / CANARY_FILE, run, onnx.encoder,
+            work.version_dir(plan.names["ensemble"]) / CANARY_FILE,
+            Recorder(run, _served_by(plan, steps), plan.spec.max_batch_size),
+            onnx.encoder,
             output=bound.onnx_output.name,
             inputs={t.name: list(texts) for t, texts in zip(required(bound.ensemble_inputs), segments)},
             tolerance_of=functools.partial(canary_tolerance, plan.spec.precision, plan.spec.parity_tolerance),
-            served_by=_served_by(plan, steps),
-        )  # fmt: skip
+        )
 
 
 def fold(plan: BuildPlan, onnx: Export, console: Console) -> FoldReport:

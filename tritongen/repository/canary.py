@@ -23,7 +23,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CANARY_FILE", "RELATIVE_TOLERANCE", "Canary", "compare", "record", "tolerance"]
+__all__ = [
+    "CANARY_FILE",
+    "RELATIVE_TOLERANCE",
+    "Canary",
+    "Recorder",
+    "chunks",
+    "compare",
+    "join",
+    "record",
+    "tolerance",
+]
 
 CANARY_FILE = "canary.json"
 # By precision: the share of the recorded output's largest magnitude a served version may differ by.
@@ -49,6 +59,7 @@ class Canary:
     values: np.ndarray
     lengths: tuple[int, ...]
     tolerance: float
+    batch: int = 0  # texts per request, the step's max_batch_size (0: all in one request)
 
     @classmethod
     def load(cls, path: Path) -> Canary:
@@ -60,33 +71,65 @@ class Canary:
             values=np.asarray(data["values"], dtype=np.float32),
             lengths=tuple(int(n) for n in data["lengths"]),
             tolerance=float(data["tolerance"]),
+            batch=int(data.get("batch", 0)),
         )
+
+
+@dataclass(frozen=True)
+class Recorder:
+    """How the build runs the model step for the record.
+
+    ``run`` answers one call's feeds with its outputs by name; ``served_by`` says what runs it, for people; ``batch``
+    texts go in one request (the step's ``max_batch_size``; 0: all of them), as the roll-out sends them.
+    """
+
+    run: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]]
+    served_by: str
+    batch: int = 0
+
+
+def chunks(count: int, batch: int) -> list[slice]:
+    """The requests ``count`` texts go in, ``batch`` at a time (0: one request)."""
+    size = batch if batch > 0 else max(count, 1)
+    return [slice(start, start + size) for start in range(0, count, size)]
+
+
+def join(parts: list[np.ndarray]) -> np.ndarray:
+    """Requests' outputs as one array: rows in order, a sequence axis padded with zeros to the widest request."""
+    if len(parts) == 1 or parts[0].ndim < 3:
+        return np.concatenate(parts, axis=0)
+    width = max(p.shape[1] for p in parts)
+    return np.concatenate([np.pad(p, [(0, 0), (0, width - p.shape[1])] + [(0, 0)] * (p.ndim - 2)) for p in parts])
 
 
 def record(
     path: Path,
-    run: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]],
+    recorder: Recorder,
     encoder: Any,
     *,
     inputs: dict[str, Sequence[str]],
     output: str,
     tolerance_of: Callable[[np.ndarray], float],
-    served_by: str,
 ) -> None:
-    """Run the model step (``run``: one call's feeds -> its outputs) on ``inputs`` and write ``path``.
+    """Run the model step (``recorder``) on ``inputs``, request by request, and write ``path``.
 
     ``inputs``' first is the text, a second the pair; ``tolerance_of(values)`` is the record's tolerance
-    (:func:`tolerance`, bound to the precision); ``served_by`` says what ran the step, for people.
+    (:func:`tolerance`, bound to the precision).
     """
     texts = list(inputs.values())
     encodings = encoder.encode(list(texts[0]), list(texts[1]) if len(texts) > 1 else None)
-    values = np.asarray(run(encoder.pack(encodings))[output])
+    parts = [
+        np.asarray(recorder.run(encoder.pack(encodings[rows]))[output])
+        for rows in chunks(len(encodings), recorder.batch)
+    ]
+    values = join(parts)
     data = {
         "inputs": {name: list(v) for name, v in inputs.items()},
         "output": output,
         "lengths": [len(e.ids) for e in encodings],
         "tolerance": tolerance_of(values),
-        "served_by": served_by,
+        "served_by": recorder.served_by,
+        "batch": recorder.batch,
         "values": values.astype(np.float32).tolist(),
     }
     Path(path).write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from tritongen.errors import RepositoryError, RolloutError, describe
-from tritongen.repository.canary import CANARY_FILE, Canary, compare
+from tritongen.repository.canary import CANARY_FILE, Canary, chunks, compare, join
 from tritongen.repository.layout import config_json, read_config, served_steps
 from tritongen.repository.pins import pin, pinned
 from tritongen.repository.staging import existing_versions
@@ -138,21 +138,30 @@ class _Deployment:
             canary = Canary.load(path)
         except (OSError, ValueError, KeyError) as exc:
             return f"no usable canary record {path} ({describe(exc, 120)}); rebuild that version"
-        tensors = {
-            name: np.array([[t.encode()] for t in texts], dtype=np.object_) for name, texts in canary.inputs.items()
-        }
+        count = len(next(iter(canary.inputs.values())))
+        served = []
+        for rows in chunks(count, canary.batch):  # the requests the build recorded
+            texts = {name: values[rows] for name, values in canary.inputs.items()}
+            answer = self._through_steps(texts, version, canary.output)
+            if isinstance(answer, str):
+                return answer
+            served.append(answer)
+        why = compare(canary, join(served))
+        return None if why is None else f"`{_model(self.name, 'model')}` version {version}: {why}"
+
+    def _through_steps(self, texts: dict[str, list[str]], version: int, output: str) -> np.ndarray | str:
+        """One request of ``texts`` through the steps of ``version``: the model step's ``output``, or why not."""
+        tensors = {name: np.array([[t.encode()] for t in values], dtype=np.object_) for name, values in texts.items()}
         for step in self.configs["ensemble"].ensemble_scheduling.step:
             outputs = self._infer(
                 step.model_name, version, {key: tensors[value] for key, value in step.input_map.items()}
             )
             if step.model_name == _model(self.name, "model"):
-                if canary.output not in outputs:
-                    return f"`{step.model_name}` version {version} has no output `{canary.output}`"
-                why = compare(canary, outputs[canary.output])
-                if why is not None:
-                    return f"`{step.model_name}` version {version}: {why}"
+                if output not in outputs:
+                    return f"`{step.model_name}` version {version} has no output `{output}`"
+                return outputs[output]
             tensors.update({value: outputs[key] for key, value in step.output_map.items()})
-        return None
+        return f"`{self.name}` version {version} has no model step"
 
     def _infer(self, model: str, version: int, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import tritonclient.http as httpclient

@@ -48,12 +48,28 @@ class OnnxRuntime(Runtime):
         return _release_suffix(folder, "libonnxruntime.so.")
 
     def check_spec(self, spec: BuildSpec) -> None:
-        if spec.section(TensorRTSettings).enabled and spec.model_instances.kind != "KIND_GPU":
+        trt = spec.section(TensorRTSettings).enabled
+        if trt and spec.model_instances.kind != "KIND_GPU":
             raise SpecError("the TensorRT accelerator needs the model step on KIND_GPU instances")
+        if trt and spec.section(OnnxRuntimeSettings).gpu_accelerator == "cuda":
+            raise SpecError("gpu_accelerator cuda runs the CUDA provider alone, but tensorrt.enabled is true: drop one")
 
     def gpu_defaults(self, data: dict[str, Any]) -> dict[str, Any]:
-        """On a GPU node the model step runs through ONNX Runtime's TensorRT accelerator, at FP16."""
+        """On a GPU node the model step runs through ONNX Runtime's TensorRT accelerator at FP16.
+
+        With ``gpu_accelerator: cuda``, through its CUDA provider alone: the backend's own for KIND_GPU instances.
+        """
+        if (data.get("onnxruntime") or {}).get("gpu_accelerator") == "cuda":
+            return data
         return {**data, "tensorrt": {"enabled": True, "precision_mode": "FP16", **(data.get("tensorrt") or {})}}
+
+    def variant_name(self, spec: BuildSpec, variant: Variant | None = None) -> str:
+        name = super().variant_name(spec, variant)
+        if spec.model_instances.kind != "KIND_GPU":
+            return name
+        trt = spec.section(TensorRTSettings)
+        provider = f"TensorRT provider at {trt.precision_mode}" if trt.enabled else "CUDA provider"
+        return f"{name}, on the GPU through ONNX Runtime's {provider}"
 
     def cpu_defaults(self, data: dict[str, Any], cores: int) -> dict[str, Any]:
         """Two model instances sharing the cores the Python steps leave, where the spec sets neither.

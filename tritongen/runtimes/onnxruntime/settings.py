@@ -21,6 +21,9 @@ class OnnxRuntimeSettings(RuntimeSettings):
     inter_op_threads: int = 0
     # Triton's scale, as the native backend reads it: 0 all optimisations, -1 basic, 1 extended, 2 none.
     graph_optimization_level: Literal[-1, 0, 1, 2] = 1
+    # On a GPU node (``device: gpu``): ONNX Runtime's TensorRT provider at FP16, as the container has it, or its
+    # CUDA provider alone (for a node without TensorRT's libraries).
+    gpu_accelerator: Literal["tensorrt", "cuda"] = "tensorrt"
 
     retired: ClassVar[dict[str, str]] = {
         "allow_spinning": "Triton's onnxruntime backend has no switch for it (its intra-op threads spin between "
@@ -29,16 +32,24 @@ class OnnxRuntimeSettings(RuntimeSettings):
     flat_names: ClassVar[dict[str, str]] = {
         "intra_op_threads": "intra_op_threads",
         "inter_op_threads": "inter_op_threads",
+        "gpu_accelerator": "gpu_accelerator",
     }
     cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
         "intra_op_threads": {"type": int, "help": "ONNX Runtime intra-op threads (0: default)"},
         "inter_op_threads": {"type": int, "help": "ONNX Runtime inter-op threads (0: default)"},
+        "gpu_accelerator": {
+            "choices": ("tensorrt", "cuda"),
+            "help": "on a GPU node (--device gpu): ONNX Runtime's TensorRT provider at FP16 (default), or its CUDA "
+            "provider alone",
+        },
     }
 
     def validate(self) -> None:
-        """A graph optimisation level on Triton's scale."""
+        """A graph optimisation level on Triton's scale, and a known GPU accelerator."""
         if self.graph_optimization_level not in (-1, 0, 1, 2):
             raise SpecError("graph_optimization_level must be -1, 0, 1 or 2")
+        if self.gpu_accelerator not in ("tensorrt", "cuda"):
+            raise SpecError(f"gpu_accelerator must be tensorrt or cuda, got {self.gpu_accelerator}")
 
 
 @dataclass(frozen=True)
