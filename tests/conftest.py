@@ -96,6 +96,7 @@ _LONGEST_FIRST = (
     "test_step_imports",
     "test_wheel",
     "test_rollout",
+    "test_gpu_node_check",
     "test_rollout_precisions",
     "test_backend_conformance",
     "test_st_peer",
