@@ -39,7 +39,7 @@ def _published(repo) -> list[str]:
 def test_inspect_derives_row_length_and_buckets_once_when_model_is_shorter_than_buckets(plan):
     assert plan.bound.task == "classification"
     assert plan.max_length == 64  # the tiny checkpoint's limit, below the 128 bucket
-    assert plan.buckets == [8, 16, 24, 32, 48, 64]  # a CPU build's buckets below the limit, then the limit
+    assert plan.buckets == [16, 32, 64]
     assert plan.inputs == ["input_ids", "attention_mask", "token_type_ids"]
     assert plan.names["model"] == "clf_model"
 
@@ -47,8 +47,8 @@ def test_inspect_derives_row_length_and_buckets_once_when_model_is_shorter_than_
 def test_render_uses_the_plans_buckets_for_tokenizer_and_warmup_without_touching_disk(plan):
     configs = render(plan)
     tokenizer, model = configs["tokenizer"][1], configs["model"][1]
-    assert tokenizer.parameters["buckets"].string_value == "8,16,24,32,48,64"
-    assert [w.name for w in model.model_warmup] == [f"bucket_{n}" for n in (8, 16, 24, 32, 48, 64)]
+    assert tokenizer.parameters["buckets"].string_value == "16,32,64"
+    assert [w.name for w in model.model_warmup] == ["bucket_16", "bucket_32", "bucket_64"]
     assert _published(plan.spec.repository) == []
 
 

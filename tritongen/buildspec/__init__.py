@@ -36,7 +36,6 @@ from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER
 from tritongen.errors import SpecError
 
 __all__ = [
-    "CPU_BUCKETS",
     "DEFAULT_NAME",
     "QUEUE_BATCHES",
     "BuildSpec",
@@ -64,11 +63,6 @@ _Section = TypeVar("_Section", bound=SpecSection)
 DEFAULT_NAME = "minilm"  # the ensemble name of every command, as of the default model (all-MiniLM-L6-v2)
 
 DEFAULT_BUCKETS = (16, 32, 64, 128, 256, 512)
-# A CPU node's: finer. A CPU computes every padding column (as Triton's onnxruntime backend runs the batch it is given),
-# and one-text requests rarely share a batch there, so close buckets buy more than coarse ones: on the bench texts,
-# 1.13 padded tokens per real one against 1.28, and MiniLM INT8 served 1.09x the script at c16 against 1.00x
-# (docs/benchmarks.md). A GPU keeps the coarse ones: there, batches that form are what count.
-CPU_BUCKETS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
