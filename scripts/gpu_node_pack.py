@@ -123,7 +123,11 @@ def _build(carry: Path, repository: Path, name: str, fp32: Path | None) -> None:
             parameters = {k: v.string_value for k, v in config.parameters.items()}
             shutil.copy2(source / str(version) / parameters.get("tokenizer_file", "tokenizer.json"),
                          carry / "tokenizer.json")  # fmt: skip
-            buckets = [int(b) for b in parameters["buckets"].split(",") if b]
+            buckets = (
+                None
+                if parameters.get("padding") == "longest"
+                else [int(b) for b in parameters["buckets"].split(",") if b]
+            )
             summary = {"name": name, "max_length": int(parameters["max_length"]), "buckets": buckets}
             (carry / "build.json").write_text(json.dumps(summary))
     record = json.loads((repository / name / str(existing_versions(repository / name)[-1]) / "build.json").read_text())

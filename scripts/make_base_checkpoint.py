@@ -49,8 +49,14 @@ def main() -> None:
     st = {"max_seq_length": args.max_seq_length, "do_lower_case": False}
     (target / "sentence_bert_config.json").write_text(json.dumps(st))
     torch.manual_seed(args.seed)
-    config = BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                        intermediate_size=3072, max_position_embeddings=512)
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        max_position_embeddings=512,
+    )
     model = BertModel(config, add_pooling_layer=False).eval()
     if args.outliers:
         channels = torch.randperm(config.hidden_size)[:6]

@@ -43,10 +43,8 @@ def measure_ceiling(
         import onnxruntime as ort
 
         session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    # Every length is a bucket: pad each batch to its longest text, the best an in-process caller can do.
-    encoder = TextEncoder(
-        str(tokenizer_file), max_length, range(1, max_length + 1), pad_id=pad_id, input_names=input_names
-    )
+    # No buckets: pad each batch to its longest text, the best an in-process caller can do.
+    encoder = TextEncoder(str(tokenizer_file), max_length, None, pad_id=pad_id, input_names=input_names)
     points = []
     for batch_size in batch_sizes:
         batches = [list(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]

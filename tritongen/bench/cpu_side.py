@@ -172,14 +172,15 @@ def _instances(repository: Path, name: str) -> dict[str, int]:
 
 
 def _tokenizer_settings(repository: Path, name: str) -> tuple[Path, int, str]:
-    """The tokenizer step's ``tokenizer.json``, ``max_length`` and ``buckets``, as it serves them."""
+    """The tokenizer step's ``tokenizer.json``, ``max_length`` and ``buckets`` (``longest``: no buckets), as served."""
     folder = repository / step_names(name)["tokenizer"]
     parameters = {k: v.string_value for k, v in read_config(folder / "config.pbtxt").parameters.items()}
     versions = sorted((int(p.name) for p in folder.iterdir() if p.name.isdigit()), reverse=True)
     if "max_length" not in parameters or not versions:
         raise BenchError(f"`{name}` has no text tokenizer step; the CPU-side bench drives text ensembles")
     tokenizer = folder / str(versions[0]) / parameters.get("tokenizer_file", "tokenizer.json")
-    return tokenizer, int(parameters["max_length"]), parameters.get("buckets", "")
+    buckets = "longest" if parameters.get("padding") == "longest" else parameters.get("buckets", "")
+    return tokenizer, int(parameters["max_length"]), buckets
 
 
 def measure_ceiling(

@@ -35,7 +35,7 @@ def _rate(texts: Sequence[str], batch: int, call: Callable[[list[str]], object],
 
 
 def rates(
-    tokenizer_file: str, texts: Sequence[str], max_length: int, buckets: Sequence[int], seconds: float = 2.0
+    tokenizer_file: str, texts: Sequence[str], max_length: int, buckets: Sequence[int] | None, seconds: float = 2.0
 ) -> dict[str, float]:
     """Texts/s of ``encode_batch`` (batches of 64) and of the step's encode-and-pack for 1 and 32 texts.
 
@@ -57,12 +57,15 @@ def rates(
 
 
 def main() -> None:
-    """``TOKENIZER TEXTS_JSON MAX_LENGTH BUCKETS [SECONDS]``: print the rates as JSON (buckets comma-separated)."""
+    """``TOKENIZER TEXTS_JSON MAX_LENGTH BUCKETS [SECONDS]``: print the rates as JSON.
+
+    ``BUCKETS``: comma-separated, or ``longest`` for a step that pads each request to its longest row.
+    """
     tokenizer_file, texts_file, max_length, buckets = sys.argv[1:5]
     seconds = float(sys.argv[5]) if len(sys.argv) > 5 else 2.0
     with open(texts_file, encoding="utf-8") as handle:
         texts = json.load(handle)
-    widths = [int(b) for b in buckets.split(",") if b]
+    widths = None if buckets == "longest" else [int(b) for b in buckets.split(",") if b]
     print(json.dumps(rates(tokenizer_file, texts, int(max_length), widths, seconds)))
 
 

@@ -75,7 +75,7 @@ def step_configs(
     model_step = ModelStep(spec, names["model"], names["ensemble"], wiring.tokens, model_out, buckets, plan.row_length)
     parameters = {
         **plan.modality.step_parameters(plan, buckets, pad_id),
-        **_padding(tokenizer_facts),
+        **_padding(tokenizer_facts, spec.padding if "attention_mask" in plan.inputs else "buckets"),
         **plan.tokenizer_parameters,
     }
     batching = _python_batching(spec, plan)
@@ -155,10 +155,16 @@ def _ensemble(spec: BuildSpec, wiring: _Wiring, max_batch_size: int, *, folded: 
     )
 
 
-def _padding(tokenizer_facts: Mapping[str, str] | None) -> dict[str, str]:
-    """``padding_side`` for tokenizers that pad on the left (right, the default, is left unsaid)."""
+def _padding(tokenizer_facts: Mapping[str, str] | None, padding: str) -> dict[str, str]:
+    """``padding_side`` for tokenizers that pad on the left, ``padding`` where requests pad to their longest row.
+
+    Right and buckets, the defaults, are left unsaid. A model that reads no mask pads to its row length.
+    """
     side = (tokenizer_facts or {}).get("padding_side", "right")
-    return {"padding_side": side} if side != "right" else {}
+    return {
+        **({"padding_side": side} if side != "right" else {}),
+        **({"padding": padding} if padding != "buckets" else {}),
+    }
 
 
 def _tensors(tensors: Iterable) -> tuple[Tensor, ...]:

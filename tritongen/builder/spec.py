@@ -89,7 +89,8 @@ def _device_defaults(data: dict[str, Any]) -> dict[str, Any]:
     """The device fills what its node wants wherever the spec leaves it open (an explicit value wins).
 
     ``device: gpu``: KIND_GPU instances, FP16 and the runtime's GPU settings. A CPU build (``device: cpu``, or
-    none and no KIND_GPU model instances): the runtime's instances and threads for ``cpu_cores`` cores; where
+    none and no KIND_GPU model instances): each request padded to its longest row, the runtime's instances and
+    threads for ``cpu_cores`` cores; where
     the spec leaves both open and the runtime can be measured, the build measures the layout
     (``model_layout.measure``, ``tritongen.sizing``) and the runtime's default is only where it starts.
     """
@@ -99,6 +100,7 @@ def _device_defaults(data: dict[str, Any]) -> dict[str, Any]:
         if (data.get("model_instances") or {}).get("kind", "KIND_CPU") != "KIND_CPU":
             return data
         data = {**data, "cpu_cores": data.get("cpu_cores") or usable_cores()}  # recorded: the node it is sized for
+        data.setdefault("padding", "longest")
         layout = dict(data.get("model_layout") or {})
         if layout.get("measure") is None:  # this machine can stand in for a node of no more cores than its own
             layout["measure"] = _layout_open(runtime, data) and data["cpu_cores"] <= usable_cores()

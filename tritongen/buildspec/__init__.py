@@ -145,6 +145,12 @@ class BuildSpec:
     repository: Path = Path("model_repository")
     max_batch_size: int = 64
     buckets: tuple[int, ...] = DEFAULT_BUCKETS
+    # How the tokenizer step pads a request: to the smallest bucket that holds its longest row ("buckets"), so that
+    # Triton batches requests of one shape, or to that row's own length ("longest"). A CPU build takes "longest":
+    # a CPU computes every padding column and one-text requests rarely share a batch there (MiniLM INT8 served
+    # 1.25x the script at c16 so, 1.00x with buckets; docs/benchmarks.md). A model without an attention mask pads
+    # to its row length whatever this says.
+    padding: Literal["buckets", "longest"] = "buckets"
     dynamic_batching: DynamicBatchingSettings = field(default_factory=DynamicBatchingSettings)
     tokenizer_instances: InstanceGroup = field(default_factory=InstanceGroup)
     model_instances: InstanceGroup = field(default_factory=InstanceGroup)
@@ -275,6 +281,8 @@ def _check_shapes(spec: BuildSpec) -> None:
         raise SpecError(f"max_batch_size must be >= 0, got {spec.max_batch_size}")
     if not spec.buckets or any(b <= 0 for b in spec.buckets) or list(spec.buckets) != sorted(set(spec.buckets)):
         raise SpecError(f"buckets must be positive and strictly increasing, got {list(spec.buckets)}")
+    if spec.padding not in ("buckets", "longest"):
+        raise SpecError(f"padding must be buckets or longest, got {spec.padding}")
 
 
 def _check_batching(spec: BuildSpec) -> None:

@@ -38,6 +38,7 @@ def _spec_overrides(args: argparse.Namespace) -> dict[str, Any]:
         repository=args.repository,
         max_batch_size=args.max_batch_size,
         buckets=ints(args.buckets),
+        padding=args.padding,
         response_cache=args.response_cache,
         warmup=args.warmup,
         dynamic_batching=_dynamic_batching(args),
@@ -118,6 +119,11 @@ def _add_source_options(build: argparse.ArgumentParser) -> None:
 def _add_batching_options(build: argparse.ArgumentParser) -> None:
     build.add_argument("--max-batch-size", type=int)
     build.add_argument("--buckets", help="comma-separated token length buckets, e.g. 16,32,64,128")
+    build.add_argument(
+        "--padding",
+        choices=("buckets", "longest"),
+        help="pad each request to a bucket (Triton batches equal shapes; GPU default) or to its longest row (CPU)",
+    )
     build.add_argument("--response-cache", action=argparse.BooleanOptionalAction, help="ensemble response cache")
     build.add_argument("--warmup", action=argparse.BooleanOptionalAction, help="model_warmup per length bucket")
     build.add_argument("--dynamic-batching", action=argparse.BooleanOptionalAction, help="dynamic batching")

@@ -80,7 +80,7 @@ class TextEncoder:
         self,
         tokenizer_file: str,
         max_length: int,
-        buckets: Sequence[int],
+        buckets: Sequence[int] | None,
         *,
         pad_id: int = 0,
         pad_type_id: int = 0,
@@ -97,7 +97,9 @@ class TextEncoder:
         metadata = {"special_mask", "word_ids", "offsets"} & set(input_names)
         self._encode_batch = self.tokenizer.encode_batch if metadata else self.tokenizer.encode_batch_fast
         self.max_length = int(max_length)
-        self.buckets = sorted({int(b) for b in buckets if 0 < int(b) < self.max_length} | {self.max_length})
+        # None: each call padded to its own longest row (a CPU build's ``padding: longest``), not to a bucket.
+        self.longest = buckets is None
+        self.buckets = sorted({int(b) for b in buckets or () if 0 < int(b) < self.max_length} | {self.max_length})
         self.pad_id = int(pad_id)
         self.pad_type_id = int(pad_type_id)
         self.input_names = tuple(input_names)
@@ -120,8 +122,9 @@ class TextEncoder:
         return self._encode_batch([(t, p) if p else t for t, p in zip(texts, pairs)])
 
     def pack(self, encodings: Sequence[Any]) -> dict[str, np.ndarray]:
-        """Pad ``encodings`` to one bucket length and return the model inputs."""
-        width = self.bucket(max((len(e.ids) for e in encodings), default=1))
+        """Pad ``encodings`` to one length (their bucket, or their longest row) and return the model inputs."""
+        longest = max((len(e.ids) for e in encodings), default=1)
+        width = max(longest, 1) if self.longest else self.bucket(longest)
         arrays = pack_encodings(encodings, width, self.pad_id, self.pad_type_id, self.padding_side)
         if {"special_mask", "word_ids", "offsets"} & set(self.input_names):
             arrays.update(token_metadata(encodings, width, self.padding_side))
@@ -176,7 +179,7 @@ class TritonPythonModel:
         self.encoder = TextEncoder(
             str(resolve_version_file(args, params.get("tokenizer_file", "tokenizer.json"))),
             int(params["max_length"]),
-            [int(b) for b in params.get("buckets", "").split(",") if b.strip()],
+            None if params.get("padding") == "longest" else [int(b) for b in params.get("buckets", "").split(",") if b],
             pad_id=int(params.get("pad_id", "0")),
             pad_type_id=int(params.get("pad_type_id", "0")),
             input_names=[n for n in self.output_names if n in _ENCODER_OUTPUTS],

@@ -76,7 +76,8 @@ class TextInputs(Modality):
 
         tokenizer_file = step_dir / "tokenizer.json"
         plan.hf_tokenizer.backend_tokenizer.save(str(tokenizer_file))
-        buckets = _buckets(plan.inputs, plan.buckets, plan.max_length)
+        longest = plan.spec.padding == "longest" and "attention_mask" in plan.inputs
+        buckets = None if longest else _buckets(plan.inputs, plan.buckets, plan.max_length)
         return TextEncoder(
             str(tokenizer_file), plan.max_length, buckets, pad_id=plan.pad_id, input_names=plan.inputs,
             padding_side=plan.tokenizer_facts["padding_side"],
