@@ -48,6 +48,7 @@ def server(builds, shared_server, tiny_factory):
         # The batcher waits (up to 2 s) until 8 requests are queued: under 16 concurrent clients batches form
         # however slow a busy machine makes each request, so the assertion below cannot depend on timing.
         dynamic_batching=DynamicBatchingSettings(max_queue_delay_microseconds=2_000_000, preferred_batch_size=(8,)),
+        padding="buckets",  # requests of one bucket have one shape: Triton batches only those
     )
     return shared_server.serve(featured, batched)
 
