@@ -54,7 +54,7 @@ from tritongen.repository.canary import tolerance as canary_tolerance
 from tritongen.repository.layout import served_steps, served_windows
 from tritongen.repository.staging import Staging, staging
 from tritongen.runtimes import Export, Runtime, Variant, get_runtime
-from tritongen.serve.backends import served_backends
+from tritongen.serve.backends import installed_release, served_backends
 from tritongen.serve.step_server import StepCall, StepServer, on_cpu
 from tritongen.sizing import Layout, SizingReport
 from tritongen.sources import module_file
@@ -277,16 +277,8 @@ def _served_by(plan: BuildPlan, steps: StepServer | None) -> str:
     runtime = _runtime(plan)
     if steps is not None:
         return steps.backends.describe(runtime.backend)
-    return f"in process, {runtime.title} {_installed(runtime.package)} (as the {runtime.backend} stand-in runs it)"
-
-
-def _installed(package: str) -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "(release unknown)"
+    release = installed_release(runtime.package)
+    return f"in process, {runtime.title} {release} (as the {runtime.backend} stand-in runs it)"
 
 
 def canary(

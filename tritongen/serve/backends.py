@@ -30,6 +30,7 @@ __all__ = [
     "ServedBackends",
     "backends_folder",
     "built_container",
+    "installed_release",
     "link_backend",
     "served_backends",
     "stand_in_runtimes",
@@ -72,7 +73,7 @@ class ServedBackends:
         runtime = next((r for r in stand_in_runtimes() if r.backend == backend), None)
         if runtime is None:
             return f"{backend} (no stand-in)"
-        return f"{backend} stand-in (Python backend, {runtime.title} {_installed(runtime.package)})"
+        return f"{backend} stand-in (Python backend, {runtime.title} {installed_release(runtime.package)})"
 
     def lines(self) -> list[str]:
         """One line per stand-in runtime's backend: what serves its steps."""
@@ -88,7 +89,8 @@ def stand_in_runtimes() -> list[Runtime]:
     return [r for r in RUNTIMES.values() if r.local_backend and r.owns_backend]
 
 
-def _installed(package: str) -> str:
+def installed_release(package: str) -> str:
+    """The release of the pip distribution ``package`` installed here, for people."""
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
