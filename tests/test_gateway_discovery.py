@@ -61,6 +61,9 @@ class FakeGrpc:
     async def is_server_ready(self, client_timeout=None):
         return True
 
+    async def is_server_live(self, client_timeout=None):
+        return True
+
 
 def _client(fake: FakeGrpc) -> TritonClient:
     client = object.__new__(TritonClient)  # no channel: the fake answers
@@ -115,6 +118,34 @@ def test_served_names_says_the_key_was_refused_when_it_is_wrong(tmp_path, monkey
     with pytest.raises(GatewayError, match="Triton refused the admin key") as caught:
         asyncio.run(served_names(_client(FakeGrpc(SERVED)), tmp_path / "model_repository", None))
     assert caught.value.status == 503
+
+
+def test_served_names_says_the_key_was_refused_whatever_tritons_wording_when_triton_answers(tmp_path, monkeypatch):
+    class Reworded(FakeGrpc):
+        async def get_model_repository_index(self, headers=None, client_timeout=None):
+            raise InferenceServerException("admin key expected", status="StatusCode.UNAVAILABLE")
+
+    monkeypatch.setenv(ENV, "the-key")
+    with pytest.raises(GatewayError, match="Triton refused the admin key"):
+        asyncio.run(served_names(_client(Reworded(SERVED)), tmp_path / "model_repository", None))
+
+
+def test_served_names_says_triton_is_unreachable_and_not_the_key_refused_when_triton_does_not_answer(
+    tmp_path, monkeypatch
+):
+    refused = InferenceServerException("failed to connect to all addresses", status="StatusCode.UNAVAILABLE")
+
+    class Down(FakeGrpc):
+        async def get_model_repository_index(self, headers=None, client_timeout=None):
+            raise refused
+
+        async def is_server_live(self, client_timeout=None):
+            raise refused
+
+    monkeypatch.setenv(ENV, "the-key")
+    with pytest.raises(GatewayError, match="not reachable") as caught:
+        asyncio.run(served_names(_client(Down(SERVED)), tmp_path / "model_repository", None))
+    assert caught.value.status == 503 and "admin key" not in caught.value.message
 
 
 def test_configs_reads_named_ensembles_and_steps_and_skips_unknown_when_asked():

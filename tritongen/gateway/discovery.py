@@ -52,7 +52,9 @@ async def served_names(client: TritonClient, repository: Path | str | None, key_
     try:
         return await client.model_index(grpc_headers(key))
     except GatewayError as exc:
-        if "restricted" not in exc.message:
+        # Triton answers a restricted API's call without the right key UNAVAILABLE, the status of a server it
+        # cannot reach too: from a server that answers, it is the key's refusal.
+        if exc.code != "unavailable" or not await client.live():
             raise
         raise unavailable(
             "cannot list the served ensembles: Triton refused the admin key to its repository index "

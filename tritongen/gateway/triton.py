@@ -71,6 +71,13 @@ class TritonClient:
         except InferenceServerException:
             return False
 
+    async def live(self) -> bool:
+        """Whether the server answers, ready or not."""
+        try:
+            return bool(await self._client.is_server_live(client_timeout=5.0))
+        except InferenceServerException:
+            return False
+
     async def model_index(self, headers: Mapping[str, str]) -> list[str]:
         """The ready models' names, from the repository index: ``serve`` restricts it to the admin key (``headers``)."""
         try:
