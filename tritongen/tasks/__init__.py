@@ -2,8 +2,9 @@
 
 A task folder holds its entry (``__init__.py``: a :class:`Task` subclass registered with
 :func:`register_task`) and its step modules (``tokenizer.py``, ``postprocess.py``) when the shared ones
-(``tritongen.steps``) do not fit. A task with settings of its own names their class, which lives with the
-spec's other sections in ``tritongen.buildspec.sections``. See docs/tasks.md, "Adding a task".
+(``tritongen.steps``) do not fit. A task with settings of its own declares their section in its folder
+(``settings.py``: a :class:`~tritongen.buildspec.sections.TaskSettings`) and names the class as the entry's
+``Settings``; the image tasks share one, ``_image_settings.py``. See docs/tasks.md, "Adding a task".
 """
 
 from __future__ import annotations
