@@ -7,6 +7,8 @@ same checkpoint.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -73,6 +75,24 @@ def test_registry_refuses_a_second_runtime_of_one_name_or_owning_a_taken_backend
     with pytest.raises(ValueError, match="would own backend `onnxruntime`, which `onnx` owns"):
         register_runtime(Owner)
     assert runtime_of_backend("onnxruntime") is get_runtime("onnx")  # the toy serves through it, not owns it
+
+
+@pytest.mark.parametrize(
+    ("flat", "holder"),
+    [
+        ({"toy_marker": "marker"}, "section `single_thread` (SingleThreadSettings)"),
+        ({"qa_doc_stride": "marker"}, "section `question_answering` (QuestionAnsweringSettings)"),
+        ({"runtime": "marker"}, "the spec itself"),
+    ],
+    ids=["another-runtimes-flat-key", "a-tasks-flat-key", "a-spec-setting"],
+)
+def test_registry_refuses_a_runtime_whose_section_takes_a_spec_key_already_held(toy_runtime, flat, holder):
+    settings = type("GreedySettings", (SingleThreadSettings,), {"section": "greedy", "flat_names": flat})
+    greedy = type("Greedy", (SingleThread,), {"name": "onnx-greedy", "settings": (settings,)})
+    expected = f"section `greedy` (GreedySettings) declares the spec key `{next(iter(flat))}`, which {holder}"
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        register_runtime(greedy)
+    assert "onnx-greedy" not in runtime_names()
 
 
 @pytest.mark.e2e

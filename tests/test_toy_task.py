@@ -5,6 +5,8 @@ Built from a tiny checkpoint, served by the real tritonserver, and compared with
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -40,6 +42,25 @@ def test_registry_refuses_a_second_task_of_one_name(toy_task):
     with pytest.raises(ValueError, match="task `cls-vector` is registered already"):
         register_task(Impostor)
     assert get_task("cls-vector") is toy_task
+
+
+@pytest.mark.parametrize(
+    ("section", "flat", "holder"),
+    [
+        ("greedy", {"qa_doc_stride": "scale"}, "section `question_answering` (QuestionAnsweringSettings)"),
+        ("greedy", {"intra_op_threads": "scale"}, "section `onnxruntime` (OnnxRuntimeSettings)"),
+        ("greedy", {"max_length": "scale"}, "the spec itself"),
+        ("cls_vector", {}, "section `cls_vector` (ClsVectorSettings)"),
+    ],
+    ids=["another-tasks-flat-key", "a-runtimes-flat-key", "a-spec-setting", "another-class-of-a-section"],
+)
+def test_registry_refuses_a_task_whose_section_takes_a_spec_key_already_held(toy_task, section, flat, holder):
+    settings = type("GreedySettings", (ClsVectorSettings,), {"section": section, "flat_names": flat})
+    greedy = type("Greedy", (ClsVector,), {"name": "greedy", "section": section, "Settings": settings})
+    key = next(iter(flat), section)
+    with pytest.raises(ValueError, match=re.escape(f"`{key}`, which {holder} holds already")):
+        register_task(greedy)
+    assert "greedy" not in TASKS
 
 
 def test_toy_task_section_and_flag_come_from_its_declaration_while_registered(toy_task, capsys):

@@ -17,6 +17,7 @@ from tritongen.buildspec import (
     gather_sections,
     python_step_defaults,
     read_spec_file,
+    sections_by_name,
     spec_from_mapping,
     usable_cores,
     with_overrides,
@@ -30,20 +31,11 @@ __all__ = ["check_spec", "flat_names", "load_spec", "recorded_spec", "spec_secti
 
 
 def spec_sections() -> dict[str, type[SpecSection]]:
-    """Every registered task's and runtime's section class, by section name.
-
-    Two plug-ins may share a section (the image tasks' ``images``) only through one class.
-    """
-    found: dict[str, type[SpecSection]] = {}
+    """Every registered task's and runtime's section class, by section name (their keys checked as they register)."""
     declared = [task.Settings for task in TASKS.values() if task.section] + [
         cls for runtime in RUNTIMES.values() for cls in runtime.settings
     ]
-    for cls in declared:
-        if found.setdefault(cls.section, cls) is not cls:
-            raise ValueError(
-                f"section `{cls.section}` is declared twice ({found[cls.section].__name__}, {cls.__name__})"
-            )
-    return found
+    return sections_by_name(declared)
 
 
 def flat_names() -> dict[str, tuple[str, str]]:

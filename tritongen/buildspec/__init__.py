@@ -16,7 +16,7 @@ import dataclasses
 import enum
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -49,10 +49,13 @@ __all__ = [
     "VersionPolicySettings",
     "bucket_lengths",
     "check_cpu_cores",
+    "claim_sections",
     "gather_sections",
     "instance_group",
     "python_step_defaults",
     "read_spec_file",
+    "section_source",
+    "sections_by_name",
     "spec_from_mapping",
     "usable_cores",
     "with_overrides",
@@ -366,6 +369,42 @@ _NESTED = {
 _TABLES = {TaskSettings: "task_settings", RuntimeSettings: "runtime_settings"}  # where each kind of section goes
 
 Sections = Mapping[str, type[SpecSection]]  # the plug-in sections by name (``tritongen.builder.spec`` has them)
+SectionSource = Callable[[], Iterable[type[SpecSection]]]  # one registry's sections, as its entries now declare
+
+# Each registry's sections, so that a plug-in registering is checked against both kinds (tasks, runtimes).
+_SECTION_SOURCES: list[SectionSource] = []
+
+
+def section_source(source: SectionSource) -> SectionSource:
+    """Decorator: a registry's ``source`` of sections, which :func:`claim_sections` checks new ones against."""
+    _SECTION_SOURCES.append(source)
+    return source
+
+
+def claim_sections(new: Iterable[type[SpecSection]]) -> None:
+    """Refuse a registering plug-in's sections where one holds a spec key a registered section or the spec holds."""
+    sections_by_name([*(cls for source in _SECTION_SOURCES for cls in source()), *new])
+
+
+def sections_by_name(declared: Iterable[type[SpecSection]]) -> dict[str, type[SpecSection]]:
+    """The sections by name; a top-level spec key (a section's name or flat key) held twice raises ValueError.
+
+    A flat key read into two sections would set whichever came first, and one that is a spec setting would take
+    it over; so each top-level key has one holder. Plug-ins share a section (the image tasks' ``images``) only
+    through one class.
+    """
+    holders: dict[str, type[SpecSection] | None] = {f.name: None for f in dataclasses.fields(BuildSpec)}
+    sections = list(dict.fromkeys(declared))
+    for cls in sections:
+        for key in (cls.section, *cls.flat_names):
+            holder = holders.setdefault(key, cls)
+            if holder is not cls:
+                raise ValueError(f"{_holder(cls)} declares the spec key `{key}`, which {_holder(holder)} holds already")
+    return {cls.section: cls for cls in sections}
+
+
+def _holder(cls: type[SpecSection] | None) -> str:
+    return "the spec itself" if cls is None else f"section `{cls.section}` ({cls.__name__})"
 
 
 def read_spec_file(path: Path | None) -> dict[str, Any]:

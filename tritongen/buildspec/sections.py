@@ -20,7 +20,9 @@ class SpecSection:
     """A section of the build spec; subclasses are frozen dataclasses that check themselves.
 
     ``flat_names`` maps flat spec keys (``qa_doc_stride``: earlier versions' names, and the command-line flags'
-    destinations) to fields of the section, so old YAML files and the flags set them.
+    destinations) to fields of the section, so old YAML files and the flags set them. Each such key, and the
+    section's name, has one holder: registering a plug-in whose section takes one that another section or the
+    spec holds raises (:func:`tritongen.buildspec.claim_sections`).
     """
 
     section: ClassVar[str] = ""  # the spec key of the section

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tritongen.buildspec import RuntimeSettings, claim_sections, section_source
 from tritongen.errors import SpecError
 from tritongen.runtimes.base import Runtime
 
@@ -10,11 +11,17 @@ __all__ = ["RUNTIMES", "get_runtime", "register_runtime", "runtime_names", "runt
 RUNTIMES: dict[str, Runtime] = {}
 
 
+@section_source
+def _sections() -> list[type[RuntimeSettings]]:
+    return [cls for runtime in RUNTIMES.values() for cls in runtime.settings]
+
+
 def register_runtime(cls: type[Runtime]) -> type[Runtime]:
     """Class decorator: add a runtime entry to :data:`RUNTIMES` under its ``name``.
 
     A name already taken is refused, and so is a second runtime owning one backend: a config's ``backend``
-    must lead back to one runtime (a runtime may serve through another's backend without owning it).
+    must lead back to one runtime (a runtime may serve through another's backend without owning it), and so is a
+    section whose name or flat keys another section or the spec holds.
     """
     if cls.name in RUNTIMES:
         raise ValueError(f"runtime `{cls.name}` is registered already (by {type(RUNTIMES[cls.name]).__name__})")
@@ -23,6 +30,7 @@ def register_runtime(cls: type[Runtime]) -> type[Runtime]:
         raise ValueError(
             f"runtime `{cls.name}` would own backend `{cls.backend}`, which `{owner.name}` owns; set owns_backend False"
         )
+    claim_sections(cls.settings)
     RUNTIMES[cls.name] = cls()
     return cls
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tritongen.buildspec import claim_sections, section_source
 from tritongen.errors import UnsupportedModelError
 
 if TYPE_CHECKING:
+    from tritongen.buildspec.sections import TaskSettings
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.tasks._base import Task
 
@@ -18,10 +20,19 @@ __all__ = ["TASKS", "detect_task", "get_task", "register_task"]
 TASKS: dict[str, Task] = {}
 
 
+@section_source
+def _sections() -> list[type[TaskSettings]]:
+    return [task.Settings for task in TASKS.values() if task.section]
+
+
 def register_task(cls: type[Task]) -> type[Task]:
-    """Class decorator: add a task entry to :data:`TASKS` under its ``name``; a name already taken is refused."""
+    """Class decorator: add a task entry to :data:`TASKS` under its ``name``.
+
+    A name already taken is refused, and so is a section whose name or flat keys another section or the spec holds.
+    """
     if cls.name in TASKS:
         raise ValueError(f"task `{cls.name}` is registered already (by {type(TASKS[cls.name]).__name__})")
+    claim_sections([cls.Settings] if cls.section else [])
     TASKS[cls.name] = cls()
     return cls
 
