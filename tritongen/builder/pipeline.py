@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritongen.builder.card import SEARCH_PLOT, backend_record, model_card, required
+from tritongen.builder.card import SEARCH_PLOT, backend_record, model_card
 from tritongen.builder.ensemble import step_configs
 from tritongen.builder.spec import check_spec
 from tritongen.buildspec import BuildSpec
@@ -307,7 +307,7 @@ def canary(
             Recorder(run, _served_by(plan, steps), plan.spec.max_batch_size),
             onnx.encoder,
             output=bound.onnx_output.name,
-            inputs={t.name: list(texts) for t, texts in zip(required(bound.ensemble_inputs), segments)},
+            inputs={t.name: list(texts) for t, texts in zip(bound.request_inputs, segments)},
             tolerance_of=functools.partial(canary_tolerance, plan.spec.precision, plan.spec.parity_tolerance),
         )
 
