@@ -38,15 +38,11 @@ from tritongen.buildspec import BuildSpec
 from tritongen.configs.render import render_all
 from tritongen.errors import RepositoryError, SpecError, UnsupportedModelError, stage
 from tritongen.gates.accuracy import AccuracyReport
-from tritongen.gates.compat import (
-    ContainerReport,
-    ContainerSession,
-    container_python,
-)
+from tritongen.gates.compat import ContainerReport, ContainerSession, container_python
 from tritongen.gates.parity import PARITY_TEXTS, ParityReport, require_parity
 from tritongen.model.checkpoint import Checkpoint, inspect_checkpoint
 from tritongen.model.export import export_onnx
-from tritongen.model.fold import FOLD_TOLERANCE, FoldReport, fold_graph, prove
+from tritongen.model.fold import FoldProof, FoldReport, fold_served
 from tritongen.precision.int8_search import SearchReport
 from tritongen.repository.canary import CANARY_FILE, Recorder
 from tritongen.repository.canary import record as record_canary
@@ -333,48 +329,27 @@ def fold(plan: BuildPlan, onnx: Export, console: Console) -> FoldReport:
         _same_shape(plan, served, why=why)
         return FoldReport(False, why)
     assert tail is not None
-    import onnx as onnx_lib
-    import onnxruntime as ort
+    python = container_python(spec.containers[0]) if spec.container_check else None
+    container = None if python is None else functools.partial(ContainerSession, python=python)
+    with console.status("Folding the postprocess step into the graph…"), stage("postprocess fold"):
+        report = fold_served(onnx.target, tail, _fold_proof(plan, onnx), container=container)
+    if not report.folded:
+        _same_shape(plan, served, why=report.why)
+        console.print(f"[yellow]Postprocess fold refused[/]: {report.why}")
+        return report
+    console.print(f"[green]Postprocess folded into the graph[/]: {report.why}")
+    return report
 
+
+def _fold_proof(plan: BuildPlan, onnx: Export) -> FoldProof:
+    """What the fold must reproduce: the Python postprocess step on the parity texts, together and one by one."""
     texts = list(PARITY_TEXTS)
     pairs = plan.pairs(texts)
     feeds = [onnx.encoder(texts, pairs)] + [
         onnx.encoder([t], None if pairs is None else [pairs[i]]) for i, t in enumerate(texts)
     ]
-    source, outputs = bound.onnx_output.name, list(tail.outputs)
-    step = reference_postprocess(bound, list(plan.checkpoint.id2label.values()))
-    folded_path = onnx.target.with_name("model.folded.onnx")
-    runtimes = [ort.__version__]
-    with console.status("Folding the postprocess step into the graph…"), stage("postprocess fold"):
-        model = onnx_lib.load(str(onnx.target))
-        onnx_lib.save_model(fold_graph(model, source, tail), str(folded_path))
-        try:
-            session = ort.InferenceSession(str(folded_path), providers=["CPUExecutionProvider"])
-            failure, worst = prove(session.run, source, outputs, step, feeds)
-            python = container_python(spec.containers[0])
-            if failure is None and python is not None and spec.container_check:
-                with ContainerSession(folded_path, python) as container:
-                    runtimes.append(container.version)
-                    failure, diff = prove(container.run, source, outputs, step, feeds)
-                    worst = max(worst, diff)
-            if failure is not None:
-                folded_path.unlink()
-                report = FoldReport(False, f"the folded graph did not match the Python step: {failure}", worst)
-                _same_shape(plan, served, why=report.why)
-                console.print(f"[yellow]Postprocess fold refused[/]: {report.why}")
-                return report
-            folded_path.replace(onnx.target)
-        finally:
-            folded_path.unlink(missing_ok=True)
-    report = FoldReport(
-        True,
-        f"outputs {', '.join(outputs)} equal the Python step's within {FOLD_TOLERANCE:.0e} "
-        f"(worst {worst:.1e}) on {len(texts)} parity texts in ONNX Runtime {' and '.join(runtimes)}",
-        worst,
-        tuple(runtimes),
-    )
-    console.print(f"[green]Postprocess folded into the graph[/]: {report.why}")
-    return report
+    step = reference_postprocess(plan.bound, list(plan.checkpoint.id2label.values()))
+    return FoldProof(plan.bound.onnx_output.name, step, feeds, len(texts))
 
 
 def _same_shape(plan: BuildPlan, served: tuple[str, ...] | None, *, why: str) -> None:
