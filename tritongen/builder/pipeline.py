@@ -387,26 +387,25 @@ def size(
 ) -> tuple[BuildPlan, SizingReport | None]:
     """Stage 8: where the spec leaves the model step's layout open on a CPU node, measure a few and take one.
 
-    The plan comes back with the chosen layout in its spec (``tritongen.sizing``); unchanged, with no report,
-    where the spec sizes the step itself (or ``model_layout.measure`` is off) or the task's inputs are not text.
+    The layout decided when the spec was loaded (``Runtime.cpu_layout``, ``tritongen.sizing.CpuLayout``) is
+    refined: its candidates timed, the rule's pick written into the plan's spec. The plan comes back unchanged,
+    with no report, where the spec sizes the step itself (or ``model_layout.measure`` is off) or the task's inputs
+    are not text.
     The Python steps' instances (the postprocess step's unless ``folded``) keep a core each from threads that spin.
     Each layout is served by the native backend where ``steps`` serves it, with its config as rendered.
     """
     spec, runtime = plan.spec, _runtime(plan)
-    if not spec.model_layout.measure or plan.bound.modality.name != "text":
+    decided = runtime.cpu_layout(spec)
+    if not decided.measure or plan.bound.modality.name != "text":
         return plan, None
     from tritongen.gates.accuracy import read_texts
-    from tritongen.sizing import candidates, choose
     from tritongen.sizing.measure import measure_layouts
 
     texts = read_texts(spec.validation, "validation")
     texts = texts[:: max(1, len(texts) // SIZING_TEXTS)][:SIZING_TEXTS]
-    cores = spec.cpu_cores or 1
-    python_steps = [spec.tokenizer_instances] + ([] if folded else [spec.postprocess_instances])
-    layouts = candidates(cores, reserved=sum(group.count or 1 for group in python_steps))
 
     def laid_out(layout: Layout) -> BuildPlan:
-        return dataclasses.replace(plan, spec=runtime.with_layout(spec, layout))
+        return dataclasses.replace(plan, spec=runtime.with_layout(spec, dataclasses.replace(decided, layout=layout)))
 
     def in_process(layout: Layout) -> Any:
         return runtime.served_session(onnx.target, laid_out(layout).spec)
@@ -419,17 +418,17 @@ def size(
     start = time.perf_counter()
     with console.status("Measuring the model step's layouts…") as status, stage("model step layout"):
         measured = measure_layouts(
-            layouts,
+            decided.candidates(folded=folded),
             open_session,
             lambda batch: onnx.encoder(list(batch), plan.pairs(list(batch))),
             texts,
             progress=lambda message: status.update(f"Measuring the {message}…"),
         )
-    chosen, why = choose(measured, spec.model_layout.prefer)
-    report = SizingReport(spec.model_layout.prefer, cores, measured, chosen, why, len(texts),
+    refined, chosen, why = decided.refined(measured)
+    report = SizingReport(decided.prefer, decided.cores, measured, chosen, why, len(texts),
                           time.perf_counter() - start, measured_on=_served_by(plan, steps))  # fmt: skip
     console.print(f"[green]Model step layout[/]: {chosen.layout.label}, because {why} ({report.seconds:.0f} s)")
-    return dataclasses.replace(plan, spec=runtime.with_layout(spec, chosen.layout)), report
+    return dataclasses.replace(plan, spec=runtime.with_layout(spec, refined)), report
 
 
 class _ServedLayouts:
