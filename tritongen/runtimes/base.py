@@ -3,7 +3,8 @@
 As Text Embeddings Inference's ``Backend`` trait, with one implementation per folder (``onnxruntime/``,
 ``openvino/``, ``tensorrt/``): nothing outside this package asks which runtime it has. A runtime says
 
-* what the spec may ask of it (:meth:`Runtime.check_spec`) and what a CPU or GPU build fills in;
+* what the spec may ask of it (:meth:`Runtime.check_spec`), what a GPU build fills in, and where a CPU build's
+  layout is written (:meth:`Runtime.with_layout`, :meth:`Runtime.cpu_layout`);
 * what it serves and how it is gated (:meth:`Runtime.optimise`, stage 4 of the build) and checked in each
   target container (:meth:`Runtime.container_check`, stage 5);
 * its model step's config (:meth:`Runtime.model_config`, from the :class:`ModelStep` every runtime shares) and
