@@ -18,8 +18,9 @@ from tests.builds import native_backend
 from tritongen.bench.cpu_use import FRONTEND, cpu_snapshot
 from tritongen.bench.free_step import FREE_STEP_INSTANCES, free_graph, free_repository
 from tritongen.builder.spec import load_spec
-from tritongen.deploy.plan import REFERENCE_CPU_SIDE, CpuSideBound, CpuSideFigures, plan_capacity, read_cpu_side
+from tritongen.deploy.plan import CpuSideBound, plan_capacity, read_cpu_side
 from tritongen.repository.layout import built_sizing, read_config
+from tritongen.sizing.cpu_side import REFERENCE_CPU_SIDE, CpuSideFigures
 from tritongen.steps._common import pack_encodings
 from tritongen.steps.tokenizer import PARALLEL_TEXTS, serial
 

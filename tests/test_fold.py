@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import pytest
 from tests.tiny_variants import make_multilabel_classifier
 from tritongen.builder.pipeline import build_repository
 from tritongen.builder.spec import load_spec
-from tritongen.model.fold import classification_tail, fold_graph, prove
+from tritongen.gates.compat import ContainerSession
+from tritongen.model.fold import FoldProof, classification_tail, fold_graph, fold_served, prove
 from tritongen.pooling.heads import embedding_tail
 from tritongen.repository.layout import served_steps
 from tritongen.serve.client import infer
@@ -91,6 +93,25 @@ def test_a_wrong_tail_fails_its_proof():
     step = _step("tritongen.tasks.classification.postprocess", function="softmax")
     why, worst = prove(_session(model).run, "logits", ["PROBABILITIES", "SCORE", "LABEL"], step, _rows(3))
     assert why is not None and "differs from the step" in why and worst > 1e-3
+
+
+def test_fold_served_replaces_the_model_file_only_when_the_fold_proves_itself(tmp_path):
+    import onnx
+
+    path = tmp_path / "model.onnx"
+    onnx.save_model(_identity_model("logits", 3), str(path))
+    unfolded = path.read_bytes()
+    tail = classification_tail("logits", LABELS, function="sigmoid")
+    wrong = FoldProof("logits", _step("tritongen.tasks.classification.postprocess", function="softmax"), _rows(3), 6)
+    refused = fold_served(path, tail, wrong)
+    assert not refused.folded and "did not match the Python step" in refused.why
+    assert path.read_bytes() == unfolded and sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+    right = FoldProof("logits", _step("tritongen.tasks.classification.postprocess", function="sigmoid"), _rows(3), 6)
+    here = functools.partial(ContainerSession, python=Path(sys.executable))  # this venv standing in for a container
+    report = fold_served(path, tail, right, container=here)
+    assert report.folded and "on 6 parity texts" in report.why and len(report.runtimes) == 2
+    assert "LABEL" in [o.name for o in onnx.load(str(path)).graph.output]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
 
 
 def test_a_half_precision_model_output_is_cast_before_the_tail():

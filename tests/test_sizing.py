@@ -15,7 +15,16 @@ from tritongen.builder.spec import load_spec
 from tritongen.buildspec import usable_cores
 from tritongen.runtimes import get_runtime
 from tritongen.runtimes.onnxruntime import OnnxRuntimeSettings
-from tritongen.sizing import LATENCY_SLACK, Layout, Measurement, SizingReport, candidates, choose
+from tritongen.sizing import (
+    LATENCY_SLACK,
+    CpuLayout,
+    Layout,
+    Measurement,
+    SizingReport,
+    candidates,
+    choose,
+    fixed_layout,
+)
 from tritongen.sizing import measure as measuring
 
 
@@ -127,8 +136,35 @@ def test_a_session_that_fails_fails_the_measuring():
 
 def test_a_layout_reaches_every_setting_of_its_runtime_section_at_once():
     runtime = get_runtime("onnx")
-    spec = runtime.with_layout(load_spec(model="m", cpu_cores=2), Layout(1, 2))
+    spec = load_spec(model="m", cpu_cores=2, model_layout={"measure": False})
+    spec = runtime.with_layout(spec, CpuLayout(2, (1, 1), Layout(1, 2), measure=True))
     assert spec.model_instances.count == 1 and spec.section(OnnxRuntimeSettings).intra_op_threads == 2
+    assert spec.model_layout.measure and runtime.cpu_layout(spec).layout == Layout(1, 2)
+
+
+def test_the_layout_decided_at_load_is_the_one_the_size_stage_refines():
+    runtime = get_runtime("onnx")
+    spec = load_spec(model="m", cpu_cores=2, tokenizer_instances={"count": 2}, model_layout={"prefer": "latency"})
+    decided = runtime.cpu_layout(spec)
+    assert decided == CpuLayout(2, (2, 1), fixed_layout(2, reserved=3), measure=usable_cores() >= 2, prefer="latency")
+    assert decided.candidates() == candidates(2, reserved=3)
+    assert decided.candidates(folded=True) == candidates(2, reserved=2)  # a folded postprocess keeps no core
+    refined, chosen, why = decided.refined(MEASURED)
+    assert (refined.layout, chosen.layout) == (Layout(1, 2), Layout(1, 2)) and "fastest" in why
+    laid_out = runtime.with_layout(spec, refined)
+    assert runtime.cpu_layout(laid_out) == refined  # what the configs are rendered from
+    assert laid_out.to_dict()["onnxruntime"]["intra_op_threads"] == 2 and laid_out.model_instances.count == 1
+
+
+def test_the_loader_writes_the_fixed_default_only_where_the_spec_leaves_the_layout_open():
+    given = CpuLayout(8, (1, 1), Layout(1, 0))
+    open_here = given.decided(left_open=True, measure=None, usable=8)
+    assert open_here.layout == fixed_layout(8, reserved=2) == Layout(2, 3) and open_here.measure
+    assert not given.decided(left_open=True, measure=None, usable=4).measure  # a bigger node than this machine
+    assert not given.decided(left_open=True, measure=False, usable=8).measure
+    kept = given.decided(left_open=False, measure=None, usable=8)
+    assert kept.layout == Layout(1, 0) and not kept.measure  # the spec's own sizing, as given
+    assert given.decided(left_open=False, measure=True, usable=8).measure  # measured only where asked
 
 
 def test_the_build_measures_the_layout_only_where_the_spec_leaves_it_open():

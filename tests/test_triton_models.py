@@ -155,6 +155,12 @@ def test_onnxruntime_session_options_are_what_the_native_backend_reads_from_the_
     assert got.get_session_config_entry("session.use_device_allocator_for_initializers") == "1"
     with pytest.raises(Exception, match="allow_spinning"):  # never set: ONNX Runtime spins by default
         got.get_session_config_entry("session.intra_op.allow_spinning")
+    # The build's in-process sessions take the same options from the settings themselves.
+    typed = ort_model.native_options(2, 0, 1, parallel=True)
+    parsed = options(1, intra_op_thread_count="2", execution_mode="1")
+    fields = ("intra_op_num_threads", "inter_op_num_threads", "execution_mode", "graph_optimization_level")
+    assert [getattr(typed, f) for f in fields] == [getattr(parsed, f) for f in fields]
+    assert ort_model.native_options(-1).intra_op_num_threads == options(intra_op_thread_count="-1").intra_op_num_threads
 
 
 def test_onnxruntime_backend_runs_requests_in_one_session_call(tmp_path):

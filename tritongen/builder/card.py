@@ -6,7 +6,6 @@ Written beside ``build.json`` in the ensemble's version folder; a person reads i
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Sequence
 from typing import Any
 
 from tritongen.buildspec import usable_cores
@@ -15,16 +14,12 @@ from tritongen.model.checkpoint import Checkpoint
 from tritongen.model.fold import FoldReport
 from tritongen.runtimes import Variant, get_runtime
 from tritongen.sizing import SizingReport
+from tritongen.sizing.cpu_side import REFERENCE_CPU_SIDE
 from tritongen.tasks import BuildPlan
 
-__all__ = ["SEARCH_PLOT", "backend_record", "model_card", "required"]
+__all__ = ["SEARCH_PLOT", "backend_record", "model_card"]
 
 SEARCH_PLOT = "int8_search.png"  # next to model_card.md
-
-
-def required(tensors: Sequence[Any]) -> list[Any]:
-    """The inputs every request carries (the texts), without the optional ones."""
-    return [t for t in tensors if not t.optional]
 
 
 def model_card(
@@ -57,7 +52,7 @@ def model_card(
         f"- model inputs: {', '.join(facts.inputs)} (from the model's forward signature and config)",
         *plan.bound.modality.card_lines(plan),
         "- contract: inputs "
-        + ", ".join(f"`{t.name}`" for t in required(bound.ensemble_inputs))
+        + ", ".join(f"`{t.name}`" for t in bound.request_inputs)
         + f" (TYPE_STRING, {shape((1,))})"
         + "".join(
             f", optional `{t.name}` ({t.data_type}, {shape(t.dims)})" for t in bound.ensemble_inputs if t.optional
@@ -131,8 +126,6 @@ def _sizing_line(spec: Any, sizing: SizingReport | None = None) -> str:
 
 def _cpu_side_line(spec: Any, *, folded: bool) -> str:
     """The card's line on a GPU build's CPU side: the Python steps' instances, the node, and what they carry."""
-    from tritongen.deploy.plan import REFERENCE_CPU_SIDE
-
     tokenizers = spec.tokenizer_instances.count
     one_text, batch = REFERENCE_CPU_SIDE.capacity(spec.cpu_cores, tokenizers)
     post = "folded into the graph" if folded else f"{spec.postprocess_instances.count} instance(s)"

@@ -31,22 +31,18 @@ from rich.console import Console
 from rich.markdown import Markdown
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritongen.builder.card import SEARCH_PLOT, backend_record, model_card, required
+from tritongen.builder.card import SEARCH_PLOT, backend_record, model_card
 from tritongen.builder.ensemble import step_configs
 from tritongen.builder.spec import check_spec
 from tritongen.buildspec import BuildSpec
 from tritongen.configs.render import render_all
 from tritongen.errors import RepositoryError, SpecError, UnsupportedModelError, stage
 from tritongen.gates.accuracy import AccuracyReport
-from tritongen.gates.compat import (
-    ContainerReport,
-    ContainerSession,
-    container_python,
-)
+from tritongen.gates.compat import ContainerReport, ContainerSession, container_python
 from tritongen.gates.parity import PARITY_TEXTS, ParityReport, require_parity
 from tritongen.model.checkpoint import Checkpoint, inspect_checkpoint
 from tritongen.model.export import export_onnx
-from tritongen.model.fold import FOLD_TOLERANCE, FoldReport, fold_graph, prove
+from tritongen.model.fold import FoldProof, FoldReport, fold_served
 from tritongen.precision.int8_search import SearchReport
 from tritongen.repository.canary import CANARY_FILE, Recorder
 from tritongen.repository.canary import record as record_canary
@@ -307,7 +303,7 @@ def canary(
             Recorder(run, _served_by(plan, steps), plan.spec.max_batch_size),
             onnx.encoder,
             output=bound.onnx_output.name,
-            inputs={t.name: list(texts) for t, texts in zip(required(bound.ensemble_inputs), segments)},
+            inputs={t.name: list(texts) for t, texts in zip(bound.request_inputs, segments)},
             tolerance_of=functools.partial(canary_tolerance, plan.spec.precision, plan.spec.parity_tolerance),
         )
 
@@ -333,48 +329,27 @@ def fold(plan: BuildPlan, onnx: Export, console: Console) -> FoldReport:
         _same_shape(plan, served, why=why)
         return FoldReport(False, why)
     assert tail is not None
-    import onnx as onnx_lib
-    import onnxruntime as ort
+    python = container_python(spec.containers[0]) if spec.container_check else None
+    container = None if python is None else functools.partial(ContainerSession, python=python)
+    with console.status("Folding the postprocess step into the graph…"), stage("postprocess fold"):
+        report = fold_served(onnx.target, tail, _fold_proof(plan, onnx), container=container)
+    if not report.folded:
+        _same_shape(plan, served, why=report.why)
+        console.print(f"[yellow]Postprocess fold refused[/]: {report.why}")
+        return report
+    console.print(f"[green]Postprocess folded into the graph[/]: {report.why}")
+    return report
 
+
+def _fold_proof(plan: BuildPlan, onnx: Export) -> FoldProof:
+    """What the fold must reproduce: the Python postprocess step on the parity texts, together and one by one."""
     texts = list(PARITY_TEXTS)
     pairs = plan.pairs(texts)
     feeds = [onnx.encoder(texts, pairs)] + [
         onnx.encoder([t], None if pairs is None else [pairs[i]]) for i, t in enumerate(texts)
     ]
-    source, outputs = bound.onnx_output.name, list(tail.outputs)
-    step = reference_postprocess(bound, list(plan.checkpoint.id2label.values()))
-    folded_path = onnx.target.with_name("model.folded.onnx")
-    runtimes = [ort.__version__]
-    with console.status("Folding the postprocess step into the graph…"), stage("postprocess fold"):
-        model = onnx_lib.load(str(onnx.target))
-        onnx_lib.save_model(fold_graph(model, source, tail), str(folded_path))
-        try:
-            session = ort.InferenceSession(str(folded_path), providers=["CPUExecutionProvider"])
-            failure, worst = prove(session.run, source, outputs, step, feeds)
-            python = container_python(spec.containers[0])
-            if failure is None and python is not None and spec.container_check:
-                with ContainerSession(folded_path, python) as container:
-                    runtimes.append(container.version)
-                    failure, diff = prove(container.run, source, outputs, step, feeds)
-                    worst = max(worst, diff)
-            if failure is not None:
-                folded_path.unlink()
-                report = FoldReport(False, f"the folded graph did not match the Python step: {failure}", worst)
-                _same_shape(plan, served, why=report.why)
-                console.print(f"[yellow]Postprocess fold refused[/]: {report.why}")
-                return report
-            folded_path.replace(onnx.target)
-        finally:
-            folded_path.unlink(missing_ok=True)
-    report = FoldReport(
-        True,
-        f"outputs {', '.join(outputs)} equal the Python step's within {FOLD_TOLERANCE:.0e} "
-        f"(worst {worst:.1e}) on {len(texts)} parity texts in ONNX Runtime {' and '.join(runtimes)}",
-        worst,
-        tuple(runtimes),
-    )
-    console.print(f"[green]Postprocess folded into the graph[/]: {report.why}")
-    return report
+    step = reference_postprocess(plan.bound, list(plan.checkpoint.id2label.values()))
+    return FoldProof(plan.bound.onnx_output.name, step, feeds, len(texts))
 
 
 def _same_shape(plan: BuildPlan, served: tuple[str, ...] | None, *, why: str) -> None:
@@ -412,26 +387,25 @@ def size(
 ) -> tuple[BuildPlan, SizingReport | None]:
     """Stage 8: where the spec leaves the model step's layout open on a CPU node, measure a few and take one.
 
-    The plan comes back with the chosen layout in its spec (``tritongen.sizing``); unchanged, with no report,
-    where the spec sizes the step itself (or ``model_layout.measure`` is off) or the task's inputs are not text.
+    The layout decided when the spec was loaded (``Runtime.cpu_layout``, ``tritongen.sizing.CpuLayout``) is
+    refined: its candidates timed, the rule's pick written into the plan's spec. The plan comes back unchanged,
+    with no report, where the spec sizes the step itself (or ``model_layout.measure`` is off) or the task's inputs
+    are not text.
     The Python steps' instances (the postprocess step's unless ``folded``) keep a core each from threads that spin.
     Each layout is served by the native backend where ``steps`` serves it, with its config as rendered.
     """
     spec, runtime = plan.spec, _runtime(plan)
-    if not spec.model_layout.measure or plan.bound.modality.name != "text":
+    decided = runtime.cpu_layout(spec)
+    if not decided.measure or plan.bound.modality.name != "text":
         return plan, None
     from tritongen.gates.accuracy import read_texts
-    from tritongen.sizing import candidates, choose
     from tritongen.sizing.measure import measure_layouts
 
     texts = read_texts(spec.validation, "validation")
     texts = texts[:: max(1, len(texts) // SIZING_TEXTS)][:SIZING_TEXTS]
-    cores = spec.cpu_cores or 1
-    python_steps = [spec.tokenizer_instances] + ([] if folded else [spec.postprocess_instances])
-    layouts = candidates(cores, reserved=sum(group.count or 1 for group in python_steps))
 
     def laid_out(layout: Layout) -> BuildPlan:
-        return dataclasses.replace(plan, spec=runtime.with_layout(spec, layout))
+        return dataclasses.replace(plan, spec=runtime.with_layout(spec, dataclasses.replace(decided, layout=layout)))
 
     def in_process(layout: Layout) -> Any:
         return runtime.served_session(onnx.target, laid_out(layout).spec)
@@ -444,17 +418,17 @@ def size(
     start = time.perf_counter()
     with console.status("Measuring the model step's layouts…") as status, stage("model step layout"):
         measured = measure_layouts(
-            layouts,
+            decided.candidates(folded=folded),
             open_session,
             lambda batch: onnx.encoder(list(batch), plan.pairs(list(batch))),
             texts,
             progress=lambda message: status.update(f"Measuring the {message}…"),
         )
-    chosen, why = choose(measured, spec.model_layout.prefer)
-    report = SizingReport(spec.model_layout.prefer, cores, measured, chosen, why, len(texts),
+    refined, chosen, why = decided.refined(measured)
+    report = SizingReport(decided.prefer, decided.cores, measured, chosen, why, len(texts),
                           time.perf_counter() - start, measured_on=_served_by(plan, steps))  # fmt: skip
     console.print(f"[green]Model step layout[/]: {chosen.layout.label}, because {why} ({report.seconds:.0f} s)")
-    return dataclasses.replace(plan, spec=runtime.with_layout(spec, chosen.layout)), report
+    return dataclasses.replace(plan, spec=runtime.with_layout(spec, refined)), report
 
 
 class _ServedLayouts:

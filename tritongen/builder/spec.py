@@ -24,7 +24,7 @@ from tritongen.buildspec import (
 )
 from tritongen.buildspec.sections import SpecSection
 from tritongen.errors import SpecError
-from tritongen.runtimes import RUNTIMES, Runtime, get_runtime
+from tritongen.runtimes import RUNTIMES, get_runtime
 from tritongen.tasks import TASKS
 
 __all__ = ["check_spec", "flat_names", "load_spec", "recorded_spec", "spec_sections"]
@@ -54,7 +54,7 @@ def load_spec(path: Path | None = None, **overrides: Any) -> BuildSpec:
     data = with_overrides(read_spec_file(path), overrides, sections)
     if "model" not in data:
         raise SpecError("no model given: name a checkpoint directory or a hub id")
-    spec = spec_from_mapping(_device_defaults(data), sections)
+    spec = _laid_out(spec_from_mapping(_device_defaults(data), sections), data)
     check_spec(spec)
     return spec
 
@@ -81,22 +81,17 @@ def _device_defaults(data: dict[str, Any]) -> dict[str, Any]:
     """The device fills what its node wants wherever the spec leaves it open (an explicit value wins).
 
     ``device: gpu``: KIND_GPU instances, FP16 and the runtime's GPU settings. A CPU build (``device: cpu``, or
-    none and no KIND_GPU model instances): each request padded to its longest row, the runtime's instances and
-    threads for ``cpu_cores`` cores; where
-    the spec leaves both open and the runtime can be measured, the build measures the layout
-    (``model_layout.measure``, ``tritongen.sizing``) and the runtime's default is only where it starts.
+    none and no KIND_GPU model instances): each request padded to its longest row, and the node's cores recorded
+    (``cpu_cores``), for which :func:`_laid_out` lays out the model step.
     """
     runtime = get_runtime(data.get("runtime", BuildSpec.runtime))
     check_cpu_cores(data.get("cpu_cores"))
     if data.get("device") != "gpu":
-        if (data.get("model_instances") or {}).get("kind", "KIND_CPU") != "KIND_CPU":
+        if not _cpu_build(data):
             return data
         data = {**data, "cpu_cores": data.get("cpu_cores") or usable_cores()}  # recorded: the node it is sized for
         data.setdefault("padding", "longest")
-        layout = dict(data.get("model_layout") or {})
-        if layout.get("measure") is None:  # this machine can stand in for a node of no more cores than its own
-            layout["measure"] = _layout_open(runtime, data) and data["cpu_cores"] <= usable_cores()
-        return runtime.cpu_defaults({**data, "model_layout": layout}, data["cpu_cores"])
+        return data
     data = {**data, "cpu_cores": data.get("cpu_cores") or usable_cores()}  # the node's CPU feeds its GPU
     data["model_instances"] = {"kind": "KIND_GPU", **(data.get("model_instances") or {})}
     data.setdefault("precision", "fp16")
@@ -104,10 +99,23 @@ def _device_defaults(data: dict[str, Any]) -> dict[str, Any]:
     return runtime.gpu_defaults(python_step_defaults(data, data["cpu_cores"]))
 
 
-def _layout_open(runtime: Runtime, data: dict[str, Any]) -> bool:
-    """Whether the spec mapping leaves the model step's instances and threads to the build, and it can measure."""
-    if runtime.thread_setting is None or not runtime.measures_layout:
-        return False
-    section, key = runtime.thread_setting
-    threads = (data.get(section.section) or {}).get(key)
-    return (data.get("model_instances") or {}).get("count") is None and not threads
+def _cpu_build(data: dict[str, Any]) -> bool:
+    """Whether the spec mapping builds for a CPU node: no ``device: gpu`` and no KIND_GPU model instances."""
+    return data.get("device") != "gpu" and (data.get("model_instances") or {}).get("kind", "KIND_CPU") == "KIND_CPU"
+
+
+def _laid_out(spec: BuildSpec, data: dict[str, Any]) -> BuildSpec:
+    """A CPU build's spec with its model step's layout decided, once (:class:`~tritongen.sizing.CpuLayout`).
+
+    Where the spec mapping ``data`` leaves the instances and threads open and the runtime can be measured, the
+    fixed default is written, and the build measures the layout (``model_layout.measure``) where this machine can
+    stand in for a node of that many cores; the size stage then refines it.
+    """
+    if not _cpu_build(data):
+        return spec
+    runtime = get_runtime(spec.runtime)
+    given = (data.get("model_layout") or {}).get("measure")
+    decided = runtime.cpu_layout(spec).decided(
+        left_open=runtime.layout_open(data), measure=given, usable=usable_cores()
+    )
+    return runtime.with_layout(spec, decided)

@@ -181,7 +181,7 @@ class BuildSpec:
     # accelerator at FP16, and the FP16 model gated), "cpu" for a CPU node; None: as model_instances says.
     device: Literal["cpu", "gpu"] | None = None
     # The cores of the CPU node the model step is sized for where the spec leaves its instances and threads open
-    # (Runtime.cpu_defaults); None: this machine's usable cores, recorded here when the spec is loaded.
+    # (tritongen.sizing.CpuLayout); None: this machine's usable cores, recorded here when the spec is loaded.
     cpu_cores: int | None = None
     container_check: bool = True
     # Fold the postprocess step into the served graph where the task can and the fold proves itself

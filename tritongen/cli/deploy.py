@@ -180,8 +180,9 @@ def _plan_options(plan: argparse.ArgumentParser) -> None:
 
 def _plan(args: argparse.Namespace) -> None:
     from tritongen.deploy import bench_results_path, plan_capacity
-    from tritongen.deploy.plan import REFERENCE_CPU_SIDE, CpuSideBound, cpu_side_path, read_cpu_side
+    from tritongen.deploy.plan import CpuSideBound, cpu_side_path, read_cpu_side
     from tritongen.repository.layout import built_sizing
+    from tritongen.sizing.cpu_side import REFERENCE_CPU_SIDE
 
     path = args.results or bench_results_path(args.name)
     csv_path = args.cpu_side or cpu_side_path(args.name)

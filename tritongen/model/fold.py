@@ -13,8 +13,9 @@ the three-step ensemble and the model card says why.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,11 +28,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FOLD_TOLERANCE",
+    "FoldProof",
     "FoldReport",
     "GraphTail",
     "classification_tail",
     "float_input",
     "fold_graph",
+    "fold_served",
     "last_axis",
     "prove",
 ]
@@ -201,3 +204,53 @@ def prove(
         if why is not None:
             return why, worst
     return None, worst
+
+
+@dataclass(frozen=True)
+class FoldProof:
+    """What a folded graph must give: the Python postprocess step's outputs, computed from its own raw output."""
+
+    source: str  # the model output the tail reads (``logits``, ``sentence_embedding``)
+    step: Any  # the Python postprocess step: ``process(raw) -> outputs by name``
+    feeds: Sequence[Mapping[str, np.ndarray]]  # the model's inputs for the texts together, then for each alone
+    texts: int  # how many texts the feeds hold
+
+
+def fold_served(
+    path: Path, tail: GraphTail, proof: FoldProof, *, container: Callable[[Path], Any] | None = None
+) -> FoldReport:
+    """Fold ``tail`` into the served graph at ``path`` where it proves itself; the report, folded or not.
+
+    The folded graph runs in our ONNX Runtime and, given ``container``, in the target container's: ``container(path)``
+    opens a model there (:class:`~tritongen.gates.compat.ContainerSession`: a context with ``run`` and
+    ``version``). In each it must give ``proof``'s step outputs within :data:`FOLD_TOLERANCE` (:func:`prove`).
+    Only then does it replace ``path``; a refused fold leaves it as it was.
+    """
+    import onnx
+    import onnxruntime as ort
+
+    path = Path(path)
+    outputs = list(tail.outputs)
+    folded_path = path.with_name(f"{path.stem}.folded{path.suffix}")
+    runtimes = [ort.__version__]
+    onnx.save_model(fold_graph(onnx.load(str(path)), proof.source, tail), str(folded_path))
+    try:
+        session = ort.InferenceSession(str(folded_path), providers=["CPUExecutionProvider"])
+        failure, worst = prove(session.run, proof.source, outputs, proof.step, proof.feeds)
+        if failure is None and container is not None:
+            with container(folded_path) as served:
+                runtimes.append(served.version)
+                failure, diff = prove(served.run, proof.source, outputs, proof.step, proof.feeds)
+                worst = max(worst, diff)
+        if failure is not None:
+            return FoldReport(False, f"the folded graph did not match the Python step: {failure}", worst)
+        folded_path.replace(path)
+    finally:
+        folded_path.unlink(missing_ok=True)
+    return FoldReport(
+        True,
+        f"outputs {', '.join(outputs)} equal the Python step's within {FOLD_TOLERANCE:.0e} "
+        f"(worst {worst:.1e}) on {proof.texts} parity texts in ONNX Runtime {' and '.join(runtimes)}",
+        worst,
+        tuple(runtimes),
+    )

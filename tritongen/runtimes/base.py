@@ -3,7 +3,8 @@
 As Text Embeddings Inference's ``Backend`` trait, with one implementation per folder (``onnxruntime/``,
 ``openvino/``, ``tensorrt/``): nothing outside this package asks which runtime it has. A runtime says
 
-* what the spec may ask of it (:meth:`Runtime.check_spec`) and what a CPU or GPU build fills in;
+* what the spec may ask of it (:meth:`Runtime.check_spec`), what a GPU build fills in, and where a CPU build's
+  layout is written (:meth:`Runtime.with_layout`, :meth:`Runtime.cpu_layout`);
 * what it serves and how it is gated (:meth:`Runtime.optimise`, stage 4 of the build) and checked in each
   target container (:meth:`Runtime.container_check`, stage 5);
 * its model step's config (:meth:`Runtime.model_config`, from the :class:`ModelStep` every runtime shares) and
@@ -17,13 +18,14 @@ Runtime, OpenVINO, NNCF) only when the build calls them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen.buildspec import QUEUE_BATCHES, BuildSpec, RuntimeSettings, instance_group
 from tritongen.configs.model_config import InstanceGroup, ModelConfig, Tensor, Warmup, generated_comment
+from tritongen.sizing import CpuLayout, Layout
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -33,7 +35,6 @@ if TYPE_CHECKING:
     from tritongen.gates.compat import ContainerReport
     from tritongen.precision.int8_search import SearchReport
     from tritongen.precision.optimize import OptimizeReport
-    from tritongen.sizing import Layout
     from tritongen.tasks import BuildPlan
 
 __all__ = ["Export", "ModelStep", "Runtime", "Variant"]
@@ -164,10 +165,6 @@ class Runtime:
         """What ``device: gpu`` fills in for this runtime where the spec mapping ``data`` leaves it open."""
         return data
 
-    def cpu_defaults(self, data: dict[str, Any], cores: int) -> dict[str, Any]:
-        """What a CPU build for ``cores`` cores fills in where the spec mapping ``data`` leaves it open."""
-        return data
-
     def int8_schemes(self, quantization: str) -> tuple[str, ...]:
         """The INT8 schemes the search tries: the one asked for, else every one (``auto``)."""
         from tritongen.precision.int8_search import SCHEMES
@@ -198,15 +195,38 @@ class Runtime:
         section, key = self.thread_setting
         return [f"{section.section}:", f"  {key}: {threads}"]
 
-    def with_layout(self, spec: BuildSpec, layout: Layout) -> BuildSpec:
-        """``spec`` with the model step laid out as ``layout``: instances, and threads per instance."""
+    def layout_open(self, data: Mapping[str, Any]) -> bool:
+        """Whether the spec mapping ``data``, as written, leaves the model step's instances and threads to the build.
+
+        Only for a runtime whose layout the build can measure (a thread setting, and :meth:`served_session`); for
+        others their own default stands.
+        """
+        if self.thread_setting is None or not self.measures_layout:
+            return False
+        section, key = self.thread_setting
+        threads = (data.get(section.section) or {}).get(key)
+        return (data.get("model_instances") or {}).get("count") is None and not threads
+
+    def cpu_layout(self, spec: BuildSpec) -> CpuLayout:
+        """The model step's layout on the CPU node of ``spec``, as the spec holds it (:meth:`with_layout` wrote it)."""
+        return CpuLayout(
+            spec.cpu_cores or 1,
+            (spec.tokenizer_instances.count, spec.postprocess_instances.count),
+            Layout(spec.model_instances.count, self.threads(spec)),
+            spec.model_layout.measure,
+            spec.model_layout.prefer,
+        )
+
+    def with_layout(self, spec: BuildSpec, cpu: CpuLayout) -> BuildSpec:
+        """``spec`` with the model step laid out as ``cpu`` says: instances, threads per instance, whether measured."""
         runtime_settings = dict(spec.runtime_settings)
         if self.thread_setting is not None:
             section, key = self.thread_setting
             current = runtime_settings.get(section.section) or section()
-            runtime_settings[section.section] = dataclasses.replace(current, **{key: layout.threads})
-        instances = dataclasses.replace(spec.model_instances, count=layout.instances)
-        return spec.replace(model_instances=instances, runtime_settings=runtime_settings)
+            runtime_settings[section.section] = dataclasses.replace(current, **{key: cpu.layout.threads})
+        instances = dataclasses.replace(spec.model_instances, count=cpu.layout.instances)
+        layout = dataclasses.replace(spec.model_layout, measure=cpu.measure)
+        return spec.replace(model_instances=instances, runtime_settings=runtime_settings, model_layout=layout)
 
     # --- the build -----------------------------------------------------------------------------------------
 

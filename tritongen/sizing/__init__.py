@@ -11,11 +11,14 @@ and chooses by a stated rule (:func:`choose`):
 * ``latency``: the best one-request latency (the better throughput within :data:`TIE`);
 * ``throughput``: the best throughput (the better one-request latency within :data:`TIE`).
 
-This module is the plain data and the rule; it imports no runtime.
+The layout is decided once, where the spec is loaded (:meth:`CpuLayout.decided`), and refined by the build's size
+stage (:meth:`CpuLayout.refined`); the spec holds it, which rendering reads and ``build.json`` records. This module
+is the plain data and the rule; it imports no runtime.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +28,7 @@ __all__ = [
     "PREFERENCES",
     "SATURATION",
     "TIE",
+    "CpuLayout",
     "Layout",
     "Measurement",
     "SizingReport",
@@ -50,6 +54,44 @@ class Layout:
     def label(self) -> str:
         """``2 × 1 thread``, ``1 × 4 threads``."""
         return f"{self.instances} × {self.threads} thread{'s' if self.threads > 1 else ''}"
+
+
+@dataclass(frozen=True)
+class CpuLayout:
+    """The model step's layout on a CPU node of ``cores`` cores, and how the build comes to it.
+
+    ``layout`` is what the model step's config gets. Where the spec leaves its instances and threads open, the
+    loader decides it once (:meth:`decided`): the fixed default, which the size stage replaces with what it
+    measures where ``measure`` is set (:meth:`candidates`, :meth:`refined`). A runtime writes it into the spec
+    (``Runtime.with_layout``) and reads it back (``Runtime.cpu_layout``).
+    """
+
+    cores: int
+    python_instances: tuple[int, int]  # the tokenizer's and the postprocess step's instances, which keep a core each
+    layout: Layout  # threads 0: the runtime's own default
+    measure: bool = False
+    prefer: str = "balanced"
+
+    def decided(self, *, left_open: bool, measure: bool | None, usable: int) -> CpuLayout:
+        """What the loader writes: where the spec leaves the layout open (``left_open``), :func:`fixed_layout`.
+
+        An open layout is measured unless ``measure`` says otherwise, where this machine can stand in for the node
+        (no more cores than its ``usable``); one the spec sets is kept, and measured only where ``measure`` asks.
+        """
+        if not left_open:
+            return dataclasses.replace(self, measure=bool(measure))
+        fixed = fixed_layout(self.cores, reserved=sum(self.python_instances))
+        return dataclasses.replace(self, layout=fixed, measure=self.cores <= usable if measure is None else measure)
+
+    def candidates(self, *, folded: bool = False) -> list[Layout]:
+        """The layouts the size stage times (:func:`candidates`): the postprocess step keeps no core once ``folded``."""
+        tokenizers, postprocessors = self.python_instances
+        return candidates(self.cores, reserved=tokenizers + (0 if folded else postprocessors))
+
+    def refined(self, measurements: Sequence[Measurement]) -> tuple[CpuLayout, Measurement, str]:
+        """The layout with the measured one ``prefer`` picks (:func:`choose`), that measurement, and why."""
+        chosen, why = choose(measurements, self.prefer)
+        return dataclasses.replace(self, layout=chosen.layout), chosen, why
 
 
 @dataclass(frozen=True)
@@ -132,10 +174,12 @@ def candidates(cores: int, reserved: int = 0) -> list[Layout]:
 
 
 def fixed_layout(cores: int, reserved: int = 0) -> Layout:
-    """The layout written where none is measured: two instances (one on a one-core node).
+    """The layout written where the spec leaves it open: two instances (one on a one-core node).
 
-    Each gets an even share of the cores the Python steps leave, at least one thread (threads beyond one spin, see
-    :func:`candidates`).
+    Each gets an even share of the cores the Python steps leave, at least one thread: threads beyond one spin
+    between operators (see :func:`candidates`) and hold their cores while a request runs. Two instances of one
+    thread served 1.6x the requests/s of one instance with ONNX Runtime's default threads at concurrency 16 on 2
+    cores (docs/benchmarks.md). Where the layout is measured at build time, its choice replaces this one.
     """
     count = 2 if cores >= 2 else 1
     return Layout(count, max(1, (cores - reserved) // count))

@@ -61,6 +61,11 @@ class TaskPlan:
     # The postprocess step as ONNX operators (``Task.graph_tail``); None: it cannot be folded into the graph.
     graph_tail: GraphTail | None = field(default=None, compare=False)
 
+    @property
+    def request_inputs(self) -> list[TensorSpec]:
+        """The ensemble inputs every request carries (the texts), without the optional ones."""
+        return [t for t in self.ensemble_inputs if not t.optional]
+
 
 class Modality:
     """The input side of a task: hooks the build calls with its plan (a :class:`BuildPlan`)."""

@@ -11,7 +11,6 @@ from tritongen.errors import SpecError
 from tritongen.runtimes.base import Export, ModelStep, Runtime, Variant
 from tritongen.runtimes.onnxruntime.settings import OnnxRuntimeSettings, TensorRTSettings
 from tritongen.runtimes.registry import register_runtime
-from tritongen.sizing import fixed_layout
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -71,27 +70,6 @@ class OnnxRuntime(Runtime):
         provider = f"TensorRT provider at {trt.precision_mode}" if trt.enabled else "CUDA provider"
         return f"{name}, on the GPU through ONNX Runtime's {provider}"
 
-    def cpu_defaults(self, data: dict[str, Any], cores: int) -> dict[str, Any]:
-        """Two model instances sharing the cores the Python steps leave, where the spec sets neither.
-
-        Each instance gets ``(cores - python steps' instances) // 2`` threads, at least one: threads beyond one
-        spin between operators (the native backend offers no switch) and hold their cores while a request runs,
-        so they share only the cores the tokenizer and postprocess processes do not need. Two instances of one
-        thread served 1.6x the requests/s of one instance with ONNX Runtime's default threads at concurrency 16 on
-        2 cores (docs/benchmarks.md). Where the layout is measured at build time, its choice replaces this one.
-        """
-        instances = dict(data.get("model_instances") or {})
-        ort = dict(data.get("onnxruntime") or {})
-        if instances.get("count") is not None or ort.get("intra_op_threads"):
-            return data  # the user's sizing, as given
-        steps = ("tokenizer_instances", "postprocess_instances")
-        layout = fixed_layout(cores, reserved=sum((data.get(key) or {}).get("count") or 1 for key in steps))
-        return {
-            **data,
-            "model_instances": {**instances, "count": layout.instances},
-            "onnxruntime": {**ort, "intra_op_threads": layout.threads},
-        }
-
     def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
         """Optimise or convert the FP32 export and gate it; INT8 searches for the fastest candidate that passes."""
         from tritongen.runtimes.onnxruntime.stages import optimise
@@ -107,17 +85,15 @@ class OnnxRuntime(Runtime):
         return container_check(self, plan, onnx, variant, console, release, python)
 
     def served_session(self, path: Path, spec: BuildSpec) -> Callable[[dict[str, Any]], dict[str, Any]]:
-        """A CPU session with the options the onnxruntime backend reads from the config this spec renders."""
+        """A CPU session with the options the onnxruntime backend sets from the config this spec renders."""
         import onnxruntime as ort
 
-        from tritongen.runtimes.onnxruntime.backend import session_options
+        from tritongen.runtimes.onnxruntime.backend import native_options
 
         settings = spec.section(OnnxRuntimeSettings)
-        config = {
-            "parameters": {key: {"string_value": value} for key, value in _parameters(settings).items()},
-            "optimization": {"graph": {"level": settings.graph_optimization_level}},
-        }
-        session = ort.InferenceSession(str(path), session_options(config), providers=["CPUExecutionProvider"])
+        threads = (settings.intra_op_threads, settings.inter_op_threads)
+        options = native_options(*threads, settings.graph_optimization_level)
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         names = [output.name for output in session.get_outputs()]
         return lambda feeds: dict(zip(names, session.run(names, feeds), strict=True))
 

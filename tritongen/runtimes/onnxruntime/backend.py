@@ -34,6 +34,7 @@ except ImportError:  # outside the server: importable for tests
 __all__ = [
     "TritonPythonModel",
     "cpp_int",
+    "native_options",
     "native_refusal",
     "pad_and_concatenate",
     "padding_side",
@@ -186,29 +187,40 @@ def session_options(model_config: dict[str, Any]) -> Any:
     ignored there, so they are here: in particular ``session.intra_op.allow_spinning``, so that the intra-op
     threads spin between operators, ONNX Runtime's default and the only behaviour the container offers.
     """
-    import onnxruntime as ort
-
     params = {k: v["string_value"] for k, v in (model_config.get("parameters") or {}).items()}
-    options = ort.SessionOptions()
     mode = cpp_int(params.get("execution_mode", "0"), "execution_mode")
     if mode not in (0, 1):
         raise ValueError(
             f"Invalid configuration value provided. Expected values for execution_mode are 0 or 1 but got {mode}"
         )
-    if mode == 1:
-        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
-    for key, attribute in _THREADS.items():
-        threads = cpp_int(params.get(key, "0"), key)
-        if threads > 0:
-            setattr(options, attribute, threads)
+    threads = [cpp_int(params.get(key, "0"), key) for key in _THREADS]
     level = int(((model_config.get("optimization") or {}).get("graph") or {}).get("level", 0))
-    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _GRAPH_LEVELS.get(level, "ORT_ENABLE_ALL"))
+    options = native_options(*threads, level, parallel=mode == 1)
     for key, attribute in _SWITCHES.items():
         if key in params:
             setattr(options, attribute, _cpp_bool(params[key], key))
     for key in _SESSION_ENTRIES:
         if key in params:
             options.add_session_config_entry(key, params[key])
+    return options
+
+
+def native_options(intra_op: int = 0, inter_op: int = 0, graph_level: int = 0, *, parallel: bool = False) -> Any:
+    """``onnxruntime.SessionOptions`` as the native backend sets them from these values of a config.
+
+    The intra- and inter-op thread counts where above 0 (else ONNX Runtime's default), Triton's graph level
+    mapped to ONNX Runtime's, and the parallel execution mode; :func:`session_options` reads them from a config.
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if parallel:
+        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    for attribute, threads in zip(_THREADS.values(), (intra_op, inter_op), strict=True):
+        if threads > 0:
+            setattr(options, attribute, threads)
+    level = _GRAPH_LEVELS.get(graph_level, "ORT_ENABLE_ALL")
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
     return options
 
 
