@@ -123,6 +123,17 @@ def test_postprocess_normalises_embeddings_when_asked(tmp_path):
     np.testing.assert_allclose(response.output("EMBEDDING"), [[0.6, 0.8]], rtol=1e-6)
 
 
+def test_l2_normalize_keeps_float64_for_cosines_and_serves_half_precision_as_float32():
+    from tritongen.steps._common import l2_normalize, matryoshka_cut
+
+    rows = np.array([[3.0, 4.0], [0.0, 0.0]])
+    assert l2_normalize(rows).dtype == np.float64 and l2_normalize(rows).tolist() == [[0.6, 0.8], [0.0, 0.0]]
+    assert l2_normalize(rows.astype(np.float16)).dtype == np.float32
+    assert matryoshka_cut(np.array([[3.0, 4.0, 12.0]], np.float32), 1, normalize=True).tolist() == [[1.0]]
+    with pytest.raises(ValueError, match="DIMENSIONS must be between 1 and 3, got 4"):
+        matryoshka_cut(np.ones((1, 3), np.float32), 4, normalize=False)
+
+
 def test_pad_and_concatenate_right_pads_shorter_requests():
     merged = ort_model.pad_and_concatenate([np.ones((1, 2), np.int64), np.ones((2, 4), np.int64)])
     assert merged.shape == (3, 4)

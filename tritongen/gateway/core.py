@@ -29,8 +29,9 @@ from tritongen.gateway.discovery import local_folder, served_names
 from tritongen.gateway.errors import Family, error_response, unavailable
 from tritongen.gateway.models import Catalogue, ModelInfo
 from tritongen.gateway.triton import TritonClient
+from tritongen.steps._common import matryoshka_cut
 
-__all__ = ["Gateway", "GatewayOptions", "json_response", "l2_normalise"]
+__all__ = ["Gateway", "GatewayOptions", "json_response"]
 
 _UNIT_NORM_TOLERANCE = 1e-3
 
@@ -65,11 +66,6 @@ def json_response(payload: object, status: int = 200) -> Response:
     # pydantic_core's serialiser (Rust, shortest round-trip floats) writes a 384-float embedding about 10x
     # faster than the json module; it is installed with pydantic.
     return Response(to_json(payload), status, media_type="application/json")
-
-
-def l2_normalise(vectors: np.ndarray) -> np.ndarray:
-    """Each row at unit length (an all-zero row stays zero)."""
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
 def _unit(model: ModelInfo, vectors: np.ndarray) -> bool:
@@ -272,7 +268,7 @@ class Gateway:
                     param="dimensions",
                     code="invalid_dimensions",
                 )
-            vectors = l2_normalise(vectors[:, :dimensions])
+            vectors = matryoshka_cut(vectors, dimensions, normalize=True)
         return vectors, result
 
     def add_prompt(self, model: ModelInfo, inputs: dict[str, list], prompt_name: str | None, rows: int) -> None:

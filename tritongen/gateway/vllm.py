@@ -18,10 +18,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tritongen.contract import PROBABILITIES, SCORE, TEXT, TEXT_PAIR
-from tritongen.gateway.core import Gateway, json_response, l2_normalise
+from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family
 from tritongen.gateway.models import ModelInfo
 from tritongen.gateway.schemas import MAX_INPUTS, bad, body_object, model_name, text_list
+from tritongen.steps._common import l2_normalize
 
 __all__ = ["routes", "score_pairs"]
 
@@ -52,7 +53,7 @@ async def score_pairs(gateway: Gateway, model: ModelInfo, left: list[str], right
         return result[SCORE].reshape(-1).tolist()
     texts = list(dict.fromkeys([*left, *right]))  # each text embedded once (one query against many, usually)
     vectors, _ = await gateway.embed(model, texts)
-    unit = l2_normalise(vectors.astype(np.float64))
+    unit = l2_normalize(vectors.astype(np.float64))
     row = {text: i for i, text in enumerate(texts)}
     cosines = np.einsum("ij,ij->i", unit[[row[t] for t in left]], unit[[row[t] for t in right]])
     return cosines.astype(np.float32).tolist()
