@@ -32,7 +32,7 @@ def _tokenizer_model(tmp_path: Path, minilm_path: Path, buckets: str = "8,16,32"
     shutil.copy(minilm_path / "tokenizer.json", tmp_path / "1" / "tokenizer.json")
     config = {
         "input": [{"name": "TEXT"}],
-        "output": [{"name": "input_ids"}, {"name": "attention_mask"}, {"name": "token_type_ids"}],
+        "output": [{"name": n} for n in ("input_ids", "attention_mask", "token_type_ids", "TOKEN_COUNT")],
         "parameters": {
             "tokenizer_file": {"string_value": "tokenizer.json"},
             "max_length": {"string_value": "64"},
@@ -62,6 +62,23 @@ def test_tokenizer_truncates_to_max_length_when_text_is_huge(tmp_path, minilm_pa
     (response,) = model.execute([Request({"TEXT": texts("word " * 100_000)})])
     assert response.output("input_ids").shape == (1, 64)
     assert response.output("attention_mask").sum() == 64
+
+
+def test_tokenizer_counts_the_tokens_the_model_reads_of_each_text_when_cut_or_padded(tmp_path, minilm_path):
+    model = _tokenizer_model(tmp_path, minilm_path)
+    short, batch = model.execute([Request({"TEXT": texts("hi")}), Request({"TEXT": texts("word " * 1000, "a b c")})])
+    assert short.output("TOKEN_COUNT").tolist() == [[3]]  # [CLS] hi [SEP]
+    assert batch.output("TOKEN_COUNT").tolist() == [[64], [5]]  # cut at max_length; the padding is not counted
+    assert batch.output("TOKEN_COUNT").dtype == np.int32
+
+
+def test_reranker_counts_its_prompts_prefix_and_suffix_with_each_pair(minilm_path):
+    from tritongen.tasks.reranking.tokenizer import PromptEncoder
+
+    prompt = PromptEncoder(tokenizer.TextEncoder(str(minilm_path / "tokenizer.json"), 32, [16]), "Judge", [7, 8], [9])
+    encodings = prompt.encode(["a query", "q"], ["a document", "word " * 100])
+    rows = prompt.pack(encodings)["attention_mask"].sum(axis=1, keepdims=True)
+    assert prompt.counts(encodings).tolist() == rows.tolist() and rows[1, 0] == 32  # the row the model reads
 
 
 def test_tokenizer_returns_error_for_invalid_utf8_and_answers_the_rest(tmp_path, minilm_path):
