@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer
 
 from tests import pb_stub
 from tests.pb_stub import Request
@@ -80,7 +81,8 @@ def test_chunked_ensemble_takes_whole_requests_and_keeps_truncated_in_its_contra
     rendered = render_all(step_configs(spec, plan))
     ensemble = rendered["ensemble"][1]
     assert ensemble.max_batch_size == 0
-    assert [(o.name, list(o.dims)) for o in ensemble.output] == [("EMBEDDING", [-1, 48]), ("TRUNCATED", [-1, 1])]
+    outputs = [(o.name, list(o.dims)) for o in ensemble.output]
+    assert outputs == [("EMBEDDING", [-1, 48]), ("TRUNCATED", [-1, 1]), ("TOKEN_COUNT", [-1, 1])]
     assert rendered["tokenizer"][1].parameters["stride"].string_value == str(OVERLAP)
     windowed = ["sentence_embedding", "window_example", "window_tokens"]
     assert [i.name for i in rendered["postprocess"][1].input] == windowed
@@ -107,7 +109,8 @@ def _tokenizer_step(tmp_path: Path, checkpoint: Path, max_windows: int = 64) -> 
     (tmp_path / "1").mkdir(exist_ok=True)
     shutil.copy(checkpoint / "tokenizer.json", tmp_path / "1" / "tokenizer.json")
     params = {"max_length": str(WINDOW), "buckets": "16,32", "stride": str(OVERLAP), "max_windows": str(max_windows)}
-    outputs = ["input_ids", "attention_mask", "token_type_ids", "TRUNCATED", "window_example", "window_tokens"]
+    outputs = ["input_ids", "attention_mask", "token_type_ids", "TRUNCATED", "TOKEN_COUNT", "window_example"]
+    outputs.append("window_tokens")
     config = {
         "input": [{"name": "TEXT"}],
         "output": [{"name": name} for name in outputs],
@@ -137,6 +140,11 @@ def test_tokenizer_step_windows_long_texts_with_special_tokens_and_keeps_a_short
     assert first[-OVERLAP:].tolist() == second[:OVERLAP].tolist()  # neighbours share the overlap
     plain = step.encoder([SHORT])["input_ids"][0]
     assert ids[0, : len(plain)].tolist() == plain.tolist()
+    whole = Tokenizer.from_file(str(tmp_path / "1" / "tokenizer.json"))
+    whole.no_truncation()
+    counts = [len(e.ids) for e in whole.encode_batch([SHORT, LONG[0]])]  # each token once, as if read whole
+    assert response.output("TOKEN_COUNT").tolist() == [[counts[0]], [counts[1]]] and counts[1] > 2 * WINDOW
+    assert response.output("TOKEN_COUNT").dtype == np.int32
 
 
 @pytest.mark.usefixtures("_stub_pb_utils")

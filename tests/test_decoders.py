@@ -114,7 +114,7 @@ def _prompting_tokenizer(tmp_path: Path, checkpoint: Path) -> tokenizer.TritonPy
     params = {"max_length": "64", "buckets": "16", "padding_side": "left", "prompts": json.dumps(QWEN3_PROMPTS)}
     config = {
         "input": [{"name": "TEXT"}, {"name": "PROMPT_NAME"}],
-        "output": [{"name": "input_ids"}, {"name": "attention_mask"}, {"name": "TRUNCATED"}],
+        "output": [{"name": "input_ids"}, {"name": "attention_mask"}, {"name": "TRUNCATED"}, {"name": "TOKEN_COUNT"}],
         "parameters": {k: {"string_value": v} for k, v in params.items()},
     }
     model = tokenizer.TritonPythonModel()
@@ -135,6 +135,8 @@ def test_tokenizer_step_prepends_the_named_prompt_and_refuses_unknown_names_per_
     encoder = model.encoder
     assert query.output("input_ids").tolist() == encoder([QWEN3_PROMPTS["query"] + "ok", "ok"])["input_ids"].tolist()
     assert plain.output("input_ids").tolist() == encoder(["ok"])["input_ids"].tolist()
+    prompted = [len(e.ids) for e in encoder.encode([QWEN3_PROMPTS["query"] + "ok", QWEN3_PROMPTS["document"] + "ok"])]
+    assert query.output("TOKEN_COUNT").reshape(-1).tolist() == prompted  # what the model reads: the prompt too
     assert bad.error is not None and bad.error.code() == pb_stub.TritonError.INVALID_ARG
     assert bad.error.message() == "PROMPT_NAME `passage` is not one of this model's prompts (document, query)"
 

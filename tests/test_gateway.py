@@ -232,6 +232,7 @@ def test_embeddings_match_triton_when_called_with_openai_client(client, served, 
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoints[EMB]))
     tokens = sum(len(ids) for ids in tokenizer(TEXTS, truncation=True, max_length=64)["input_ids"])
     assert answer.usage.prompt_tokens == answer.usage.total_tokens == tokens
+    assert sum(row["TOKEN_COUNT"] for row in direct(served, EMB, TEXTS)) == tokens  # the ensemble's own counts
     assert answer.model == EMB
 
 

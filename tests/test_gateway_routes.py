@@ -24,7 +24,10 @@ from tritongen.gateway.models import ModelInfo, Tensor
 from tritongen.gateway.schemas import parse_embeddings
 from tritongen.gateway.tokens import decode, texts_from_ids
 
-_TYPES = {"BYTES": mc.TYPE_STRING, "INT64": mc.TYPE_INT64, "FP32": mc.TYPE_FP32, "BOOL": mc.TYPE_BOOL}
+_TYPES = {
+    "BYTES": mc.TYPE_STRING, "INT32": mc.TYPE_INT32, "INT64": mc.TYPE_INT64, "FP32": mc.TYPE_FP32,
+    "BOOL": mc.TYPE_BOOL,
+}  # fmt: skip
 
 
 def _ensemble(
@@ -58,8 +61,8 @@ SERVED = {
 class FakeInfer(FakeGrpc):
     """Triton's answers: each request's rows from ``answer(model, rows, first_row)``, by output name."""
 
-    def __init__(self, answer) -> None:
-        super().__init__(SERVED)
+    def __init__(self, answer, served=SERVED) -> None:
+        super().__init__(served)
         self.answer, self.rows_seen = answer, 0
         self.requests: list[int] = []
 
@@ -88,10 +91,10 @@ def _embedding(model_name: str, rows: int, first: int) -> dict[str, np.ndarray]:
     return {"EMBEDDING": vectors / np.linalg.norm(vectors, axis=1, keepdims=True)}
 
 
-def _gateway(answer, **options) -> Gateway:
+def _gateway(answer, served=SERVED, **options) -> Gateway:
     gateway = Gateway(GatewayOptions(repository=None, **options))
-    gateway.client = _client(FakeInfer(answer))
-    gateway.catalogue._names = lambda: asyncio.sleep(0, result=sorted(SERVED))
+    gateway.client = _client(FakeInfer(answer, served))
+    gateway.catalogue._names = lambda: asyncio.sleep(0, result=sorted(served))
     return gateway
 
 
@@ -285,6 +288,56 @@ def test_score_takes_the_cosine_of_embeddings_when_the_model_is_an_embedder():
     vectors = _embedding("emb", 3, 0)["EMBEDDING"]  # one request: q, a, b
     assert status == 200 and answer["object"] == "list" and [d["index"] for d in answer["data"]] == [0, 1]
     np.testing.assert_allclose([d["score"] for d in answer["data"]], vectors[1:] @ vectors[0], atol=1e-6)
+
+
+# Ensembles built with TOKEN_COUNT; the gateway reads no tokenizer.json of theirs (repository=None).
+_COUNT = {"TOKEN_COUNT": ("INT32", (1,))}
+COUNTED = {
+    "emb": (_ensemble("emb", TEXT, {"EMBEDDING": ("FP32", (4,)), **_COUNT}), ["1"]),
+    "pairs": (_ensemble("pairs", {**TEXT, "TEXT_PAIR": ("BYTES", (1,))}, {"SCORE": ("FP32", (1,)), **_COUNT}), ["1"]),
+}
+
+
+def _counted(model_name: str, rows: int, first: int) -> dict[str, np.ndarray]:
+    """Row ``r`` of all rows asked so far reads ``r + 3`` tokens; a scorer scores 0.5, an embedder embeds."""
+    counts = (np.arange(first, first + rows, dtype=np.int32) + 3).reshape(-1, 1)
+    if model_name == "pairs":
+        return {"SCORE": np.full((rows, 1), 0.5, np.float32), "TOKEN_COUNT": counts}
+    return {**_embedding(model_name, rows, first), "TOKEN_COUNT": counts}
+
+
+@pytest.mark.parametrize(
+    ("handler", "family", "body", "tokens"),
+    [
+        (openai.embeddings, Family.OPENAI, {"input": ["a", "b", "c"], "model": "emb"}, 3 + 4 + 5),
+        (cohere.rerank, Family.COHERE, {"query": "q", "documents": ["a", "b", "c"], "model": "pairs"}, 3 + 4 + 5),
+        (vllm.score, Family.VLLM, {"text_1": "q", "text_2": ["a", "b"], "model": "pairs"}, 3 + 4),
+        (vllm.score, Family.VLLM, {"text_1": "q", "text_2": ["a", "b"], "model": "emb"}, (3 + 4) + (3 + 5)),
+    ],
+    ids=["openai-embeddings", "rerank", "score-pairs", "score-cosine"],
+)
+def test_usage_sums_the_ensembles_token_counts_when_it_gives_them(handler, family, body, tokens):
+    gateway = _gateway(_counted, COUNTED)  # no tokenizer.json: the counts can only come from the ensemble
+    status, answer = _call(gateway, handler, family, body)  # three texts: two requests (max_batch_size 2)
+    assert status == 200, answer
+    assert (answer["usage"]["prompt_tokens"], answer["usage"]["total_tokens"]) == (tokens, tokens)
+
+
+def test_cohere_embed_bills_the_ensembles_token_counts():
+    status, answer = _call(_gateway(_counted, COUNTED), cohere.embed, Family.COHERE, {"texts": ["a", "b"]})
+    assert status == 200 and answer["meta"]["billed_units"] == {"input_tokens": 3 + 4}
+
+
+def test_usage_of_an_ensemble_without_token_counts_is_its_tokenizers_else_zero():
+    from tritongen.contract import TOKEN_COUNT
+
+    tokenizer = _wordpiece()  # truncates at 3, as the catalogue loads it from the step's max_length
+    assert Gateway.usage(_model(tokenizer), {}, ["hello world hellos", "hello"])["prompt_tokens"] == 3 + 3
+    counted = {TOKEN_COUNT: np.array([[7], [2]], np.int32)}
+    assert Gateway.usage(_model(tokenizer), counted, ["hello", "hello"]) == {"prompt_tokens": 9, "total_tokens": 9}
+    assert Gateway.usage(_model(None), {}, ["hello"]) == {"prompt_tokens": 0, "total_tokens": 0}
+    status, answer = _call(_gateway(_embedding), openai.embeddings, Family.OPENAI, {"input": ["a"]})
+    assert status == 200 and answer["usage"]["prompt_tokens"] == 0  # neither counts nor a tokenizer.json
 
 
 def _wordpiece() -> Tokenizer:

@@ -87,9 +87,10 @@ def test_render_keeps_max_batch_size_zero_explicit_when_batching_off():
 def test_render_outputs_embedding_contract_when_task_is_embedding():
     checkpoint = _checkpoint(architectures=["BertModel"], hidden_size=48)
     rendered = _render(BuildSpec(model="m", name="emb"), task="embedding", checkpoint=checkpoint)
-    output, truncated = rendered["ensemble"][1].output
+    output, truncated, tokens = rendered["ensemble"][1].output
     assert (output.name, output.data_type, list(output.dims)) == ("EMBEDDING", mc.TYPE_FP32, [48])
     assert (truncated.name, truncated.data_type, list(truncated.dims)) == ("TRUNCATED", mc.TYPE_BOOL, [1])
+    assert (tokens.name, tokens.data_type, list(tokens.dims)) == ("TOKEN_COUNT", mc.TYPE_INT32, [1])
     assert [o.name for o in rendered["postprocess"][1].output] == ["EMBEDDING"]  # the tokenizer says it
     params = rendered["postprocess"][1].parameters
     assert params["task"].string_value == "embedding"

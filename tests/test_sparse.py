@@ -73,6 +73,7 @@ def test_bind_gives_vocabulary_row_and_sparse_outputs_with_section_settings():
         ("SPARSE_INDICES", "TYPE_INT64", (-1,)),
         ("SPARSE_VALUES", "TYPE_FP32", (-1,)),
         ("TRUNCATED", "TYPE_BOOL", (1,)),
+        ("TOKEN_COUNT", "TYPE_INT32", (1,)),
     ]
     assert (plan.postprocess_parameters["top_k"], plan.postprocess_parameters["threshold"]) == ("8", "0.25")
 

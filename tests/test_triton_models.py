@@ -32,7 +32,7 @@ def _tokenizer_model(tmp_path: Path, minilm_path: Path, buckets: str = "8,16,32"
     shutil.copy(minilm_path / "tokenizer.json", tmp_path / "1" / "tokenizer.json")
     config = {
         "input": [{"name": "TEXT"}],
-        "output": [{"name": "input_ids"}, {"name": "attention_mask"}, {"name": "token_type_ids"}],
+        "output": [{"name": n} for n in ("input_ids", "attention_mask", "token_type_ids", "TOKEN_COUNT")],
         "parameters": {
             "tokenizer_file": {"string_value": "tokenizer.json"},
             "max_length": {"string_value": "64"},
@@ -62,6 +62,23 @@ def test_tokenizer_truncates_to_max_length_when_text_is_huge(tmp_path, minilm_pa
     (response,) = model.execute([Request({"TEXT": texts("word " * 100_000)})])
     assert response.output("input_ids").shape == (1, 64)
     assert response.output("attention_mask").sum() == 64
+
+
+def test_tokenizer_counts_the_tokens_the_model_reads_of_each_text_when_cut_or_padded(tmp_path, minilm_path):
+    model = _tokenizer_model(tmp_path, minilm_path)
+    short, batch = model.execute([Request({"TEXT": texts("hi")}), Request({"TEXT": texts("word " * 1000, "a b c")})])
+    assert short.output("TOKEN_COUNT").tolist() == [[3]]  # [CLS] hi [SEP]
+    assert batch.output("TOKEN_COUNT").tolist() == [[64], [5]]  # cut at max_length; the padding is not counted
+    assert batch.output("TOKEN_COUNT").dtype == np.int32
+
+
+def test_reranker_counts_its_prompts_prefix_and_suffix_with_each_pair(minilm_path):
+    from tritongen.tasks.reranking.tokenizer import PromptEncoder
+
+    prompt = PromptEncoder(tokenizer.TextEncoder(str(minilm_path / "tokenizer.json"), 32, [16]), "Judge", [7, 8], [9])
+    encodings = prompt.encode(["a query", "q"], ["a document", "word " * 100])
+    rows = prompt.pack(encodings)["attention_mask"].sum(axis=1, keepdims=True)
+    assert prompt.counts(encodings).tolist() == rows.tolist() and rows[1, 0] == 32  # the row the model reads
 
 
 def test_tokenizer_returns_error_for_invalid_utf8_and_answers_the_rest(tmp_path, minilm_path):
@@ -121,6 +138,17 @@ def test_postprocess_normalises_embeddings_when_asked(tmp_path):
     model = _postprocess_model(tmp_path, "embedding", normalize="true")
     (response,) = model.execute([Request({"sentence_embedding": np.array([[3.0, 4.0]], np.float32)})])
     np.testing.assert_allclose(response.output("EMBEDDING"), [[0.6, 0.8]], rtol=1e-6)
+
+
+def test_l2_normalize_keeps_float64_for_cosines_and_serves_half_precision_as_float32():
+    from tritongen.steps._common import l2_normalize, matryoshka_cut
+
+    rows = np.array([[3.0, 4.0], [0.0, 0.0]])
+    assert l2_normalize(rows).dtype == np.float64 and l2_normalize(rows).tolist() == [[0.6, 0.8], [0.0, 0.0]]
+    assert l2_normalize(rows.astype(np.float16)).dtype == np.float32
+    assert matryoshka_cut(np.array([[3.0, 4.0, 12.0]], np.float32), 1, normalize=True).tolist() == [[1.0]]
+    with pytest.raises(ValueError, match="DIMENSIONS must be between 1 and 3, got 4"):
+        matryoshka_cut(np.ones((1, 3), np.float32), 4, normalize=False)
 
 
 def test_pad_and_concatenate_right_pads_shorter_requests():

@@ -68,7 +68,8 @@ async def rerank(gateway: Gateway, request: Request) -> Response:
     req = parse_rerank_documents(await request.body())
     model = await gateway.model_for(request, req.model, "rerank", request.url.path)
     pairs = {TEXT: [req.query] * len(req.documents), TEXT_PAIR: req.documents}
-    scores = (await gateway.infer(model, pairs, [SCORE]))[SCORE].reshape(-1).tolist()
+    result = await gateway.infer(model, pairs, [SCORE])
+    scores = result[SCORE].reshape(-1).tolist()
     order = sorted(range(len(scores)), key=lambda i: -scores[i])[: req.top_n]
     results = [
         {
@@ -78,7 +79,7 @@ async def rerank(gateway: Gateway, request: Request) -> Response:
         }
         for i in order
     ]
-    usage = gateway.usage(model, list(zip(pairs[TEXT], pairs[TEXT_PAIR])))
+    usage = gateway.usage(model, result, list(zip(pairs[TEXT], pairs[TEXT_PAIR], strict=True)))
     meta = {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}}
     answer = {"id": str(uuid.uuid4()), "model": model.name, "results": results, "usage": usage, "meta": meta}
     return json_response(answer)
@@ -106,8 +107,8 @@ async def embed(gateway: Gateway, request: Request) -> Response:
     dimensions = dimensions_field({"dimensions": data.get("output_dimension")})
     model = await gateway.model_for(request, model_name(data), "embeddings", "/v2/embed")
     cut = None if truncate is None else truncate.upper() == END  # absent: the gateway's auto_truncate
-    vectors, _ = await gateway.embed(model, texts, dimensions, truncate=cut, field="texts")
-    tokens = gateway.usage(model, texts)["prompt_tokens"]
+    vectors, result = await gateway.embed(model, texts, dimensions, truncate=cut, field="texts")
+    tokens = gateway.usage(model, result, texts)["prompt_tokens"]
     meta = {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}}
     body = {
         "id": str(uuid.uuid4()),

@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic_core import to_json
@@ -22,15 +23,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tritongen.contract import DIMENSIONS, EMBEDDING, PROMPT_NAME, TEXT, TRUNCATED
+from tritongen.contract import DIMENSIONS, EMBEDDING, PROMPT_NAME, TEXT, TOKEN_COUNT, TRUNCATED
 from tritongen.errors import GatewayError, describe
 from tritongen.gateway.auth import check_key
 from tritongen.gateway.discovery import local_folder, served_names
 from tritongen.gateway.errors import Family, error_response, unavailable
 from tritongen.gateway.models import Catalogue, ModelInfo
 from tritongen.gateway.triton import TritonClient
+from tritongen.steps._common import matryoshka_cut
 
-__all__ = ["Gateway", "GatewayOptions", "json_response", "l2_normalise"]
+__all__ = ["Gateway", "GatewayOptions", "json_response"]
 
 _UNIT_NORM_TOLERANCE = 1e-3
 
@@ -65,11 +67,6 @@ def json_response(payload: object, status: int = 200) -> Response:
     # pydantic_core's serialiser (Rust, shortest round-trip floats) writes a 384-float embedding about 10x
     # faster than the json module; it is installed with pydantic.
     return Response(to_json(payload), status, media_type="application/json")
-
-
-def l2_normalise(vectors: np.ndarray) -> np.ndarray:
-    """Each row at unit length (an all-zero row stays zero)."""
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
 def _unit(model: ModelInfo, vectors: np.ndarray) -> bool:
@@ -204,11 +201,13 @@ class Gateway:
         """Run ``model``, cutting long texts as ``truncate`` says (None: ``auto_truncate``).
 
         Not truncating, a text longer than the model is an error naming its item of ``field`` (TEI's
-        ``truncate: false``), not silently cut: the ensemble says which texts it cut in ``TRUNCATED``.
+        ``truncate: false``), not silently cut: the ensemble says which texts it cut in ``TRUNCATED``. The
+        answer has the ensemble's ``TOKEN_COUNT`` too where it gives one (:meth:`usage` reads it).
         """
         cut = self.options.auto_truncate if truncate is None else truncate
         refuse = not cut and TRUNCATED in model.outputs
-        result = await self.triton.infer(model, inputs, [*outputs, TRUNCATED] if refuse else outputs)
+        asked = [*outputs, *([TRUNCATED] if refuse else []), *([TOKEN_COUNT] if TOKEN_COUNT in model.outputs else [])]
+        result = await self.triton.infer(model, inputs, asked)
         if refuse:
             self._refuse_truncated(model, result, field)
         return result
@@ -220,7 +219,7 @@ class Gateway:
         if truncated is None or not truncated.any():
             return
         index = int(np.flatnonzero(truncated.reshape(-1))[0])
-        limit = model.tokenizer.truncation["max_length"] if model.tokenizer is not None else None
+        limit = model.max_length
         longer = f"longer than the model's {limit} tokens" if limit else "longer than the model takes"
         raise GatewayError(
             413,
@@ -229,9 +228,21 @@ class Gateway:
             code="input_too_long",
         )
 
-    def usage(self, model: ModelInfo, texts: list) -> dict[str, int]:
-        """OpenAI's usage: the tokens of ``texts`` (strings or pairs) by the ensemble's tokenizer (0 if unread)."""
-        tokens = sum(len(e.ids) for e in model.tokenizer.encode_batch(texts)) if model.tokenizer is not None else 0
+    @staticmethod
+    def usage(model: ModelInfo, result: Mapping[str, np.ndarray], texts: Sequence[Any]) -> dict[str, int]:
+        """OpenAI's usage: the tokens the ensemble read, its ``TOKEN_COUNT`` of each text of ``result`` summed.
+
+        The gateway does not tokenise again. Only an ensemble built before ``TOKEN_COUNT`` existed has ``texts``
+        (strings or pairs) counted by its tokenizer step's ``tokenizer.json``, where the gateway can read it
+        (else 0).
+        """
+        counts = result.get(TOKEN_COUNT)
+        if counts is not None:
+            tokens = int(counts.sum())
+        elif model.tokenizer is not None:
+            tokens = sum(len(e.ids) for e in model.tokenizer.encode_batch(list(texts)))
+        else:
+            tokens = 0
         return {"prompt_tokens": tokens, "total_tokens": tokens}
 
     async def embed(
@@ -272,7 +283,7 @@ class Gateway:
                     param="dimensions",
                     code="invalid_dimensions",
                 )
-            vectors = l2_normalise(vectors[:, :dimensions])
+            vectors = matryoshka_cut(vectors, dimensions, normalize=True)
         return vectors, result
 
     def add_prompt(self, model: ModelInfo, inputs: dict[str, list], prompt_name: str | None, rows: int) -> None:

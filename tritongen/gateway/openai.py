@@ -22,14 +22,14 @@ async def embeddings(gateway: Gateway, request: Request) -> Response:
     req = parse_embeddings(await request.body())
     model = await gateway.model_for(request, req.model, "embeddings", "/v1/embeddings")
     texts = req.texts if req.ids is None else texts_from_ids(model, req.ids, "input")
-    vectors, _ = await gateway.embed(model, texts, req.dimensions, req.prompt_name, field="input")
+    vectors, result = await gateway.embed(model, texts, req.dimensions, req.prompt_name, field="input")
     if req.base64:
         little = vectors.astype("<f4", copy=False)
         encoded = [base64.b64encode(row.tobytes()).decode("ascii") for row in little]
     else:
         encoded = vectors.tolist()
     data = [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(encoded)]
-    usage = gateway.usage(model, texts)
+    usage = gateway.usage(model, result, texts)
     return json_response({"object": "list", "data": data, "model": gateway.served_name(model), "usage": usage})
 
 

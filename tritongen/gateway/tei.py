@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from tritongen.contract import PROBABILITIES, SCORE, SPARSE_INDICES, SPARSE_VALUES, TEXT, TEXT_PAIR
 from tritongen.errors import GatewayError
-from tritongen.gateway.core import Gateway, json_response, l2_normalise
+from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family, unsupported_route
 from tritongen.gateway.schemas import (
     body_object,
@@ -29,6 +29,7 @@ from tritongen.gateway.schemas import (
     parse_similarity,
     parse_sparse,
 )
+from tritongen.steps._common import l2_normalize
 
 __all__ = ["routes"]
 
@@ -47,7 +48,7 @@ async def embed(gateway: Gateway, request: Request) -> Response:
         )
     vectors, _ = await gateway.embed(model, req.texts, req.dimensions, req.prompt_name, truncate=req.truncate)
     if req.normalize and not model.normalized:
-        vectors = l2_normalise(vectors)
+        vectors = l2_normalize(vectors)
     return json_response(vectors.tolist())
 
 
@@ -90,7 +91,7 @@ async def similarity(gateway: Gateway, request: Request) -> Response:
     model = await gateway.model_for(request, req.model, "embeddings", "/similarity")
     texts = [req.source, *req.sentences]
     vectors, _ = await gateway.embed(model, texts, None, req.prompt_name, truncate=req.truncate)
-    unit = l2_normalise(vectors.astype(np.float64))
+    unit = l2_normalize(vectors.astype(np.float64))
     return json_response((unit[1:] @ unit[0]).astype(np.float32).tolist())
 
 

@@ -17,11 +17,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tritongen.contract import PROBABILITIES, SCORE, TEXT, TEXT_PAIR
-from tritongen.gateway.core import Gateway, json_response, l2_normalise
+from tritongen.contract import PROBABILITIES, SCORE, TEXT, TEXT_PAIR, TOKEN_COUNT
+from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family
 from tritongen.gateway.models import ModelInfo
 from tritongen.gateway.schemas import MAX_INPUTS, bad, body_object, model_name, text_list
+from tritongen.steps._common import l2_normalize
 
 __all__ = ["routes", "score_pairs"]
 
@@ -45,17 +46,25 @@ def _pairs(data: dict[str, Any]) -> tuple[list[str], list[str]]:
     raise bad("give `text_1` and `text_2` (or `queries` and `documents`)", "text_1")
 
 
-async def score_pairs(gateway: Gateway, model: ModelInfo, left: list[str], right: list[str]) -> list[float]:
-    """The score of each pair: the cross-encoder's ``SCORE``, or the embeddings' cosine for an embedder."""
+async def score_pairs(
+    gateway: Gateway, model: ModelInfo, left: list[str], right: list[str]
+) -> tuple[list[float], dict[str, np.ndarray]]:
+    """The score of each pair: the cross-encoder's ``SCORE``, or the embeddings' cosine for an embedder.
+
+    Also each pair's ``TOKEN_COUNT``, where the ensemble gives it: an embedder's is its two texts' counts.
+    """
     if model.why_not("rerank") is None:
         result = await gateway.infer(model, {TEXT: left, TEXT_PAIR: right}, [SCORE])
-        return result[SCORE].reshape(-1).tolist()
+        return result[SCORE].reshape(-1).tolist(), result
     texts = list(dict.fromkeys([*left, *right]))  # each text embedded once (one query against many, usually)
-    vectors, _ = await gateway.embed(model, texts)
-    unit = l2_normalise(vectors.astype(np.float64))
+    vectors, result = await gateway.embed(model, texts)
+    unit = l2_normalize(vectors.astype(np.float64))
     row = {text: i for i, text in enumerate(texts)}
-    cosines = np.einsum("ij,ij->i", unit[[row[t] for t in left]], unit[[row[t] for t in right]])
-    return cosines.astype(np.float32).tolist()
+    lefts, rights = [row[t] for t in left], [row[t] for t in right]
+    cosines = np.einsum("ij,ij->i", unit[lefts], unit[rights])
+    counts = result.get(TOKEN_COUNT)
+    pairs = {} if counts is None else {TOKEN_COUNT: counts[lefts] + counts[rights]}
+    return cosines.astype(np.float32).tolist(), pairs
 
 
 def _envelope(prefix: str, model: ModelInfo, data: list[dict], usage: dict[str, int]) -> dict[str, Any]:
@@ -74,9 +83,10 @@ async def score(gateway: Gateway, request: Request) -> Response:
     data = body_object(await request.body())
     left, right = _pairs(data)
     model = await gateway.model_for(request, model_name(data), "score", "/score")
-    scores = await score_pairs(gateway, model, left, right)
+    scores, result = await score_pairs(gateway, model, left, right)
     rows = [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)]
-    return json_response(_envelope("score", model, rows, gateway.usage(model, list(zip(left, right)))))
+    usage = gateway.usage(model, result, list(zip(left, right, strict=True)))
+    return json_response(_envelope("score", model, rows, usage))
 
 
 async def classify(gateway: Gateway, request: Request) -> Response:
@@ -93,7 +103,7 @@ async def classify(gateway: Gateway, request: Request) -> Response:
         {"index": i, "label": labels[int(np.argmax(row))], "probs": row.tolist(), "num_classes": len(row)}
         for i, row in enumerate(probabilities)
     ]
-    return json_response(_envelope("classify", model, rows, gateway.usage(model, texts)))
+    return json_response(_envelope("classify", model, rows, gateway.usage(model, result, texts)))
 
 
 def routes(gateway: Gateway) -> list[Route]:

@@ -1,8 +1,8 @@
 """What follows the pooling method: L2 normalisation and the Matryoshka cut, in each place they run.
 
-The postprocess step serves them in numpy (:func:`l2_normalize`, :func:`truncate`, from ``tritongen.steps``,
-copied into the repository); a build that folds the postprocess into the graph serves the same math as ONNX
-nodes (:func:`embedding_tail`), proven equal to the numpy before it is served.
+The numpy of both is ``tritongen.steps._common``'s (``l2_normalize``, ``matryoshka_cut``), which the postprocess
+step serves (copied into the repository) and the gateway applies; a build that folds the postprocess into the
+graph serves the same math as ONNX nodes (:func:`embedding_tail`), proven equal to the numpy before it is served.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ import numpy as np
 
 from tritongen.contract import EMBEDDING
 from tritongen.model.fold import GraphTail, float_input, last_axis
-from tritongen.steps.postprocess import l2_normalize, truncate
 
-__all__ = ["embedding_tail", "l2_normalize", "truncate"]
+__all__ = ["embedding_tail"]
 
 
 def embedding_tail(source: str, width: int, *, normalize: bool) -> GraphTail:

@@ -1,9 +1,10 @@
 """Triton Python-backend postprocessing: model outputs -> the ensemble's answer.
 
 The shared part of every task's postprocess step: the base classes a task's ``postprocess.py``
-(``tritongen/tasks/<task>/``) subclasses, and the maps they share (``activate``, ``classify``,
-``l2_normalize``). :class:`BatchedPostprocess` maps the outputs of all requests in one ``execute`` as one
-array; :class:`RequestPostprocess` decodes one request at a time (windows of one request belong together).
+(``tritongen/tasks/<task>/``) subclasses, and the maps they share (``activate``, ``classify``; the vector
+maths, ``l2_normalize`` and ``matryoshka_cut``, is ``_common``'s). :class:`BatchedPostprocess` maps the
+outputs of all requests in one ``execute`` as one array; :class:`RequestPostprocess` decodes one request at a
+time (windows of one request belong together).
 Settings come from the config's ``parameters``; the task's step reads its own.
 """
 
@@ -37,7 +38,6 @@ __all__ = [
     "activate",
     "classify",
     "input_array",
-    "l2_normalize",
 ]
 
 
@@ -76,22 +76,6 @@ def classify(
         PROBABILITIES: probabilities.astype(np.float32),
         LABELS: np.array(chosen, dtype=np.object_).reshape(-1, 1),
     }
-
-
-def l2_normalize(vectors: np.ndarray) -> np.ndarray:
-    """Scale rows to unit length, as sentence-transformers' Normalize module does."""
-    vectors = vectors.astype(np.float32)
-    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
-    return vectors / np.maximum(norms, 1e-12)
-
-
-def truncate(values: np.ndarray, dimensions: int, *, normalize: bool) -> np.ndarray:
-    """The first ``dimensions`` values of each row (Matryoshka), renormalised when ``normalize``."""
-    width = values.shape[-1]
-    if not 1 <= dimensions <= width:
-        raise ValueError(f"DIMENSIONS must be between 1 and {width}, got {dimensions}")
-    cut = values[..., :dimensions]
-    return l2_normalize(cut) if normalize else cut.astype(np.float32)
 
 
 def input_array(request: Any, name: str) -> np.ndarray:

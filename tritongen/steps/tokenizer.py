@@ -6,9 +6,11 @@ that Triton's dynamic batcher can batch equally shaped requests for the model st
 texts of all requests in one ``execute`` are encoded in a single ``encode_batch`` call.
 
 It also emits ``TRUNCATED``: whether the text was longer than the model and lost its tail (classification
-and embeddings truncate by design). Tasks whose requests become windows (token classification, question
-answering) subclass :class:`WindowedTokenizer` in their own folder (``tritongen/tasks/<task>/tokenizer.py``),
-and this module is copied next to their ``model.py``.
+and embeddings truncate by design), and ``TOKEN_COUNT``: the tokens the model reads of each text (special tokens
+and prompt in, padding out), which the gateway sums for its answers' ``usage`` instead of tokenising again.
+Tasks whose requests become windows (token classification, question answering) subclass
+:class:`WindowedTokenizer` in their own folder (``tritongen/tasks/<task>/tokenizer.py``), and this module is
+copied next to their ``model.py``.
 
 Settings come from the config's ``parameters``: ``tokenizer_file``, ``max_length``,
 ``buckets`` (comma-separated), ``pad_id``, ``pad_type_id`` and ``padding_side`` (``right``, or ``left`` where the
@@ -55,9 +57,9 @@ except ImportError:
     )
 
 try:  # in the server: the contract is copied next to this model.py
-    from contract import PROMPT_NAME, TEXT, TEXT_PAIR, TRUNCATED
+    from contract import PROMPT_NAME, TEXT, TEXT_PAIR, TOKEN_COUNT, TRUNCATED
 except ImportError:
-    from tritongen.contract import PROMPT_NAME, TEXT, TEXT_PAIR, TRUNCATED
+    from tritongen.contract import PROMPT_NAME, TEXT, TEXT_PAIR, TOKEN_COUNT, TRUNCATED
 
 __all__ = [
     "PARALLEL_TEXTS",
@@ -130,6 +132,10 @@ class TextEncoder:
             arrays.update(token_metadata(encodings, width, self.padding_side))
         return {name: arrays[name] for name in self.input_names}
 
+    def counts(self, encodings: Sequence[Any]) -> np.ndarray:
+        """[N, 1] int32 ``TOKEN_COUNT``: the tokens of each encoding, special tokens in, padding out."""
+        return np.fromiter((len(e.ids) for e in encodings), dtype=np.int32, count=len(encodings)).reshape(-1, 1)
+
     def __call__(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Encode and pack in one step."""
         return self.pack(self.encode(texts, pairs))
@@ -164,7 +170,7 @@ def check_windows(count: int, limit: int, window: int, what: str) -> None:
 
 
 class TritonPythonModel:
-    """The plain tokenizer step: ``TEXT`` [, ``TEXT_PAIR``] -> one bucket-padded row per text, and ``TRUNCATED``.
+    """The plain tokenizer step: ``TEXT`` [, ``TEXT_PAIR``] -> bucket-padded rows, ``TRUNCATED`` and ``TOKEN_COUNT``.
 
     Task tokenizers that cut requests into windows subclass it (``tritongen/tasks/*/tokenizer.py``): they
     read their own settings in :meth:`setup` and answer each request with :meth:`process_request`.
@@ -251,6 +257,7 @@ class TritonPythonModel:
                 start += len(request_texts)
                 arrays = self.encoder.pack(chunk)
                 arrays[TRUNCATED] = truncated(chunk)
+                arrays[TOKEN_COUNT] = self.encoder.counts(chunk)
                 responses[index] = pb_utils.InferenceResponse(
                     output_tensors=[pb_utils.Tensor(name, arrays[name]) for name in self.output_names]
                 )

@@ -23,7 +23,7 @@ from tritongen.errors import CapabilityError, CheckpointError, UnsupportedModelE
 from tritongen.gates.accuracy import Gate, LabelGate
 from tritongen.tasks._inputs import TextInputs
 from tritongen.tasks._plan import Modality, TaskPlan
-from tritongen.tasks._tensors import TRUNCATED_OUTPUT, TensorSpec, public
+from tritongen.tasks._tensors import PASSED_THROUGH, TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT, TensorSpec, public
 
 if TYPE_CHECKING:
     import torch
@@ -32,7 +32,10 @@ if TYPE_CHECKING:
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.model.fold import GraphTail
 
-__all__ = ["NO_TOKENIZER_LIMIT", "TRUNCATED_OUTPUT", "Binding", "Task", "TensorSpec", "reference_postprocess"]
+__all__ = [
+    "NO_TOKENIZER_LIMIT", "TOKEN_COUNT_OUTPUT", "TRUNCATED_OUTPUT", "Binding", "Task", "TensorSpec",
+    "reference_postprocess",
+]  # fmt: skip
 
 _TOKENIZER_STEP = "tritongen.steps.tokenizer"  # the plain text tokenizer: TEXT [, TEXT_PAIR] -> rows
 _POSTPROCESS_BASE = "tritongen.steps.postprocess"  # the postprocess steps' bases, which every one imports
@@ -71,7 +74,8 @@ class Task:
     gate: ClassVar[type[Gate]] = LabelGate
     # Whether a text longer than the model loses its tail (classification and embeddings, as the transformers
     # pipeline and sentence-transformers do): the ensemble then says so per text in ``TRUNCATED``. The ensemble
-    # has ``TRUNCATED`` wherever the tokenizer step emits it (chunked embeddings: always false).
+    # has ``TRUNCATED`` and ``TOKEN_COUNT`` wherever the tokenizer step emits them (chunked embeddings: TRUNCATED
+    # always false).
     truncates: ClassVar[bool] = True
     # Whether ``tritongen bench`` can compare it with its baselines (one TEXT in, a pipeline to compare with).
     bench_baselines: ClassVar[bool] = False
@@ -138,9 +142,7 @@ class Task:
             onnx_output=TensorSpec(self.onnx_output, "TYPE_FP32", self.onnx_output_dims(checkpoint)),
             postprocess_inputs=tuple(self.postprocess_inputs(checkpoint)),
             postprocess_outputs=tuple(post_out),
-            ensemble_outputs=tuple(
-                post_out + ([TRUNCATED_OUTPUT] if TRUNCATED_OUTPUT in token_tensors + extra else [])
-            ),
+            ensemble_outputs=tuple(post_out + [t for t in PASSED_THROUGH if t in token_tensors + extra]),
             tokenizer_parameters=tokenizer_settings,
             postprocess_parameters={"task": self.name, **self.postprocess_parameters(checkpoint), **post_settings},
             card_lines=tuple(self.card_lines(binding)),
@@ -206,7 +208,7 @@ class Task:
         return self.ensemble_inputs(checkpoint)
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        """The postprocess step's outputs (the ensemble's, but ``TRUNCATED``)."""
+        """The postprocess step's outputs (the ensemble's, but ``TRUNCATED`` and ``TOKEN_COUNT``)."""
         raise NotImplementedError
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
@@ -246,8 +248,12 @@ class Task:
         return []
 
     def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        """Tensors the tokenizer step emits besides the model inputs (for the postprocess step or the client)."""
-        return [TRUNCATED_OUTPUT] if self.truncates else []
+        """Tensors the tokenizer step emits besides the model inputs (for the postprocess step or the client).
+
+        By default ``TRUNCATED`` where the task truncates, and ``TOKEN_COUNT`` where its input is text.
+        """
+        counted = [TOKEN_COUNT_OUTPUT] if self.modality.counts_tokens else []
+        return ([TRUNCATED_OUTPUT] if self.truncates else []) + counted
 
     def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         """Ensemble tensors the postprocess step reads: the model output by default."""

@@ -59,6 +59,7 @@ class ImageInputs(Modality):
 
     name = "image"
     records_canary = False  # a roll-out canary sends text; image versions are switched with `serve` reloads
+    counts_tokens = False  # an image has no tokens
 
     def check_spec(self, spec: BuildSpec, *, serves_onnx: bool) -> None:
         if spec.precision != "fp32" or spec.optimize or not serves_onnx:

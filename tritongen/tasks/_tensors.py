@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tritongen.contract import PUBLIC, TRUNCATED
+from tritongen.contract import PUBLIC, TOKEN_COUNT, TRUNCATED
 
-__all__ = ["TRUNCATED_OUTPUT", "TensorSpec", "public"]
+__all__ = ["PASSED_THROUGH", "TOKEN_COUNT_OUTPUT", "TRUNCATED_OUTPUT", "TensorSpec", "public"]
 
 
 @dataclass(frozen=True)
@@ -29,3 +29,6 @@ def public(name: str, dims: tuple[int, ...] | None = None) -> TensorSpec:
 
 
 TRUNCATED_OUTPUT = public(TRUNCATED)  # True where the text was cut at the model's length
+TOKEN_COUNT_OUTPUT = public(TOKEN_COUNT)  # the tokens the model read of each text (the gateway's usage)
+# What the tokenizer step tells clients directly: the ensemble passes these on wherever that step gives them.
+PASSED_THROUGH = (TRUNCATED_OUTPUT, TOKEN_COUNT_OUTPUT)

@@ -20,6 +20,7 @@ from tritongen.errors import SpecError
 from tritongen.gates.accuracy import CosineGate
 from tritongen.pooling.methods import pooling_method
 from tritongen.tasks._base import (
+    TOKEN_COUNT_OUTPUT,
     TRUNCATED_OUTPUT,
     WINDOW_EXAMPLE,
     Binding,
@@ -201,7 +202,8 @@ class ChunkedEmbedding(Embedding):
         return self
 
     def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [TRUNCATED_OUTPUT, WINDOW_EXAMPLE, WINDOW_TOKENS]  # TRUNCATED: always false, the contract kept
+        # TRUNCATED: always false, the contract kept; TOKEN_COUNT: each text's tokens, once each
+        return [TRUNCATED_OUTPUT, TOKEN_COUNT_OUTPUT, WINDOW_EXAMPLE, WINDOW_TOKENS]
 
     def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [*super().postprocess_inputs(checkpoint), WINDOW_EXAMPLE, WINDOW_TOKENS]

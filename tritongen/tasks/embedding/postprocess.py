@@ -22,18 +22,18 @@ except ImportError:  # outside the server: importable for tests and build-time c
     pb_utils = None
 
 try:  # in the server: the shared modules are copied next to this model.py
-    from _common import respond_per_request
-    from postprocess import BatchedPostprocess, input_array, l2_normalize, truncate
+    from _common import l2_normalize, matryoshka_cut, respond_per_request
+    from postprocess import BatchedPostprocess, input_array
 except ImportError:
-    from tritongen.steps._common import respond_per_request
-    from tritongen.steps.postprocess import BatchedPostprocess, input_array, l2_normalize, truncate
+    from tritongen.steps._common import l2_normalize, matryoshka_cut, respond_per_request
+    from tritongen.steps.postprocess import BatchedPostprocess, input_array
 
 try:  # in the server: the contract is copied next to this model.py
     from contract import DIMENSIONS, EMBEDDING
 except ImportError:
     from tritongen.contract import DIMENSIONS, EMBEDDING
 
-__all__ = ["TritonPythonModel", "combine_windows", "truncate"]
+__all__ = ["TritonPythonModel", "combine_windows"]
 
 
 def combine_windows(vectors: np.ndarray, owners: np.ndarray, tokens: np.ndarray) -> np.ndarray:
@@ -90,7 +90,7 @@ class TritonPythonModel(BatchedPostprocess):
             values = combine_windows(values, owners, tokens)
         dims = requested_dimensions(_optional_input(request, DIMENSIONS)) if self.dimensions else None
         if dims is not None:
-            return {EMBEDDING: np.ascontiguousarray(truncate(values, dims, normalize=self.normalize))}
+            return {EMBEDDING: np.ascontiguousarray(matryoshka_cut(values, dims, normalize=self.normalize))}
         return self.process(values)
 
     def execute(self, requests: list[Any]) -> list[Any]:

@@ -28,14 +28,14 @@ except ImportError:  # outside the server: importable for tests and build-time c
     pb_utils = None
 
 try:  # in the server: the shared modules are copied next to this model.py
-    from _common import respond_per_request
+    from _common import l2_normalize, respond_per_request
     from postprocess import TritonPythonModel as PostprocessBase
-    from postprocess import input_array, l2_normalize
+    from postprocess import input_array
     from sparse import pad_rows, token_weights
 except ImportError:
-    from tritongen.steps._common import respond_per_request
+    from tritongen.steps._common import l2_normalize, respond_per_request
     from tritongen.steps.postprocess import TritonPythonModel as PostprocessBase
-    from tritongen.steps.postprocess import input_array, l2_normalize
+    from tritongen.steps.postprocess import input_array
     from tritongen.steps.sparse import pad_rows, token_weights
 
 try:  # in the server: the contract is copied next to this model.py

@@ -46,6 +46,10 @@ class PromptEncoder:
         ]
         return self.encoder.tokenizer.encode_batch(middles)
 
+    def counts(self, encodings: Sequence[Any]) -> np.ndarray:
+        """[N, 1] int32 ``TOKEN_COUNT``: each row's tokens, the prompt's prefix and suffix in."""
+        return self.encoder.counts(encodings) + np.int32(len(self.prefix) + len(self.suffix))
+
     def pack(self, encodings: Sequence[Any]) -> dict[str, np.ndarray]:
         """Prefix + middle + suffix per row, right-padded to one bucket length."""
         rows = [self.prefix + list(encoding.ids) + self.suffix for encoding in encodings]
