@@ -174,7 +174,7 @@ def test_toy_runtime_opens_its_served_file_for_the_ceiling_when_registered(toy_r
 @pytest.mark.e2e
 def test_toy_runtime_served_matches_default_runtime_when_registered(toy_runtime, tiny_factory, builds, shared_server):
     checkpoint = tiny_factory("bert", task="embedding")
-    toy = builds(checkpoint, "toyrt", runtime="onnx-single-thread", toy_marker="one thread")
+    toy = builds(checkpoint, "toyrt", runtime="onnx-single-thread", toy_marker="one thread", container_check=True)
     default = builds(checkpoint, "toyrt_default")
     model = toy.repository / "toyrt_model"
     config = read_config(model / "config.pbtxt")
