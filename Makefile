@@ -70,10 +70,12 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-# Per supported Triton container (tritongen/containers.py), in that container's Python: its ONNX Runtime and
-# OpenVINO (the build's container check runs the served model in them), and exactly what a packaged Dockerfile
-# installs there, resolved for the image's platform first (scripts/container_venvs.py).
-$(CONTAINER_VENVS)/.installed: $(VENV)/.installed scripts/container_venvs.py tritongen/containers.py requirements.lock
+# Per supported Triton container (tritongen/containers.py), in that container's Python: its release of every
+# registered runtime, by the runtime's pip package (the build's container check runs the served model in them),
+# and exactly what a packaged Dockerfile installs there, resolved for the image's platform first
+# (scripts/container_venvs.py).
+$(CONTAINER_VENVS)/.installed: $(VENV)/.installed scripts/container_venvs.py tritongen/containers.py \
+		$(wildcard tritongen/runtimes/*/__init__.py) requirements.lock
 	$(PY) scripts/container_venvs.py
 	touch $@
 

@@ -3,7 +3,8 @@
 For every supported Triton container (``tritongen.containers``), with that container's Python where this
 machine has it (``python3.X`` on PATH or under pyenv):
 
-- ``.venv-containers/<release>/runtimes``: its ONNX Runtime and OpenVINO releases from pip wheels;
+- ``.venv-containers/<release>/runtimes``: the release there of every registered runtime (its pip package, at
+  the release the container's native backend links: ``tritongen.runtimes.container_requirements``), from wheels;
 - ``.venv-containers/<release>/steps``: exactly what a packaged Dockerfile installs there, resolved first
   for the image's Python and platform (``pip download --only-binary=:all: --python-version X.Y --platform
   ...`` into ``wheels/``), then installed, wheels only, into that Python. Each requirement line that
@@ -25,6 +26,7 @@ from pathlib import Path
 from tritongen.containers import CONTAINERS, Container
 from tritongen.deploy.step_requirements import DISTRIBUTIONS, lock_pins, requirement_line
 from tritongen.gates.compat import VENVS
+from tritongen.runtimes import container_requirements
 
 # The requirement lines a package can write: a text model's steps, an image model's, and a model with both
 # towers (CLIP's text side beside its images).
@@ -61,9 +63,9 @@ def _venv(python: str, path: Path, marker: str) -> bool:
 
 
 def runtimes(target: Container, python: str, root: Path, numpy: str) -> None:
-    """The container's ONNX Runtime and OpenVINO, for the build's container check."""
+    """The container's release of every registered runtime, for the build's container check."""
     venv = root / "runtimes"
-    packages = [f"onnxruntime=={target.onnxruntime}", f"openvino=={target.openvino}", f"numpy=={numpy}"]
+    packages = [*container_requirements(target), f"numpy=={numpy}"]
     if _venv(python, venv, " ".join(packages)):
         _run(str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *packages)
         (venv / ".installed").write_text(" ".join(packages))

@@ -20,6 +20,11 @@ PYTHON = container_python()
 needs_venv = pytest.mark.skipif(PYTHON is None, reason="no container-runtime venv (make compat-venv)")
 
 
+def _ort(release: str | None = None) -> str:
+    """The ONNX Runtime release that container ``release``'s onnxruntime backend links."""
+    return container(release).linked("onnxruntime")
+
+
 def _python(release: str) -> Path:
     python = container_python(release)
     if python is None:
@@ -41,7 +46,7 @@ def _double(path: Path, opset: int = 17) -> Path:
 def test_container_session_runs_a_model_in_the_container_release(tmp_path, release):
     python = _python(release)
     with ContainerSession(_double(tmp_path / "m.onnx"), python) as session:
-        assert session.version == container(release).onnxruntime
+        assert session.version == _ort(release)
         (y,) = session.run(None, {"x": np.arange(6, dtype=np.float32).reshape(2, 3)})
     np.testing.assert_array_equal(y, 2 * np.arange(6, dtype=np.float32).reshape(2, 3))
     venv_python = subprocess.run(
@@ -49,7 +54,8 @@ def test_container_session_runs_a_model_in_the_container_release(tmp_path, relea
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout.split(")")  # fmt: skip
     major, minor = container(release).python.split(".")
-    assert venv_python[0] + ")" == f"({major}, {minor})" and venv_python[1].strip() == container(release).openvino
+    openvino = container(release).linked("openvino")
+    assert venv_python[0] + ")" == f"({major}, {minor})" and venv_python[1].strip() == openvino
 
 
 @needs_venv
@@ -60,6 +66,25 @@ def test_container_session_errors_are_stage_errors(tmp_path):
     # an opset newer than the container's ONNX Runtime knows cannot load there
     with pytest.raises(StageError, match="did not load"):
         ContainerSession(_double(tmp_path / "new.onnx", opset=99), PYTHON)
+
+
+@needs_venv
+def test_each_runtime_opens_its_own_file_in_the_container_release_when_asked_for_a_session(tmp_path):
+    from tritongen.runtimes import get_runtime
+    from tritongen.runtimes.openvino.ir import convert_to_ir
+
+    onnx_file = _double(tmp_path / "m.onnx")
+    convert_to_ir(onnx_file, tmp_path / "model.xml")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    # What build.json records as the runtime differs: ONNX Runtime's bare release, OpenVINO's with its name.
+    for name, model, recorded in (("onnx", onnx_file, "{}"), ("openvino", tmp_path / "model.xml", "OpenVINO {}")):
+        runtime = get_runtime(name)
+        release = runtime.container_release(container())
+        with runtime.container_session(model, PYTHON) as session:
+            assert (session.label, session.version) == (f"{runtime.title} {release}", recorded.format(release))
+            np.testing.assert_array_equal(session.run(None, {"x": x})[0], 2 * x)
+    with pytest.raises(NotImplementedError, match="runtime `tensorrt` has no container check: the model step is a"):
+        get_runtime("tensorrt").container_session(onnx_file, PYTHON)
 
 
 def test_max_relative_diff_is_absolute_near_zero_and_relative_for_large_values():
@@ -88,12 +113,12 @@ def test_every_emitted_variant_passes_in_the_target_and_another_container_runtim
         if container_python(release) is None:
             assert "make compat-venv" in check["skipped"]
             continue
-        assert check["runtime"] == container(release).onnxruntime and check["container"] == release, check
+        assert check["runtime"] == _ort(release) and check["container"] == release, check
         assert check["criterion"] == criterion and check["passed"], check
     if name.startswith(
         "int8"
     ):  # the INT8 search gated its candidates in the target's runtime: the card says by how much
-        assert f"; ONNX Runtime {container().onnxruntime}: mean +" in minilm_variant(name).card()
+        assert f"; ONNX Runtime {_ort()}: mean +" in minilm_variant(name).card()
 
 
 def test_the_variants_prove_every_container_on_both_kinds_of_variant():
@@ -115,9 +140,7 @@ def test_a_model_the_container_runtime_disagrees_with_is_refused_and_nothing_is_
 
     real_run = compat.ContainerSession.run
     monkeypatch.setattr(compat.ContainerSession, "run", lambda self, n, f: [o + 0.01 for o in real_run(self, n, f)])
-    with pytest.raises(
-        ParityError, match=rf"ONNX Runtime {container().onnxruntime} \(the {DEFAULT_CONTAINER} container's\) FAILS"
-    ):
+    with pytest.raises(ParityError, match=rf"ONNX Runtime {_ort()} \(the {DEFAULT_CONTAINER} container's\) FAILS"):
         build_repository(BuildSpec(model=str(tiny_factory("bert")), name="m", repository=tmp_path / "repo"))
     assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())
 

@@ -2,10 +2,11 @@
 
 A build is checked in, and a package is built on, one official ``nvcr.io/nvidia/tritonserver:<release>-py3``
 image. What matters to us differs between releases: the Python the steps run in (the image's
-``python3``), the platform its wheels must fit (the glibc of its Ubuntu), the ONNX Runtime its
-onnxruntime backend links and the OpenVINO its openvino backend links (the runtimes the build's
-container check reproduces from pip wheels), and whether a dead Python stub makes its model not
-ready.
+``python3``), the platform its wheels must fit (the glibc of its Ubuntu), the runtime release each
+native backend links (ONNX Runtime's onnxruntime backend, OpenVINO's openvino backend: the releases the
+build's container check reproduces from pip wheels), and whether a dead Python stub makes its model not
+ready. The runtime releases are keyed by the runtime's pip package (a runtime entry's ``package``), so a
+runtime finds its own release here without this module knowing any runtime.
 
 Sources, read for each row (the server repository's tags, and NVIDIA's release notes and framework
 support matrix, https://docs.nvidia.com/deeplearning/frameworks/support-matrix/index.html):
@@ -35,7 +36,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["CONTAINERS", "DEFAULT_CONTAINER", "LOCAL_CONTAINER", "Container", "container", "container_names"]
+__all__ = [
+    "CONTAINERS", "DEFAULT_CONTAINER", "LINKED_RUNTIMES", "LOCAL_CONTAINER", "Container", "container",
+    "container_names",
+]  # fmt: skip
+
+# The runtimes the images' native backends link, by pip package, with their names for people: the table's
+# runtime columns, in the order each row gives their releases.
+LINKED_RUNTIMES: dict[str, str] = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
 
 
 @dataclass(frozen=True)
@@ -47,8 +55,8 @@ class Container:
     ubuntu: str
     python: str  # the image's python3, which runs the Python steps
     glibc: str  # the oldest manylinux tag its wheels may carry is manylinux_<glibc>
-    onnxruntime: str  # the onnxruntime backend's ONNX Runtime
-    openvino: str  # the openvino backend's OpenVINO
+    # The release each native backend links, by the runtime's pip package: {"onnxruntime": "1.19.2", ...}.
+    runtimes: Mapping[str, str]
     dead_stub_not_ready: bool  # a model whose Python stub died reports not ready
     # Step packages whose requirements.lock pin has no wheel for this Python: the newest that has one.
     pins: Mapping[str, str] = field(default_factory=dict)
@@ -82,22 +90,31 @@ class Container:
         """What ``pip install`` needs there: Ubuntu 24.04 marks its Python externally managed (PEP 668)."""
         return ("--break-system-packages",) if self.ubuntu >= "24.04" else ()
 
+    def linked(self, package: str) -> str:
+        """The release of the runtime ``package`` that a native backend here links ("": none links it)."""
+        return self.runtimes.get(package, "")
+
     def describe(self) -> str:
         """One line for the console, the card and the docs."""
-        return (
-            f"Triton {self.release} ({self.triton}; Ubuntu {self.ubuntu}, Python {self.python}, "
-            f"ONNX Runtime {self.onnxruntime}, OpenVINO {self.openvino})"
-        )
+        runtimes = "".join(f", {LINKED_RUNTIMES[p]} {release}" for p, release in self.runtimes.items())
+        return f"Triton {self.release} ({self.triton}; Ubuntu {self.ubuntu}, Python {self.python}{runtimes})"
+
+
+def _linked(*releases: str) -> dict[str, str]:
+    """One row's runtime releases, in the order of :data:`LINKED_RUNTIMES`."""
+    return dict(zip(LINKED_RUNTIMES, releases, strict=True))
 
 
 CONTAINERS: dict[str, Container] = {
     c.release: c
     for c in (
         # Pillow 13 dropped Python 3.10; 12.3.0 is the newest release with a cp310 wheel.
-        Container("24.10", "2.51.0", "22.04", "3.10", "2.35", "1.19.2", "2024.4.0", False, {"pillow": "12.3.0"}),
-        Container("25.12", "2.64.0", "24.04", "3.12", "2.39", "1.23.2", "2025.4.0", True),
-        Container("26.07", "2.71.0", "24.04", "3.12", "2.39", "1.27.0", "2026.2.0", True),
-        Container("26.08", "2.72.0", "24.04", "3.12", "2.39", "1.28.0", "2026.3.0", True),
+        Container(
+            "24.10", "2.51.0", "22.04", "3.10", "2.35", _linked("1.19.2", "2024.4.0"), False, {"pillow": "12.3.0"}
+        ),
+        Container("25.12", "2.64.0", "24.04", "3.12", "2.39", _linked("1.23.2", "2025.4.0"), True),
+        Container("26.07", "2.71.0", "24.04", "3.12", "2.39", _linked("1.27.0", "2026.2.0"), True),
+        Container("26.08", "2.72.0", "24.04", "3.12", "2.39", _linked("1.28.0", "2026.3.0"), True),
     )
 }
 DEFAULT_CONTAINER = "26.08"

@@ -24,7 +24,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tritongen.bench.ceiling import measure_ceiling
+from tritongen.bench.ceiling import ceiling_session, measure_ceiling
 from tritongen.bench.gateway import GatewayComparison, compare_with_gateway, gateway_server
 from tritongen.bench.http_load import Interleaving, drive, kserve_target
 from tritongen.bench.infinity import (
@@ -46,6 +46,7 @@ from tritongen.data.datasets import bench_texts
 from tritongen.errors import BenchError, ServerError
 from tritongen.repository.layout import step_names
 from tritongen.repository.staging import existing_versions
+from tritongen.runtimes import get_runtime
 from tritongen.serve.server import Endpoints, TritonServer, free_port, server_environment, wait_until_ready
 from tritongen.serve.stats import StepStats, model_stats, stats_delta
 from tritongen.tasks import TASKS
@@ -382,14 +383,18 @@ def _measure_pipeline(run: _BenchRun) -> list[PerfPoint]:
 
 
 def _measure_in_process(run: _BenchRun) -> list[Any]:
-    """Baseline (c): the served model file in in-process ONNX Runtime (or OpenVINO), its tokenizer in front."""
+    """Baseline (c): the served model file in process in the build's runtime, its tokenizer in front."""
     if "ceiling" not in run.options.baselines:
         return []
-    run.console.print("[bold]Measuring baseline (c): in-process ONNX Runtime…")
+    runtime = get_runtime(run.meta["spec"]["runtime"])
     model_dir, tokenizer_dir = (run.repository / step_names(run.options.name)[step] for step in ("model", "tokenizer"))
-    served = model_dir / str(existing_versions(model_dir)[-1])
+    session = ceiling_session(runtime, model_dir / str(existing_versions(model_dir)[-1]))
+    if session is None:
+        run.console.print(f"[yellow]Baseline (c) skipped[/]: {runtime.title} does not run its model in process here")
+        return []
+    run.console.print(f"[bold]Measuring baseline (c): in-process {runtime.title}…")
     return measure_ceiling(
-        served / "model.onnx" if (served / "model.onnx").is_file() else served / "model.xml",
+        session,
         tokenizer_dir / str(existing_versions(tokenizer_dir)[-1]) / "tokenizer.json",
         run.meta["inputs"],
         run.meta["max_length"],

@@ -18,7 +18,7 @@ from typing import Any
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer
 from tritongen.errors import BenchError, RepositoryError
 from tritongen.repository.layout import config_json, read_config, step_names
-from tritongen.runtimes.registry import runtime_of_backend
+from tritongen.runtimes.registry import RUNTIMES, runtime_of_backend
 
 __all__ = ["Setting", "TuneGrid", "TunePlan", "TunePoint", "apply", "best", "ratios", "thread_parameter", "tune"]
 
@@ -107,8 +107,9 @@ def thread_parameter(model_config: Any) -> str:
     backend = model_config.backend or model_config.platform
     runtime = runtime_of_backend(backend)
     if runtime is None or runtime.thread_parameter is None:
+        tunable = [r.backend for r in RUNTIMES.values() if r.owns_backend and r.thread_parameter]
         raise BenchError(
-            f"the model step runs on `{backend}`; thread tuning applies to onnxruntime and openvino model steps "
+            f"the model step runs on `{backend}`; thread tuning applies to {' and '.join(tunable)} model steps "
             "(leave out --threads)"
         )
     return runtime.thread_parameter

@@ -1,14 +1,18 @@
 """Run what we emit in the runtimes of the Triton container it ships in: does it load, and give what we gated.
 
-Each supported container (``tritongen.containers``) builds its onnxruntime backend against one ONNX Runtime
-release and its openvino backend against one OpenVINO release, older than the ones we build with, and the
-two differ (static INT8 QDQ by up to 0.04 on normalised embeddings between ORT 1.19 and 1.2x). So the build
-checks the served model in those releases as well, from pip wheels in a venv of the container's Python:
-``make compat-venv`` creates ``.venv-containers/<release>/runtimes`` for every supported release.
+Each supported container (``tritongen.containers``) builds each native backend against one release of its
+runtime (the onnxruntime backend against one ONNX Runtime, the openvino backend against one OpenVINO), older
+than the ones we build with, and the two differ (static INT8 QDQ by up to 0.04 on normalised embeddings
+between ORT 1.19 and 1.2x). So the build checks the served model in those releases as well, from pip wheels
+in a venv of the container's Python: ``make compat-venv`` creates ``.venv-containers/<release>/runtimes``
+for every supported release, with every registered runtime's release there.
 
 :class:`ContainerSession` runs one model in that venv's Python, a worker process fed through pipes, and
 quacks like an ``InferenceSession`` (``run(None, feeds)``), so the accuracy gate can measure it unchanged.
-An ONNX model runs in ONNX Runtime; OpenVINO IR (``model.xml``) in OpenVINO, at the precision asked.
+The worker is a standalone script: the runtime's *opening* (its ``Runtime.container_opening``, which imports
+only the runtime's own package and opens the file), then the pipe loop below. An ONNX file opens in ONNX
+Runtime unless an opening is given: the ONNX files the gates check (the fold's proof, the INT8 search's
+candidates) run there, as they do here.
 """
 
 from __future__ import annotations
@@ -42,29 +46,31 @@ __all__ = [
     "max_relative_diff",
 ]
 
-VENVS = Path(".venv-containers")  # <release>/runtimes: the container's ONNX Runtime and OpenVINO
+VENVS = Path(".venv-containers")  # <release>/runtimes: the container's release of every registered runtime
 VENV_ENV = "TRITONGEN_CONTAINER_VENV"  # a venv to use instead, for every release
 
-_WORKER = r"""
-import pickle, struct, sys
-if sys.argv[1].endswith(".xml"):  # OpenVINO IR, at the precision asked
-    import openvino as ov
-    core = ov.Core()
-    compiled = core.compile_model(core.read_model(sys.argv[1]), "CPU", {"INFERENCE_PRECISION_HINT": sys.argv[2]})
-    request = compiled.create_infer_request()
-    version = "OpenVINO " + ov.get_version().split("-")[0]
-    def run(names, feeds):
-        results = {port.get_any_name(): value for port, value in request.infer(feeds).items()}
-        return [results[n].copy() for n in (names or [p.get_any_name() for p in compiled.outputs])]
-else:
-    import onnxruntime as ort
-    session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
-    version, run = ort.__version__, session.run
+# An ONNX file in ONNX Runtime's CPU provider: the default opening (see the module's docstring).
+ONNX_RUNTIME_OPENING = r"""
+import onnxruntime as ort
+session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+version, run = ort.__version__, session.run
+label = "ONNX Runtime " + version
+"""
+
+# Before the opening: the file and the precision, from the command line.
+_ARGUMENTS = r"""
+import sys
+model, precision = sys.argv[1], sys.argv[2]
+"""
+
+# After it: answer pickled (names, feeds) requests with run's outputs, until stdin closes.
+_LOOP = r"""
+import pickle, struct
 out = sys.stdout.buffer
 def send(obj):
     data = pickle.dumps(obj, protocol=4)
     out.write(struct.pack("<Q", len(data))); out.write(data); out.flush()
-send(version)
+send((version, label))
 while True:
     head = sys.stdin.buffer.read(8)
     if len(head) < 8:
@@ -98,17 +104,20 @@ def container_python(release: str | None = None) -> Path | None:
 class ContainerSession:
     """One model in the container's runtime (another process); ``run`` as ``InferenceSession.run``.
 
-    An ONNX model runs in ONNX Runtime; OpenVINO IR (``.xml``) in OpenVINO, compiled at ``precision``.
+    ``opening`` opens ``model`` there at ``precision`` (a runtime's ``container_opening``; default: an ONNX file
+    in ONNX Runtime). ``version`` is what the runtime reports, ``label`` the runtime and its release for people.
     """
 
-    def __init__(self, model: Path, python: Path, precision: str = "f32") -> None:
+    def __init__(
+        self, model: Path, python: Path, precision: str = "f32", *, opening: str = ONNX_RUNTIME_OPENING
+    ) -> None:
         self.model = Path(model)
         self.process = subprocess.Popen(
-            [str(python), "-c", _WORKER, str(self.model), precision],
+            [str(python), "-c", _ARGUMENTS + opening + _LOOP, str(self.model), precision],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         try:
-            self.version = self._receive()
+            self.version, self.label = self._receive()
         except StageError:
             self.close()
             raise
@@ -164,18 +173,19 @@ def max_relative_diff(a: np.ndarray, b: np.ndarray) -> float:
 class ContainerReport:
     """The served model in the container's runtime: lossless models against ours, lossy ones through the gate."""
 
-    runtime: str
+    runtime: str  # what the runtime reports (the session's ``version``), as ``build.json`` records it
     criterion: str  # "parity" (within the tolerance of our runtime's outputs) or "gate" (the accuracy gate)
     container: str  # the Triton release whose runtime this is
     passed: bool
     max_relative_diff: float | None = None
     tolerance: float | None = None
     accuracy: AccuracyReport | None = None
+    label: str = ""  # the runtime and its release, for people (the session's ``label``); not recorded
 
     def summary(self) -> str:
         """One line for the console, the model card and errors."""
         verdict = "passes" if self.passed else "FAILS"
-        runtime = self.runtime if self.runtime.startswith("OpenVINO") else f"ONNX Runtime {self.runtime}"
+        runtime = self.label or self.runtime
         if self.criterion == "parity":
             return (
                 f"{runtime} (the {self.container} container's) {verdict}: outputs within "
@@ -188,6 +198,7 @@ class ContainerReport:
         """For ``build.json``."""
         data = asdict(self)
         data["accuracy"] = None if self.accuracy is None else self.accuracy.__dict__
+        del data["label"]
         return data
 
 
@@ -209,28 +220,30 @@ class ContainerCheck:
     container: str = ""
 
 
-def check_in_container(model: Path, python: Path, check: ContainerCheck) -> ContainerReport:
-    """Run ``model`` in the runtime of the container venv's ``python`` and hold it to ``check``."""
-    with ContainerSession(model, python) as session:
-        if check.reference is not None:
-            report = _gate_in(session, check.reference, check.variant, check.batch_dependent)
-            return ContainerReport(session.version, "gate", check.container, report.passed, accuracy=report)
-        return _parity_in(session, model, check)
+def check_in_container(session: ContainerSession, check: ContainerCheck) -> ContainerReport:
+    """Hold the model that ``session`` runs in the container's runtime to ``check``."""
+    if check.reference is not None:
+        report = _gate_in(session, check.reference, check.variant, check.batch_dependent)
+        return ContainerReport(
+            session.version, "gate", check.container, report.passed, accuracy=report, label=session.label
+        )
+    return _parity_in(session, check)
 
 
-def _parity_in(session: ContainerSession, model: Path, check: ContainerCheck) -> ContainerReport:
-    """The container's outputs on every batch of ``check.feeds`` against our runtime's."""
+def _parity_in(session: ContainerSession, check: ContainerCheck) -> ContainerReport:
+    """The container's outputs on every batch of ``check.feeds`` against our runtime's (the ONNX file here)."""
     import onnxruntime as ort
 
-    ours = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    ours = ort.InferenceSession(str(session.model), providers=["CPUExecutionProvider"])
     worst, passed = 0.0, True
     for batch in check.feeds:
-        for mine, theirs in zip(ours.run(None, batch), session.run(None, batch)):
+        for mine, theirs in zip(ours.run(None, batch), session.run(None, batch), strict=True):
             worst = max(worst, max_relative_diff(mine, theirs))
             passed = passed and bool(np.allclose(theirs, mine, rtol=check.tolerance, atol=check.tolerance))
     return ContainerReport(
-        session.version, "parity", check.container, passed, max_relative_diff=worst, tolerance=check.tolerance
-    )
+        session.version, "parity", check.container, passed, max_relative_diff=worst, tolerance=check.tolerance,
+        label=session.label,
+    )  # fmt: skip
 
 
 def _gate_in(session: ContainerSession, reference: Any, label: str, batch_dependent: bool) -> AccuracyReport:
@@ -238,11 +251,13 @@ def _gate_in(session: ContainerSession, reference: Any, label: str, batch_depend
     return reference.measure(session, f"{label} in ORT {session.version}", batch_dependent=batch_dependent)
 
 
-def container_gate(reference: Any, python: Path) -> Callable[[Path, str, bool], AccuracyReport]:
-    """``gate(model, label, batch_dependent)``: the accuracy gate ``reference`` measured in the container's runtime."""
+def container_gate(
+    reference: Any, open_session: Callable[[Path], ContainerSession]
+) -> Callable[[Path, str, bool], AccuracyReport]:
+    """``gate(model, label, batch_dependent)``: the gate ``reference`` measured on ``open_session(model)``."""
 
     def gate(model: Path, label: str, batch_dependent: bool) -> AccuracyReport:
-        with ContainerSession(model, python) as session:
+        with open_session(model) as session:
             return _gate_in(session, reference, label, batch_dependent)
 
     return gate
@@ -253,4 +268,4 @@ if __name__ == "__main__":  # pragma: no cover - a manual probe: python -m trito
     if python is None:
         sys.exit("no container venv; run `make compat-venv`")
     with ContainerSession(Path(sys.argv[1]), python) as probe:
-        print(f"{sys.argv[1]} loads in ONNX Runtime {probe.version}")
+        print(f"{sys.argv[1]} loads in {probe.label}")

@@ -9,7 +9,11 @@ As Text Embeddings Inference's ``Backend`` trait, with one implementation per fo
   target container (:meth:`Runtime.container_check`, stage 5);
 * its model step's config (:meth:`Runtime.model_config`, from the :class:`ModelStep` every runtime shares) and
   the files it writes beside it (:meth:`Runtime.write_files`);
-* its tuning parameter (:attr:`Runtime.thread_parameter`) and the spec lines that set it.
+* its tuning parameter (:attr:`Runtime.thread_parameter`) and the spec lines that set it;
+* its pip package and the release of it each container links (:meth:`Runtime.container_release`, from the
+  container table's releases keyed by :attr:`Runtime.package`): what ``make compat-venv`` installs;
+* how the compat gate's worker opens a model file in a container's release (:meth:`Runtime.container_opening`,
+  :meth:`Runtime.container_session`), and how the bench's ceiling opens it here (:meth:`Runtime.ceiling_session`).
 
 The entry is light: the spec validates with it and the CLI lists it. Its build stages load their modules (ONNX
 Runtime, OpenVINO, NNCF) only when the build calls them.
@@ -32,7 +36,7 @@ if TYPE_CHECKING:
 
     from tritongen.containers import Container
     from tritongen.gates.accuracy import AccuracyReport, GateReference
-    from tritongen.gates.compat import ContainerReport
+    from tritongen.gates.compat import ContainerReport, ContainerSession
     from tritongen.precision.int8_search import SearchReport
     from tritongen.precision.optimize import OptimizeReport
     from tritongen.tasks import BuildPlan
@@ -144,13 +148,46 @@ class Runtime:
     # A native backend built against another release of the runtime sits beside the container's own folder, named
     # ``<backend>-<native_tag><release>`` (``onnxruntime-ort1.28.0``); "": this runtime has no such folders.
     native_tag: ClassVar[str] = ""
-    package: ClassVar[str] = ""  # the pip distribution the stand-in runs (its release names it in logs and cards)
+    # The runtime's pip distribution: what the stand-in and the ceiling run here, and the key of its releases in
+    # the container table (``Container.runtimes``), which ``make compat-venv`` installs per container.
+    package: ClassVar[str] = ""
 
-    # --- the native backend ----------------------------------------------------------------------------------
+    # --- the native backend and the containers ----------------------------------------------------------------
 
     def container_release(self, target: Container) -> str:
         """The release of this runtime that ``target``'s native backend links ("": none that matters here)."""
+        return target.linked(self.package) if self.package else ""
+
+    def container_requirement(self, target: Container) -> str:
+        """The pip requirement that reproduces ``target``'s release of this runtime ("": it has none there)."""
+        release = self.container_release(target)
+        return f"{self.package}=={release}" if release else ""
+
+    def container_opening(self) -> str:
+        """The compat gate's worker opening (``tritongen.gates.compat``); "": this runtime has no container check.
+
+        Python source, run in a venv of a container's releases with ``model`` (the served file's path) and
+        ``precision`` (``f32``, ``bf16``) set, that imports only this runtime's package and defines ``version``
+        (what the report records), ``label`` (the runtime and its release, for people) and ``run(names, feeds)``
+        as ``InferenceSession.run``.
+        """
         return ""
+
+    def container_session(self, model: Path, python: Path, precision: str = "f32") -> ContainerSession:
+        """``model`` opened in the container venv's ``python`` by :meth:`container_opening`, at ``precision``."""
+        from tritongen.gates.compat import ContainerSession
+
+        opening = self.container_opening()
+        if not opening:
+            raise NotImplementedError(f"runtime `{self.name}` has no container check: {self.container_check_skipped}")
+        return ContainerSession(model, python, precision, opening=opening)
+
+    def ceiling_session(self, path: Path) -> Callable[[dict[str, Any]], object] | None:
+        """The served file ``path`` in process with the runtime's defaults, as the bench's ceiling runs it.
+
+        It answers a batch's feeds (its outputs are not read). None: the runtime cannot run it in process here.
+        """
+        return None
 
     def native_release(self, folder: Path) -> str:
         """The runtime release the native backend in ``folder`` links, read from its libraries ("": unknown)."""

@@ -62,5 +62,5 @@ def served_gate(runtime: Runtime, plan: BuildPlan, reference: GateReference) -> 
     python = container_python(plan.spec.containers[0])
     if runtime.container_check_skipped or not plan.spec.container_check or python is None:
         return None
-    where = f"ONNX Runtime {container(plan.spec.containers[0]).onnxruntime}"
-    return ServedGate(container_gate(reference, python), where)
+    where = f"{runtime.title} {runtime.container_release(container(plan.spec.containers[0]))}"
+    return ServedGate(container_gate(reference, lambda model: runtime.container_session(model, python)), where)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tritongen.buildspec import RuntimeSettings, claim_sections, section_source
 from tritongen.errors import SpecError
 from tritongen.runtimes.base import Runtime
 
-__all__ = ["RUNTIMES", "get_runtime", "register_runtime", "runtime_names", "runtime_of_backend"]
+if TYPE_CHECKING:
+    from tritongen.containers import Container
+
+__all__ = [
+    "RUNTIMES", "container_requirements", "get_runtime", "register_runtime", "runtime_names", "runtime_of_backend",
+]  # fmt: skip
 
 RUNTIMES: dict[str, Runtime] = {}
 
@@ -51,3 +58,12 @@ def runtime_names() -> tuple[str, ...]:
 def runtime_of_backend(backend: str) -> Runtime | None:
     """The runtime that owns the backend (or ``platform``) a config names; None for any other."""
     return next((r for r in RUNTIMES.values() if r.backend == backend and r.owns_backend), None)
+
+
+def container_requirements(target: Container) -> list[str]:
+    """The pip requirements that reproduce every registered runtime's release in ``target``, each package once.
+
+    What ``make compat-venv`` installs into the container's runtime venv, in registration order; a runtime whose
+    package the container links no release of adds nothing.
+    """
+    return list(dict.fromkeys(r for r in (rt.container_requirement(target) for rt in RUNTIMES.values()) if r))

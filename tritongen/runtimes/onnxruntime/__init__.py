@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tritongen.configs.model_config import ModelConfig, TensorRTAccelerator
-    from tritongen.containers import Container
     from tritongen.gates.compat import ContainerReport
     from tritongen.tasks import BuildPlan
 
@@ -39,8 +38,11 @@ class OnnxRuntime(Runtime):
     package = "onnxruntime"
     native_tag = "ort"
 
-    def container_release(self, target: Container) -> str:
-        return target.onnxruntime
+    def container_opening(self) -> str:
+        """The compat gate's own: an ONNX file in ONNX Runtime's CPU provider."""
+        from tritongen.gates.compat import ONNX_RUNTIME_OPENING
+
+        return ONNX_RUNTIME_OPENING
 
     def native_release(self, folder: Path) -> str:
         """From ``libonnxruntime.so.1.19.2``: ONNX Runtime names its library by its release."""
@@ -96,6 +98,13 @@ class OnnxRuntime(Runtime):
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         names = [output.name for output in session.get_outputs()]
         return lambda feeds: dict(zip(names, session.run(names, feeds), strict=True))
+
+    def ceiling_session(self, path: Path) -> Callable[[dict[str, Any]], object]:
+        """The CPU provider with ONNX Runtime's default options."""
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return lambda feeds: session.run(None, feeds)
 
     def model_config(self, step: ModelStep) -> ModelConfig:
         """The onnxruntime backend: session threads in ``parameters``, graph level and the optional TensorRT EP."""

@@ -91,20 +91,23 @@ def container_check(
     feeds = plan.bound.modality.feeds(plan, onnx.encoder)
     lossy = variant is not None and spec.precision != "fp32"
     gated = _gated_there(variant, release == spec.containers[0])
+    release_there = runtime.container_release(target)
     if gated is not None:  # the INT8 search gated this very file there already: its figures stand
-        report = ContainerReport(target.onnxruntime, "gate", target.release, gated.passed, accuracy=gated)
+        label = f"{runtime.title} {release_there}"
+        report = ContainerReport(release_there, "gate", target.release, gated.passed, accuracy=gated, label=label)
         console.print(report.summary())
         return report
     with (
-        console.status(f"Checking the served model in ONNX Runtime {target.onnxruntime} (Triton {target.release})…"),
+        console.status(f"Checking the served model in {runtime.title} {release_there} (Triton {target.release})…"),
         stage("container check"),
+        runtime.container_session(onnx.target, python) as session,
     ):
         check = ContainerCheck(
             feeds, spec.parity_tolerance, reference=variant.reference if lossy and variant is not None else None,
             variant=runtime.variant_name(spec, variant), batch_dependent=spec.precision == "int8",
             container=target.release,
         )  # fmt: skip
-        report = check_in_container(onnx.target, python, check)
+        report = check_in_container(session, check)
     console.print(report.summary())
     if not report.passed and not (lossy and spec.accept_accuracy_loss):
         error = AccuracyError if lossy else ParityError

@@ -6,14 +6,15 @@ server's stand-in for the container's native backend.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen.buildspec import BuildSpec, RuntimeSettings
 from tritongen.errors import SpecError
 from tritongen.runtimes.base import Export, ModelStep, Runtime, Variant
 from tritongen.runtimes.onnxruntime.settings import TensorRTSettings
-from tritongen.runtimes.openvino.ir import IR_FILE, cpu_precisions
+from tritongen.runtimes.openvino.ir import CONTAINER_OPENING, IR_FILE, cpu_precisions
 from tritongen.runtimes.openvino.settings import OpenVinoSettings
 from tritongen.runtimes.registry import register_runtime
 
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from tritongen.configs.model_config import ModelConfig
-    from tritongen.containers import Container
     from tritongen.gates.compat import ContainerReport
     from tritongen.tasks import BuildPlan
 
@@ -44,8 +44,9 @@ class OpenVino(Runtime):
     package = "openvino"
     native_tag = "ov"
 
-    def container_release(self, target: Container) -> str:
-        return target.openvino
+    def container_opening(self) -> str:
+        """The IR in the container's OpenVINO, compiled for the CPU at the precision asked."""
+        return CONTAINER_OPENING
 
     def native_release(self, folder: Path) -> str:
         """From ``libopenvino.so.2024.4.0``, or the wheels' ``libopenvino.so.2440`` (2024.4.0)."""
@@ -92,7 +93,14 @@ class OpenVino(Runtime):
 
         if variant is None:
             return {"skipped": "no gated variant"}
-        return container_check(plan, onnx, variant, console, release, python)
+        return container_check(self, plan, onnx, variant, console, release, python)
+
+    def ceiling_session(self, path: Path) -> Callable[[dict[str, Any]], object]:
+        """The IR compiled for the CPU at OpenVINO's default precision, one stream, as a latency-bound caller."""
+        from tritongen.runtimes.openvino.ir import OpenVinoSession
+
+        session = OpenVinoSession(path, {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
+        return lambda feeds: session.run(None, feeds)
 
     def model_config(self, step: ModelStep) -> ModelConfig:
         """The native openvino backend on the IR, one request at a time; the stand-in reads the same parameters."""

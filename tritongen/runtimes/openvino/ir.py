@@ -18,6 +18,7 @@ import numpy as np
 from tritongen.cpu import BF16_FLAGS, cpu_flags
 
 __all__ = [
+    "CONTAINER_OPENING",
     "IR_FILE",
     "OpenVinoSession",
     "backend_properties",
@@ -28,6 +29,19 @@ __all__ = [
 ]
 
 IR_FILE = "model.xml"  # the native backend's default model file; its weights are model.bin beside it
+
+# The compat gate's worker opening (``Runtime.container_opening``): the IR in the container's OpenVINO, compiled
+# for the CPU at the precision asked. It imports only openvino: it runs in a venv of the container's releases.
+CONTAINER_OPENING = r"""
+import openvino as ov
+core = ov.Core()
+compiled = core.compile_model(core.read_model(model), "CPU", {"INFERENCE_PRECISION_HINT": precision})
+request = compiled.create_infer_request()
+version = label = "OpenVINO " + ov.get_version().split("-")[0]
+def run(names, feeds):
+    results = {port.get_any_name(): value for port, value in request.infer(feeds).items()}
+    return [results[n].copy() for n in (names or [p.get_any_name() for p in compiled.outputs])]
+"""
 
 
 def openvino_version() -> str:

@@ -14,9 +14,9 @@ from rich.markdown import Markdown
 from tritongen.containers import container
 from tritongen.errors import AccuracyError, stage
 from tritongen.gates.accuracy import worst_of
-from tritongen.gates.compat import ContainerReport, ContainerSession
+from tritongen.gates.compat import ContainerReport
 from tritongen.precision.optimize import OptimizeReport
-from tritongen.runtimes.base import Export, Variant
+from tritongen.runtimes.base import Export, Runtime, Variant
 from tritongen.runtimes.gating import gate_reference, gate_texts
 from tritongen.runtimes.openvino.ir import (
     IR_FILE,
@@ -82,26 +82,28 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant:
 
 
 def container_check(
-    plan: BuildPlan, onnx: Export, variant: Variant, console: Console, release: str, python: Path
+    runtime: Runtime, plan: BuildPlan, onnx: Export, variant: Variant, console: Console, release: str, python: Path
 ) -> ContainerReport | dict[str, str]:
     """Stage 5 for OpenVINO IR: the gate again in the container's OpenVINO, at each precision."""
     target = container(release)
     spec = plan.spec
     if variant.reference is None:
         return {"skipped": "no gate reference"}
-    reports = []
+    reports, there = [], f"{runtime.title} {runtime.container_release(target)}"
     for precision in cpu_precisions():
         with (
-            console.status(f"Gating the IR at {precision.upper()} in OpenVINO {target.openvino}…"),
+            console.status(f"Gating the IR at {precision.upper()} in {there}…"),
             stage("container check"),
-            ContainerSession(onnx.target.with_name(IR_FILE), python, precision) as session,
+            runtime.container_session(onnx.target.with_name(IR_FILE), python, precision) as session,
         ):
-            accuracy = variant.reference.measure(session, f"{precision.upper()} in {session.version}")
-        report = ContainerReport(session.version, "gate", target.release, accuracy.passed, accuracy=accuracy)
+            accuracy = variant.reference.measure(session, f"{precision.upper()} in {session.label}")
+        report = ContainerReport(
+            session.version, "gate", target.release, accuracy.passed, accuracy=accuracy, label=session.label
+        )
         console.print(report.summary())
         if not report.passed and not spec.accept_accuracy_loss:
             raise AccuracyError(f"{report.summary()}; nothing was published (or build with --no-container-check)")
         reports.append(accuracy)
-    runtime, precisions = reports[0].variant.split(" in ")[-1], "/".join(p.upper() for p in cpu_precisions())
-    worst = dataclasses.replace(worst_of(reports), variant=f"{precisions} in {runtime}")
-    return ContainerReport(runtime, "gate", target.release, worst.passed, accuracy=worst)
+    label, precisions = reports[0].variant.split(" in ")[-1], "/".join(p.upper() for p in cpu_precisions())
+    worst = dataclasses.replace(worst_of(reports), variant=f"{precisions} in {label}")
+    return ContainerReport(label, "gate", target.release, worst.passed, accuracy=worst, label=label)
