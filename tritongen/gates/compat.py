@@ -225,7 +225,7 @@ def _parity_in(session: ContainerSession, model: Path, check: ContainerCheck) ->
     ours = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     worst, passed = 0.0, True
     for batch in check.feeds:
-        for mine, theirs in zip(ours.run(None, batch), session.run(None, batch)):
+        for mine, theirs in zip(ours.run(None, batch), session.run(None, batch), strict=True):
             worst = max(worst, max_relative_diff(mine, theirs))
             passed = passed and bool(np.allclose(theirs, mine, rtol=check.tolerance, atol=check.tolerance))
     return ContainerReport(

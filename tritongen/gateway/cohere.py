@@ -78,7 +78,7 @@ async def rerank(gateway: Gateway, request: Request) -> Response:
         }
         for i in order
     ]
-    usage = gateway.usage(model, list(zip(pairs[TEXT], pairs[TEXT_PAIR])))
+    usage = gateway.usage(model, list(zip(pairs[TEXT], pairs[TEXT_PAIR], strict=True)))
     meta = {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}}
     answer = {"id": str(uuid.uuid4()), "model": model.name, "results": results, "usage": usage, "meta": meta}
     return json_response(answer)

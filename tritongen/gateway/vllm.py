@@ -76,7 +76,7 @@ async def score(gateway: Gateway, request: Request) -> Response:
     model = await gateway.model_for(request, model_name(data), "score", "/score")
     scores = await score_pairs(gateway, model, left, right)
     rows = [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)]
-    return json_response(_envelope("score", model, rows, gateway.usage(model, list(zip(left, right)))))
+    return json_response(_envelope("score", model, rows, gateway.usage(model, list(zip(left, right, strict=True)))))
 
 
 async def classify(gateway: Gateway, request: Request) -> Response:
