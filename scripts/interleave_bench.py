@@ -54,7 +54,7 @@ def main() -> None:
         base = results[(names[0], concurrency)]
         for name in names:
             runs = results[(name, concurrency)]
-            ratio = statistics.median(r.throughput / b.throughput for r, b in zip(runs, base))
+            ratio = statistics.median(r.throughput / b.throughput for r, b in zip(runs, base, strict=True))
             print(
                 f"| {name} | {concurrency} | {statistics.median(r.throughput for r in runs):.1f} | "
                 f"{statistics.median(r.percentile(50) for r in runs):.1f} | "

@@ -63,7 +63,10 @@ def main() -> None:
         def whole() -> list[float]:
             session = ort.InferenceSession(str(switch.path), providers=["CPUExecutionProvider"])
             feeds = [switch.feeds([layer.node]) for layer in layers]
-            return [subset.measure(session, layer.layer, feeds=f).loss or 0.0 for layer, f in zip(layers, feeds)]
+            return [
+                subset.measure(session, layer.layer, feeds=f).loss or 0.0
+                for layer, f in zip(layers, feeds, strict=True)
+            ]
 
         def segments() -> list[float]:
             found = sensitivity.measure_sensitivity(switch, layers, subset, batch_dependent=False)

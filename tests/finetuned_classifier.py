@@ -87,5 +87,5 @@ def held_out_accuracy(checkpoint: Path, *, trained_on: int, seed: int = 0, count
             chunk = rows[start : start + 64]
             batch = tokenizer([t for t, _ in chunk], padding=True, truncation=True, max_length=128, return_tensors="pt")
             predicted = model(**batch).logits.argmax(-1).tolist()
-            correct += sum(p == y for p, (_, y) in zip(predicted, chunk))
+            correct += sum(p == y for p, (_, y) in zip(predicted, chunk, strict=True))
     return correct / len(rows)

@@ -120,7 +120,7 @@ def _products(tmp_path: Path, prefix: list[str]) -> dict[int, int]:
         [*prefix, sys.executable, "-c", _RUN, *map(str, paths)], capture_output=True, text=True, timeout=600
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    return dict(zip((127, 63), map(int, out.stdout.split())))
+    return dict(zip((127, 63), map(int, out.stdout.split()), strict=True))
 
 
 @pytest.mark.skipif(not X86, reason="the int8 kernels in question are x86's")

@@ -56,7 +56,7 @@ def test_the_free_graph_has_the_model_steps_tensors_and_computes_only_shapes(max
     assert {n.op_type for n in model.graph.node} <= {"Shape", "Constant", "Slice", "Concat", "ConstantOfShape"}
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     feed = {name: np.ones((3, 17), np.int64) for name in ("input_ids", "attention_mask", "token_type_ids")}
-    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed), strict=True))
     assert {name: array.shape for name, array in got.items()} == shapes
     assert all(not array.any() for array in got.values())
     assert got[outputs[0][0]].dtype == (np.float16 if outputs[0][1] == mc.TYPE_FP16 else np.float32)

@@ -122,7 +122,7 @@ def test_batch_of_64_matches_single_requests(deployment):
     batched = infer(texts, name="cls", url=server.http_url, protocol="http")
     singles = [infer([t], name="cls", url=server.grpc_url)[0] for t in texts[:8]]
     assert len(batched) == 64
-    for one, many in zip(singles, batched[:8]):
+    for one, many in zip(singles, batched[:8], strict=True):
         assert one["LABEL"] == many["LABEL"]
         np.testing.assert_allclose(one["PROBABILITIES"], many["PROBABILITIES"], atol=1e-5)
 

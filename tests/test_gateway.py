@@ -311,7 +311,7 @@ def test_embed_matches_triton_and_normalises_when_asked(gateway, served):
 def test_embed_sparse_gives_the_ensembles_nonzero_weights_by_index_when_called(gateway, served):
     status, answer = post(gateway, "/embed_sparse", {"inputs": TEXTS, "model": SPARSE})
     assert status == 200 and len(answer) == len(TEXTS)
-    for row, triton in zip(answer, direct(served, SPARSE, TEXTS)):
+    for row, triton in zip(answer, direct(served, SPARSE, TEXTS), strict=True):
         indices = [i for i in triton["SPARSE_INDICES"] if i >= 0]  # the request's rows are padded with -1
         assert [entry["index"] for entry in row] == indices
         np.testing.assert_allclose([e["value"] for e in row], triton["SPARSE_VALUES"][: len(indices)], atol=1e-7)
@@ -402,7 +402,7 @@ def test_predict_returns_all_labels_sorted_when_given_texts_or_pairs(gateway, se
     rows = direct(served, CLS, TEXTS)
     status, answer = post(gateway, "/predict", {"inputs": TEXTS, "model": CLS})
     assert status == 200 and len(answer) == len(TEXTS)
-    for got, row in zip(answer, rows):
+    for got, row in zip(answer, rows, strict=True):
         order = np.argsort(-np.array(row["PROBABILITIES"]), kind="stable")
         assert [g["label"] for g in got] == [labels[i] for i in order]
         np.testing.assert_allclose([g["score"] for g in got], np.array(row["PROBABILITIES"])[order], atol=1e-7)
@@ -422,11 +422,11 @@ def test_tokenize_matches_transformers_when_given_texts(gateway, checkpoints):
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoints[CLS]))
     status, answer = post(gateway, "/tokenize", {"inputs": TEXTS, "model": CLS})
     assert status == 200
-    for text, tokens in zip(TEXTS, answer):
+    for text, tokens in zip(TEXTS, answer, strict=True):
         encoded = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
         assert [t["id"] for t in tokens] == encoded["input_ids"]
         assert [t["special"] for t in tokens] == [bool(m) for m in encoded["special_tokens_mask"]]
-        for token, (start, stop) in zip(tokens, encoded["offset_mapping"]):
+        for token, (start, stop) in zip(tokens, encoded["offset_mapping"], strict=True):
             if not token["special"]:
                 assert (token["start"], token["stop"], token["text"]) == (start, stop, text[start:stop])
     status, plain = post(gateway, "/tokenize", {"inputs": TEXTS[0], "model": CLS, "add_special_tokens": False})

@@ -34,7 +34,7 @@ def test_image_encoder_equals_slow_processor_when_images_vary(processors, arch):
     encoder = ImageEncoder(image_settings(processor))
     images = parity_images()
     served = encoder(list(images.values()))["pixel_values"]
-    for name, pixels in zip(images, served):
+    for name, pixels in zip(images, served, strict=True):
         expected = processor(images=reference_image(images[name], processor.do_convert_rgb), return_tensors="np")
         np.testing.assert_array_equal(pixels, expected["pixel_values"][0], err_msg=name)
 

@@ -143,7 +143,7 @@ def test_search_keeps_exactly_the_sensitive_layers_in_float_when_the_gate_needs_
     assert any(line.startswith(f"INT8 search: {len(layers)} weight MatMuls ranked by sensitivity") for line in lines)
     decided = [line for line in lines if line.startswith("INT8 candidate ")]
     assert len(decided) == len(labels)
-    for number, (line, trial) in enumerate(zip(decided, report.trials), 1):
+    for number, (line, trial) in enumerate(zip(decided, report.trials, strict=True), 1):
         assert line.startswith(f"INT8 candidate {number}: {trial.candidate.label} ")
         assert f"agreement {trial.accuracy.label_agreement:.2%}" in line
     # balancing does not help this gate, so the layer search starts from the plain model
@@ -262,7 +262,7 @@ def test_gate_subset_holds_the_texts_nearest_the_decision_boundary(tiny):
     margins = {}
     for chunk in reference.chunks:
         top = np.sort(np.exp(chunk.reference) / np.exp(chunk.reference).sum(-1, keepdims=True), axis=-1)
-        margins.update(zip(chunk.texts, top[:, -1] - top[:, -2]))
+        margins.update(zip(chunk.texts, top[:, -1] - top[:, -2], strict=True))
     subset = reference.subset(8)
     assert subset.count == 8
     assert {t for c in subset.chunks for t in c.texts} == set(sorted(margins, key=margins.get)[:8])

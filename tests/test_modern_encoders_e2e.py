@@ -112,7 +112,7 @@ def test_token_classification_matches_strided_pipeline(served, checkpoints, arch
         row for i in range(0, len(NER_TEXTS), 4) for row in infer(NER_TEXTS[i : i + 4], name=name, url=served.grpc_url)
     ]
     found = 0
-    for text, row in zip(NER_TEXTS, rows):
+    for text, row in zip(NER_TEXTS, rows, strict=True):
         got = json.loads(row["ENTITIES"])
         _same_entities(got, _strided_pipeline(pipe, text, stride))
         found += len(got)

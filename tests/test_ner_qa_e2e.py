@@ -85,7 +85,7 @@ def test_detect_task_finds_token_classification_and_question_answering(ner_check
 
 def _same_entities(got: list[dict], want: list[dict]) -> None:
     assert len(got) == len(want), (got, want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert set(g) == set(w)
         for key, value in w.items():
             if key == "score":
@@ -127,7 +127,7 @@ def test_ner_entities_match_strided_pipeline(served, ner_checkpoints, name):
         row for i in range(0, len(NER_TEXTS), 3) for row in infer(NER_TEXTS[i : i + 3], name=name, url=served.grpc_url)
     ]
     found = beyond = 0
-    for text, row in zip(NER_TEXTS, rows):
+    for text, row in zip(NER_TEXTS, rows, strict=True):
         got = json.loads(row["ENTITIES"])
         _same_entities(got, _strided_pipeline(pipe, text, stride))
         for entity in got:  # offsets point into the original text
@@ -162,7 +162,7 @@ def test_qa_answers_match_v4_pipeline_golden(served, name):
     rows = _ask(served, name, golden["cases"])
     expected = golden["outputs"][setting]
     assert len(rows) == len(expected)
-    for case, row, want in zip(golden["cases"], rows, expected):
+    for case, row, want in zip(golden["cases"], rows, expected, strict=True):
         if want == []:  # v4 found no span at all (every candidate masked): we answer "" at -1, -1
             assert (row["ANSWER"], row["START"], row["END"], row["SCORE"]) == ("", -1, -1, 0.0), case
             continue

@@ -192,7 +192,7 @@ def test_minilm_int8_ir_is_quantised_by_nncf_gated_and_served(minilm_path, build
     realistic = bench_texts(48)  # tweets and news, the kind of text the gate measures
     server = shared_server.serve(ov8, fp32)
     int8, exact = (infer(TEXTS + realistic, name=name, url=server.grpc_url) for name in ("ov8", "emb"))
-    cosines = [_cosine(a["EMBEDDING"], b["EMBEDDING"]) for a, b in zip(int8, exact)]
+    cosines = [_cosine(a["EMBEDDING"], b["EMBEDDING"]) for a, b in zip(int8, exact, strict=True)]
     assert [a["TRUNCATED"] for a in int8] == [b["TRUNCATED"] for b in exact]
     served = cosines[len(TEXTS) :]
     assert min(served) >= 0.98 and float(np.mean(served)) >= 0.99  # the embedding gate's floors, served
@@ -226,5 +226,5 @@ def test_the_same_classifier_is_gated_at_fp32_alone_and_says_so_where_the_cpu_ha
 def test_served_openvino_answers_as_onnx_runtime_within_the_gate(built, shared_server):
     server = shared_server.serve(*built)
     ov, ort = (infer(TEXTS, name=name, url=server.grpc_url) for name in ("emb_ov", "bert_emb"))
-    for a, b in zip(ov, ort):
+    for a, b in zip(ov, ort, strict=True):
         assert _cosine(a["EMBEDDING"], b["EMBEDDING"]) >= 0.999 and a["TRUNCATED"] == b["TRUNCATED"]

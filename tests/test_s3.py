@@ -83,7 +83,7 @@ def test_published_repository_serves_from_s3_with_the_local_outputs(tiny_factory
     want = infer(TEXTS, name="cls", url=shared_server.serve(built).grpc_url)
     with running_server(url) as remote:
         got = infer(TEXTS, name="cls", url=remote.grpc_url)
-    for a, b in zip(want, got):
+    for a, b in zip(want, got, strict=True):
         assert a["LABEL"] == b["LABEL"]
         np.testing.assert_allclose(a["PROBABILITIES"], b["PROBABILITIES"], atol=1e-6)
 

@@ -107,7 +107,7 @@ def test_splade_module_matches_sparse_encoder_when_layout_asks_sum_and_log1p_rel
 
     module = get_task("sparse-embedding").load_module(inspect_checkpoint(checkpoint))
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
-    for text, (indices, values) in zip(TEXTS, expected):
+    for text, (indices, values) in zip(TEXTS, expected, strict=True):
         batch = tokenizer(text, truncation=True, max_length=64, return_tensors="pt")
         with torch.no_grad():
             row = module(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])[0].numpy()
@@ -143,7 +143,7 @@ def _bge_m3_reference(path, texts: list[str], max_length: int) -> list[dict]:
             weights = torch.relu(heads["sparse_linear"](hidden)).squeeze(-1).tolist()
             colbert = torch.nn.functional.normalize(heads["colbert_linear"](hidden[1:]), dim=-1).numpy()
         lexical: dict[int, float] = {}
-        for weight, token in zip(weights, batch["input_ids"][0].tolist()):
+        for weight, token in zip(weights, batch["input_ids"][0].tolist(), strict=True):
             if token not in unused and weight > 0:
                 lexical[token] = max(weight, lexical.get(token, 0.0))
         ordered = sorted(lexical)
@@ -169,7 +169,7 @@ def test_multi_embedding_matches_bge_m3_formulas_and_answers_requested_subsets(c
     lengths = [len(r["colbert"]) for r in reference]
     assert answer["COLBERT_LENGTH"].reshape(-1).tolist() == lengths
     assert answer["COLBERT"].shape == (len(TEXTS), max(lengths), 24)
-    for row, expected in zip(answer["COLBERT"], reference):
+    for row, expected in zip(answer["COLBERT"], reference, strict=True):
         np.testing.assert_allclose(row[: len(expected["colbert"])], expected["colbert"], atol=TOLERANCE, rtol=0)
         assert not row[len(expected["colbert"]) :].any()
     assert answer["TRUNCATED"].reshape(-1).tolist() == [False, False, False, True, False]

@@ -66,7 +66,7 @@ def test_st_server_embeds_like_pytorch_and_leaves_nothing_running_when_quantized
     assert f"INT8 ({best}, " in (tmp_path / "st.log").read_text()  # quantized for this CPU's instruction set
     assert got.shape == (len(TEXTS), 384)
     cosines = _cosines(got, _sentence_embeddings(minilm_path, TEXTS, max_length=256))
-    assert cosines.min() >= 0.95, dict(zip(TEXTS, cosines.round(4)))
+    assert cosines.min() >= 0.95, dict(zip(TEXTS, cosines.round(4), strict=True))
     assert answer["object"] == "list" and answer["model"] == "minilm"
     assert [(d["object"], d["index"]) for d in answer["data"]] == [("embedding", 0)]
     np.testing.assert_allclose(answer["data"][0]["embedding"], got[TEXTS.index("hello")], atol=1e-5)
@@ -95,4 +95,4 @@ def test_st_server_quantizes_for_each_instruction_set_this_cpu_runs(minilm_path,
         got = openai_target("st", url, "minilm", path=ST_PATH).embed(TEXTS)
     assert f"INT8 ({isa}, {WEIGHTS[isa]} weights)" in (tmp_path / "st.log").read_text()
     cosines = _cosines(got, _sentence_embeddings(minilm_path, TEXTS, max_length=256))
-    assert cosines.min() >= 0.95, dict(zip(TEXTS, cosines.round(4)))
+    assert cosines.min() >= 0.95, dict(zip(TEXTS, cosines.round(4), strict=True))

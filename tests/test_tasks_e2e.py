@@ -96,7 +96,7 @@ def test_multilabel_uses_sigmoid_and_threshold(served, checkpoints):
     expected = _pipeline_rows(checkpoints["multi"], TEXTS)
     np.testing.assert_allclose([r["PROBABILITIES"] for r in rows], expected, atol=1e-4)
     labels = json.loads((checkpoints["multi"] / "config.json").read_text())["id2label"]
-    for row, probs in zip(rows, expected):
+    for row, probs in zip(rows, expected, strict=True):
         chosen = json.loads(row["LABELS"])
         want = [labels[str(i)] for i in np.argsort(-probs, kind="stable") if probs[i] >= 0.5]
         assert [c["label"] for c in chosen] == want

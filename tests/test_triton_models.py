@@ -226,7 +226,7 @@ def test_onnxruntime_backend_runs_requests_in_one_session_call(tmp_path):
     model.session.run = lambda *a, **k: calls.append(1) or run(*a, **k)
     ids = [np.array([[1, 2]], np.int64), np.array([[3, 4, 5], [6, 0, 0]], np.int64)]
     masks = [np.ones((1, 2), np.int64), np.array([[1, 1, 1], [1, 0, 0]], np.int64)]
-    responses = model.execute([Request({"input_ids": i, "attention_mask": m}) for i, m in zip(ids, masks)])
+    responses = model.execute([Request({"input_ids": i, "attention_mask": m}) for i, m in zip(ids, masks, strict=True)])
     assert len(calls) == 1
     assert [r.output("logits")[:, 0].tolist() for r in responses] == [[3.0], [12.0, 6.0]]
 

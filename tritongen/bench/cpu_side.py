@@ -141,7 +141,7 @@ class CpuSideReport:
             "(frontend · tokenizer · model · postprocess) | texts/s per core | per core, native model step |",
             "|---|---|---:|---:|---:|---:|---:|---|---:|---:|",
         ]
-        for p, row in zip(self.points, self.rows()):
+        for p, row in zip(self.points, self.rows(), strict=True):
             parts = " · ".join(f"{p.ms_per_request(role):.3f}" for role in (FRONTEND, *STEP_ROLES))
             lines.append(
                 f"| {p.target} | {p.protocol} | {p.batch} | {p.point.concurrency} | {p.point.throughput:,.0f} | "

@@ -287,7 +287,7 @@ def _plot(report: BenchReport, path: Path) -> None:
             xs = [p.throughput for p in points]
             ys = [getattr(p, measure) for p in points]
             axis.plot(xs, ys, marker="o", label=LABELS.get(config, config))
-            for p, x, y in zip(points, xs, ys):
+            for p, x, y in zip(points, xs, ys, strict=True):
                 axis.annotate(str(p.concurrency), (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
         if report.ceiling:
             axis.axvline(

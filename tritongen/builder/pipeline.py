@@ -303,7 +303,8 @@ def canary(
             Recorder(run, _served_by(plan, steps), plan.spec.max_batch_size),
             onnx.encoder,
             output=bound.onnx_output.name,
-            inputs={t.name: list(texts) for t, texts in zip(bound.request_inputs, segments)},
+            # segments is (texts, pairs): a one-text task requires one input, so its second (None) goes unused.
+            inputs={t.name: list(texts) for t, texts in zip(bound.request_inputs, segments, strict=False)},
             tolerance_of=functools.partial(canary_tolerance, plan.spec.precision, plan.spec.parity_tolerance),
         )
 

@@ -187,7 +187,7 @@ def _infer(args: argparse.Namespace) -> None:
     else:
         raise UsageError("nothing to send: give --text (or --question and --context for QA models)")
     rows = infer(texts, name=args.name, url=url, protocol=args.protocol, inputs=extra, text_input=key)
-    for text, row in zip(texts, rows):
+    for text, row in zip(texts, rows, strict=True):
         print(json.dumps({key: text, **row}, ensure_ascii=False))
 
 

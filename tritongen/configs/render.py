@@ -68,7 +68,7 @@ def _shape(tensor: Any, config: mc.ModelConfig) -> tuple[int, ...]:
 
 
 def _dims_agree(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))
 
 
 def _type_name(value: int) -> str:

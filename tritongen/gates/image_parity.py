@@ -91,7 +91,7 @@ def check_image_parity(
     served_pixels = encoder(list(images.values()))["pixel_values"]
     exported = session.run(None, {"pixel_values": served_pixels})[0]
     rows, mismatches = [], []
-    for (name, data), pixels, exported_row in zip(images.items(), served_pixels, exported):
+    for (name, data), pixels, exported_row in zip(images.items(), served_pixels, exported, strict=True):
         reference_pixels = processor(images=reference_image(data, bool(processor.do_convert_rgb)), return_tensors="pt")[
             "pixel_values"
         ]

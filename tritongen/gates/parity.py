@@ -107,7 +107,7 @@ class ParityReport:
 def _argmax_cell(row: ParityRow) -> str:
     if len(row.argmax_reference) <= 2:
         return f"{', '.join(map(str, row.argmax_reference))} / {', '.join(map(str, row.argmax_exported))}"
-    differ = sum(a != b for a, b in zip(row.argmax_reference, row.argmax_exported))
+    differ = sum(a != b for a, b in zip(row.argmax_reference, row.argmax_exported, strict=True))
     return f"{len(row.argmax_reference)} tokens, {differ} differ"
 
 
@@ -167,7 +167,7 @@ def check_parity(
     mismatches = []
     rows = []
     second = list(pairs) if pairs is not None else [None] * len(texts)
-    for text, pair, encoding, exported_row in zip(texts, second, encodings, exported):
+    for text, pair, encoding, exported_row in zip(texts, second, encodings, exported, strict=True):
         segments = (text,) if pair is None else (text, pair)
         reference_inputs = model.encode(segments, **({"padding": "max_length"} if pad_to_max else {}))
         served_ids = encoder.pack([encoding])["input_ids"][0].tolist() if pad_to_max else list(encoding.ids)

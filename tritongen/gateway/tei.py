@@ -77,9 +77,9 @@ async def embed_sparse(gateway: Gateway, request: Request) -> Response:
 def sparse_rows(indices: np.ndarray, values: np.ndarray) -> list[list[dict[str, Any]]]:
     """TEI's sparse answer from the ensemble's padded rows (index -1 pads; indices ascend)."""
     rows = []
-    for row_indices, row_values in zip(indices.reshape(len(indices), -1), values.reshape(len(values), -1)):
+    for row_indices, row_values in zip(indices.reshape(len(indices), -1), values.reshape(len(values), -1), strict=True):
         kept = row_indices >= 0
-        pairs = zip(row_indices[kept].tolist(), row_values[kept].tolist())
+        pairs = zip(row_indices[kept].tolist(), row_values[kept].tolist(), strict=True)
         rows.append([{"index": index, "value": value} for index, value in pairs])
     return rows
 

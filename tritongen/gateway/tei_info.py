@@ -77,10 +77,10 @@ async def tokenize(gateway: Gateway, request: Request) -> Response:
     model = await gateway.model_for(request, req.model, "tokenize", "/tokenize")
     encodings = model.tokenizer.encode_batch(req.texts, add_special_tokens=req.add_special_tokens)
     out = []
-    for text, encoding in zip(req.texts, encodings):
+    for text, encoding in zip(req.texts, encodings, strict=True):
         tokens = []
         for token_id, token, special, (start, stop) in zip(
-            encoding.ids, encoding.tokens, encoding.special_tokens_mask, encoding.offsets
+            encoding.ids, encoding.tokens, encoding.special_tokens_mask, encoding.offsets, strict=True
         ):
             if special:
                 tokens.append({"id": token_id, "text": token, "special": True, "start": None, "stop": None})

@@ -55,7 +55,7 @@ def texts_from_ids(model: ModelInfo, rows: list[list[int]], field: str) -> list[
     texts = tokenizer.decode_batch(rows, skip_special_tokens=True)
     plain = tokenizer.encode_batch(texts, add_special_tokens=False)
     full = tokenizer.encode_batch(texts)
-    for i, (row, without, with_special) in enumerate(zip(rows, plain, full)):
+    for i, (row, without, with_special) in enumerate(zip(rows, plain, full, strict=True)):
         if row != without.ids and row != with_special.ids:
             raise bad(
                 f"`{field}` item {i}: the token ids do not encode back from their text with `{model.name}`'s "

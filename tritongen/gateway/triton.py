@@ -99,7 +99,7 @@ class TritonClient:
         while pending:
             asked.update(pending)
             answers = await asyncio.gather(*(self._model(name) for name in pending))
-            found = {name: answer for name, answer in zip(pending, answers) if answer is not None}
+            found = {name: answer for name, answer in zip(pending, answers, strict=True) if answer is not None}
             for name, (config, version) in found.items():
                 configs[name], versions[name] = config, version
             steps = {step.model_name for config, _ in found.values() for step in config.ensemble_scheduling.step}

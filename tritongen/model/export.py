@@ -140,7 +140,7 @@ def _quiet_loggers() -> object:
     try:
         yield
     finally:
-        for lg, level in zip(loggers, levels):
+        for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
 
 

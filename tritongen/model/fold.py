@@ -193,7 +193,7 @@ def prove(
     worst = 0.0
     for feed in feeds:
         values = run([source, *outputs], dict(feed))
-        got = dict(zip([source, *outputs], values))
+        got = dict(zip([source, *outputs], values, strict=True))
         expected = {k: v for k, v in step.process(np.asarray(got[source])).items() if k in outputs}
         if PROBABILITIES in expected and expected[PROBABILITIES].shape[-1] > 1:
             top = np.sort(expected[PROBABILITIES], axis=-1)[:, -2:]

@@ -106,7 +106,7 @@ def _switch(flag: str, then: list, chosen: list[str], otherwise: list[str], outp
 
     def branch(name: str, body: list, values: list[str]) -> Any:
         out = [f"{name}_{i}" for i in range(len(values))]
-        identities = [helper.make_node("Identity", [v], [o]) for v, o in zip(values, out)]
+        identities = [helper.make_node("Identity", [v], [o]) for v, o in zip(values, out, strict=True)]
         return helper.make_graph(
             body + identities, name, [], [helper.make_value_info(o, helper.TypeProto()) for o in out]
         )
@@ -187,7 +187,7 @@ def _segments(switch: SwitchModel, layers: Sequence[WeightMatMul]) -> Iterator[t
     read = {cut: set().union(*reads[cut:]) for cut in cuts}  # what the nodes from each cut on read
     crossing = {cut: _crossing(nodes, cut, inputs, read[cut], model.graph.output) - initializers for cut in cuts}
     prefix = _Prefix(model, sorted(set().union(*crossing.values()) - inputs), switch)
-    for cut, group in zip(cuts, groups):
+    for cut, group in zip(cuts, groups, strict=True):
         path = switch.path.with_name(f"from_{cut}.onnx")
         suffix = _Suffix(model, nodes[cut:], sorted(crossing[cut]), read[cut], prefix, path)
         yield suffix, group
@@ -236,7 +236,7 @@ class _Prefix:
         key = b"".join(name.encode() + repr(v.shape).encode() + v.tobytes() for name, v in sorted(own.items()))
         if key not in self._cache:
             values = self.session.run(self.names, {**own, **self.off})
-            self._cache[key] = dict(zip(self.names, values))
+            self._cache[key] = dict(zip(self.names, values, strict=True))
         return self._cache[key]
 
 

@@ -51,7 +51,7 @@ def smooth_activations(
         scales = np.where(np.isfinite(scales) & (scales > 1e-5), scales, 1.0).astype(np.float32)
         inverse, smoothed = f"{x}_smoothing", f"{x}_smoothed"
         model.graph.initializer.append(numpy_helper.from_array((1.0 / scales).astype(np.float32), inverse))
-        for matmul, weight in zip(matmuls, rows):
+        for matmul, weight in zip(matmuls, rows, strict=True):
             weights[matmul.input[1]].CopyFrom(
                 numpy_helper.from_array((weight * scales[:, None]).astype(np.float32), matmul.input[1])
             )
@@ -79,7 +79,7 @@ def _activation_ranges(source: Path, tensors: Sequence[str], encoder: Any, texts
     ranges: dict[str, Any] = {}
     for start in range(0, len(encodings), 16):
         values = session.run(list(tensors), encoder.pack(encodings[start : start + 16]))
-        for name, value in zip(tensors, values):
+        for name, value in zip(tensors, values, strict=True):
             channel_max = np.abs(value).reshape(-1, value.shape[-1]).max(axis=0)
             ranges[name] = channel_max if name not in ranges else np.maximum(ranges[name], channel_max)
     return ranges

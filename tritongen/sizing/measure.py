@@ -46,7 +46,7 @@ def measure_layouts(
     # Requests padded to different buckets differ in shape, and Triton batches only equal shapes: a batch holds
     # the texts of one bucket.
     buckets: dict[int, list[str]] = {}
-    for text, feeds in zip(texts, ones):
+    for text, feeds in zip(texts, ones, strict=True):
         buckets.setdefault(_width(feeds), []).append(text)
     best: dict[Layout, tuple[float, float]] = {}
     for round_index in range(ROUNDS):
@@ -91,7 +91,7 @@ class _Instances:
         self.done: queue.Queue[tuple[float, BaseException | None]] = queue.Queue()
         self.threads = [
             threading.Thread(target=self._serve, args=(session, inbox), daemon=True)
-            for session, inbox in zip(sessions, self.inbox)
+            for session, inbox in zip(sessions, self.inbox, strict=True)
         ]
         for thread in self.threads:
             thread.start()

@@ -121,7 +121,7 @@ class TextEncoder:
         if pairs is None:
             return self._encode_batch(list(texts))
         # An empty second segment means no pair, as in transformers (`if text_pair:`).
-        return self._encode_batch([(t, p) if p else t for t, p in zip(texts, pairs)])
+        return self._encode_batch([(t, p) if p else t for t, p in zip(texts, pairs, strict=True)])
 
     def pack(self, encodings: Sequence[Any]) -> dict[str, np.ndarray]:
         """Pad ``encodings`` to one length (their bucket, or their longest row) and return the model inputs."""
@@ -211,7 +211,7 @@ class TritonPythonModel:
         if len(names) != len(texts):
             raise ValueError(f"TEXT has {len(texts)} rows but PROMPT_NAME has {len(names)}")
         out = []
-        for name, text in zip(names, texts):
+        for name, text in zip(names, texts, strict=True):
             name = name or self.default_prompt
             if name and name not in self.prompts:
                 known = ", ".join(sorted(self.prompts)) or "none"

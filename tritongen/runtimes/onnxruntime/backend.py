@@ -318,7 +318,7 @@ class TritonPythonModel:
         results = dict(zip(names, values, strict=True))
         responses = []
         start = 0
-        for size, asked in zip(sizes, wanted):
+        for size, asked in zip(sizes, wanted, strict=True):
             tensors = [
                 pb_utils.Tensor(name, np.ascontiguousarray(results[name][start : start + size], dtype=dtype))
                 for name, dtype in self.outputs.items()

@@ -42,7 +42,7 @@ class PromptEncoder:
         documents = pairs if pairs is not None else [""] * len(texts)
         middles = [
             f"<Instruct>: {self.instruction}\n<Query>: {query}\n<Document>: {document}"
-            for query, document in zip(texts, documents)
+            for query, document in zip(texts, documents, strict=True)
         ]
         return self.encoder.tokenizer.encode_batch(middles)
 

@@ -53,7 +53,7 @@ def request_pairs(
         )
     pairs: list[tuple[str, str]] = []
     owners: list[int] = []
-    for index, (text, labels) in enumerate(zip(texts, per_text)):
+    for index, (text, labels) in enumerate(zip(texts, per_text, strict=True)):
         pairs += [(text, hypothesis) for hypothesis in zero_shot.hypotheses(template, labels)]
         owners += [index] * len(labels)
     return pairs, owners
