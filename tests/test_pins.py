@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
 import pytest
 
+from tritongen.configs.model_config import VersionPolicy
+from tritongen.configs.parser import read_config
 from tritongen.configs.render import parse_config, validate_ensemble
 from tritongen.errors import RepositoryError
-from tritongen.repository.layout import read_config
 from tritongen.repository.pins import configured_version, loaded_versions, pin
 
 GOLDEN = Path(__file__).parent / "assets" / "golden"
@@ -56,8 +58,7 @@ def test_pin_writes_configs_that_serve_one_version_and_keep_everything_else(repo
 
 
 def test_pin_keeps_an_explicit_zero_max_batch_size(repo):
-    config = read_config(repo / "sentiment_tokenizer" / "config.pbtxt")
-    config.max_batch_size = 0
+    config = dataclasses.replace(read_config(repo / "sentiment_tokenizer" / "config.pbtxt"), max_batch_size=0)
     pin(repo, {"sentiment_tokenizer": config}, 2)
     assert "max_batch_size: 0" in (repo / "sentiment_tokenizer" / "config.pbtxt").read_text()
 
@@ -66,10 +67,12 @@ def test_loaded_versions_follow_triton_policies_when_given_built_versions():
     assert loaded_versions(read_config(GOLDEN / "tokenizer.pbtxt"), [1, 2, 3]) == [3]  # no policy: the newest
     config = read_config(GOLDEN / "model.pbtxt")
     assert loaded_versions(config, [1, 2, 3]) == [2, 3]  # latest 2
-    config.version_policy.all.SetInParent()
+    config = dataclasses.replace(config, version_policy=VersionPolicy(all=True))
     assert loaded_versions(config, [1, 2, 3]) == [1, 2, 3]
-    config.version_policy.specific.versions.extend([1, 5])
+    config = dataclasses.replace(config, version_policy=VersionPolicy(specific=(1, 5)))
     assert loaded_versions(config, [1, 2, 3]) == [1]
+    config = dataclasses.replace(config, version_policy=VersionPolicy(latest=0))
+    assert loaded_versions(config, [1, 2, 3]) == []
 
 
 def test_configured_version_refuses_when_a_step_does_not_load_the_pinned_version(repo):

@@ -13,8 +13,8 @@ import pytest
 from tests.toy_runtime.single_thread import MARKER, SingleThread, SingleThreadSettings
 from tritongen.builder.spec import load_spec
 from tritongen.cli import main
+from tritongen.configs.parser import read_config
 from tritongen.errors import SpecError
-from tritongen.repository.layout import read_config
 from tritongen.runtimes import RUNTIMES, get_runtime, register_runtime, runtime_names, runtime_of_backend
 from tritongen.serve.client import infer
 
@@ -83,7 +83,7 @@ def test_toy_runtime_served_matches_default_runtime_when_registered(toy_runtime,
     model = toy.repository / "toyrt_model"
     config = read_config(model / "config.pbtxt")
     assert config.backend == "onnxruntime"
-    assert config.parameters["intra_op_thread_count"].string_value == "1"
+    assert config.int_parameter("intra_op_thread_count") == 1
     assert (model / "1" / MARKER).read_text(encoding="utf-8") == "toyrt: one thread\n"
     record = toy.record()
     assert record["container_runtimes"] == {record["container"]: {"skipped": "the toy runtime is not in any container"}}

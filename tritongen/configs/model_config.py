@@ -5,7 +5,8 @@ plan, the ensemble itself). :func:`to_proto` builds ``model_config_pb2.ModelConf
 (``_set_tensors``, ``_set_batching``, ``_set_instance_group``, ...), as pytriton's generator does, and
 :func:`to_text` writes it with ``text_format`` under a one-line header (:func:`message_text`, which also
 writes a config read back from disk). There is no template: what a config can say is what these classes
-can hold, and the schema is Triton's.
+can hold, and the schema is Triton's. :mod:`tritongen.configs.parser` reads a written config back into the same
+classes, and a reader asks them (:meth:`ModelConfig.parameter`, :attr:`ModelConfig.instances`, ...).
 
 ``max_batch_size: 0`` is a real value (whole requests, no batching); protobuf omits zero scalars when
 printing, so :func:`message_text` writes it explicitly.
