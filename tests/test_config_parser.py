@@ -144,13 +144,13 @@ def test_int_parameter_raises_naming_the_key_when_the_value_is_no_number(tmp_pat
 def test_read_config_raises_one_line_naming_the_file_when_it_is_missing(tmp_path):
     with pytest.raises(RepositoryError) as caught:
         read_config(tmp_path / "m" / "config.pbtxt")
-    assert str(caught.value) == f"{tmp_path / 'm' / 'config.pbtxt'} does not exist"
+    assert str(caught.value) == f"`{tmp_path / 'm' / 'config.pbtxt'}` does not exist"
 
 
 def test_read_config_raises_one_line_naming_the_file_when_it_is_no_model_config(tmp_path):
     path = tmp_path / "config.pbtxt"
     path.write_text('name: "m"\nmax_batch_size: "many"\n', encoding="utf-8")
-    with pytest.raises(RepositoryError, match=f"cannot read {path}: ParseError: ") as caught:
+    with pytest.raises(RepositoryError, match=f"cannot read `{path}`: ParseError: ") as caught:
         read_config(path)
     assert "\n" not in str(caught.value)
 

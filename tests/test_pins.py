@@ -43,13 +43,12 @@ def test_pin_writes_configs_that_serve_one_version_and_keep_everything_else(repo
     assert configured_version(repo, "sentiment") == 1
     after = _configs(repo)
     for model, config in after.items():
-        assert list(config.version_policy.specific.versions) == [1]
-        for step in config.ensemble_scheduling.step:
-            assert step.model_version == 1
-            step.model_version = -1
-        config.ClearField("version_policy")
-        before[model].ClearField("version_policy")
-        assert config == before[model], model  # only the pins differ
+        assert config.version_policy == VersionPolicy(specific=(1,))
+        assert all(step.model_version == 1 for step in config.steps)
+        unpinned = tuple(dataclasses.replace(step, model_version=-1) for step in config.steps)
+        assert dataclasses.replace(config, version_policy=None, steps=unpinned) == dataclasses.replace(
+            before[model], version_policy=None
+        ), model  # only the pins differ
         text = (repo / model / "config.pbtxt").read_text()
         assert text.splitlines()[0] == (GOLDEN / f"{STEPS[model]}.pbtxt").read_text().splitlines()[0]
     parsed = {m: parse_config((repo / m / "config.pbtxt").read_text(), m) for m in STEPS}
