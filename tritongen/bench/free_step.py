@@ -151,7 +151,8 @@ def free_repository(repository: Path, name: str, into: Path) -> Path:
             raise BenchError(f"{{path}} has no version; build `{name}` first", path=source)
         target = Path(into) / folder
         target.mkdir(parents=True)
-        config = to_proto(dataclasses.replace(read_config(source / "config.pbtxt"), version_policy=None))  # newest only
+        # No version policy: the newest version is the only one copied.
+        config = to_proto(dataclasses.replace(read_config(source / "config.pbtxt"), version_policy=None))
         if folder == model:
             (target / str(versions[-1])).mkdir()
             (target / str(versions[-1]) / "model.onnx").write_bytes(free_graph(config).SerializeToString())
