@@ -9,56 +9,32 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritongen.builder.ensemble import step_configs
-from tritongen.buildspec import (
-    BuildSpec,
-    DynamicBatchingSettings,
+from tests.test_render import _checkpoint, _full_spec, _render
+from tritongen.buildspec import BuildSpec, DynamicBatchingSettings, VersionPolicySettings
+from tritongen.configs.model_config import (
+    DynamicBatching,
+    EnsembleStep,
     InstanceGroup,
+    Kind,
+    ModelConfig,
+    OnnxRuntimeOptimization,
     QueuePolicy,
-    VersionPolicySettings,
+    Tensor,
+    TensorRTAccelerator,
+    TimeoutAction,
+    VersionPolicy,
+    Warmup,
+    to_proto,
+    to_text,
 )
-from tritongen.configs.model_config import Kind, to_proto, to_text
 from tritongen.configs.parser import from_proto, read_config
-from tritongen.configs.render import render_all
 from tritongen.errors import RepositoryError
-from tritongen.model.checkpoint import Checkpoint, Pooling
-from tritongen.runtimes.onnxruntime import TensorRTSettings
-from tritongen.tasks import get_task
 
 GOLDEN = Path(__file__).parent / "assets" / "golden"
-INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
 STEPS = ("ensemble", "tokenizer", "model", "postprocess")
-
-
-def _checkpoint(architecture: str) -> Checkpoint:
-    config = {
-        "model_type": "bert",
-        "architectures": [architecture],
-        "id2label": {"0": "negative", "1": "positive"},
-        "hidden_size": 32,
-        "max_position_embeddings": 128,
-    }
-    return Checkpoint(path=Path("/ckpt"), config=config, pooling=Pooling())
-
-
-_EVERY_FEATURE = BuildSpec(
-    model="m",
-    name="sentiment",
-    max_batch_size=32,
-    buckets=(16, 64),
-    dynamic_batching=DynamicBatchingSettings(
-        max_queue_delay_microseconds=500,
-        preferred_batch_size=(8, 16),
-        preserve_ordering=True,
-        queue_policy=QueuePolicy(max_queue_size=64, timeout_action="DELAY", default_timeout_microseconds=10_000),
-    ),
-    model_instances=InstanceGroup(count=2, kind="KIND_GPU", gpus=(0, 1)),
-    version_policy=VersionPolicySettings(policy="specific", versions=(1, 3)),
-    response_cache=True,
-    runtime_settings={"tensorrt": TensorRTSettings(enabled=True, precision_mode="FP16")},
-)
+# Builds that render every section the generator writes, each as the build renders it: (spec, task, architecture).
 BUILDS = {
-    "every feature": (_EVERY_FEATURE, "classification", "BertForSequenceClassification"),
+    "every feature": (_full_spec(), "classification", "BertForSequenceClassification"),
     "whole requests": (
         BuildSpec(model="m", name="plain", max_batch_size=0, dynamic_batching=DynamicBatchingSettings(enabled=False)),
         "classification",
@@ -68,6 +44,11 @@ BUILDS = {
         BuildSpec(model="m", name="emb", version_policy=VersionPolicySettings("all")),
         "embedding",
         "BertModel",
+    ),
+    "pinned": (
+        BuildSpec(model="m", name="pin", version_policy=VersionPolicySettings("specific", versions=(1, 3))),
+        "classification",
+        "BertForSequenceClassification",
     ),
     "openvino": (
         BuildSpec(model="m", name="ov", runtime="openvino"),
@@ -81,9 +62,8 @@ BUILDS = {
 def _rendered(build: str, folder: Path) -> dict[str, tuple[Path, mc.ModelConfig]]:
     """Each step's config of ``build``, rendered as the build renders it and written to ``folder``."""
     spec, task, architecture = BUILDS[build]
-    plan = get_task(task).bind(spec, _checkpoint(architecture), inputs=INPUTS, row_length=128)
     written = {}
-    for step, (text, message) in render_all(step_configs(spec, plan)).items():
+    for step, (text, message) in _render(spec, task, _checkpoint(architectures=[architecture])).items():
         path = folder / f"{step}.pbtxt"
         path.write_text(text, encoding="utf-8")
         written[step] = (path, message)
@@ -110,8 +90,8 @@ def test_read_config_answers_what_readers_ask_when_a_build_renders_every_feature
     assert ensemble.step_models == ("sentiment_tokenizer", "sentiment_model", "sentiment_postprocess")
     assert ensemble.instances == 1 and not ensemble.on_gpu
     assert (model.instances, model.on_gpu, model.instance_group.kind) == (2, True, Kind.GPU)
-    assert model.version_policy.specific == (1, 3)
-    assert model.dynamic_batching.queue_policy.timeout_action == "DELAY"
+    assert model.version_policy.latest == 2
+    assert model.dynamic_batching.queue_policy.timeout_action == "REJECT"
     assert tokenizer.int_parameter("max_length") == 128
     assert tokenizer.parameter("tokenizer_file") == "tokenizer.json"
     assert tokenizer.parameter("no such key") is None and tokenizer.int_parameter("no such key") is None
@@ -161,3 +141,27 @@ def test_from_proto_refuses_a_config_with_two_instance_groups():
     message.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_GPU)
     with pytest.raises(ValueError, match="`m` has 2 instance groups"):
         from_proto(message)
+
+
+def test_from_proto_gives_back_the_typed_config_when_every_section_is_set():
+    config = ModelConfig(
+        name="m",
+        backend="python",
+        max_batch_size=8,
+        inputs=(Tensor("TEXT", "TYPE_STRING", (1,)), Tensor("TEXT_PAIR", "TYPE_STRING", (1,), optional=True)),
+        outputs=(Tensor("SCORE", "TYPE_FP32", (2,)),),
+        comment="m: a test model",
+        cc_model_filenames={"8.6": "model_86.plan"},
+        instance_group=InstanceGroup(count=2, kind=Kind.GPU, gpus=(0,), profiles=("0",)),
+        dynamic_batching=DynamicBatching(100, (4,), True, QueuePolicy(16, TimeoutAction.DELAY, 5, False)),
+        version_policy=VersionPolicy(specific=(1, 3)),
+        optimization=OnnxRuntimeOptimization(2, TensorRTAccelerator({"precision_mode": "FP16"})),
+        parameters={"quote": 'say "hi"'},
+        warmup=(Warmup("bucket_16", (Tensor("input_ids", "TYPE_INT64", (16,)),)),),
+        response_cache=True,
+    )
+    assert from_proto(to_proto(config), config.comment) == config
+    # An ensemble's steps are its scheduling, in place of dynamic batching (one proto oneof).
+    steps = (EnsembleStep("m_tokenizer", {"TEXT": "TEXT"}, {"input_ids": "input_ids"}, 2),)
+    ensemble = dataclasses.replace(config, platform="ensemble", backend="", dynamic_batching=None, steps=steps)
+    assert from_proto(to_proto(ensemble), ensemble.comment) == ensemble
