@@ -11,22 +11,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tests.test_render import _checkpoint, _full_spec, _render
 from tritongen.buildspec import BuildSpec, DynamicBatchingSettings, VersionPolicySettings
-from tritongen.configs.model_config import (
-    DynamicBatching,
-    EnsembleStep,
-    InstanceGroup,
-    Kind,
-    ModelConfig,
-    OnnxRuntimeOptimization,
-    QueuePolicy,
-    Tensor,
-    TensorRTAccelerator,
-    TimeoutAction,
-    VersionPolicy,
-    Warmup,
-    to_proto,
-    to_text,
-)
+from tritongen.configs import model_config as typed
+from tritongen.configs.model_config import Kind, to_proto, to_text
 from tritongen.configs.parser import from_proto, read_config
 from tritongen.errors import RepositoryError
 
@@ -144,24 +130,29 @@ def test_from_proto_refuses_a_config_with_two_instance_groups():
 
 
 def test_from_proto_gives_back_the_typed_config_when_every_section_is_set():
-    config = ModelConfig(
+    config = typed.ModelConfig(
         name="m",
         backend="python",
         max_batch_size=8,
-        inputs=(Tensor("TEXT", "TYPE_STRING", (1,)), Tensor("TEXT_PAIR", "TYPE_STRING", (1,), optional=True)),
-        outputs=(Tensor("SCORE", "TYPE_FP32", (2,)),),
+        inputs=(
+            typed.Tensor("TEXT", "TYPE_STRING", (1,)),
+            typed.Tensor("TEXT_PAIR", "TYPE_STRING", (1,), optional=True),
+        ),
+        outputs=(typed.Tensor("SCORE", "TYPE_FP32", (2,)),),
         comment="m: a test model",
         cc_model_filenames={"8.6": "model_86.plan"},
-        instance_group=InstanceGroup(count=2, kind=Kind.GPU, gpus=(0,), profiles=("0",)),
-        dynamic_batching=DynamicBatching(100, (4,), True, QueuePolicy(16, TimeoutAction.DELAY, 5, False)),
-        version_policy=VersionPolicy(specific=(1, 3)),
-        optimization=OnnxRuntimeOptimization(2, TensorRTAccelerator({"precision_mode": "FP16"})),
+        instance_group=typed.InstanceGroup(count=2, kind=Kind.GPU, gpus=(0,), profiles=("0",)),
+        dynamic_batching=typed.DynamicBatching(
+            100, (4,), True, typed.QueuePolicy(16, typed.TimeoutAction.DELAY, 5, allow_timeout_override=False)
+        ),
+        version_policy=typed.VersionPolicy(specific=(1, 3)),
+        optimization=typed.OnnxRuntimeOptimization(2, typed.TensorRTAccelerator({"precision_mode": "FP16"})),
         parameters={"quote": 'say "hi"'},
-        warmup=(Warmup("bucket_16", (Tensor("input_ids", "TYPE_INT64", (16,)),)),),
+        warmup=(typed.Warmup("bucket_16", (typed.Tensor("input_ids", "TYPE_INT64", (16,)),)),),
         response_cache=True,
     )
     assert from_proto(to_proto(config), config.comment) == config
     # An ensemble's steps are its scheduling, in place of dynamic batching (one proto oneof).
-    steps = (EnsembleStep("m_tokenizer", {"TEXT": "TEXT"}, {"input_ids": "input_ids"}, 2),)
+    steps = (typed.EnsembleStep("m_tokenizer", {"TEXT": "TEXT"}, {"input_ids": "input_ids"}, 2),)
     ensemble = dataclasses.replace(config, platform="ensemble", backend="", dynamic_batching=None, steps=steps)
     assert from_proto(to_proto(ensemble), ensemble.comment) == ensemble
