@@ -23,6 +23,7 @@ of ``--part-mib`` (default 60) with a manifest of checksums:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -100,7 +101,11 @@ def _wheels(carry: Path, cache: Path) -> None:
 
 def _build(carry: Path, repository: Path, name: str, fp32: Path | None) -> None:
     """The build's newest version, its model file apart; what the check reads of it."""
-    from tritongen.repository.layout import read_config, step_names
+    from google.protobuf import text_format
+
+    from tritongen.configs.model_config import to_proto
+    from tritongen.configs.parser import read_config
+    from tritongen.repository.layout import step_names
     from tritongen.repository.staging import existing_versions
 
     (carry / "models").mkdir()
@@ -111,24 +116,20 @@ def _build(carry: Path, repository: Path, name: str, fp32: Path | None) -> None:
         version = existing_versions(source)[-1]
         ignore = shutil.ignore_patterns("model.onnx") if role == "model" else None
         shutil.copytree(source / str(version), carry / "repo" / folder / "1", ignore=ignore)
-        config = read_config(source / "config.pbtxt")
-        config.ClearField("version_policy")
-        from google.protobuf import text_format
-
-        (carry / "repo" / folder / "config.pbtxt").write_text(text_format.MessageToString(config))
+        config = dataclasses.replace(read_config(source / "config.pbtxt"), version_policy=None)
+        (carry / "repo" / folder / "config.pbtxt").write_text(text_format.MessageToString(to_proto(config)))
         if role == "model":
             shutil.copy2(source / str(version) / "model.onnx", carry / "models" / "fp16.onnx")
             (carry / "repo" / folder / "1" / "model.onnx").write_bytes(b"")  # the check links the model in
         if role == "tokenizer":
-            parameters = {k: v.string_value for k, v in config.parameters.items()}
-            shutil.copy2(source / str(version) / parameters.get("tokenizer_file", "tokenizer.json"),
+            shutil.copy2(source / str(version) / (config.parameter("tokenizer_file") or "tokenizer.json"),
                          carry / "tokenizer.json")  # fmt: skip
             buckets = (
                 None
-                if parameters.get("padding") == "longest"
-                else [int(b) for b in parameters["buckets"].split(",") if b]
+                if config.parameter("padding") == "longest"
+                else [int(b) for b in config.parameters["buckets"].split(",") if b]
             )
-            summary = {"name": name, "max_length": int(parameters["max_length"]), "buckets": buckets}
+            summary = {"name": name, "max_length": config.int_parameter("max_length"), "buckets": buckets}
             (carry / "build.json").write_text(json.dumps(summary))
     record = json.loads((repository / name / str(existing_versions(repository / name)[-1]) / "build.json").read_text())
     checkpoint = Path(record["checkpoint"]) / "config.json"

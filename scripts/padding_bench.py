@@ -134,11 +134,9 @@ def main() -> None:
 
 
 def _tokenizer_parameter(folder: Path, key: str) -> str:
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2 as mc
+    from tritongen.configs.parser import read_config
 
-    config = text_format.Parse((folder / "config.pbtxt").read_text(encoding="utf-8"), mc.ModelConfig())
-    return config.parameters[key].string_value
+    return read_config(folder / "config.pbtxt").parameter(key) or ""
 
 
 if __name__ == "__main__":

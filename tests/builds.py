@@ -57,11 +57,12 @@ def step_alone(model_folder: Path, feeds: dict[str, Any], version: int = 1) -> d
     """
     from google.protobuf import json_format
 
-    from tritongen.repository.layout import read_config
+    from tritongen.configs.model_config import to_proto
+    from tritongen.configs.parser import read_config
     from tritongen.serve.backends import served_backends
     from tritongen.serve.step_server import StepServer, on_cpu
 
-    config = on_cpu(read_config(model_folder / "config.pbtxt"))
+    config = on_cpu(to_proto(read_config(model_folder / "config.pbtxt")))
     backends = served_backends()
     if backends.of(config.backend) is not None:
         with StepServer(backends) as steps:

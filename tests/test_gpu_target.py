@@ -8,8 +8,8 @@ import pytest
 
 from tritongen.builder.spec import load_spec
 from tritongen.cli import main
+from tritongen.configs.parser import read_config
 from tritongen.errors import SpecError
-from tritongen.repository.layout import read_config
 from tritongen.runtimes.onnxruntime import TensorRTSettings
 from tritongen.serve.foreground import gpu_models, has_gpu
 
@@ -37,9 +37,8 @@ def test_device_gpu_build_serves_on_gpu_instances_and_is_refused_where_there_is_
 ):
     built = builds(tiny_factory("bert", "classification"), "gpu_cls", device="gpu")
     model = read_config(built.repository / "gpu_cls_model" / "config.pbtxt")
-    assert [g.kind for g in model.instance_group] == [model.instance_group[0].KIND_GPU]
-    accelerators = model.optimization.execution_accelerators.gpu_execution_accelerator
-    assert [a.name for a in accelerators] == ["tensorrt"]
+    assert model.on_gpu
+    assert model.optimization.tensorrt is not None
     assert "fp16" in built.record()["variant"].lower()
     repo = tmp_path / "repo"
     shutil.copytree(built.repository, repo)
@@ -72,8 +71,8 @@ def test_cuda_only_gpu_build_renders_no_accelerator_and_the_backend_serves_its_s
 
     built = builds(tiny_factory("bert", "embedding"), "gpu_cuda", device="gpu", gpu_accelerator="cuda")
     model = read_config(built.repository / "gpu_cuda_model" / "config.pbtxt")
-    assert [g.kind for g in model.instance_group] == [model.instance_group[0].KIND_GPU]
-    assert not model.optimization.execution_accelerators.gpu_execution_accelerator
+    assert model.on_gpu
+    assert model.optimization is None or model.optimization.tensorrt is None
     assert "CUDA provider" in built.card() and "CUDA provider" in built.record()["variant"]
     ids = np.array([[1, 20, 2, 0]], dtype=np.int64)  # the tiny checkpoint's vocabulary is small
     feeds = {"input_ids": ids, "attention_mask": (ids != 0).astype(np.int64), "token_type_ids": np.zeros_like(ids)}

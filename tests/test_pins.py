@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
 import pytest
 
+from tritongen.configs.model_config import VersionPolicy
+from tritongen.configs.parser import read_config
 from tritongen.configs.render import parse_config, validate_ensemble
 from tritongen.errors import RepositoryError
-from tritongen.repository.layout import read_config
 from tritongen.repository.pins import configured_version, loaded_versions, pin
 
 GOLDEN = Path(__file__).parent / "assets" / "golden"
@@ -41,13 +43,12 @@ def test_pin_writes_configs_that_serve_one_version_and_keep_everything_else(repo
     assert configured_version(repo, "sentiment") == 1
     after = _configs(repo)
     for model, config in after.items():
-        assert list(config.version_policy.specific.versions) == [1]
-        for step in config.ensemble_scheduling.step:
-            assert step.model_version == 1
-            step.model_version = -1
-        config.ClearField("version_policy")
-        before[model].ClearField("version_policy")
-        assert config == before[model], model  # only the pins differ
+        assert config.version_policy == VersionPolicy(specific=(1,))
+        assert all(step.model_version == 1 for step in config.steps)
+        unpinned = tuple(dataclasses.replace(step, model_version=-1) for step in config.steps)
+        assert dataclasses.replace(config, version_policy=None, steps=unpinned) == dataclasses.replace(
+            before[model], version_policy=None
+        ), model  # only the pins differ
         text = (repo / model / "config.pbtxt").read_text()
         assert text.splitlines()[0] == (GOLDEN / f"{STEPS[model]}.pbtxt").read_text().splitlines()[0]
     parsed = {m: parse_config((repo / m / "config.pbtxt").read_text(), m) for m in STEPS}
@@ -56,8 +57,7 @@ def test_pin_writes_configs_that_serve_one_version_and_keep_everything_else(repo
 
 
 def test_pin_keeps_an_explicit_zero_max_batch_size(repo):
-    config = read_config(repo / "sentiment_tokenizer" / "config.pbtxt")
-    config.max_batch_size = 0
+    config = dataclasses.replace(read_config(repo / "sentiment_tokenizer" / "config.pbtxt"), max_batch_size=0)
     pin(repo, {"sentiment_tokenizer": config}, 2)
     assert "max_batch_size: 0" in (repo / "sentiment_tokenizer" / "config.pbtxt").read_text()
 
@@ -66,10 +66,12 @@ def test_loaded_versions_follow_triton_policies_when_given_built_versions():
     assert loaded_versions(read_config(GOLDEN / "tokenizer.pbtxt"), [1, 2, 3]) == [3]  # no policy: the newest
     config = read_config(GOLDEN / "model.pbtxt")
     assert loaded_versions(config, [1, 2, 3]) == [2, 3]  # latest 2
-    config.version_policy.all.SetInParent()
+    config = dataclasses.replace(config, version_policy=VersionPolicy(all=True))
     assert loaded_versions(config, [1, 2, 3]) == [1, 2, 3]
-    config.version_policy.specific.versions.extend([1, 5])
+    config = dataclasses.replace(config, version_policy=VersionPolicy(specific=(1, 5)))
     assert loaded_versions(config, [1, 2, 3]) == [1]
+    config = dataclasses.replace(config, version_policy=VersionPolicy(latest=0))
+    assert loaded_versions(config, [1, 2, 3]) == []
 
 
 def test_configured_version_refuses_when_a_step_does_not_load_the_pinned_version(repo):

@@ -21,10 +21,10 @@ from tests.toy_runtime.single_thread import MARKER, SingleThread, SingleThreadSe
 from tritongen.bench.ceiling import ceiling_session, measure_ceiling
 from tritongen.builder.spec import load_spec
 from tritongen.cli import main
+from tritongen.configs.parser import read_config
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER, container
 from tritongen.errors import SpecError
 from tritongen.gates.compat import ContainerCheck, check_in_container, container_python
-from tritongen.repository.layout import read_config
 from tritongen.runtimes import (
     RUNTIMES,
     container_requirements,
@@ -196,7 +196,7 @@ def test_toy_runtime_served_matches_default_runtime_when_registered(toy_runtime,
     model = toy.repository / "toyrt_model"
     config = read_config(model / "config.pbtxt")
     assert config.backend == "onnxruntime"
-    assert config.parameters["intra_op_thread_count"].string_value == "1"
+    assert config.int_parameter("intra_op_thread_count") == 1
     assert (model / "1" / MARKER).read_text(encoding="utf-8") == "toyrt: one thread\n"
     record = toy.record()
     check = record["container_runtimes"][record["container"]]

@@ -11,13 +11,13 @@ import time
 
 import pytest
 import tritonclient.http as httpclient
-from tritonclient.grpc import model_config_pb2 as mc
 
 from tritongen.bench.perf import Sweep, perf_analyzer_binary, write_input_data
 from tritongen.bench.run import BenchOptions, run_bench
 from tritongen.bench.tune import Setting, TuneGrid, TunePlan, thread_parameter, tune
+from tritongen.configs.model_config import ModelConfig
+from tritongen.configs.parser import read_config
 from tritongen.errors import BenchError
-from tritongen.repository.layout import read_config
 from tritongen.serve.server import running_server, server_environment
 
 SMOKE = Sweep(concurrency=(2,), fixed_requests=16)  # proves the harness, not the machine: no stability criterion
@@ -36,7 +36,7 @@ def test_grid_starts_with_the_built_setting_and_skips_repeats(repo):
     assert plan.settings == [Setting(1, 1, 1), Setting(1, 1, 0), Setting(2, 1, 0), Setting(2, 1, 1)]
     assert plan.changes(Setting(1, 1, 1), plan.built) == {}
     changes = plan.changes(Setting(2, 1, 1), plan.built)
-    assert set(changes) == {"tokenizer"} and changes["tokenizer"].instance_group[0].count == 2
+    assert set(changes) == {"tokenizer"} and changes["tokenizer"].instances == 2
 
 
 @pytest.mark.parametrize(
@@ -52,10 +52,13 @@ def test_bad_grids_are_refused_up_front(repo, grid, message):
 
 
 def test_threads_are_refused_for_backends_without_a_thread_setting():
-    assert thread_parameter(mc.ModelConfig(backend="onnxruntime")) == "intra_op_thread_count"
-    assert thread_parameter(mc.ModelConfig(backend="openvino")) == "INFERENCE_NUM_THREADS"
+    def config(**runtime: str) -> ModelConfig:
+        return ModelConfig(name="m", max_batch_size=8, inputs=(), outputs=(), **runtime)
+
+    assert thread_parameter(config(backend="onnxruntime")) == "intra_op_thread_count"
+    assert thread_parameter(config(backend="openvino")) == "INFERENCE_NUM_THREADS"
     with pytest.raises(BenchError, match="thread tuning applies to onnxruntime and openvino"):
-        thread_parameter(mc.ModelConfig(platform="tensorrt_plan"))
+        thread_parameter(config(platform="tensorrt_plan"))
 
 
 @pytest.mark.e2e
@@ -80,7 +83,7 @@ def test_settings_reach_the_server_and_leave_the_disk_alone(repo, tmp_path):
     assert model["instance_group"][0]["count"] == 2 and tokenizer["instance_group"][0]["count"] == 2
     assert model["parameters"]["intra_op_thread_count"]["string_value"] == "1"
     assert {m: (repo / m / "config.pbtxt").read_text() for m in on_disk} == on_disk
-    assert read_config(repo / "clf_model" / "config.pbtxt").instance_group[0].count == 1
+    assert read_config(repo / "clf_model" / "config.pbtxt").instances == 1
 
 
 @pytest.mark.e2e

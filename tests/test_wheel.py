@@ -24,7 +24,7 @@ import pytest
 import tritongen
 from tests.deployment import ServeProcess
 from tests.test_e2e import _sentence_embeddings
-from tritongen.repository.layout import read_config
+from tritongen.configs.parser import read_config
 
 pytestmark = pytest.mark.e2e
 
@@ -113,12 +113,9 @@ def test_wheel_builds_serves_and_answers_minilm_when_installed_in_a_clean_venv(v
     # The default CPU build measured its model step's layouts and wrote the one it chose into the config.
     layout = json.loads((repository / "minilm" / "1" / "build.json").read_text())["model_layout"]
     config = read_config(repository / "minilm_model" / "config.pbtxt")
-    parameters = {key: value.string_value for key, value in config.parameters.items()}
     chosen = layout["chosen"]
-    assert (config.instance_group[0].count, parameters["intra_op_thread_count"]) == (
-        chosen["instances"], str(chosen["threads"])
-    )
-    assert not any(key.startswith("session.") for key in parameters)  # none that the native backend ignores
+    assert (config.instances, config.int_parameter("intra_op_thread_count")) == (chosen["instances"], chosen["threads"])
+    assert not any(key.startswith("session.") for key in config.parameters)  # none that the native backend ignores
     assert len(layout["measured"]) >= 2 and chosen in layout["measured"] and layout["why"]
     card = (repository / "minilm" / "1" / "model_card.md").read_text()
     assert "## Model step layout" in card and f"because {layout['why']}" in card

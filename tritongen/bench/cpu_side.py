@@ -33,8 +33,9 @@ from tritongen.bench.free_step import free_repository
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_input_data
 from tritongen.bench.tune import TuneGrid, TunePlan
 from tritongen.bench.tune import apply as tune_apply
+from tritongen.configs.parser import read_config
 from tritongen.errors import BenchError
-from tritongen.repository.layout import read_config, step_names
+from tritongen.repository.layout import step_names
 from tritongen.serve.server import Endpoints, TritonServer
 from tritongen.serve.stats import model_stats, stats_delta
 
@@ -166,21 +167,21 @@ def _instances(repository: Path, name: str) -> dict[str, int]:
     for role, model in step_names(name).items():
         path = repository / model / "config.pbtxt"
         if role != "ensemble" and path.is_file():
-            config = read_config(path)
-            counts[role] = sum(g.count or 1 for g in config.instance_group) or 1
+            counts[role] = read_config(path).instances
     return counts
 
 
 def _tokenizer_settings(repository: Path, name: str) -> tuple[Path, int, str]:
     """The tokenizer step's ``tokenizer.json``, ``max_length`` and ``buckets`` (``longest``: no buckets), as served."""
     folder = repository / step_names(name)["tokenizer"]
-    parameters = {k: v.string_value for k, v in read_config(folder / "config.pbtxt").parameters.items()}
+    config = read_config(folder / "config.pbtxt")
     versions = sorted((int(p.name) for p in folder.iterdir() if p.name.isdigit()), reverse=True)
-    if "max_length" not in parameters or not versions:
+    max_length = config.int_parameter("max_length")
+    if max_length is None or not versions:
         raise BenchError(f"`{name}` has no text tokenizer step; the CPU-side bench drives text ensembles")
-    tokenizer = folder / str(versions[0]) / parameters.get("tokenizer_file", "tokenizer.json")
-    buckets = "longest" if parameters.get("padding") == "longest" else parameters.get("buckets", "")
-    return tokenizer, int(parameters["max_length"]), buckets
+    tokenizer = folder / str(versions[0]) / (config.parameter("tokenizer_file") or "tokenizer.json")
+    buckets = "longest" if config.parameter("padding") == "longest" else config.parameter("buckets") or ""
+    return tokenizer, max_length, buckets
 
 
 def measure_ceiling(

@@ -11,12 +11,15 @@ batching and instance counts.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
 
+from tritongen.configs.model_config import to_proto
+from tritongen.configs.parser import read_config
 from tritongen.errors import BenchError
-from tritongen.repository.layout import read_config, step_names
+from tritongen.repository.layout import step_names
 from tritongen.repository.staging import existing_versions
 
 __all__ = ["FREE_STEP_INSTANCES", "free_graph", "free_repository"]
@@ -148,8 +151,8 @@ def free_repository(repository: Path, name: str, into: Path) -> Path:
             raise BenchError(f"{{path}} has no version; build `{name}` first", path=source)
         target = Path(into) / folder
         target.mkdir(parents=True)
-        config = read_config(source / "config.pbtxt")
-        config.ClearField("version_policy")  # the newest, the only one copied
+        # No version policy: the newest version is the only one copied.
+        config = to_proto(dataclasses.replace(read_config(source / "config.pbtxt"), version_policy=None))
         if folder == model:
             (target / str(versions[-1])).mkdir()
             (target / str(versions[-1]) / "model.onnx").write_bytes(free_graph(config).SerializeToString())

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer
+from tritongen.configs.model_config import InstanceGroup, ModelConfig, to_json
+from tritongen.configs.parser import read_config
 from tritongen.errors import BenchError, RepositoryError
-from tritongen.repository.layout import config_json, read_config, step_names
+from tritongen.repository.layout import step_names
 from tritongen.runtimes.registry import RUNTIMES, runtime_of_backend
 
 __all__ = ["Setting", "TuneGrid", "TunePlan", "TunePoint", "apply", "best", "ratios", "thread_parameter", "tune"]
@@ -102,7 +104,7 @@ class TunePoint:
     point: PerfPoint
 
 
-def thread_parameter(model_config: Any) -> str:
+def thread_parameter(model_config: ModelConfig) -> str:
     """The parameter that sets the model step's threads per instance; BenchError for other backends."""
     backend = model_config.backend or model_config.platform
     runtime = runtime_of_backend(backend)
@@ -115,28 +117,14 @@ def thread_parameter(model_config: Any) -> str:
     return runtime.thread_parameter
 
 
-def _count(config: Any) -> int:
-    return config.instance_group[0].count if config.instance_group else 1
+def _with_count(config: ModelConfig, count: int) -> ModelConfig:
+    group = replace(config.instance_group or InstanceGroup(), count=count)
+    return replace(config, instance_group=group)
 
 
-def _with_count(config: Any, count: int) -> Any:
-    changed = type(config)()
-    changed.CopyFrom(config)
-    if not changed.instance_group:
-        changed.instance_group.add()
-    for group in changed.instance_group:
-        group.count = count
-    return changed
-
-
-def _with_threads(config: Any, parameter: str, threads: int) -> Any:
-    changed = type(config)()
-    changed.CopyFrom(config)
-    if threads:
-        changed.parameters[parameter].string_value = str(threads)
-    elif parameter in changed.parameters:
-        del changed.parameters[parameter]
-    return changed
+def _with_threads(config: ModelConfig, parameter: str, threads: int) -> ModelConfig:
+    parameters = {key: value for key, value in config.parameters.items() if key != parameter}
+    return replace(config, parameters={**parameters, parameter: str(threads)} if threads else parameters)
 
 
 class TunePlan:
@@ -158,12 +146,15 @@ class TunePlan:
         self.backend = model.backend or model.platform
         runtime = runtime_of_backend(self.backend)
         self.parameter = thread_parameter(model) if grid.threads else (runtime and runtime.thread_parameter) or ""
-        threads = model.parameters[self.parameter].string_value if self.parameter in model.parameters else "0"
-        post = _count(self.configs["postprocess"]) if "postprocess" in self.configs else 0
-        self.built = Setting(_count(self.configs["tokenizer"]), _count(model), int(threads or 0), post)
+        try:
+            threads = (model.int_parameter(self.parameter) if self.parameter else None) or 0
+        except ValueError as exc:
+            raise BenchError(f"{repository / self.models['model'] / 'config.pbtxt'}: {exc}") from None
+        post = self.configs["postprocess"].instances if "postprocess" in self.configs else 0
+        self.built = Setting(self.configs["tokenizer"].instances, model.instances, threads, post)
         self.settings = grid.settings(self.built)
 
-    def changes(self, setting: Setting, current: Setting) -> dict[str, Any]:
+    def changes(self, setting: Setting, current: Setting) -> dict[str, ModelConfig]:
         """The step configs to load to go from ``current`` to ``setting``."""
         out = {}
         if setting.tokenizer != current.tokenizer:
@@ -206,7 +197,7 @@ def apply(client: Any, plan: TunePlan, setting: Setting, current: Setting) -> Se
     """Load the step configs that take the running server from ``current`` to ``setting``; return ``setting``."""
     for step, config in plan.changes(setting, current).items():
         try:
-            client.load_model(plan.models[step], config=config_json(config))
+            client.load_model(plan.models[step], config=to_json(config))
         except Exception as exc:  # tritonclient raises InferenceServerException with the server's reason
             raise BenchError(f"the server refused {setting.label} for the {step} step: {exc}") from None
     return setting

@@ -5,7 +5,8 @@ plan, the ensemble itself). :func:`to_proto` builds ``model_config_pb2.ModelConf
 (``_set_tensors``, ``_set_batching``, ``_set_instance_group``, ...), as pytriton's generator does, and
 :func:`to_text` writes it with ``text_format`` under a one-line header (:func:`message_text`, which also
 writes a config read back from disk). There is no template: what a config can say is what these classes
-can hold, and the schema is Triton's.
+can hold, and the schema is Triton's. :mod:`tritongen.configs.parser` reads a written config back into the same
+classes, and a reader asks them (:meth:`ModelConfig.parameter`, :attr:`ModelConfig.instances`, ...).
 
 ``max_batch_size: 0`` is a real value (whole requests, no batching); protobuf omits zero scalars when
 printing, so :func:`message_text` writes it explicitly.
@@ -14,11 +15,12 @@ printing, so :func:`message_text` writes it explicitly.
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf import text_format
+from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "Warmup",
     "generated_comment",
     "message_text",
+    "to_json",
     "to_proto",
     "to_text",
 ]
@@ -173,6 +176,40 @@ class ModelConfig:
     steps: tuple[EnsembleStep, ...] = ()
     response_cache: bool = False
 
+    def parameter(self, key: str) -> str | None:
+        """The parameter ``key`` (every parameter is a string), or None when the config does not set it."""
+        return self.parameters.get(key)
+
+    def int_parameter(self, key: str) -> int | None:
+        """The parameter ``key`` as a whole number; None when unset, ValueError when it is not a number."""
+        value = self.parameters.get(key)
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"parameter `{key}` of `{self.name}` is `{value}`, not a whole number") from None
+
+    def flag(self, key: str) -> bool | None:
+        """The parameter ``key`` as a switch (``"true"`` is on, as the steps read it); None when unset."""
+        value = self.parameters.get(key)
+        return None if value is None else value == "true"
+
+    @property
+    def instances(self) -> int:
+        """How many instances of the model run: its instance group's count, one when it sets none."""
+        return (self.instance_group.count or 1) if self.instance_group else 1
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the model's instances run on a GPU."""
+        return self.instance_group is not None and self.instance_group.kind == Kind.GPU
+
+    @property
+    def step_models(self) -> tuple[str, ...]:
+        """The models an ensemble calls, in order; () for any other model."""
+        return tuple(step.model_name for step in self.steps)
+
 
 def generated_comment(name: str, step: str, ensemble: str) -> str:
     """The first line of a step's config: what it is, and that the build spec is where to change it."""
@@ -280,6 +317,11 @@ def to_proto(config: ModelConfig) -> mc.ModelConfig:
 def to_text(config: ModelConfig) -> str:
     """``config.pbtxt`` text: a comment line, then the message (``max_batch_size: 0`` kept explicit)."""
     return message_text(to_proto(config), config.comment)
+
+
+def to_json(config: ModelConfig) -> str:
+    """``config`` as the JSON Triton's load API takes as a config override (``load_model(..., config=)``)."""
+    return json.dumps(json_format.MessageToDict(to_proto(config), preserving_proto_field_name=True))
 
 
 def message_text(proto: mc.ModelConfig, comment: str = "") -> str:

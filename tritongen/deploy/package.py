@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from tritongen.configs.parser import read_config
 from tritongen.containers import Container, container
 from tritongen.deploy.dashboard import DATASOURCE_UID, dashboard
 from tritongen.deploy.folder import write_folder
@@ -27,7 +28,7 @@ from tritongen.deploy.gateway import gateway_copies, gateway_files
 from tritongen.deploy.step_requirements import requirement_line, step_requirements
 from tritongen.deploy.triton_args import TritonArgs
 from tritongen.errors import DeployError, RepositoryError
-from tritongen.repository.layout import read_config, served_steps, step_names
+from tritongen.repository.layout import served_steps, step_names
 from tritongen.repository.pins import configured_version
 from tritongen.sources import module_file
 
@@ -78,11 +79,7 @@ def packaged_version(repository: Path, name: str) -> int:
 
 def uses_gpu(folders: list[Path]) -> bool:
     """Whether any model of the ensemble runs KIND_GPU instances (what the deploy files must reserve)."""
-    for folder in folders:
-        config = read_config(folder / "config.pbtxt")
-        if any(group.kind == group.KIND_GPU for group in config.instance_group):
-            return True
-    return False
+    return any(read_config(folder / "config.pbtxt").on_gpu for folder in folders)
 
 
 def pip_install(target: Container, requirements: Mapping[str, str]) -> str:

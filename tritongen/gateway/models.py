@@ -15,11 +15,14 @@ import dataclasses
 import functools
 import json
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tritongen.configs.model_config import ModelConfig
+from tritongen.configs.model_config import Tensor as ConfigTensor
+from tritongen.configs.parser import from_proto
 from tritongen.contract import EMBEDDING, PROBABILITIES, SCORE, SPARSE_INDICES, SPARSE_VALUES, TEXT, TEXT_PAIR
 from tritongen.errors import GatewayError
 from tritongen.gateway.errors import model_not_found, unsupported_route
@@ -136,17 +139,19 @@ def _datatype(enum_name: str) -> str:
     return "BYTES" if name == "STRING" else name
 
 
-def _tensors(items: Any) -> dict[str, Tensor]:
-    from tritonclient.grpc import model_config_pb2
-
-    return {
-        t.name: Tensor(_datatype(model_config_pb2.DataType.Name(t.data_type)), tuple(int(d) for d in t.dims))
-        for t in items
-    }
+def _tensors(items: Sequence[ConfigTensor]) -> dict[str, Tensor]:
+    return {t.name: Tensor(_datatype(t.data_type), t.dims) for t in items}
 
 
-def _parameters(config: Any) -> dict[str, str]:
-    return {key: value.string_value for key, value in config.parameters.items()}
+def _typed(configs: Mapping[str, Any]) -> dict[str, ModelConfig]:
+    """The typed configs of the messages Triton served; one no typed config can hold (not ours) is left out."""
+    typed = {}
+    for name, message in configs.items():
+        try:
+            typed[name] = from_proto(message)
+        except ValueError:  # several instance groups, or an instance kind other than CPU and GPU
+            continue
+    return typed
 
 
 def _step_file(repository: Path | None, step: str, version: int | None, filename: str) -> Path | None:
@@ -156,61 +161,64 @@ def _step_file(repository: Path | None, step: str, version: int | None, filename
     return path if path.is_file() else None
 
 
-def _load_tokenizer(path: Path | None, max_length: str | None) -> Any:
+def _load_tokenizer(path: Path | None, max_length: int | None) -> Any:
     if path is None:
         return None
     return _tokenizer(str(path), path.stat().st_mtime_ns, max_length)
 
 
 @functools.lru_cache(maxsize=32)
-def _tokenizer(path: str, mtime_ns: int, max_length: str | None) -> Any:
+def _tokenizer(path: str, mtime_ns: int, max_length: int | None) -> Any:
     """Read once per file version: health probes refresh the catalogue every few seconds, the file rarely changes."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(path)
     tokenizer.no_padding()
     if max_length:
-        tokenizer.enable_truncation(int(max_length))
+        tokenizer.enable_truncation(max_length)
     return tokenizer
 
 
 def describe_models(
     configs: Mapping[str, Any], versions: Mapping[str, int], repository: Path | None
 ) -> dict[str, ModelInfo]:
-    """``ModelInfo`` of every ensemble among ``configs`` (model name -> ``ModelConfig``), steps read from disk."""
+    """``ModelInfo`` of every ensemble among ``configs`` (model name -> the ``ModelConfig`` message Triton serves).
+
+    The messages are read as typed configs (:func:`tritongen.configs.parser.from_proto`); the steps' files from disk.
+    """
     models = {}
-    for name, config in configs.items():
+    typed = _typed(configs)
+    for name, config in typed.items():
         if config.platform != "ensemble":
             continue
-        steps = tuple(step.model_name for step in config.ensemble_scheduling.step)
         normalized, labels, tokenizer, max_length = None, None, None, None
-        for step in steps:
-            if step not in configs:
+        for model in config.step_models:
+            step, version = typed.get(model), versions.get(model)
+            if step is None:
                 continue
-            params = _parameters(configs[step])
-            if "normalize" in params:
-                normalized = params["normalize"] == "true"
-            labels_path = _step_file(repository, step, versions.get(step), params.get("labels_file", ""))
+            if step.flag("normalize") is not None:
+                normalized = step.flag("normalize")
+            labels_path = _step_file(repository, model, version, step.parameter("labels_file") or "")
             if labels_path is not None:
                 labels = tuple(json.loads(labels_path.read_text(encoding="utf-8")))
-            if params.get("max_length", "").isdigit() and max_length is None:
-                max_length = int(params["max_length"])
-            if "tokenizer_file" in params and "max_length" in params and tokenizer is None:
+            length = step.int_parameter("max_length")
+            max_length = length if max_length is None else max_length
+            tokenizer_file = step.parameter("tokenizer_file")
+            if tokenizer_file is not None and length is not None and tokenizer is None:
                 # A windowed step (a `stride` between windows: long_text chunk, NER) reads every token of a text.
-                cut = None if "stride" in params else params["max_length"]
-                path = _step_file(repository, step, versions.get(step), params["tokenizer_file"])
-                tokenizer = _load_tokenizer(path, cut)
+                cut = None if step.parameter("stride") is not None else length
+                tokenizer = _load_tokenizer(_step_file(repository, model, version, tokenizer_file), cut)
         models[name] = ModelInfo(
             name,
-            int(config.max_batch_size),
-            _tensors(config.input),
-            _tensors(config.output),
+            config.max_batch_size,
+            _tensors(config.inputs),
+            _tensors(config.outputs),
             normalized,
             labels,
             tokenizer,
-            steps,
+            config.step_models,
             max_length,
-            _parameters(config).get("pooling"),
+            config.parameter("pooling"),
         )
     return models
 

@@ -1,19 +1,18 @@
-"""A model repository's layout: the four models of an ensemble, and its configs read with Triton's schema.
+"""A model repository's layout: the four models of an ensemble, the steps and windows its configs serve.
 
 Light on purpose: the commands that operate a built repository (serve, rollout, package, manifests, tune, the
 gateway) read it through this module and never import the build. protobuf and tritonclient load when a config
-is read.
+is read (:func:`tritongen.configs.parser.read_config`).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-from tritongen.errors import RepositoryError, describe
+from tritongen.errors import RepositoryError
 
-__all__ = ["built_sizing", "config_json", "read_config", "served_steps", "served_windows", "step_names"]
+__all__ = ["built_sizing", "served_steps", "served_windows", "step_names"]
 
 
 def step_names(name: str) -> dict[str, str]:
@@ -26,24 +25,6 @@ def step_names(name: str) -> dict[str, str]:
     }
 
 
-def read_config(path: Path) -> Any:
-    """A ``config.pbtxt`` parsed with Triton's schema (``ModelConfig``); RepositoryError if it cannot be."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2 as mc
-
-    try:
-        return text_format.Parse(Path(path).read_text(encoding="utf-8"), mc.ModelConfig())
-    except (OSError, UnicodeDecodeError, text_format.ParseError) as exc:
-        raise RepositoryError(f"cannot read {{path}}: {describe(exc)}", path=path) from None
-
-
-def config_json(config: Any) -> str:
-    """``config`` as the JSON Triton's load API takes as a config override (``load_model(..., config=)``)."""
-    from google.protobuf import json_format
-
-    return json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
-
-
 def served_steps(repository: Path, name: str) -> tuple[str, ...] | None:
     """The steps the ensemble ``name`` in ``repository`` wires, in order; None when it is not built there.
 
@@ -54,9 +35,10 @@ def served_steps(repository: Path, name: str) -> tuple[str, ...] | None:
     path = Path(repository) / names["ensemble"] / "config.pbtxt"
     if not path.is_file():
         return None
-    config = read_config(path)
+    from tritongen.configs.parser import read_config
+
     by_model = {model: step for step, model in names.items() if step != "ensemble"}
-    wired = [by_model.get(s.model_name) for s in config.ensemble_scheduling.step]
+    wired = [by_model.get(model) for model in read_config(path).step_models]
     if not wired or None in wired:
         raise RepositoryError(f"{{path}} is not an ensemble of `{name}`'s steps; rebuild it", path=path)
     return tuple(step for step in wired if step is not None)
@@ -70,7 +52,9 @@ def served_windows(repository: Path, name: str) -> bool | None:
     path = Path(repository) / step_names(name)["tokenizer"] / "config.pbtxt"
     if not path.is_file():
         return None
-    return any(output.name == "window_example" for output in read_config(path).output)
+    from tritongen.configs.parser import read_config
+
+    return any(output.name == "window_example" for output in read_config(path).outputs)
 
 
 def built_sizing(repository: Path, name: str) -> dict[str, int]:

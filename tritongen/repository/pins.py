@@ -10,64 +10,56 @@ refuses a repository whose models would serve different versions.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-from tritongen.configs.model_config import message_text
+from tritongen.configs.model_config import ModelConfig, VersionPolicy, to_text
+from tritongen.configs.parser import read_config
 from tritongen.errors import RepositoryError
-from tritongen.repository.layout import read_config, served_steps
+from tritongen.repository.layout import served_steps
 from tritongen.repository.staging import existing_versions
 
 __all__ = ["configured_version", "loaded_versions", "pin", "pinned"]
 
 
-def pinned(config: Any, versions: Iterable[int]) -> Any:
-    """A copy of ``config`` (a ``ModelConfig``) that loads ``versions`` only; an ensemble's steps call the newest.
+def pinned(config: ModelConfig, versions: Iterable[int]) -> ModelConfig:
+    """A copy of ``config`` that loads ``versions`` only; an ensemble's steps call the newest.
 
     An ensemble's own policy is pinned too, so that its metadata names the version its steps serve.
     """
     chosen = sorted(set(versions))
-    copy = type(config)()
-    copy.CopyFrom(config)
-    copy.version_policy.Clear()
-    copy.version_policy.specific.versions.extend(chosen)
-    for step in copy.ensemble_scheduling.step:
-        step.model_version = chosen[-1]
-    return copy
+    steps = tuple(dataclasses.replace(step, model_version=chosen[-1]) for step in config.steps)
+    return dataclasses.replace(config, version_policy=VersionPolicy(specific=tuple(chosen)), steps=steps)
 
 
-def pin(repository: Path, configs: Mapping[str, Any], version: int) -> None:
-    """Write each model's ``config.pbtxt`` (``configs``: model name to config) pinned to ``version``.
+def pin(repository: Path, configs: Mapping[str, ModelConfig], version: int) -> None:
+    """Write each model's ``config.pbtxt`` (``configs``: model name to config, as read) pinned to ``version``.
 
-    Each file is replaced at once and keeps its ``#`` header line. A server that loaded these models with
-    the same pinned configs as overrides sees the files as changed; reloading a model from disk (Triton
-    does so for an ensemble's steps when the ensemble loads) then gives the same versions.
+    Each file is replaced at once and keeps its ``#`` header line (the config's comment). A server that loaded
+    these models with the same pinned configs as overrides sees the files as changed; reloading a model from disk
+    (Triton does so for an ensemble's steps when the ensemble loads) then gives the same versions.
     """
     for model, config in configs.items():
         path = Path(repository) / model / "config.pbtxt"
         temporary = path.with_name(f".config.pbtxt.{os.getpid()}")
         try:
-            first = path.read_text(encoding="utf-8").partition("\n")[0]
-            comment = first[1:].strip() if first.startswith("#") else ""
-            temporary.write_text(message_text(pinned(config, [version]), comment), encoding="utf-8")
+            temporary.write_text(to_text(pinned(config, [version])), encoding="utf-8")
             os.replace(temporary, path)
         except OSError as exc:
             temporary.unlink(missing_ok=True)
             raise RepositoryError(f"cannot pin {{path}} to version {version}: {exc.strerror}", path=path) from None
 
 
-def loaded_versions(config: Any, built: Sequence[int]) -> list[int]:
+def loaded_versions(config: ModelConfig, built: Sequence[int]) -> list[int]:
     """The versions of ``built`` (sorted) that Triton loads under ``config``'s version policy (none set: the newest)."""
-    policy = config.version_policy
-    kind = policy.WhichOneof("policy_choice")
-    if kind == "all":
+    policy = config.version_policy or VersionPolicy()
+    if policy.all:
         return list(built)
-    if kind == "specific":
-        return [v for v in built if v in set(policy.specific.versions)]
-    count = policy.latest.num_versions if kind == "latest" else 1
-    return list(built)[-count:] if count > 0 else []
+    if policy.specific:
+        return [v for v in built if v in set(policy.specific)]
+    return list(built)[-policy.latest :] if policy.latest > 0 else []
 
 
 def configured_version(repository: Path, name: str) -> int:
@@ -82,7 +74,7 @@ def configured_version(repository: Path, name: str) -> int:
     fix = f"roll `{name}` out or back to one built version, which pins every model to it"
     ensemble = read_config(repository / name / "config.pbtxt")
     serves = {name: max(loaded_versions(ensemble, existing_versions(repository / name)), default=0)}
-    for step in ensemble.ensemble_scheduling.step:
+    for step in ensemble.steps:
         folder = repository / step.model_name
         loaded = loaded_versions(read_config(folder / "config.pbtxt"), existing_versions(folder))
         version = step.model_version if step.model_version > 0 else max(loaded, default=0)

@@ -61,13 +61,13 @@ class _Interrupted(BaseException):
 
 def gpu_models(repository: Path | str) -> list[str]:
     """The models of a local ``repository`` whose instances run on a GPU (KIND_GPU), by name."""
-    from tritongen.repository.layout import read_config
+    from tritongen.configs.parser import read_config
 
     root = Path(repository)
     if "://" in str(repository) or not root.is_dir():
         return []
     configs = sorted(root.glob("*/config.pbtxt"))
-    return [c.parent.name for c in configs if any(g.kind == g.KIND_GPU for g in read_config(c).instance_group)]
+    return [c.parent.name for c in configs if read_config(c).on_gpu]
 
 
 def has_gpu() -> bool:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tritongen.contract import IMAGE
+from tritongen.errors import RepositoryError
 
 __all__ = [
     "Ensemble",
@@ -65,21 +66,18 @@ class Ensemble:
 
 def ensembles_of(repository: Path) -> list[Ensemble]:
     """The ensembles of a repository with the shape of a one-row request for each string input."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2 as mc
+    from tritongen.configs.parser import read_config
 
     found = []
     for path in sorted(Path(repository).glob("*/config.pbtxt")):
         try:
-            config = text_format.Parse(path.read_text(), mc.ModelConfig())
-        except (OSError, text_format.ParseError):
+            config = read_config(path)
+        except RepositoryError:
             continue  # not ours to judge here: the server's own readiness reports it
         if config.platform != "ensemble":
             continue
-        batch = (1,) if config.max_batch_size > 0 else ()
-        inputs = tuple(
-            (i.name, batch + tuple(1 if d < 0 else d for d in i.dims)) for i in config.input if not i.optional
-        )
+        # One row: the batch axis (or, for whole requests, the first dim) is 1, as is every free dim.
+        inputs = tuple((i.name, (1, *(1 if d < 0 else d for d in i.dims))) for i in config.inputs if not i.optional)
         found.append(Ensemble(config.name or path.parent.name, inputs))
     return found
 

@@ -28,9 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from tritongen.configs.model_config import ModelConfig, to_json
+from tritongen.configs.parser import read_config
 from tritongen.errors import RepositoryError, RolloutError, describe
 from tritongen.repository.canary import CANARY_FILE, Canary, chunks, compare, join
-from tritongen.repository.layout import config_json, read_config, served_steps
+from tritongen.repository.layout import served_steps
 from tritongen.repository.pins import pin, pinned
 from tritongen.repository.staging import existing_versions
 
@@ -50,7 +52,7 @@ def _model(name: str, step: str) -> str:
     return name if step == "ensemble" else f"{name}_{step}"
 
 
-def _disk_config(repository: Path, model: str) -> Any:
+def _disk_config(repository: Path, model: str) -> ModelConfig:
     try:
         return read_config(Path(repository) / model / "config.pbtxt")
     except RepositoryError as exc:
@@ -121,11 +123,11 @@ class _Deployment:
         the new one is loaded, so traffic never finds no ensemble. A fresh ensemble version would
         need a folder written under traffic and numbers no longer matching the builds'.
         """
-        self.client.load_model(self.name, config=config_json(pinned(self.configs["ensemble"], [version])))
+        self.client.load_model(self.name, config=to_json(pinned(self.configs["ensemble"], [version])))
 
     def load_steps(self, versions: list[int]) -> None:
         for step in self.steps:
-            self.client.load_model(_model(self.name, step), config=config_json(pinned(self.configs[step], versions)))
+            self.client.load_model(_model(self.name, step), config=to_json(pinned(self.configs[step], versions)))
 
     def record(self, version: int) -> None:
         """Pin the configs on disk to ``version``, the one the server now serves (:mod:`~tritongen.repository.pins`)."""
@@ -152,7 +154,7 @@ class _Deployment:
     def _through_steps(self, texts: dict[str, list[str]], version: int, output: str) -> np.ndarray | str:
         """One request of ``texts`` through the steps of ``version``: the model step's ``output``, or why not."""
         tensors = {name: np.array([[t.encode()] for t in values], dtype=np.object_) for name, values in texts.items()}
-        for step in self.configs["ensemble"].ensemble_scheduling.step:
+        for step in self.configs["ensemble"].steps:
             outputs = self._infer(
                 step.model_name, version, {key: tensors[value] for key, value in step.input_map.items()}
             )
