@@ -1,4 +1,4 @@
-"""Helpers shared by the Python-backend models (copied next to them as ``_common.py``)."""
+"""Helpers shared by the Python-backend models (copied beside them as ``_tritongen_step/_common.py``)."""
 
 from __future__ import annotations
 
