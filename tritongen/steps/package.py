@@ -65,6 +65,8 @@ def register_helpers(modules: Iterable[str]) -> None:
 
 def served_module(name: str) -> str | None:
     """The module that ``_tritongen_step.<name>`` is in process; None when no helper has that last name."""
+    if "." in name or not name:
+        return None
     if name in _HELPERS:
         return _HELPERS[name]
     module = f"{_STEPS}.{name}"
