@@ -44,7 +44,7 @@ def repo(tmp_path: Path) -> Path:
         shutil.copy(TRITON_MODELS / source, root / step / "1" / "model.py")
         (root / step / "1" / STEP_PACKAGE).mkdir()
         (root / step / "1" / STEP_PACKAGE / "__init__.py").write_text(PACKAGE_INIT)
-        for helper in ("tritongen.steps._common", "tritongen.contract", "tritongen.steps.tokenizer"):
+        for helper in ("tritongen.steps._common", "tritongen.contract"):
             shutil.copy(module_file(helper), root / step / "1" / helper_file(helper))
     _wire(root, STEPS[1:])
     return root
