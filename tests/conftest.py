@@ -259,6 +259,25 @@ def tiny_factory(checkpoint_cache):
     return build
 
 
+@pytest.fixture
+def step_folder(tmp_path: Path):
+    """A step's version folder as the build writes it: ``step_folder(*modules)``, each in its helper package."""
+    import shutil
+
+    from tritongen.sources import module_file
+    from tritongen.steps.package import PACKAGE_INIT, STEP_PACKAGE, helper_file
+
+    def write(*modules: str) -> Path:
+        folder = tmp_path / "step"
+        (folder / STEP_PACKAGE).mkdir(parents=True)
+        (folder / STEP_PACKAGE / "__init__.py").write_text(PACKAGE_INIT)
+        for module in modules:
+            shutil.copyfile(module_file(module), folder / helper_file(module))
+        return folder
+
+    return write
+
+
 @pytest.fixture(scope="session")
 def builds(tmp_path_factory: pytest.TempPathFactory):
     """Every build a test asks for, made once per session: ``builds(model, name, **settings)``."""

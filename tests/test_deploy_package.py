@@ -22,6 +22,8 @@ from tritongen.deploy.gateway import GATEWAY_PACKAGES, GATEWAY_PORT, run_command
 from tritongen.deploy.package import PROBE_PATH
 from tritongen.errors import DeployError
 from tritongen.gates.compat import VENVS
+from tritongen.sources import module_file
+from tritongen.steps.package import PACKAGE_INIT, STEP_PACKAGE, helper_file
 
 LOCK = Path(__file__).resolve().parents[1] / "requirements.lock"
 SOURCE = Path(__file__).resolve().parents[1] / "tritongen"
@@ -40,8 +42,10 @@ def repo(tmp_path: Path) -> Path:
         (root / step / "1" / "payload.bin").write_bytes(b"x")
     for step, source in (("demo_tokenizer", "tokenizer.py"), ("demo_postprocess", "postprocess.py")):
         shutil.copy(TRITON_MODELS / source, root / step / "1" / "model.py")
-        shutil.copy(TRITON_MODELS / "_common.py", root / step / "1" / "_common.py")
-        shutil.copy(SOURCE / "contract.py", root / step / "1" / "contract.py")
+        (root / step / "1" / STEP_PACKAGE).mkdir()
+        (root / step / "1" / STEP_PACKAGE / "__init__.py").write_text(PACKAGE_INIT)
+        for helper in ("tritongen.steps._common", "tritongen.contract"):
+            shutil.copy(module_file(helper), root / step / "1" / helper_file(helper))
     _wire(root, STEPS[1:])
     return root
 
@@ -361,6 +365,19 @@ def test_package_refuses_a_step_importing_what_no_image_installs(repo, tmp_path)
     with pytest.raises(DeployError, match="import scipy, which no image installs"):
         write_package("demo", repo, tmp_path / "pkg")
     assert not (tmp_path / "pkg").exists()
+
+
+def test_package_reads_the_steps_helper_package_and_refuses_a_fallback_to_tritongen(repo, tmp_path):
+    helpers = repo / "demo_postprocess" / "1" / STEP_PACKAGE
+    (helpers / "extra.py").write_text("import scipy\n")
+    with pytest.raises(DeployError, match="import scipy, which no image installs"):
+        write_package("demo", repo, tmp_path / "pkg")
+    (helpers / "extra.py").write_text(  # the image has no tritongen to fall back on
+        "try:\n    from _tritongen_step._common import softmax\n"
+        "except ImportError:\n    from tritongen.steps._common import softmax\n"
+    )
+    with pytest.raises(DeployError, match="import tritongen, which no image installs"):
+        write_package("demo", repo, tmp_path / "pkg")
 
 
 def test_package_reserves_one_gpu_only_for_a_build_on_gpu_instances(repo, tmp_path):

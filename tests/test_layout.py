@@ -42,6 +42,17 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _in_process(name: str) -> str:
+    """A served step's helper (``_tritongen_step._common``) as the module it is in process; other names as they are."""
+    import tritongen.tasks  # noqa: F401  (registers the tasks' helpers)
+    from tritongen.steps.package import STEP_PACKAGE, served_module
+
+    package, _, rest = name.partition(".")
+    helper, _, member = rest.partition(".")
+    module = served_module(helper) if package == STEP_PACKAGE and helper else None
+    return name if module is None else ".".join(part for part in (module, member) if part)
+
+
 def _module_level_imports(tree: ast.Module, modules: set[str]) -> set[str]:
     """The package's modules ``tree`` imports outside functions (``if``/``try`` blocks included)."""
     found: set[str] = set()
@@ -52,8 +63,8 @@ def _module_level_imports(tree: ast.Module, modules: set[str]) -> set[str]:
                 found.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 for alias in node.names:
-                    full = f"{node.module}.{alias.name}"
-                    found.add(full if full in modules else node.module)
+                    full = _in_process(f"{node.module}.{alias.name}")
+                    found.add(full if full in modules else _in_process(node.module))
             elif isinstance(node, (ast.If, ast.Try)):
                 visit(node.body)
                 visit(node.orelse)

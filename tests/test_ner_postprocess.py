@@ -11,7 +11,6 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: nothing may be downloaded
 
-import shutil
 import subprocess
 import sys
 import warnings
@@ -251,15 +250,11 @@ def test_errors(setups: dict[str, Setup]) -> None:
     setup.tokenizer.no_truncation()
 
 
-def test_module_needs_neither_torch_nor_transformers(tmp_path) -> None:
-    from tritongen.sources import module_file
-
-    folder = tmp_path / "step"  # the step's folder as the build writes it: the helper beside its neighbours
-    folder.mkdir()
-    for module in ("tritongen.tasks.token_classification.ner", "tritongen.steps._common", "tritongen.contract"):
-        shutil.copyfile(module_file(module), folder / f"{module.rsplit('.', 1)[-1]}.py")
-    code = (  # imported as a top-level module from its folder, as the Python backend does
-        f"import sys; sys.path.insert(0, {str(folder)!r}); import ner; "
-        "bad = {'torch', 'transformers'} & set(sys.modules); assert not bad, bad"
+def test_module_needs_neither_torch_nor_transformers(step_folder) -> None:
+    folder = step_folder("tritongen.tasks.token_classification.ner", "tritongen.steps._common", "tritongen.contract")
+    code = (  # imported from the step's folder, as the Python backend does
+        f"import sys; sys.path.insert(0, {str(folder)!r}); from _tritongen_step import ner; "
+        f"assert ner.__file__.startswith({str(folder)!r}), ner.__file__; "
+        "bad = {'torch', 'transformers', 'tritongen'} & set(sys.modules); assert not bad, bad"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    subprocess.run([sys.executable, "-I", "-c", code], check=True, timeout=60)

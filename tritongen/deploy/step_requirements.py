@@ -1,10 +1,12 @@
 """What the image must ``pip install`` for an ensemble's Python steps, and nothing more.
 
 The steps' sources are read, not guessed from the task: every top-level module they import that is
-neither the standard library, Triton's ``triton_python_backend_utils`` nor one of the step's own files
-is a package to install (a text model's steps import numpy and tokenizers; only the image steps import
-Pillow). Versions are requirements.lock's, as the build tested them, except where the container's
-Python has no wheel of that release (``Container.pins``).
+neither the standard library, Triton's ``triton_python_backend_utils`` nor the step's own files (its
+``model.py`` and the helper package beside it, ``_tritongen_step/``) is a package to install (a text
+model's steps import numpy and tokenizers; only the image steps import Pillow). A step imports nothing
+as a fallback, so an import of ``tritongen`` is refused like any other module no image installs.
+Versions are requirements.lock's, as the build tested them, except where the container's Python has no
+wheel of that release (``Container.pins``).
 """
 
 from __future__ import annotations
@@ -37,34 +39,18 @@ _LOCK = Path(__file__).resolve().parents[2] / "requirements.lock"
 
 
 def imported_modules(sources: Iterable[Path]) -> set[str]:
-    """Top-level modules the ``sources`` import (at any depth of the file), less the steps' own files."""
+    """Top-level modules the ``sources`` import (at any depth of the file), less the steps' own files and packages."""
     sources = list(sources)
-    own = {path.stem for path in sources}
+    own = {path.stem for path in sources} | {path.parent.name for path in sources if path.name == "__init__.py"}
     found: set[str] = set()
     for path in sources:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in ast.walk(_drop_fallbacks(tree)):
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 found.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 found.add(node.module.split(".")[0])
     return found - own - _PROVIDED - set(sys.stdlib_module_names)
-
-
-def _drop_fallbacks(tree: ast.AST) -> ast.AST:
-    """``tree`` without its ``except ImportError`` handlers, whose imports are fallbacks, not requirements.
-
-    The steps import their helpers from their own folder, and from tritongen only outside the server.
-    """
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Try):
-            node.handlers = [h for h in node.handlers if not _catches_import_error(h)]
-    return tree
-
-
-def _catches_import_error(handler: ast.ExceptHandler) -> bool:
-    names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-    return any(isinstance(n, ast.Name) and n.id in ("ImportError", "ModuleNotFoundError") for n in names)
 
 
 def canonical(name: str) -> str:
@@ -95,7 +81,7 @@ def lock_pins(lock: Path = _LOCK) -> dict[str, str]:
 
 def step_requirements(folders: Iterable[Path], container: Container, lock: Path = _LOCK) -> dict[str, str]:
     """``{distribution: version}`` the Python steps in ``folders`` (model folders) need in ``container``."""
-    sources = [path for folder in folders for path in sorted(Path(folder).glob("*/*.py"))]
+    sources = [path for folder in folders for path in sorted(Path(folder).glob("*/**/*.py"))]  # and its package
     modules = imported_modules(sources)
     unknown = sorted(modules - set(DISTRIBUTIONS))
     if unknown:

@@ -1,4 +1,4 @@
-"""Helpers shared by the Python-backend models (copied next to them as ``_common.py``).
+"""Helpers shared by the Python-backend models (copied beside them as ``_tritongen_step/_common.py``).
 
 It also owns the vector maths every place that serves embeddings shares: :func:`l2_normalize` and the Matryoshka
 cut (:func:`matryoshka_cut`), which the postprocess steps serve, the gateway applies to vectors it shortens or

@@ -28,20 +28,8 @@ from typing import Any
 
 import numpy as np
 
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # outside the server: importable for tests and build-time checks
-    pb_utils = None
-
-try:
-    from _common import input_error, model_parameters
-except ImportError:
-    from tritongen.steps._common import input_error, model_parameters
-
-try:  # in the server: the contract is copied next to this model.py
-    from contract import IMAGE
-except ImportError:
-    from tritongen.contract import IMAGE
+from _tritongen_step._common import input_error, model_parameters, pb_utils
+from _tritongen_step.contract import IMAGE
 
 __all__ = ["DEFAULT_MAX_PIXELS", "ImageEncoder", "ImageSettings", "TritonPythonModel"]
 

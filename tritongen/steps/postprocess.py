@@ -16,20 +16,8 @@ from typing import Any
 
 import numpy as np
 
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # outside the server: importable for tests and build-time checks
-    pb_utils = None
-
-try:
-    from _common import PerRequestStep, model_parameters, read_json, resolve_version_file, softmax
-except ImportError:
-    from tritongen.steps._common import PerRequestStep, model_parameters, read_json, resolve_version_file, softmax
-
-try:  # in the server: the contract is copied next to this model.py
-    from contract import LABEL, LABELS, PROBABILITIES, SCORE
-except ImportError:
-    from tritongen.contract import LABEL, LABELS, PROBABILITIES, SCORE
+from _tritongen_step._common import PerRequestStep, model_parameters, pb_utils, read_json, resolve_version_file, softmax
+from _tritongen_step.contract import LABEL, LABELS, PROBABILITIES, SCORE
 
 __all__ = [
     "BatchedPostprocess",

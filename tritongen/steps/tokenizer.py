@@ -28,38 +28,18 @@ from typing import Any
 
 import numpy as np
 
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # outside the server: importable for tests and build-time checks
-    pb_utils = None
-
-try:
-    from _common import (
-        PerRequestStep,
-        decode_texts,
-        encode_windows,
-        input_error,
-        model_parameters,
-        pack_encodings,
-        resolve_version_file,
-        token_metadata,
-    )
-except ImportError:
-    from tritongen.steps._common import (
-        PerRequestStep,
-        decode_texts,
-        encode_windows,
-        input_error,
-        model_parameters,
-        pack_encodings,
-        resolve_version_file,
-        token_metadata,
-    )
-
-try:  # in the server: the contract is copied next to this model.py
-    from contract import PROMPT_NAME, TEXT, TEXT_PAIR, TOKEN_COUNT, TRUNCATED
-except ImportError:
-    from tritongen.contract import PROMPT_NAME, TEXT, TEXT_PAIR, TOKEN_COUNT, TRUNCATED
+from _tritongen_step._common import (
+    PerRequestStep,
+    decode_texts,
+    encode_windows,
+    input_error,
+    model_parameters,
+    pack_encodings,
+    pb_utils,
+    resolve_version_file,
+    token_metadata,
+)
+from _tritongen_step.contract import PROMPT_NAME, TEXT, TEXT_PAIR, TOKEN_COUNT, TRUNCATED
 
 __all__ = [
     "PARALLEL_TEXTS",

@@ -82,8 +82,9 @@ class Task:
     # The step modules served as each step's ``model.py``.
     tokenizer_step: ClassVar[str] = _TOKENIZER_STEP
     postprocess_step: ClassVar[str]
-    # Modules the task's steps import (``tritongen.tasks.question_answering.qa``), copied next to their
-    # ``model.py`` under their last name; ``_common``, ``contract`` and the steps' bases always are.
+    # Modules the task's steps import (``tritongen.tasks.question_answering.qa``), copied into the helper package
+    # beside their ``model.py`` under their last name (``from _tritongen_step import qa``; ``steps/package.py``);
+    # ``_common``, ``contract`` and the steps' bases always are.
     helper_modules: ClassVar[tuple[str, ...]] = ()
     # Files the postprocess step reads besides ``labels.json`` (which every build writes).
     postprocess_files: ClassVar[tuple[str, ...]] = ()

@@ -49,7 +49,7 @@ class TaskPlan:
     pair_input: bool
     gate: Gate  # how the accuracy gate (and the parity check's argmax) compares outputs
     step_modules: Mapping[str, str]  # step ("tokenizer", "postprocess") -> module served as its model.py
-    helper_modules: Mapping[str, tuple[str, ...]]  # step -> modules copied beside its model.py
+    helper_modules: Mapping[str, tuple[str, ...]]  # step -> modules copied into its _tritongen_step package
     modality: Modality = field(compare=False)  # what the first step reads (text, images)
     postprocess_files: tuple[str, ...] = field(default=())  # files of the build the postprocess step reads
     # The ensemble inputs the tokenizer step reads (empty: all of them); others go straight to the postprocess.

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from tritongen.buildspec import claim_sections, section_source
 from tritongen.errors import UnsupportedModelError
+from tritongen.steps.package import register_helpers
 
 if TYPE_CHECKING:
     from tritongen.buildspec.sections import TaskSettings
@@ -29,9 +30,12 @@ def register_task(cls: type[Task]) -> type[Task]:
     """Class decorator: add a task entry to :data:`TASKS` under its ``name``.
 
     A name already taken is refused, and so is a section whose name or flat keys another section or the spec holds.
+    The task's helper modules become its steps' ``_tritongen_step.<last name>`` in process; a last name another
+    helper holds is refused.
     """
     if cls.name in TASKS:
         raise ValueError(f"task `{cls.name}` is registered already (by {type(TASKS[cls.name]).__name__})")
+    register_helpers(cls.helper_modules)
     claim_sections([cls.Settings] if cls.section else [])
     TASKS[cls.name] = cls()
     return cls

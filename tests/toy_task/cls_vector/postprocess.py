@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # in the server: the shared modules are copied next to this model.py
-    from postprocess import BatchedPostprocess
-except ImportError:
-    from tritongen.steps.postprocess import BatchedPostprocess
+from _tritongen_step.postprocess import BatchedPostprocess
 
 
 class TritonPythonModel(BatchedPostprocess):

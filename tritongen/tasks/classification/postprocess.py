@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # in the server: the shared modules are copied next to this model.py
-    from postprocess import BatchedPostprocess, classify
-except ImportError:
-    from tritongen.steps.postprocess import BatchedPostprocess, classify
+from _tritongen_step.postprocess import BatchedPostprocess, classify
 
 __all__ = ["TritonPythonModel"]
 

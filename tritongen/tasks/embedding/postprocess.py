@@ -16,22 +16,9 @@ from typing import Any
 
 import numpy as np
 
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # outside the server: importable for tests and build-time checks
-    pb_utils = None
-
-try:  # in the server: the shared modules are copied next to this model.py
-    from _common import l2_normalize, matryoshka_cut, respond_per_request
-    from postprocess import BatchedPostprocess, input_array
-except ImportError:
-    from tritongen.steps._common import l2_normalize, matryoshka_cut, respond_per_request
-    from tritongen.steps.postprocess import BatchedPostprocess, input_array
-
-try:  # in the server: the contract is copied next to this model.py
-    from contract import DIMENSIONS, EMBEDDING
-except ImportError:
-    from tritongen.contract import DIMENSIONS, EMBEDDING
+from _tritongen_step._common import l2_normalize, matryoshka_cut, pb_utils, respond_per_request
+from _tritongen_step.contract import DIMENSIONS, EMBEDDING
+from _tritongen_step.postprocess import BatchedPostprocess, input_array
 
 __all__ = ["TritonPythonModel", "combine_windows"]
 

@@ -16,15 +16,8 @@ from typing import Any
 
 import numpy as np
 
-try:  # in the server: the shared modules are copied next to this model.py
-    from tokenizer import WindowedTokenizer
-except ImportError:
-    from tritongen.steps.tokenizer import WindowedTokenizer
-
-try:  # in the server: the contract is copied next to this model.py
-    from contract import TOKEN_COUNT, TRUNCATED
-except ImportError:
-    from tritongen.contract import TOKEN_COUNT, TRUNCATED
+from _tritongen_step.contract import TOKEN_COUNT, TRUNCATED
+from _tritongen_step.tokenizer import WindowedTokenizer
 
 __all__ = ["TritonPythonModel", "text_tokens", "whole_counts"]
 

@@ -22,26 +22,11 @@ from typing import Any
 
 import numpy as np
 
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # outside the server: importable for tests and build-time checks
-    pb_utils = None
-
-try:  # in the server: the shared modules are copied next to this model.py
-    from _common import l2_normalize, respond_per_request
-    from postprocess import TritonPythonModel as PostprocessBase
-    from postprocess import input_array
-    from sparse import pad_rows, token_weights
-except ImportError:
-    from tritongen.steps._common import l2_normalize, respond_per_request
-    from tritongen.steps.postprocess import TritonPythonModel as PostprocessBase
-    from tritongen.steps.postprocess import input_array
-    from tritongen.steps.sparse import pad_rows, token_weights
-
-try:  # in the server: the contract is copied next to this model.py
-    from contract import COLBERT, COLBERT_LENGTH, EMBEDDING, SPARSE_INDICES, SPARSE_VALUES
-except ImportError:
-    from tritongen.contract import COLBERT, COLBERT_LENGTH, EMBEDDING, SPARSE_INDICES, SPARSE_VALUES
+from _tritongen_step._common import l2_normalize, pb_utils, respond_per_request
+from _tritongen_step.contract import COLBERT, COLBERT_LENGTH, EMBEDDING, SPARSE_INDICES, SPARSE_VALUES
+from _tritongen_step.postprocess import TritonPythonModel as PostprocessBase
+from _tritongen_step.postprocess import input_array
+from _tritongen_step.sparse import pad_rows, token_weights
 
 __all__ = ["TritonPythonModel"]
 

@@ -11,19 +11,10 @@ from typing import Any
 
 import numpy as np
 
-try:  # in the server: the shared modules are copied next to this model.py
-    import qa
-    from _common import decode_texts
-    from postprocess import RequestPostprocess, input_array
-except ImportError:
-    from tritongen.steps._common import decode_texts
-    from tritongen.steps.postprocess import RequestPostprocess, input_array
-    from tritongen.tasks.question_answering import qa
-
-try:  # in the server: the contract is copied next to this model.py
-    from contract import ANSWER, CONTEXT, END, SCORE, START
-except ImportError:
-    from tritongen.contract import ANSWER, CONTEXT, END, SCORE, START
+from _tritongen_step import qa
+from _tritongen_step._common import decode_texts
+from _tritongen_step.contract import ANSWER, CONTEXT, END, SCORE, START
+from _tritongen_step.postprocess import RequestPostprocess, input_array
 
 __all__ = ["TritonPythonModel", "answer_arrays"]
 

@@ -30,10 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-try:
-    from _common import pack_encodings, settings_kept, softmax, token_metadata
-except ImportError:  # outside the server
-    from tritongen.steps._common import pack_encodings, settings_kept, softmax, token_metadata
+from _tritongen_step._common import pack_encodings, settings_kept, softmax, token_metadata
 
 if TYPE_CHECKING:  # the module itself needs only numpy; callers hand in a tokenizers.Tokenizer
     from tokenizers import Encoding, Tokenizer

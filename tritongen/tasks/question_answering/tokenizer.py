@@ -12,17 +12,9 @@ from typing import Any
 
 import numpy as np
 
-try:  # in the server: the shared modules are copied next to this model.py
-    import qa
-    from tokenizer import WindowedTokenizer, check_windows
-except ImportError:
-    from tritongen.steps.tokenizer import WindowedTokenizer, check_windows
-    from tritongen.tasks.question_answering import qa
-
-try:  # in the server: the contract is copied next to this model.py
-    from contract import CONTEXT, QUESTION
-except ImportError:
-    from tritongen.contract import CONTEXT, QUESTION
+from _tritongen_step import qa
+from _tritongen_step.contract import CONTEXT, QUESTION
+from _tritongen_step.tokenizer import WindowedTokenizer, check_windows
 
 __all__ = ["TritonPythonModel"]
 

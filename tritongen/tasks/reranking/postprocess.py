@@ -7,17 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # in the server: the shared modules are copied next to this model.py
-    from _common import softmax
-    from postprocess import BatchedPostprocess
-except ImportError:
-    from tritongen.steps._common import softmax
-    from tritongen.steps.postprocess import BatchedPostprocess
-
-try:  # in the server: the contract is copied next to this model.py
-    from contract import SCORE
-except ImportError:
-    from tritongen.contract import SCORE
+from _tritongen_step._common import softmax
+from _tritongen_step.contract import SCORE
+from _tritongen_step.postprocess import BatchedPostprocess
 
 __all__ = ["TritonPythonModel"]
 

@@ -14,12 +14,8 @@ from typing import Any
 
 import numpy as np
 
-try:  # in the server: the shared modules are copied next to this model.py
-    from tokenizer import TextEncoder
-    from tokenizer import TritonPythonModel as TextTokenizer
-except ImportError:
-    from tritongen.steps.tokenizer import TextEncoder
-    from tritongen.steps.tokenizer import TritonPythonModel as TextTokenizer
+from _tritongen_step.tokenizer import TextEncoder
+from _tritongen_step.tokenizer import TritonPythonModel as TextTokenizer
 
 __all__ = ["PromptEncoder", "TritonPythonModel"]
 

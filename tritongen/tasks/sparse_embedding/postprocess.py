@@ -10,24 +10,11 @@ from typing import Any
 
 import numpy as np
 
-try:
-    import triton_python_backend_utils as pb_utils
-except ImportError:  # outside the server: importable for tests and build-time checks
-    pb_utils = None
-
-try:  # in the server: the shared modules are copied next to this model.py
-    from postprocess import TritonPythonModel as PostprocessBase
-    from postprocess import input_array
-    from sparse import pad_rows, vocabulary_rows
-except ImportError:
-    from tritongen.steps.postprocess import TritonPythonModel as PostprocessBase
-    from tritongen.steps.postprocess import input_array
-    from tritongen.steps.sparse import pad_rows, vocabulary_rows
-
-try:  # in the server: the contract is copied next to this model.py
-    from contract import SPARSE_INDICES, SPARSE_VALUES
-except ImportError:
-    from tritongen.contract import SPARSE_INDICES, SPARSE_VALUES
+from _tritongen_step._common import pb_utils
+from _tritongen_step.contract import SPARSE_INDICES, SPARSE_VALUES
+from _tritongen_step.postprocess import TritonPythonModel as PostprocessBase
+from _tritongen_step.postprocess import input_array
+from _tritongen_step.sparse import pad_rows, vocabulary_rows
 
 __all__ = ["TritonPythonModel"]
 

@@ -48,12 +48,8 @@ from typing import Any
 
 import numpy as np
 
-try:
-    from _common import encode_truncated, encode_windows, softmax, token_metadata
-    from _common import pack_encodings as _pack_inputs
-except ImportError:  # outside the server
-    from tritongen.steps._common import encode_truncated, encode_windows, softmax, token_metadata
-    from tritongen.steps._common import pack_encodings as _pack_inputs
+from _tritongen_step._common import encode_truncated, encode_windows, softmax, token_metadata
+from _tritongen_step._common import pack_encodings as _pack_inputs
 
 __all__ = [
     "STRATEGIES",

@@ -12,19 +12,10 @@ from typing import Any
 
 import numpy as np
 
-try:  # in the server: the shared modules are copied next to this model.py
-    import ner
-    from _common import decode_texts, resolve_version_file
-    from postprocess import RequestPostprocess, input_array
-except ImportError:
-    from tritongen.steps._common import decode_texts, resolve_version_file
-    from tritongen.steps.postprocess import RequestPostprocess, input_array
-    from tritongen.tasks.token_classification import ner
-
-try:  # in the server: the contract is copied next to this model.py
-    from contract import ENTITIES, TEXT
-except ImportError:
-    from tritongen.contract import ENTITIES, TEXT
+from _tritongen_step import ner
+from _tritongen_step._common import decode_texts, resolve_version_file
+from _tritongen_step.contract import ENTITIES, TEXT
+from _tritongen_step.postprocess import RequestPostprocess, input_array
 
 __all__ = ["TritonPythonModel"]
 

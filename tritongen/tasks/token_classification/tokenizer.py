@@ -12,17 +12,9 @@ from typing import Any
 
 import numpy as np
 
-try:  # in the server: the shared modules are copied next to this model.py
-    import ner
-    from tokenizer import WindowedTokenizer
-except ImportError:
-    from tritongen.steps.tokenizer import WindowedTokenizer
-    from tritongen.tasks.token_classification import ner
-
-try:  # in the server: the contract is copied next to this model.py
-    from contract import TEXT
-except ImportError:
-    from tritongen.contract import TEXT
+from _tritongen_step import ner
+from _tritongen_step.contract import TEXT
+from _tritongen_step.tokenizer import WindowedTokenizer
 
 __all__ = ["TritonPythonModel"]
 

@@ -11,19 +11,10 @@ from typing import Any
 
 import numpy as np
 
-try:  # in the server: the shared modules are copied next to this model.py
-    import zero_shot
-    from _common import decode_texts
-    from postprocess import RequestPostprocess, input_array
-except ImportError:
-    from tritongen.steps._common import decode_texts
-    from tritongen.steps.postprocess import RequestPostprocess, input_array
-    from tritongen.tasks.zero_shot_classification import zero_shot
-
-try:  # in the server: the contract is copied next to this model.py
-    from contract import CANDIDATE_LABELS, LABELS, SCORES
-except ImportError:
-    from tritongen.contract import CANDIDATE_LABELS, LABELS, SCORES
+from _tritongen_step import zero_shot
+from _tritongen_step._common import decode_texts
+from _tritongen_step.contract import CANDIDATE_LABELS, LABELS, SCORES
+from _tritongen_step.postprocess import RequestPostprocess, input_array
 
 __all__ = ["TritonPythonModel"]
 

@@ -13,21 +13,11 @@ from typing import Any
 
 import numpy as np
 
-try:  # in the server: the shared modules are copied next to this model.py
-    import zero_shot
-    from _common import input_error
-    from tokenizer import TritonPythonModel as TextTokenizer
-    from tokenizer import pb_utils
-except ImportError:
-    from tritongen.steps._common import input_error
-    from tritongen.steps.tokenizer import TritonPythonModel as TextTokenizer
-    from tritongen.steps.tokenizer import pb_utils
-    from tritongen.tasks.zero_shot_classification import zero_shot
-
-try:  # in the server: the contract is copied next to this model.py
-    from contract import CANDIDATE_LABELS, TEXT
-except ImportError:
-    from tritongen.contract import CANDIDATE_LABELS, TEXT
+from _tritongen_step import zero_shot
+from _tritongen_step._common import input_error
+from _tritongen_step.contract import CANDIDATE_LABELS, TEXT
+from _tritongen_step.tokenizer import TritonPythonModel as TextTokenizer
+from _tritongen_step.tokenizer import pb_utils
 
 __all__ = ["TritonPythonModel", "request_pairs"]
 

@@ -11,10 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-try:  # in the server: the shared modules are copied next to the step's model.py
-    from _common import softmax
-except ImportError:
-    from tritongen.steps._common import softmax
+from _tritongen_step._common import softmax
 
 __all__ = ["candidate_labels", "hypotheses", "ranked", "scores"]
 
