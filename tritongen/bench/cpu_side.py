@@ -33,6 +33,7 @@ from tritongen.bench.free_step import free_repository
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_input_data
 from tritongen.bench.tune import TuneGrid, TunePlan
 from tritongen.bench.tune import apply as tune_apply
+from tritongen.contract import BUCKETS, MAX_LENGTH, PADDING, TOKENIZER_FILE
 from tritongen.errors import BenchError
 from tritongen.repository.layout import read_config, step_names
 from tritongen.serve.server import Endpoints, TritonServer
@@ -176,11 +177,11 @@ def _tokenizer_settings(repository: Path, name: str) -> tuple[Path, int, str]:
     folder = repository / step_names(name)["tokenizer"]
     parameters = {k: v.string_value for k, v in read_config(folder / "config.pbtxt").parameters.items()}
     versions = sorted((int(p.name) for p in folder.iterdir() if p.name.isdigit()), reverse=True)
-    if "max_length" not in parameters or not versions:
+    if MAX_LENGTH not in parameters or not versions:
         raise BenchError(f"`{name}` has no text tokenizer step; the CPU-side bench drives text ensembles")
-    tokenizer = folder / str(versions[0]) / parameters.get("tokenizer_file", "tokenizer.json")
-    buckets = "longest" if parameters.get("padding") == "longest" else parameters.get("buckets", "")
-    return tokenizer, int(parameters["max_length"]), buckets
+    tokenizer = folder / str(versions[0]) / parameters.get(TOKENIZER_FILE, "tokenizer.json")
+    buckets = "longest" if parameters.get(PADDING) == "longest" else parameters.get(BUCKETS, "")
+    return tokenizer, int(parameters[MAX_LENGTH]), buckets
 
 
 def measure_ceiling(

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tritongen.contract import DIMENSIONS, EMBEDDING, PROMPT_NAME, TEXT, TRUNCATED
+from tritongen.contract import DIMENSIONS, EMBEDDING, MAX_LENGTH, PROMPT_NAME, TEXT, TRUNCATED
 from tritongen.errors import GatewayError, describe
 from tritongen.gateway.auth import check_key
 from tritongen.gateway.discovery import local_folder, served_names
@@ -220,7 +220,7 @@ class Gateway:
         if truncated is None or not truncated.any():
             return
         index = int(np.flatnonzero(truncated.reshape(-1))[0])
-        limit = model.tokenizer.truncation["max_length"] if model.tokenizer is not None else None
+        limit = model.tokenizer.truncation[MAX_LENGTH] if model.tokenizer is not None else None
         longer = f"longer than the model's {limit} tokens" if limit else "longer than the model takes"
         raise GatewayError(
             413,

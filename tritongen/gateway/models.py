@@ -20,7 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritongen.contract import EMBEDDING, PROBABILITIES, SCORE, SPARSE_INDICES, SPARSE_VALUES, TEXT, TEXT_PAIR
+from tritongen.contract import (
+    EMBEDDING,
+    LABELS_FILE,
+    MAX_LENGTH,
+    PROBABILITIES,
+    SCORE,
+    SPARSE_INDICES,
+    SPARSE_VALUES,
+    STRIDE,
+    TEXT,
+    TEXT_PAIR,
+    TOKENIZER_FILE,
+)
 from tritongen.errors import GatewayError
 from tritongen.gateway.errors import model_not_found, unsupported_route
 
@@ -190,15 +202,15 @@ def describe_models(
             params = _parameters(configs[step])
             if "normalize" in params:
                 normalized = params["normalize"] == "true"
-            labels_path = _step_file(repository, step, versions.get(step), params.get("labels_file", ""))
+            labels_path = _step_file(repository, step, versions.get(step), params.get(LABELS_FILE, ""))
             if labels_path is not None:
                 labels = tuple(json.loads(labels_path.read_text(encoding="utf-8")))
-            if params.get("max_length", "").isdigit() and max_length is None:
-                max_length = int(params["max_length"])
-            if "tokenizer_file" in params and "max_length" in params and tokenizer is None:
+            if params.get(MAX_LENGTH, "").isdigit() and max_length is None:
+                max_length = int(params[MAX_LENGTH])
+            if TOKENIZER_FILE in params and MAX_LENGTH in params and tokenizer is None:
                 # A windowed step (a `stride` between windows: long_text chunk, NER) reads every token of a text.
-                cut = None if "stride" in params else params["max_length"]
-                path = _step_file(repository, step, versions.get(step), params["tokenizer_file"])
+                cut = None if STRIDE in params else params[MAX_LENGTH]
+                path = _step_file(repository, step, versions.get(step), params[TOKENIZER_FILE])
                 tokenizer = _load_tokenizer(path, cut)
         models[name] = ModelInfo(
             name,

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tritongen.contract import WINDOW_EXAMPLE
 from tritongen.errors import RepositoryError, describe
 
 __all__ = ["built_sizing", "config_json", "read_config", "served_steps", "served_windows", "step_names"]
@@ -70,7 +71,7 @@ def served_windows(repository: Path, name: str) -> bool | None:
     path = Path(repository) / step_names(name)["tokenizer"] / "config.pbtxt"
     if not path.is_file():
         return None
-    return any(output.name == "window_example" for output in read_config(path).output)
+    return any(output.name == WINDOW_EXAMPLE for output in read_config(path).output)
 
 
 def built_sizing(repository: Path, name: str) -> dict[str, int]:

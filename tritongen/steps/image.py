@@ -39,9 +39,9 @@ except ImportError:
     from tritongen.steps._common import input_error, model_parameters
 
 try:  # in the server: the contract is copied next to this model.py
-    from contract import IMAGE
+    from contract import IMAGE, PIXEL_VALUES
 except ImportError:
-    from tritongen.contract import IMAGE
+    from tritongen.contract import IMAGE, PIXEL_VALUES
 
 __all__ = ["DEFAULT_MAX_PIXELS", "ImageEncoder", "ImageSettings", "TritonPythonModel"]
 
@@ -123,7 +123,7 @@ class ImageSettings:
 class ImageEncoder:
     """Decode encoded images and turn them into the model's ``pixel_values``, as the image processor does."""
 
-    input_names = ("pixel_values",)
+    input_names = (PIXEL_VALUES,)
 
     def __init__(self, settings: ImageSettings) -> None:
         self.settings = settings
@@ -200,7 +200,7 @@ class ImageEncoder:
 
     def pack(self, pixels: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
         """Stack encoded images into the model's inputs."""
-        return {"pixel_values": np.stack(list(pixels)).astype(np.float32)}
+        return {PIXEL_VALUES: np.stack(list(pixels)).astype(np.float32)}
 
     def __call__(self, images: Sequence[bytes]) -> dict[str, np.ndarray]:
         """Decode, preprocess and stack in one step."""

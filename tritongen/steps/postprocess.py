@@ -26,9 +26,9 @@ except ImportError:
     from tritongen.steps._common import PerRequestStep, model_parameters, read_json, resolve_version_file, softmax
 
 try:  # in the server: the contract is copied next to this model.py
-    from contract import LABEL, LABELS, PROBABILITIES, SCORE
+    from contract import LABEL, LABELS, LABELS_FILE, PROBABILITIES, SCORE
 except ImportError:
-    from tritongen.contract import LABEL, LABELS, PROBABILITIES, SCORE
+    from tritongen.contract import LABEL, LABELS, LABELS_FILE, PROBABILITIES, SCORE
 
 __all__ = [
     "BatchedPostprocess",
@@ -119,7 +119,7 @@ class TritonPythonModel:
 
     def labels(self, params: dict[str, str], args: dict[str, str]) -> list[str]:
         """The label names the build wrote (``labels_file``), in id order."""
-        return read_json(resolve_version_file(args, params.get("labels_file", "labels.json")))
+        return read_json(resolve_version_file(args, params.get(LABELS_FILE, "labels.json")))
 
 
 class BatchedPostprocess(TritonPythonModel):

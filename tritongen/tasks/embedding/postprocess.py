@@ -29,9 +29,9 @@ except ImportError:
     from tritongen.steps.postprocess import BatchedPostprocess, input_array, l2_normalize, truncate
 
 try:  # in the server: the contract is copied next to this model.py
-    from contract import DIMENSIONS, EMBEDDING
+    from contract import DIMENSIONS, EMBEDDING, WINDOW_EXAMPLE, WINDOW_TOKENS
 except ImportError:
-    from tritongen.contract import DIMENSIONS, EMBEDDING
+    from tritongen.contract import DIMENSIONS, EMBEDDING, WINDOW_EXAMPLE, WINDOW_TOKENS
 
 __all__ = ["TritonPythonModel", "combine_windows", "truncate"]
 
@@ -71,7 +71,7 @@ class TritonPythonModel(BatchedPostprocess):
         self.normalize = params.get("normalize", "false") == "true"
         names = getattr(self, "input_names", ())  # the fold proof calls setup alone
         self.dimensions = DIMENSIONS in names
-        self.windowed = "window_example" in names
+        self.windowed = WINDOW_EXAMPLE in names
 
     def initialize(self, args: dict[str, str]) -> None:
         """Read the inputs the step takes, then the base's settings."""
@@ -86,7 +86,7 @@ class TritonPythonModel(BatchedPostprocess):
         """One request's embeddings: its windows combined (chunked builds), then cut to its ``DIMENSIONS``."""
         values = input_array(request, self.input_name)
         if self.windowed:
-            owners, tokens = input_array(request, "window_example"), input_array(request, "window_tokens")
+            owners, tokens = input_array(request, WINDOW_EXAMPLE), input_array(request, WINDOW_TOKENS)
             values = combine_windows(values, owners, tokens)
         dims = requested_dimensions(_optional_input(request, DIMENSIONS)) if self.dimensions else None
         if dims is not None:

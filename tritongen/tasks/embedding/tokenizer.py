@@ -21,9 +21,9 @@ except ImportError:
     from tritongen.steps.tokenizer import WindowedTokenizer
 
 try:  # in the server: the contract is copied next to this model.py
-    from contract import TRUNCATED
+    from contract import STRIDE, TRUNCATED, WINDOW_EXAMPLE, WINDOW_TOKENS
 except ImportError:
-    from tritongen.contract import TRUNCATED
+    from tritongen.contract import STRIDE, TRUNCATED, WINDOW_EXAMPLE, WINDOW_TOKENS
 
 __all__ = ["TritonPythonModel", "text_tokens"]
 
@@ -39,7 +39,7 @@ class TritonPythonModel(WindowedTokenizer):
 
     def setup(self, params: dict[str, str]) -> None:
         """Read the window overlap and the most windows per request."""
-        self.stride = int(params["stride"])
+        self.stride = int(params[STRIDE])
         self.max_windows = int(params["max_windows"])
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
@@ -47,7 +47,7 @@ class TritonPythonModel(WindowedTokenizer):
         texts, _ = self.read(request)
         windows, owners = self.windows(texts, self.stride)
         arrays = self.encoder.pack(windows)
-        arrays["window_example"] = owners.reshape(-1, 1)
-        arrays["window_tokens"] = text_tokens(windows)
+        arrays[WINDOW_EXAMPLE] = owners.reshape(-1, 1)
+        arrays[WINDOW_TOKENS] = text_tokens(windows)
         arrays[TRUNCATED] = np.zeros((len(texts), 1), dtype=bool)
         return {name: arrays[name] for name in self.output_names}

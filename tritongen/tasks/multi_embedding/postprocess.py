@@ -39,9 +39,17 @@ except ImportError:
     from tritongen.steps.sparse import pad_rows, token_weights
 
 try:  # in the server: the contract is copied next to this model.py
-    from contract import COLBERT, COLBERT_LENGTH, EMBEDDING, SPARSE_INDICES, SPARSE_VALUES
+    from contract import ATTENTION_MASK, COLBERT, COLBERT_LENGTH, EMBEDDING, INPUT_IDS, SPARSE_INDICES, SPARSE_VALUES
 except ImportError:
-    from tritongen.contract import COLBERT, COLBERT_LENGTH, EMBEDDING, SPARSE_INDICES, SPARSE_VALUES
+    from tritongen.contract import (
+        ATTENTION_MASK,
+        COLBERT,
+        COLBERT_LENGTH,
+        EMBEDDING,
+        INPUT_IDS,
+        SPARSE_INDICES,
+        SPARSE_VALUES,
+    )
 
 __all__ = ["TritonPythonModel"]
 
@@ -95,7 +103,7 @@ class TritonPythonModel(PostprocessBase):
         def process(request: Any) -> dict[str, np.ndarray]:
             asked = set(request.requested_output_names())
             names = [n for n in self.output_names if n in asked] or self.output_names
-            arrays = [input_array(request, name) for name in (self.input_name, "input_ids", "attention_mask")]
+            arrays = [input_array(request, name) for name in (self.input_name, INPUT_IDS, ATTENTION_MASK)]
             outputs = self.process(*arrays, set(names))
             return {name: outputs[name] for name in names}
 

@@ -21,9 +21,9 @@ except ImportError:
     from tritongen.tasks.question_answering import qa
 
 try:  # in the server: the contract is copied next to this model.py
-    from contract import ANSWER, CONTEXT, END, SCORE, START
+    from contract import ANSWER, ATTENTION_MASK, CONTEXT, END, OFFSETS, SCORE, START, WINDOW_EXAMPLE, WORD_IDS
 except ImportError:
-    from tritongen.contract import ANSWER, CONTEXT, END, SCORE, START
+    from tritongen.contract import ANSWER, ATTENTION_MASK, CONTEXT, END, OFFSETS, SCORE, START, WINDOW_EXAMPLE, WORD_IDS
 
 __all__ = ["TritonPythonModel", "answer_arrays"]
 
@@ -53,16 +53,16 @@ class TritonPythonModel(RequestPostprocess):
         """The best answer of every pair of one request."""
         contexts = decode_texts(input_array(request, CONTEXT), CONTEXT)
         spans = input_array(request, "span_logits")
-        attention = input_array(request, "attention_mask")
+        attention = input_array(request, ATTENTION_MASK)
         windows = qa.QAWindows(
             input_ids=attention,  # decoding reads only its shape
             attention_mask=attention,
             token_type_ids=np.zeros_like(attention),
-            example_index=input_array(request, "window_example").reshape(-1),
+            example_index=input_array(request, WINDOW_EXAMPLE).reshape(-1),
             lengths=attention.sum(axis=1),
-            offsets=input_array(request, "offsets"),
+            offsets=input_array(request, OFFSETS),
             sequence_ids=input_array(request, "sequence_ids"),
-            word_ids=input_array(request, "word_ids"),
+            word_ids=input_array(request, WORD_IDS),
             p_mask=input_array(request, "p_mask").astype(bool),
             num_examples=len(contexts),
             max_seq_len=attention.shape[1],

@@ -20,9 +20,9 @@ except ImportError:
     from tritongen.tasks.question_answering import qa
 
 try:  # in the server: the contract is copied next to this model.py
-    from contract import CONTEXT, QUESTION
+    from contract import CONTEXT, OFFSETS, QUESTION, WINDOW_EXAMPLE, WORD_IDS
 except ImportError:
-    from tritongen.contract import CONTEXT, QUESTION
+    from tritongen.contract import CONTEXT, OFFSETS, QUESTION, WINDOW_EXAMPLE, WORD_IDS
 
 __all__ = ["TritonPythonModel"]
 
@@ -51,10 +51,10 @@ class TritonPythonModel(WindowedTokenizer):
         )
         arrays = {
             **windows.model_inputs(),
-            "window_example": windows.example_index.reshape(-1, 1),
+            WINDOW_EXAMPLE: windows.example_index.reshape(-1, 1),
             "sequence_ids": windows.sequence_ids,
             "p_mask": windows.p_mask,
-            "word_ids": windows.word_ids,
-            "offsets": windows.offsets,
+            WORD_IDS: windows.word_ids,
+            OFFSETS: windows.offsets,
         }
         return {name: arrays[name] for name in self.output_names}

@@ -21,6 +21,11 @@ except ImportError:
     from tritongen.steps.tokenizer import TextEncoder
     from tritongen.steps.tokenizer import TritonPythonModel as TextTokenizer
 
+try:  # in the server: the contract is copied next to this model.py
+    from contract import ATTENTION_MASK, INPUT_IDS
+except ImportError:
+    from tritongen.contract import ATTENTION_MASK, INPUT_IDS
+
 __all__ = ["PromptEncoder", "TritonPythonModel"]
 
 
@@ -55,7 +60,7 @@ class PromptEncoder:
         for index, row in enumerate(rows):
             ids[index, : len(row)] = row
             mask[index, : len(row)] = 1
-        return {"input_ids": ids, "attention_mask": mask}
+        return {INPUT_IDS: ids, ATTENTION_MASK: mask}
 
 
 class TritonPythonModel(TextTokenizer):

@@ -22,9 +22,29 @@ except ImportError:
     from tritongen.tasks.token_classification import ner
 
 try:  # in the server: the contract is copied next to this model.py
-    from contract import ENTITIES, TEXT
+    from contract import (
+        ENTITIES,
+        INPUT_IDS,
+        LOGITS,
+        OFFSETS,
+        SPECIAL_MASK,
+        TEXT,
+        TOKENIZER_FILE,
+        WINDOW_EXAMPLE,
+        WORD_IDS,
+    )
 except ImportError:
-    from tritongen.contract import ENTITIES, TEXT
+    from tritongen.contract import (
+        ENTITIES,
+        INPUT_IDS,
+        LOGITS,
+        OFFSETS,
+        SPECIAL_MASK,
+        TEXT,
+        TOKENIZER_FILE,
+        WINDOW_EXAMPLE,
+        WORD_IDS,
+    )
 
 __all__ = ["TritonPythonModel"]
 
@@ -36,7 +56,7 @@ class TritonPythonModel(RequestPostprocess):
         """Read the labels, the strategy and the tokenizer's vocabulary."""
         from tokenizers import Tokenizer
 
-        path = resolve_version_file(args, params.get("tokenizer_file", "tokenizer.json"))
+        path = resolve_version_file(args, params.get(TOKENIZER_FILE, "tokenizer.json"))
         unk_token = params.get("unk_token") or None
         vocab = ner.TokenVocab.from_tokenizer(Tokenizer.from_file(str(path)), unk_token=unk_token)
         strategy = params.get("aggregation_strategy", "simple")
@@ -45,9 +65,9 @@ class TritonPythonModel(RequestPostprocess):
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """The entities of every text of one request."""
         texts = decode_texts(input_array(request, TEXT), TEXT)
-        encoded = {name: input_array(request, name) for name in ("input_ids", "special_mask", "word_ids", "offsets")}
+        encoded = {name: input_array(request, name) for name in (INPUT_IDS, SPECIAL_MASK, WORD_IDS, OFFSETS)}
         entities = ner.aggregate_windows(
-            input_array(request, "logits"), encoded, input_array(request, "window_example"), texts, self.aggregation
+            input_array(request, LOGITS), encoded, input_array(request, WINDOW_EXAMPLE), texts, self.aggregation
         )
         rows = [[json.dumps(row, ensure_ascii=False).encode("utf-8")] for row in entities]
         return {ENTITIES: np.array(rows, dtype=np.object_)}

@@ -20,9 +20,9 @@ except ImportError:
     from tritongen.tasks.token_classification import ner
 
 try:  # in the server: the contract is copied next to this model.py
-    from contract import TEXT
+    from contract import STRIDE, TEXT, WINDOW_EXAMPLE
 except ImportError:
-    from tritongen.contract import TEXT
+    from tritongen.contract import STRIDE, TEXT, WINDOW_EXAMPLE
 
 __all__ = ["TritonPythonModel"]
 
@@ -32,7 +32,7 @@ class TritonPythonModel(WindowedTokenizer):
 
     def setup(self, params: dict[str, str]) -> None:
         """Read the window overlap and the most windows per request."""
-        self.stride = int(params["stride"])
+        self.stride = int(params[STRIDE])
         self.max_windows = int(params["max_windows"])
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
@@ -41,5 +41,5 @@ class TritonPythonModel(WindowedTokenizer):
         windows, owners = self.windows(texts, self.stride)
         width = self.encoder.bucket(max((len(w.ids) for w in windows), default=1))
         arrays = ner.pack_encodings(windows, width, self.encoder.pad_id, self.encoder.pad_type_id)
-        arrays["window_example"] = owners.reshape(-1, 1)
+        arrays[WINDOW_EXAMPLE] = owners.reshape(-1, 1)
         return {name: arrays[name] for name in self.output_names}

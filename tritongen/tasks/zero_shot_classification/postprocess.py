@@ -21,9 +21,9 @@ except ImportError:
     from tritongen.tasks.zero_shot_classification import zero_shot
 
 try:  # in the server: the contract is copied next to this model.py
-    from contract import CANDIDATE_LABELS, LABELS, SCORES
+    from contract import CANDIDATE_LABELS, LABELS, LOGITS, SCORES
 except ImportError:
-    from tritongen.contract import CANDIDATE_LABELS, LABELS, SCORES
+    from tritongen.contract import CANDIDATE_LABELS, LABELS, LOGITS, SCORES
 
 __all__ = ["TritonPythonModel"]
 
@@ -39,7 +39,7 @@ class TritonPythonModel(RequestPostprocess):
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """Each text's labels ranked by score (the tokenizer step already checked the request)."""
-        logits = input_array(request, "logits")
+        logits = input_array(request, LOGITS)
         owners = input_array(request, "pair_text").reshape(-1)
         rows = decode_texts(input_array(request, CANDIDATE_LABELS), CANDIDATE_LABELS)
         parsed = [zero_shot.candidate_labels(raw, row) for row, raw in enumerate(rows)]
