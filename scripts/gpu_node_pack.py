@@ -100,6 +100,7 @@ def _wheels(carry: Path, cache: Path) -> None:
 
 def _build(carry: Path, repository: Path, name: str, fp32: Path | None) -> None:
     """The build's newest version, its model file apart; what the check reads of it."""
+    from tritongen.contract import BUCKETS, MAX_LENGTH, PADDING, TOKENIZER_FILE
     from tritongen.repository.layout import read_config, step_names
     from tritongen.repository.staging import existing_versions
 
@@ -121,14 +122,12 @@ def _build(carry: Path, repository: Path, name: str, fp32: Path | None) -> None:
             (carry / "repo" / folder / "1" / "model.onnx").write_bytes(b"")  # the check links the model in
         if role == "tokenizer":
             parameters = {k: v.string_value for k, v in config.parameters.items()}
-            shutil.copy2(source / str(version) / parameters.get("tokenizer_file", "tokenizer.json"),
+            shutil.copy2(source / str(version) / parameters.get(TOKENIZER_FILE, "tokenizer.json"),
                          carry / "tokenizer.json")  # fmt: skip
             buckets = (
-                None
-                if parameters.get("padding") == "longest"
-                else [int(b) for b in parameters["buckets"].split(",") if b]
+                None if parameters.get(PADDING) == "longest" else [int(b) for b in parameters[BUCKETS].split(",") if b]
             )
-            summary = {"name": name, "max_length": int(parameters["max_length"]), "buckets": buckets}
+            summary = {"name": name, MAX_LENGTH: int(parameters[MAX_LENGTH]), BUCKETS: buckets}
             (carry / "build.json").write_text(json.dumps(summary))
     record = json.loads((repository / name / str(existing_versions(repository / name)[-1]) / "build.json").read_text())
     checkpoint = Path(record["checkpoint"]) / "config.json"
