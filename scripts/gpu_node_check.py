@@ -49,7 +49,6 @@ from typing import Any
 
 CONCURRENCY = (1, 8, 32, 128, 256)
 GPU_BATCHES = (1, 8, 32, 64, 128)
-STEP_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def _free_port() -> int:
@@ -253,11 +252,13 @@ def verify(node: Node, out: Path) -> dict[str, Any]:
 def _token_data(node: Node, texts: list[str], path: Path, inputs: list[str]) -> None:
     """perf_analyzer input: one request per text, its token ids bucket-padded as the tokenizer step pads them."""
     sys.path.insert(0, str(node.carry / "src"))
+    from tritongen.contract import ATTENTION_MASK, BUCKETS, INPUT_IDS, MAX_LENGTH, TOKEN_TYPE_IDS
     from tritongen.steps.tokenizer import TextEncoder
 
+    step_inputs = (INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS)
     settings = json.loads((node.carry / "build.json").read_text())
     encoder = TextEncoder(
-        str(node.carry / "tokenizer.json"), settings["max_length"], settings["buckets"], input_names=STEP_INPUTS
+        str(node.carry / "tokenizer.json"), settings[MAX_LENGTH], settings[BUCKETS], input_names=step_inputs
     )
     rows = []
     for text in texts:
@@ -403,11 +404,13 @@ def in_process(node: Node, texts: list[str], quick: bool) -> dict[str, Any]:
     sys.path.insert(0, str(node.carry / "src"))
     import onnxruntime as ort
 
+    from tritongen.contract import ATTENTION_MASK, BUCKETS, INPUT_IDS, MAX_LENGTH, TOKEN_TYPE_IDS
     from tritongen.steps.tokenizer import TextEncoder
 
+    step_inputs = (INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS)
     settings = json.loads((node.carry / "build.json").read_text())
     encoder = TextEncoder(
-        str(node.carry / "tokenizer.json"), settings["max_length"], settings["buckets"], input_names=STEP_INPUTS
+        str(node.carry / "tokenizer.json"), settings[MAX_LENGTH], settings[BUCKETS], input_names=step_inputs
     )
     seconds = 0.2 if quick else 3.0
     batches = (1, 8) if quick else GPU_BATCHES
@@ -434,13 +437,15 @@ def _torch_fp16(node: Node, encoder: Any, texts: list[str], batches: tuple[int, 
     import torch
     from transformers import AutoConfig, AutoModel
 
+    from tritongen.contract import ATTENTION_MASK
+
     model = AutoModel.from_config(AutoConfig.from_pretrained(str(node.carry / "config.json"))).half().cuda().eval()
 
     def forward(feed: dict) -> None:
         with torch.inference_mode():
             inputs = {k: torch.from_numpy(v).cuda(non_blocking=True) for k, v in feed.items()}
             hidden = model(**inputs).last_hidden_state
-            mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            mask = inputs[ATTENTION_MASK].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
             torch.nn.functional.normalize(pooled, dim=-1).float().cpu()
 

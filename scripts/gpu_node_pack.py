@@ -105,6 +105,7 @@ def _build(carry: Path, repository: Path, name: str, fp32: Path | None) -> None:
 
     from tritongen.configs.model_config import to_proto
     from tritongen.configs.parser import read_config
+    from tritongen.contract import BUCKETS, MAX_LENGTH, PADDING, TOKENIZER_FILE
     from tritongen.repository.layout import step_names
     from tritongen.repository.staging import existing_versions
 
@@ -122,14 +123,14 @@ def _build(carry: Path, repository: Path, name: str, fp32: Path | None) -> None:
             shutil.copy2(source / str(version) / "model.onnx", carry / "models" / "fp16.onnx")
             (carry / "repo" / folder / "1" / "model.onnx").write_bytes(b"")  # the check links the model in
         if role == "tokenizer":
-            shutil.copy2(source / str(version) / (config.parameter("tokenizer_file") or "tokenizer.json"),
+            shutil.copy2(source / str(version) / (config.parameter(TOKENIZER_FILE) or "tokenizer.json"),
                          carry / "tokenizer.json")  # fmt: skip
             buckets = (
                 None
-                if config.parameter("padding") == "longest"
-                else [int(b) for b in config.parameters["buckets"].split(",") if b]
+                if config.parameter(PADDING) == "longest"
+                else [int(b) for b in config.parameters[BUCKETS].split(",") if b]
             )
-            summary = {"name": name, "max_length": config.int_parameter("max_length"), "buckets": buckets}
+            summary = {"name": name, MAX_LENGTH: config.int_parameter(MAX_LENGTH), BUCKETS: buckets}
             (carry / "build.json").write_text(json.dumps(summary))
     record = json.loads((repository / name / str(existing_versions(repository / name)[-1]) / "build.json").read_text())
     checkpoint = Path(record["checkpoint"]) / "config.json"

@@ -125,7 +125,7 @@ COMMON_CASES += [{"question": q, "context": c} for c, questions in _MULTI.items(
 def _boundary_cases(tokenizer, question: str, text: str, sizes: tuple[int, ...]) -> list[dict[str, str]]:
     """Contexts (word prefixes of ``text``) whose pair with ``question`` is just under/at/over each size."""
     words = text.split(" ")
-    lengths = [len(tokenizer(question, " ".join(words[:n]))["input_ids"]) for n in range(1, len(words) + 1)]
+    lengths = [len(tokenizer(question, " ".join(words[:n])).input_ids) for n in range(1, len(words) + 1)]
     cases = []
     for size in sizes:
         fits = max(n for n, length in enumerate(lengths, 1) if length <= size)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tritongen.contract import ATTENTION_MASK, BUCKETS, INPUT_IDS, TOKEN_TYPE_IDS
 from tritongen.data.datasets import bench_texts
 from tritongen.repository.layout import step_names
 from tritongen.repository.staging import existing_versions
@@ -69,7 +70,7 @@ def main() -> None:
 
     names = step_names(args.name)
     model_dir, tokenizer_dir = (_newest(args.repository / names[s]) for s in ("model", "tokenizer"))
-    buckets = sorted(int(b) for b in _tokenizer_parameter(args.repository / names["tokenizer"], "buckets").split(","))
+    buckets = sorted(int(b) for b in _tokenizer_parameter(args.repository / names["tokenizer"], BUCKETS).split(","))
     max_length = buckets[-1]
     tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
     tokenizer.enable_truncation(max_length)
@@ -88,10 +89,10 @@ def main() -> None:
         feed = {name: np.zeros((len(batch), width), np.int64) for name in inputs}
         for i, row in enumerate(batch):
             n = lengths[row]
-            feed["input_ids"][i, :n] = encodings[row].ids
-            feed["attention_mask"][i, :n] = 1
-            if "token_type_ids" in feed:
-                feed["token_type_ids"][i, :n] = encodings[row].type_ids
+            feed[INPUT_IDS][i, :n] = encodings[row].ids
+            feed[ATTENTION_MASK][i, :n] = 1
+            if TOKEN_TYPE_IDS in feed:
+                feed[TOKEN_TYPE_IDS][i, :n] = encodings[row].type_ids
         session.run([output], feed)
         return len(batch) * width
 

@@ -28,6 +28,7 @@ def main() -> None:
     import onnxruntime as ort
     from transformers import AutoTokenizer
 
+    from tritongen.contract import ATTENTION_MASK, INPUT_IDS, SENTENCE_EMBEDDING, TOKEN_TYPE_IDS
     from tritongen.gates.accuracy import GateReference, default_texts
     from tritongen.gates.parity import ReferenceModel
     from tritongen.model.checkpoint import bundled_minilm, inspect_checkpoint
@@ -43,9 +44,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
         module = get_task("embedding").load_module(inspect_checkpoint(str(path)))
-        names = ["input_ids", "attention_mask", "token_type_ids"]
+        names = [INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS]
         encoder = TextEncoder(str(path / "tokenizer.json"), 256, [16, 32, 64, 128, 256], input_names=names)
-        export_onnx(module, encoder(["a b", "a longer text here"]), "sentence_embedding", work / "fp32.onnx")
+        export_onnx(module, encoder(["a b", "a longer text here"]), SENTENCE_EMBEDDING, work / "fp32.onnx")
         prepared = prepare_for_quantization(work / "fp32.onnx", work)
         layers = weight_matmuls(prepared)
         recipe = Int8Recipe("dynamic", [layer.node for layer in layers], encoder, default_texts("calibration")[:32])

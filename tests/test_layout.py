@@ -162,19 +162,42 @@ def test_functions_stay_short_when_written_in_the_package():
     assert long == []
 
 
-def test_public_tensor_names_are_spelled_only_in_the_contract_module():
-    """A public tensor's name as a string literal anywhere else is a vocabulary leaking (docstrings may name them)."""
+def _spelled_outside_the_contract(names: set[str], *folders: Path) -> list[str]:
+    """Where any of ``names`` is a whole string literal in ``folders``' modules, the contract's own module apart."""
     import io
     import tokenize
 
+    spelled = {f'"{name}"' for name in names} | {f"'{name}'" for name in names}
+    found = []
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
+            if path.name == "contract.py" and path.parent == PACKAGE:
+                continue
+            for token in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline):
+                if token.type == tokenize.STRING and token.string in spelled:
+                    found.append(f"{path.relative_to(folder.parent)}:{token.start[0]} {token.string}")
+    return found
+
+
+def test_public_tensor_names_are_spelled_only_in_the_contract_module():
+    """A public tensor's name as a string literal anywhere else is a vocabulary leaking (docstrings may name them)."""
     from tritongen.contract import PUBLIC
 
-    spelled = {f'"{name}"' for name in PUBLIC} | {f"'{name}'" for name in PUBLIC}
-    found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name == "contract.py" and path.parent == PACKAGE:
-            continue
-        for token in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline):
-            if token.type == tokenize.STRING and token.string in spelled:
-                found.append(f"{path.relative_to(PACKAGE)}:{token.start[0]} {token.string}")
-    assert found == []
+    assert _spelled_outside_the_contract(set(PUBLIC), PACKAGE) == []
+
+
+def test_names_between_steps_are_spelled_only_in_the_contract_module():
+    """The tensors the steps pass each other and the parameter keys they read: literals only in the contract.
+
+    ``padding``, ``buckets``, ``pad_id`` and ``stride`` are left out: the spec's padding modes, the tokenizers
+    library's padding settings and a task setting spell the same words for other things.
+    """
+    from tritongen import contract
+
+    names = {
+        contract.INPUT_IDS, contract.ATTENTION_MASK, contract.TOKEN_TYPE_IDS, *contract.TOKEN_METADATA,
+        contract.WINDOW_EXAMPLE, contract.WINDOW_TOKENS, contract.PIXEL_VALUES, contract.LOGITS,
+        contract.SENTENCE_EMBEDDING, contract.TOKENIZER_FILE, contract.MAX_LENGTH, contract.PAD_TYPE_ID,
+        contract.LABELS_FILE,
+    }  # fmt: skip
+    assert _spelled_outside_the_contract(names, PACKAGE, PACKAGE.parent / "scripts") == []

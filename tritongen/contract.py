@@ -1,11 +1,17 @@
-"""The ensemble's public tensors: the names and Triton types of what clients send and read, one vocabulary.
+"""The names the ensemble's parts agree on: its public tensors, then the tensors and parameters between its steps.
 
-Every task declares its ensemble's inputs and outputs with these names (``tritongen.tasks._tensors.public``);
-the Python steps, which have this module copied beside them, read and write them by these names; the gateway's
-routes declare which of them they need (``tritongen.gateway.models.ROUTE_NEEDS``); the client, the bench and
-docs/tasks.md's table of tensors use them. Nothing here imports anything, so that it runs in any container.
+The public tensors are the names and Triton types of what clients send and read, one vocabulary. Every task
+declares its ensemble's inputs and outputs with these names (``tritongen.tasks._tensors.public``); the Python
+steps, which have this module copied beside them, read and write them by these names; the gateway's routes declare
+which of them they need (``tritongen.gateway.models.ROUTE_NEEDS``); the client, the bench and docs/tasks.md's
+table of tensors use them.
 
-The step-internal tensors (``input_ids``, ``window_example``...) are each task's own and are not named here.
+Between the steps, not public: the tensors one step hands the next inside an ensemble (the tokenizer step's token
+arrays, the model step's inputs and outputs, a windowing step's owners), and the keys of the ``parameters`` a
+step's config carries. A task that declares a step's tensors, the step that reads or writes them, the builder, the
+gateway and the bench each spell them from here, so a name is changed in one place.
+
+Nothing here imports anything, so that it runs in any container.
 """
 
 from __future__ import annotations
@@ -13,9 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
-    "ANSWER", "CANDIDATE_LABELS", "COLBERT", "COLBERT_LENGTH", "CONTEXT", "DIMENSIONS", "EMBEDDING", "END",
-    "ENTITIES", "IMAGE", "LABEL", "LABELS", "PROBABILITIES", "PROMPT_NAME", "PUBLIC", "QUESTION", "SCORE", "SCORES",
-    "SPARSE_INDICES", "SPARSE_VALUES", "START", "TEXT", "TEXT_PAIR", "TOKEN_COUNT", "TRUNCATED", "Public",
+    "ANSWER", "ATTENTION_MASK", "BUCKETS", "CANDIDATE_LABELS", "COLBERT", "COLBERT_LENGTH", "CONTEXT", "DIMENSIONS",
+    "EMBEDDING", "END", "ENTITIES", "IMAGE", "INPUT_IDS", "LABEL", "LABELS", "LABELS_FILE", "LOGITS", "MAX_LENGTH",
+    "OFFSETS", "PADDING", "PAD_ID", "PAD_TYPE_ID", "PIXEL_VALUES", "PROBABILITIES", "PROMPT_NAME", "PUBLIC",
+    "QUESTION", "SCORE", "SCORES", "SENTENCE_EMBEDDING", "SPARSE_INDICES", "SPARSE_VALUES", "SPECIAL_MASK", "START",
+    "STRIDE", "TEXT", "TEXT_PAIR", "TOKENIZER_FILE", "TOKEN_COUNT", "TOKEN_METADATA", "TOKEN_TYPE_IDS", "TRUNCATED",
+    "WINDOW_EXAMPLE", "WINDOW_TOKENS", "WORD_IDS", "Public",
 ]  # fmt: skip
 
 # Inputs.
@@ -85,3 +94,35 @@ PUBLIC: dict[str, Public] = {
     COLBERT: Public("TYPE_FP32", None),
     COLBERT_LENGTH: Public("TYPE_INT32"),
 }
+
+
+# --- Between the steps: not public --------------------------------------------------------------------------------
+# Clients never send or read these; the server checks each ensemble's wiring of them against the steps' configs.
+
+# The tokenizer step's token arrays, which are the model step's inputs (the names transformers gives them).
+INPUT_IDS = "input_ids"
+ATTENTION_MASK = "attention_mask"
+TOKEN_TYPE_IDS = "token_type_ids"
+# Per token, where it came from, for a postprocess that maps tokens back to the text (NER, QA).
+SPECIAL_MASK = "special_mask"
+WORD_IDS = "word_ids"
+OFFSETS = "offsets"
+TOKEN_METADATA = (SPECIAL_MASK, WORD_IDS, OFFSETS)
+# A windowing tokenizer's rows: the request row each window belongs to, and how many of its tokens are text.
+WINDOW_EXAMPLE = "window_example"
+WINDOW_TOKENS = "window_tokens"
+# The image step's output, the vision model's input.
+PIXEL_VALUES = "pixel_values"
+# The model step's outputs that a postprocess reads.
+LOGITS = "logits"
+SENTENCE_EMBEDDING = "sentence_embedding"
+
+# Keys of a step config's ``parameters`` (string values).
+TOKENIZER_FILE = "tokenizer_file"  # the tokenizer.json beside the step's version
+MAX_LENGTH = "max_length"  # tokens per row, the truncation length
+BUCKETS = "buckets"  # the padded lengths, comma-separated
+PADDING = "padding"  # "longest": pad each call to its longest row, not to a bucket
+PAD_ID = "pad_id"
+PAD_TYPE_ID = "pad_type_id"
+STRIDE = "stride"  # the tokens two windows share; present: the tokenizer cuts texts into windows
+LABELS_FILE = "labels_file"  # the labels.json a postprocess names its classes from

@@ -42,6 +42,7 @@ from tritongen.bench.tune import TuneGrid, TunePlan, TunePoint, tune
 from tritongen.builder.pipeline import build_repository
 from tritongen.builder.spec import load_spec, recorded_spec
 from tritongen.buildspec import DynamicBatchingSettings
+from tritongen.contract import ATTENTION_MASK, INPUT_IDS, MAX_LENGTH, TOKEN_TYPE_IDS
 from tritongen.data.datasets import bench_texts
 from tritongen.errors import BenchError, ServerError
 from tritongen.repository.layout import step_names
@@ -118,7 +119,7 @@ def _pipeline_server(meta: Mapping[str, Any], name: str, log: Path) -> Iterator[
     port = free_port()
     command = [
         sys.executable, "-m", "tritongen.bench.pipeline_server", "--model", meta["checkpoint"], "--task", meta["task"],
-        "--name", name, "--max-length", str(meta["max_length"]), "--port", str(port),
+        "--name", name, "--max-length", str(meta[MAX_LENGTH]), "--port", str(port),
     ]  # fmt: skip
     with open(log, "wb") as handle:
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=server_environment())
@@ -233,13 +234,13 @@ def _fp32_check(run: _BenchRun) -> Fp32Check:
     checkpoint = inspect_checkpoint(run.meta["checkpoint"])
     module = get_task("embedding").load_module(checkpoint)
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
-    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in run.meta["inputs"]]
+    names = [n for n in (INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS) if n in run.meta["inputs"]]
 
     def reference(texts: list[str]) -> np.ndarray:
         rows = []
         with torch.no_grad():
             for text in texts:
-                batch = tokenizer(text, truncation=True, max_length=run.meta["max_length"], return_tensors="pt")
+                batch = tokenizer(text, truncation=True, max_length=run.meta[MAX_LENGTH], return_tensors="pt")
                 rows.append(module(**{n: batch[n] for n in names}).numpy()[0])
         return np.array(rows, np.float32)
 
@@ -397,7 +398,7 @@ def _measure_in_process(run: _BenchRun) -> list[Any]:
         session,
         tokenizer_dir / str(existing_versions(tokenizer_dir)[-1]) / "tokenizer.json",
         run.meta["inputs"],
-        run.meta["max_length"],
+        run.meta[MAX_LENGTH],
         run.texts,
     )
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from tritongen.buildspec import BuildSpec, bucket_lengths, instance_group
 from tritongen.configs.model_config import EnsembleStep, ModelConfig, Tensor, generated_comment
+from tritongen.contract import ATTENTION_MASK, PADDING
 from tritongen.repository.layout import step_names
 from tritongen.runtimes import ModelStep, get_runtime
 from tritongen.tasks import TaskPlan
@@ -75,7 +76,7 @@ def step_configs(
     model_step = ModelStep(spec, names["model"], names["ensemble"], wiring.tokens, model_out, buckets, plan.row_length)
     parameters = {
         **plan.modality.step_parameters(plan, buckets, pad_id),
-        **_padding(tokenizer_facts, spec.padding if "attention_mask" in plan.inputs else "buckets"),
+        **_padding(tokenizer_facts, spec.padding if ATTENTION_MASK in plan.inputs else "buckets"),
         **plan.tokenizer_parameters,
     }
     batching = _python_batching(spec, plan)
@@ -163,7 +164,7 @@ def _padding(tokenizer_facts: Mapping[str, str] | None, padding: str) -> dict[st
     side = (tokenizer_facts or {}).get("padding_side", "right")
     return {
         **({"padding_side": side} if side != "right" else {}),
-        **({"padding": padding} if padding != "buckets" else {}),
+        **({PADDING: padding} if padding != "buckets" else {}),
     }
 
 

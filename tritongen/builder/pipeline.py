@@ -36,6 +36,7 @@ from tritongen.builder.ensemble import step_configs
 from tritongen.builder.spec import check_spec
 from tritongen.buildspec import BuildSpec
 from tritongen.configs.render import render_all
+from tritongen.contract import MAX_LENGTH, WINDOW_EXAMPLE
 from tritongen.errors import RepositoryError, SpecError, UnsupportedModelError, stage
 from tritongen.gates.accuracy import AccuracyReport
 from tritongen.gates.compat import ContainerReport, ContainerSession, container_python
@@ -375,7 +376,7 @@ def _same_windows(plan: BuildPlan) -> None:
     ``long_text`` stays what its name was first built with.
     """
     served = served_windows(plan.spec.repository, plan.spec.name)
-    windowed = any(t.name == "window_example" for t in plan.bound.tokenizer_outputs)
+    windowed = any(t.name == WINDOW_EXAMPLE for t in plan.bound.tokenizer_outputs)
     if served is not None and served != windowed:
         how = ("split texts into windows", "does not") if served else ("do not split texts into windows", "does")
         raise SpecError(
@@ -524,7 +525,7 @@ def _build_record(plan: BuildPlan, variant: Variant | None) -> dict[str, Any]:
         "spec": plan.spec.to_dict(),
         "checkpoint": str(plan.checkpoint.path),
         "task": plan.bound.task,
-        "max_length": plan.max_length,
+        MAX_LENGTH: plan.max_length,
         "inputs": plan.inputs,
         "position_limit": plan.facts.position_limit,
         "variant": _runtime(plan).variant_name(plan.spec, variant),

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from tritongen.contract import ATTENTION_MASK
 from tritongen.errors import AccuracyError, SpecError
 from tritongen.gates.parity import ReferenceModel
 from tritongen.steps._common import softmax
@@ -429,7 +430,7 @@ def _reference_chunk(
     segments = [chunk_texts] + ([chunk_pairs] if chunk_pairs is not None else [])
     batch = model.encode(segments, padding=True)
     reference = model.run(batch).astype(np.float32)
-    return _Chunk(rows, chunk_texts, chunk_pairs, reference, batch["attention_mask"].numpy().astype(bool))
+    return _Chunk(rows, chunk_texts, chunk_pairs, reference, batch[ATTENTION_MASK].numpy().astype(bool))
 
 
 def _rebatch(chunks: Sequence[_Chunk], bucket: Any, *, rows: int = 32, tokens: int = 2048) -> list[_Chunk]:

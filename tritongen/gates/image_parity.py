@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tritongen.contract import PIXEL_VALUES
 from tritongen.gates.parity import ParityReport, ParityRow
 
 __all__ = ["check_image_parity", "parity_images", "reference_image"]
@@ -88,12 +89,12 @@ def check_image_parity(
 
     images = dict(parity_images() if images is None else images)
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    served_pixels = encoder(list(images.values()))["pixel_values"]
-    exported = session.run(None, {"pixel_values": served_pixels})[0]
+    served_pixels = encoder(list(images.values()))[PIXEL_VALUES]
+    exported = session.run(None, {PIXEL_VALUES: served_pixels})[0]
     rows, mismatches = [], []
     for (name, data), pixels, exported_row in zip(images.items(), served_pixels, exported, strict=True):
         reference_pixels = processor(images=reference_image(data, bool(processor.do_convert_rgb)), return_tensors="pt")[
-            "pixel_values"
+            PIXEL_VALUES
         ]
         same_shape = reference_pixels.shape[1:] == pixels.shape
         if not same_shape or float(np.abs(reference_pixels[0].numpy() - pixels).max()) > tolerance:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tritongen.contract import INPUT_IDS, TOKEN_TYPE_IDS
 from tritongen.errors import ParityError
 
 __all__ = [
@@ -156,9 +157,10 @@ def check_parity(
     Per-token outputs ([seq, ...] per text) are compared on the real tokens only; the argmax is
     taken along ``argmax_axis`` of one text's output (-1: per token for token labels; 0: the most
     likely token of each column, e.g. the answer's start and end). ``pad_to_max``: the model reads no attention
-    mask, so both paths pad every text to ``max_length`` (the reference as ``padding="max_length"``).
+    mask, so both paths pad every text to ``max_length`` (the reference as ``padding=PaddingStrategy.MAX_LENGTH``).
     """
     import onnxruntime as ort
+    from transformers.utils import PaddingStrategy
 
     encoder = model.encoder
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
@@ -169,14 +171,14 @@ def check_parity(
     second = list(pairs) if pairs is not None else [None] * len(texts)
     for text, pair, encoding, exported_row in zip(texts, second, encodings, exported, strict=True):
         segments = (text,) if pair is None else (text, pair)
-        reference_inputs = model.encode(segments, **({"padding": "max_length"} if pad_to_max else {}))
-        served_ids = encoder.pack([encoding])["input_ids"][0].tolist() if pad_to_max else list(encoding.ids)
-        if reference_inputs["input_ids"][0].tolist() != served_ids:
+        reference_inputs = model.encode(segments, **({"padding": PaddingStrategy.MAX_LENGTH} if pad_to_max else {}))
+        served_ids = encoder.pack([encoding])[INPUT_IDS][0].tolist() if pad_to_max else list(encoding.ids)
+        if reference_inputs[INPUT_IDS][0].tolist() != served_ids:
             mismatches.append(text)
         reference = model.run(reference_inputs)[0]
         if reference.ndim >= 2:  # per-token output: the export ran on a bucket-padded batch
             exported_row = exported_row[: reference.shape[0]]
-        full_length = len(model.hf_tokenizer(*segments, truncation=False)["input_ids"])
+        full_length = len(model.hf_tokenizer(*segments, truncation=False)[INPUT_IDS])
         rows.append(
             ParityRow(
                 text=text,
@@ -200,7 +202,7 @@ def reference_encode(hf_tokenizer: Any, encoder: Any, segments: Sequence[Any], *
         *segments,
         truncation=True,
         return_tensors="pt",
-        return_token_type_ids="token_type_ids" in encoder.input_names,
+        return_token_type_ids=TOKEN_TYPE_IDS in encoder.input_names,
         **kwargs,
     )
 

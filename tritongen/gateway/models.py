@@ -23,7 +23,19 @@ from typing import Any
 from tritongen.configs.model_config import ModelConfig
 from tritongen.configs.model_config import Tensor as ConfigTensor
 from tritongen.configs.parser import from_proto
-from tritongen.contract import EMBEDDING, PROBABILITIES, SCORE, SPARSE_INDICES, SPARSE_VALUES, TEXT, TEXT_PAIR
+from tritongen.contract import (
+    EMBEDDING,
+    LABELS_FILE,
+    MAX_LENGTH,
+    PROBABILITIES,
+    SCORE,
+    SPARSE_INDICES,
+    SPARSE_VALUES,
+    STRIDE,
+    TEXT,
+    TEXT_PAIR,
+    TOKENIZER_FILE,
+)
 from tritongen.errors import GatewayError
 from tritongen.gateway.errors import model_not_found, unsupported_route
 
@@ -198,15 +210,15 @@ def describe_models(
                 continue
             if step.flag("normalize") is not None:
                 normalized = step.flag("normalize")
-            labels_path = _step_file(repository, model, version, step.parameter("labels_file") or "")
+            labels_path = _step_file(repository, model, version, step.parameter(LABELS_FILE) or "")
             if labels_path is not None:
                 labels = tuple(json.loads(labels_path.read_text(encoding="utf-8")))
-            length = step.int_parameter("max_length")
+            length = step.int_parameter(MAX_LENGTH)
             max_length = length if max_length is None else max_length
-            tokenizer_file = step.parameter("tokenizer_file")
+            tokenizer_file = step.parameter(TOKENIZER_FILE)
             if tokenizer_file is not None and length is not None and tokenizer is None:
                 # A windowed step (a `stride` between windows: long_text chunk, NER) reads every token of a text.
-                cut = None if step.parameter("stride") is not None else length
+                cut = None if step.parameter(STRIDE) is not None else length
                 tokenizer = _load_tokenizer(_step_file(repository, model, version, tokenizer_file), cut)
         models[name] = ModelInfo(
             name,

@@ -22,6 +22,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
+from tritongen.contract import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
 from tritongen.errors import UnsupportedModelError
 
 __all__ = ["ModelFacts", "model_inputs", "position_limit", "read_model_facts"]
@@ -55,18 +56,18 @@ def _embedding_sizes(model: Any, suffix: str) -> list[tuple[str, Any]]:
 def model_inputs(model: Any) -> tuple[str, ...]:
     """The token tensors ``model`` (a transformers ``PreTrainedModel``) reads, in export order."""
     accepted = _forward_parameters(model)
-    if "input_ids" not in accepted:
+    if INPUT_IDS not in accepted:
         raise UnsupportedModelError(f"`{type(model).__name__}` takes no input_ids; only token models are supported")
-    inputs = ["input_ids"]
-    if "attention_mask" in accepted:
-        inputs.append("attention_mask")
-    if "token_type_ids" in accepted:
+    inputs = [INPUT_IDS]
+    if ATTENTION_MASK in accepted:
+        inputs.append(ATTENTION_MASK)
+    if TOKEN_TYPE_IDS in accepted:
         types = getattr(model.config, "type_vocab_size", None)
         if types is None:
             tables = _embedding_sizes(model, "token_type_embeddings")
             types = max((module.num_embeddings for _, module in tables), default=0)
         if int(types) > 1:
-            inputs.append("token_type_ids")
+            inputs.append(TOKEN_TYPE_IDS)
     return tuple(inputs)
 
 
@@ -97,9 +98,9 @@ def _runs_at(module: Any, inputs: tuple[str, ...], length: int, token_id: int) -
     import torch
 
     ids = torch.full((1, length), token_id, dtype=torch.long)
-    feeds = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if "token_type_ids" in inputs:
-        feeds["token_type_ids"] = torch.zeros_like(ids)
+    feeds = {INPUT_IDS: ids, ATTENTION_MASK: torch.ones_like(ids)}
+    if TOKEN_TYPE_IDS in inputs:
+        feeds[TOKEN_TYPE_IDS] = torch.zeros_like(ids)
     try:
         with torch.no_grad():
             module(**{name: feeds[name] for name in inputs})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tritongen.contract import WINDOW_EXAMPLE
 from tritongen.errors import RepositoryError
 
 __all__ = ["built_sizing", "served_steps", "served_windows", "step_names"]
@@ -54,7 +55,7 @@ def served_windows(repository: Path, name: str) -> bool | None:
         return None
     from tritongen.configs.parser import read_config
 
-    return any(output.name == "window_example" for output in read_config(path).outputs)
+    return any(output.name == WINDOW_EXAMPLE for output in read_config(path).outputs)
 
 
 def built_sizing(repository: Path, name: str) -> dict[str, int]:

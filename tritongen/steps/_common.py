@@ -21,6 +21,8 @@ try:
 except ImportError:  # outside the server: importable for tests and build-time checks
     pb_utils = None
 
+from _tritongen_step.contract import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_MASK, TOKEN_TYPE_IDS, WORD_IDS
+
 __all__ = [
     "PerRequestStep",
     "decode_texts",
@@ -241,7 +243,7 @@ def pack_encodings(
     mask[placed] = np.fromiter(
         itertools.chain.from_iterable(enc.attention_mask for enc in encodings), np.int64, count=total
     )
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    return {INPUT_IDS: ids, ATTENTION_MASK: mask, TOKEN_TYPE_IDS: types}
 
 
 def token_metadata(encodings: Sequence[Any], width: int, side: str = "right") -> dict[str, np.ndarray]:
@@ -260,4 +262,4 @@ def token_metadata(encodings: Sequence[Any], width: int, side: str = "right") ->
             special[row, span] = enc.special_tokens_mask
             words[row, span] = [-1 if w is None else w for w in enc.word_ids]
             offsets[row, span] = np.asarray(enc.offsets, dtype=np.int64).reshape(n, 2)
-    return {"special_mask": special, "word_ids": words, "offsets": offsets}
+    return {SPECIAL_MASK: special, WORD_IDS: words, OFFSETS: offsets}

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from _tritongen_step._common import input_error, model_parameters, pb_utils
-from _tritongen_step.contract import IMAGE
+from _tritongen_step.contract import IMAGE, PIXEL_VALUES
 
 __all__ = ["DEFAULT_MAX_PIXELS", "ImageEncoder", "ImageSettings", "TritonPythonModel"]
 
@@ -111,7 +111,7 @@ class ImageSettings:
 class ImageEncoder:
     """Decode encoded images and turn them into the model's ``pixel_values``, as the image processor does."""
 
-    input_names = ("pixel_values",)
+    input_names = (PIXEL_VALUES,)
 
     def __init__(self, settings: ImageSettings) -> None:
         self.settings = settings
@@ -188,7 +188,7 @@ class ImageEncoder:
 
     def pack(self, pixels: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
         """Stack encoded images into the model's inputs."""
-        return {"pixel_values": np.stack(list(pixels)).astype(np.float32)}
+        return {PIXEL_VALUES: np.stack(list(pixels)).astype(np.float32)}
 
     def __call__(self, images: Sequence[bytes]) -> dict[str, np.ndarray]:
         """Decode, preprocess and stack in one step."""

@@ -39,7 +39,23 @@ from _tritongen_step._common import (
     resolve_version_file,
     token_metadata,
 )
-from _tritongen_step.contract import PROMPT_NAME, TEXT, TEXT_PAIR, TOKEN_COUNT, TRUNCATED
+from _tritongen_step.contract import (
+    ATTENTION_MASK,
+    BUCKETS,
+    INPUT_IDS,
+    MAX_LENGTH,
+    PAD_ID,
+    PAD_TYPE_ID,
+    PADDING,
+    PROMPT_NAME,
+    TEXT,
+    TEXT_PAIR,
+    TOKEN_COUNT,
+    TOKEN_METADATA,
+    TOKEN_TYPE_IDS,
+    TOKENIZER_FILE,
+    TRUNCATED,
+)
 
 __all__ = [
     "PARALLEL_TEXTS",
@@ -52,7 +68,7 @@ __all__ = [
 ]
 
 
-_ENCODER_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids", "special_mask", "word_ids", "offsets")
+_ENCODER_OUTPUTS = (INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS, *TOKEN_METADATA)
 
 
 class TextEncoder:
@@ -66,7 +82,7 @@ class TextEncoder:
         *,
         pad_id: int = 0,
         pad_type_id: int = 0,
-        input_names: Sequence[str] = ("input_ids", "attention_mask"),
+        input_names: Sequence[str] = (INPUT_IDS, ATTENTION_MASK),
         padding_side: str = "right",
     ) -> None:
         from tokenizers import Tokenizer
@@ -76,7 +92,7 @@ class TextEncoder:
         self.tokenizer.enable_truncation(max_length)
         # Without token metadata, the encodings need no offsets: ``encode_batch_fast`` skips them (about 20% less
         # CPU per text, the same ids, types and truncation).
-        metadata = {"special_mask", "word_ids", "offsets"} & set(input_names)
+        metadata = set(TOKEN_METADATA) & set(input_names)
         self._encode_batch = self.tokenizer.encode_batch if metadata else self.tokenizer.encode_batch_fast
         self.max_length = int(max_length)
         # None: each call padded to its own longest row (a CPU build's ``padding: longest``), not to a bucket.
@@ -108,7 +124,7 @@ class TextEncoder:
         longest = max((len(e.ids) for e in encodings), default=1)
         width = max(longest, 1) if self.longest else self.bucket(longest)
         arrays = pack_encodings(encodings, width, self.pad_id, self.pad_type_id, self.padding_side)
-        if {"special_mask", "word_ids", "offsets"} & set(self.input_names):
+        if set(TOKEN_METADATA) & set(self.input_names):
             arrays.update(token_metadata(encodings, width, self.padding_side))
         return {name: arrays[name] for name in self.input_names}
 
@@ -163,11 +179,11 @@ class TritonPythonModel:
         self.output_names = [out["name"] for out in config["output"]]
         self.input_names = [inp["name"] for inp in config["input"]]
         self.encoder = TextEncoder(
-            str(resolve_version_file(args, params.get("tokenizer_file", "tokenizer.json"))),
-            int(params["max_length"]),
-            None if params.get("padding") == "longest" else [int(b) for b in params.get("buckets", "").split(",") if b],
-            pad_id=int(params.get("pad_id", "0")),
-            pad_type_id=int(params.get("pad_type_id", "0")),
+            str(resolve_version_file(args, params.get(TOKENIZER_FILE, "tokenizer.json"))),
+            int(params[MAX_LENGTH]),
+            None if params.get(PADDING) == "longest" else [int(b) for b in params.get(BUCKETS, "").split(",") if b],
+            pad_id=int(params.get(PAD_ID, "0")),
+            pad_type_id=int(params.get(PAD_TYPE_ID, "0")),
             input_names=[n for n in self.output_names if n in _ENCODER_OUTPUTS],
             padding_side=params.get("padding_side", "right"),
         )

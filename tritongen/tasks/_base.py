@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from tritongen import contract
 from tritongen.buildspec.sections import TaskSettings
-from tritongen.contract import TEXT
+from tritongen.contract import OFFSETS, SPECIAL_MASK, TEXT, TOKEN_TYPE_IDS, WORD_IDS
 from tritongen.errors import CapabilityError, CheckpointError, UnsupportedModelError
 from tritongen.gates.accuracy import Gate, LabelGate
 from tritongen.tasks._inputs import TextInputs
@@ -303,7 +304,7 @@ def exportable(model: Any, head: Callable[[Any, torch.Tensor], torch.Tensor]) ->
         def forward(
             self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
         ) -> torch.Tensor:
-            extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+            extra = {} if token_type_ids is None else {TOKEN_TYPE_IDS: token_type_ids}
             return head(self.model(input_ids=input_ids, attention_mask=attention_mask, **extra), attention_mask)
 
     return Exportable().eval()
@@ -358,11 +359,11 @@ def labels_line(checkpoint: Checkpoint) -> str:
 
 
 TOKEN_METADATA = [
-    TensorSpec("special_mask", "TYPE_INT64", (-1,)),
-    TensorSpec("word_ids", "TYPE_INT64", (-1,)),
-    TensorSpec("offsets", "TYPE_INT64", (-1, 2)),
+    TensorSpec(SPECIAL_MASK, "TYPE_INT64", (-1,)),
+    TensorSpec(WORD_IDS, "TYPE_INT64", (-1,)),
+    TensorSpec(OFFSETS, "TYPE_INT64", (-1, 2)),
 ]
-WINDOW_EXAMPLE = TensorSpec("window_example", "TYPE_INT64", (1,))  # the request row each window belongs to
+WINDOW_EXAMPLE = TensorSpec(contract.WINDOW_EXAMPLE, "TYPE_INT64", (1,))  # the request row each window belongs to
 
 
 def max_windows(spec: BuildSpec) -> dict[str, str]:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tritongen.contract import IMAGE
+from tritongen.contract import IMAGE, PIXEL_VALUES
 from tritongen.errors import CheckpointError, SpecError, UnsupportedModelError
 from tritongen.steps.image import ImageEncoder, ImageSettings
 from tritongen.tasks._image_settings import ImagesSettings
@@ -89,13 +89,13 @@ class ImageInputs(Modality):
         config = getattr(module.model.config, "vision_config", None) or module.model.config
         size = int(getattr(config, "image_size", 224))
         patch = int(getattr(config, "patch_size", 1))
-        return ModelFacts(("pixel_values",), size, f"{size}x{size} pixel images in {patch}x{patch} patches")
+        return ModelFacts((PIXEL_VALUES,), size, f"{size}x{size} pixel images in {patch}x{patch} patches")
 
     def step_facts(self, preprocessor: Any) -> tuple[dict[str, str], int]:
         return image_settings(preprocessor).to_parameters(), 0
 
     def tensors(self, checkpoint: Checkpoint, names: Sequence[str]) -> list[TensorSpec]:
-        return [TensorSpec("pixel_values", "TYPE_FP32", (3, *image_size(checkpoint)))]
+        return [TensorSpec(PIXEL_VALUES, "TYPE_FP32", (3, *image_size(checkpoint)))]
 
     def encoder(self, plan: BuildPlan, step_dir: Path) -> ImageEncoder:
         return ImageEncoder(ImageSettings.from_parameters(plan.bound.tokenizer_parameters))
@@ -109,7 +109,7 @@ class ImageInputs(Modality):
         return encoder(list(self.samples())[:2])
 
     def dynamic_axes(self, plan: BuildPlan) -> Mapping[str, Mapping[int, str]]:
-        return {"pixel_values": {}}
+        return {PIXEL_VALUES: {}}
 
     def parity(self, plan: BuildPlan, encoder: Any, onnx_path: Path) -> ParityReport:
         from tritongen.gates.image_parity import check_image_parity

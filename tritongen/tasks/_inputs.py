@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tritongen.contract import ATTENTION_MASK, BUCKETS, INPUT_IDS, MAX_LENGTH, PAD_ID, PAD_TYPE_ID, TOKENIZER_FILE
 from tritongen.errors import CheckpointError, UnsupportedModelError
 from tritongen.tasks._plan import BuildPlan, Modality, TaskPlan
 from tritongen.tasks._tensors import TensorSpec
@@ -64,11 +65,11 @@ class TextInputs(Modality):
 
     def step_parameters(self, plan: TaskPlan, buckets: Sequence[int], pad_id: int) -> dict[str, str]:
         return {
-            "tokenizer_file": "tokenizer.json",
-            "max_length": str(plan.row_length),
-            "buckets": ",".join(str(b) for b in _buckets(plan.inputs, buckets, plan.row_length)),
-            "pad_id": str(pad_id),
-            "pad_type_id": "0",
+            TOKENIZER_FILE: "tokenizer.json",
+            MAX_LENGTH: str(plan.row_length),
+            BUCKETS: ",".join(str(b) for b in _buckets(plan.inputs, buckets, plan.row_length)),
+            PAD_ID: str(pad_id),
+            PAD_TYPE_ID: "0",
         }
 
     def encoder(self, plan: BuildPlan, step_dir: Path) -> Any:
@@ -76,7 +77,7 @@ class TextInputs(Modality):
 
         tokenizer_file = step_dir / "tokenizer.json"
         plan.hf_tokenizer.backend_tokenizer.save(str(tokenizer_file))
-        longest = plan.spec.padding == "longest" and "attention_mask" in plan.inputs
+        longest = plan.spec.padding == "longest" and ATTENTION_MASK in plan.inputs
         buckets = None if longest else _buckets(plan.inputs, plan.buckets, plan.max_length)
         return TextEncoder(
             str(tokenizer_file), plan.max_length, buckets, pad_id=plan.pad_id, input_names=plan.inputs,
@@ -100,7 +101,7 @@ class TextInputs(Modality):
         return check_parity(
             ReferenceModel(plan.module, plan.hf_tokenizer, encoder, plan.max_length), onnx_path,
             tolerance=plan.spec.parity_tolerance, pairs=plan.pairs(PARITY_TEXTS),
-            argmax_axis=plan.bound.gate.parity_argmax_axis, pad_to_max="attention_mask" not in plan.inputs,
+            argmax_axis=plan.bound.gate.parity_argmax_axis, pad_to_max=ATTENTION_MASK not in plan.inputs,
         )  # fmt: skip
 
     def feeds(self, plan: BuildPlan, encoder: Any) -> list[dict[str, Any]]:
@@ -128,7 +129,7 @@ def _buckets(inputs: Sequence[str], buckets: Sequence[int], max_length: int) -> 
     Without a mask padding is part of the input: SigLIP's text tower pads every text to its maximum length, as
     its processor does.
     """
-    return list(buckets) if "attention_mask" in inputs else [max_length]
+    return list(buckets) if ATTENTION_MASK in inputs else [max_length]
 
 
 def _padding_side(hf_tokenizer: Any) -> str:
@@ -141,5 +142,5 @@ def _padding_side(hf_tokenizer: Any) -> str:
 
 def _probe_token(hf_tokenizer: Any) -> int:
     """An ordinary (non-special, non-padding) token id to probe the model's length with."""
-    ids = hf_tokenizer("a", add_special_tokens=False)["input_ids"]
+    ids = hf_tokenizer("a", add_special_tokens=False)[INPUT_IDS]
     return int(ids[0]) if ids else int(hf_tokenizer.unk_token_id or 0)

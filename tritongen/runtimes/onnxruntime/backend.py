@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from tritongen.contract import ATTENTION_MASK
+
 try:
     import triton_python_backend_utils as pb_utils
 except ImportError:  # outside the server: importable for tests
@@ -303,7 +305,7 @@ class TritonPythonModel:
         refused = self.batch_refusal(sum(sizes))
         if refused is not None:
             return [pb_utils.InferenceResponse(error=pb_utils.TritonError(refused)) for _ in requests]
-        side = padding_side(feeds.get("attention_mask", []))
+        side = padding_side(feeds.get(ATTENTION_MASK, []))
         inputs = {name: pad_and_concatenate(arrays, side) for name, arrays in feeds.items()}
         # Only what some request asked for: an ensemble step asks for the outputs it maps, so a graph that
         # also keeps its raw output (a folded postprocess) does not copy it back for nothing.

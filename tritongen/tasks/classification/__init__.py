@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tritongen.contract import LABEL, LABELS, PROBABILITIES, SCORE
+from tritongen.contract import LABEL, LABELS, LABELS_FILE, LOGITS, PROBABILITIES, SCORE
 from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, labels_line, load_pretrained
 from tritongen.tasks._registry import register_task
 from tritongen.tasks._tensors import public
@@ -24,7 +24,7 @@ class Classification(Task):
     """Sequence classification: ``TEXT`` -> ``LABEL``, ``SCORE``, ``PROBABILITIES`` [, ``LABELS``]."""
 
     name = "classification"
-    onnx_output = "logits"
+    onnx_output = LOGITS
     head = "ForSequenceClassification"
     bench_baselines = True
     postprocess_step = "tritongen.tasks.classification.postprocess"
@@ -49,7 +49,7 @@ class Classification(Task):
         return "sigmoid" if _multi_label(checkpoint) or len(checkpoint.id2label) == 1 else "softmax"
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
-        return {"function": self.gate_function(checkpoint), "labels_file": "labels.json"}
+        return {"function": self.gate_function(checkpoint), LABELS_FILE: "labels.json"}
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         settings, checkpoint = bound.settings, bound.checkpoint

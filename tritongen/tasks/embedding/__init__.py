@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from tritongen import contract
 from tritongen.buildspec.sections import TaskSettings
-from tritongen.contract import DIMENSIONS, EMBEDDING, PROMPT_NAME
+from tritongen.contract import DIMENSIONS, EMBEDDING, PROMPT_NAME, SENTENCE_EMBEDDING, STRIDE
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import CosineGate
 from tritongen.pooling.methods import pooling_method
@@ -47,7 +48,7 @@ __all__ = ["DIMENSIONS_INPUT", "PROMPT_INPUT", "WINDOW_TOKENS", "ChunkedEmbeddin
 PROMPT_INPUT = public(PROMPT_NAME)
 DIMENSIONS_INPUT = public(DIMENSIONS)
 # Chunked builds: the text tokens (special tokens not counted) of each window, its weight in its text's mean.
-WINDOW_TOKENS = TensorSpec("window_tokens", "TYPE_INT64", (1,))
+WINDOW_TOKENS = TensorSpec(contract.WINDOW_TOKENS, "TYPE_INT64", (1,))
 
 
 def chunk_overlap(settings: EmbeddingSettings | BuildSpec, window: int) -> int:
@@ -65,7 +66,7 @@ class Embedding(Task):
     """Sentence embeddings: ``TEXT`` -> ``EMBEDDING``."""
 
     name = "embedding"
-    onnx_output = "sentence_embedding"
+    onnx_output = SENTENCE_EMBEDDING
     detect_order = 90  # a bare encoder is the fallback
     gate = CosineGate
     bench_baselines = True
@@ -222,7 +223,7 @@ class ChunkedEmbedding(Embedding):
                 f"{bound.row_length}-token window; lower it"
             )
         tokenizer, postprocess = super().step_parameters(bound)
-        return {**tokenizer, "stride": str(overlap), **max_windows(bound.spec)}, postprocess
+        return {**tokenizer, STRIDE: str(overlap), **max_windows(bound.spec)}, postprocess
 
     def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
         return None  # combining a text's windows is per-request logic

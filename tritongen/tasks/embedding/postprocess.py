@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from _tritongen_step._common import l2_normalize, matryoshka_cut, pb_utils, respond_per_request
-from _tritongen_step.contract import DIMENSIONS, EMBEDDING
+from _tritongen_step.contract import DIMENSIONS, EMBEDDING, WINDOW_EXAMPLE, WINDOW_TOKENS
 from _tritongen_step.postprocess import BatchedPostprocess, input_array
 
 __all__ = ["TritonPythonModel", "combine_windows"]
@@ -58,7 +58,7 @@ class TritonPythonModel(BatchedPostprocess):
         self.normalize = params.get("normalize", "false") == "true"
         names = getattr(self, "input_names", ())  # the fold proof calls setup alone
         self.dimensions = DIMENSIONS in names
-        self.windowed = "window_example" in names
+        self.windowed = WINDOW_EXAMPLE in names
 
     def initialize(self, args: dict[str, str]) -> None:
         """Read the inputs the step takes, then the base's settings."""
@@ -73,7 +73,7 @@ class TritonPythonModel(BatchedPostprocess):
         """One request's embeddings: its windows combined (chunked builds), then cut to its ``DIMENSIONS``."""
         values = input_array(request, self.input_name)
         if self.windowed:
-            owners, tokens = input_array(request, "window_example"), input_array(request, "window_tokens")
+            owners, tokens = input_array(request, WINDOW_EXAMPLE), input_array(request, WINDOW_TOKENS)
             values = combine_windows(values, owners, tokens)
         dims = requested_dimensions(_optional_input(request, DIMENSIONS)) if self.dimensions else None
         if dims is not None:

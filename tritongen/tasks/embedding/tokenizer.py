@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from _tritongen_step.contract import TOKEN_COUNT, TRUNCATED
+from _tritongen_step.contract import STRIDE, TOKEN_COUNT, TRUNCATED, WINDOW_EXAMPLE, WINDOW_TOKENS
 from _tritongen_step.tokenizer import WindowedTokenizer
 
 __all__ = ["TritonPythonModel", "text_tokens", "whole_counts"]
@@ -48,7 +48,7 @@ class TritonPythonModel(WindowedTokenizer):
 
     def setup(self, params: dict[str, str]) -> None:
         """Read the window overlap and the most windows per request."""
-        self.stride = int(params["stride"])
+        self.stride = int(params[STRIDE])
         self.max_windows = int(params["max_windows"])
         self.specials = self.encoder.tokenizer.num_special_tokens_to_add(False)  # around each window
 
@@ -57,8 +57,8 @@ class TritonPythonModel(WindowedTokenizer):
         texts, _ = self.read(request)
         windows, owners = self.windows(texts, self.stride)
         arrays = self.encoder.pack(windows)
-        arrays["window_example"] = owners.reshape(-1, 1)
-        arrays["window_tokens"] = text_tokens(windows)
+        arrays[WINDOW_EXAMPLE] = owners.reshape(-1, 1)
+        arrays[WINDOW_TOKENS] = text_tokens(windows)
         arrays[TRUNCATED] = np.zeros((len(texts), 1), dtype=bool)
         arrays[TOKEN_COUNT] = whole_counts(windows, owners, len(texts), stride=self.stride, specials=self.specials)
         return {name: arrays[name] for name in self.output_names}

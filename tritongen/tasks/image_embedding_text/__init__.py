@@ -4,14 +4,14 @@ Built from the same checkpoint as its image side (``image-embedding``), under it
 ensembles (``clip`` for images, ``clip_text`` for texts), each a complete ensemble of its own. The text goes
 through the ordinary tokenizer step. CLIP pools at the end-of-text token and reads the attention mask;
 SigLIP's text tower reads no mask and pools the last position, so every text is padded to the model's maximum
-length, as its processor does (``padding="max_length"``); parity pads the reference the same way.
+length, as its processor does (``padding=PaddingStrategy.MAX_LENGTH``); parity pads the reference the same way.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tritongen.contract import EMBEDDING
+from tritongen.contract import ATTENTION_MASK, EMBEDDING, INPUT_IDS
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import CosineGate
 from tritongen.tasks._base import Binding, Task, TensorSpec, load_pretrained
@@ -84,12 +84,12 @@ class ImageEmbeddingText(Task):
         from transformers import AutoModel
 
         model = load_pretrained(AutoModel, checkpoint)
-        return _text_tower(model, masked="attention_mask" in _text_inputs(model))
+        return _text_tower(model, masked=ATTENTION_MASK in _text_inputs(model))
 
 
 def _text_inputs(model: Any) -> tuple[str, ...]:
     """What the checkpoint's processor feeds the text tower: SigLIP's tokenizer gives ``input_ids`` only."""
-    return ("input_ids",) if model.config.model_type == "siglip" else ("input_ids", "attention_mask")
+    return (INPUT_IDS,) if model.config.model_type == "siglip" else (INPUT_IDS, ATTENTION_MASK)
 
 
 def _text_embedding_size(checkpoint: Checkpoint) -> int:

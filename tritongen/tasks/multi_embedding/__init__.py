@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tritongen.contract import COLBERT, COLBERT_LENGTH, EMBEDDING
+from tritongen.contract import ATTENTION_MASK, COLBERT, COLBERT_LENGTH, EMBEDDING, INPUT_IDS
 from tritongen.errors import CheckpointError
 from tritongen.gates.accuracy import TokenCosineGate
 from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, load_pretrained
@@ -56,7 +56,7 @@ class MultiEmbedding(Task):
         return (-1, 1 + max(checkpoint.hidden_size, _colbert_dim(checkpoint)))
 
     def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        tokens = [TensorSpec(name, "TYPE_INT64", (-1,)) for name in ("input_ids", "attention_mask")]
+        tokens = [TensorSpec(name, "TYPE_INT64", (-1,)) for name in (INPUT_IDS, ATTENTION_MASK)]
         return super().postprocess_inputs(checkpoint) + tokens
 
     def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:

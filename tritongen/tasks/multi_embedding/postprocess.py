@@ -23,7 +23,15 @@ from typing import Any
 import numpy as np
 
 from _tritongen_step._common import l2_normalize, pb_utils, respond_per_request
-from _tritongen_step.contract import COLBERT, COLBERT_LENGTH, EMBEDDING, SPARSE_INDICES, SPARSE_VALUES
+from _tritongen_step.contract import (
+    ATTENTION_MASK,
+    COLBERT,
+    COLBERT_LENGTH,
+    EMBEDDING,
+    INPUT_IDS,
+    SPARSE_INDICES,
+    SPARSE_VALUES,
+)
 from _tritongen_step.postprocess import TritonPythonModel as PostprocessBase
 from _tritongen_step.postprocess import input_array
 from _tritongen_step.sparse import pad_rows, token_weights
@@ -80,7 +88,7 @@ class TritonPythonModel(PostprocessBase):
         def process(request: Any) -> dict[str, np.ndarray]:
             asked = set(request.requested_output_names())
             names = [n for n in self.output_names if n in asked] or self.output_names
-            arrays = [input_array(request, name) for name in (self.input_name, "input_ids", "attention_mask")]
+            arrays = [input_array(request, name) for name in (self.input_name, INPUT_IDS, ATTENTION_MASK)]
             outputs = self.process(*arrays, set(names))
             return {name: outputs[name] for name in names}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tritongen.contract import ANSWER, CONTEXT, END, QUESTION, SCORE, START
+from tritongen.contract import ANSWER, ATTENTION_MASK, CONTEXT, END, QUESTION, SCORE, START
 from tritongen.errors import UnsupportedModelError
 from tritongen.gates.accuracy import SpanGate
 from tritongen.tasks._base import (
@@ -60,7 +60,7 @@ class QuestionAnswering(Task):
 
     def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [
-            TensorSpec("attention_mask", "TYPE_INT64", (-1,)),  # even for models that do not take it
+            TensorSpec(ATTENTION_MASK, "TYPE_INT64", (-1,)),  # even for models that do not take it
             WINDOW_EXAMPLE,
             TensorSpec("sequence_ids", "TYPE_INT64", (-1,)),
             TensorSpec("p_mask", "TYPE_BOOL", (-1,)),

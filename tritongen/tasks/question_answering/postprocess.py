@@ -13,7 +13,17 @@ import numpy as np
 
 from _tritongen_step import qa
 from _tritongen_step._common import decode_texts
-from _tritongen_step.contract import ANSWER, CONTEXT, END, SCORE, START
+from _tritongen_step.contract import (
+    ANSWER,
+    ATTENTION_MASK,
+    CONTEXT,
+    END,
+    OFFSETS,
+    SCORE,
+    START,
+    WINDOW_EXAMPLE,
+    WORD_IDS,
+)
 from _tritongen_step.postprocess import RequestPostprocess, input_array
 
 __all__ = ["TritonPythonModel", "answer_arrays"]
@@ -44,16 +54,16 @@ class TritonPythonModel(RequestPostprocess):
         """The best answer of every pair of one request."""
         contexts = decode_texts(input_array(request, CONTEXT), CONTEXT)
         spans = input_array(request, "span_logits")
-        attention = input_array(request, "attention_mask")
+        attention = input_array(request, ATTENTION_MASK)
         windows = qa.QAWindows(
             input_ids=attention,  # decoding reads only its shape
             attention_mask=attention,
             token_type_ids=np.zeros_like(attention),
-            example_index=input_array(request, "window_example").reshape(-1),
+            example_index=input_array(request, WINDOW_EXAMPLE).reshape(-1),
             lengths=attention.sum(axis=1),
-            offsets=input_array(request, "offsets"),
+            offsets=input_array(request, OFFSETS),
             sequence_ids=input_array(request, "sequence_ids"),
-            word_ids=input_array(request, "word_ids"),
+            word_ids=input_array(request, WORD_IDS),
             p_mask=input_array(request, "p_mask").astype(bool),
             num_examples=len(contexts),
             max_seq_len=attention.shape[1],

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from _tritongen_step._common import pack_encodings, settings_kept, softmax, token_metadata
+from _tritongen_step.contract import ATTENTION_MASK, INPUT_IDS, OFFSETS, TOKEN_TYPE_IDS, WORD_IDS
 
 if TYPE_CHECKING:  # the module itself needs only numpy; callers hand in a tokenizers.Tokenizer
     from tokenizers import Encoding, Tokenizer
@@ -113,12 +114,12 @@ class QAWindows:
         """Number of windows (rows of the model batch)."""
         return int(self.input_ids.shape[0])
 
-    def model_inputs(self, names: Sequence[str] = ("input_ids", "attention_mask", "token_type_ids")) -> dict:
+    def model_inputs(self, names: Sequence[str] = (INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS)) -> dict:
         """Return the named int64 model inputs, e.g. ``tokenizer_config["model_input_names"]``."""
         arrays = {
-            "input_ids": self.input_ids,
-            "attention_mask": self.attention_mask,
-            "token_type_ids": self.token_type_ids,
+            INPUT_IDS: self.input_ids,
+            ATTENTION_MASK: self.attention_mask,
+            TOKEN_TYPE_IDS: self.token_type_ids,
         }
         return {name: arrays[name] for name in names}
 
@@ -264,7 +265,7 @@ def _pack(windows: list[Encoding], settings: WindowSettings, cls_id: int | None)
     width = max(len(w.ids) for w in windows)
     packed = pack_encodings(windows, width, settings.pad_id, settings.pad_type_id)
     metadata = token_metadata(windows, width)
-    input_ids, attention = packed["input_ids"], packed["attention_mask"]
+    input_ids, attention = packed[INPUT_IDS], packed[ATTENTION_MASK]
     sequence_ids = np.full((len(windows), width), -1, dtype=np.int64)
     for row, w in enumerate(windows):
         sequence_ids[row, : len(w.ids)] = [-1 if s is None else s for s in w.sequence_ids]
@@ -275,13 +276,13 @@ def _pack(windows: list[Encoding], settings: WindowSettings, cls_id: int | None)
         p_mask &= input_ids != cls_id
     p_mask |= attention == 0
     return {
-        "input_ids": input_ids,
-        "attention_mask": attention,
-        "token_type_ids": packed["token_type_ids"],
+        INPUT_IDS: input_ids,
+        ATTENTION_MASK: attention,
+        TOKEN_TYPE_IDS: packed[TOKEN_TYPE_IDS],
         "lengths": np.array([len(w.ids) for w in windows], dtype=np.int64),
-        "offsets": metadata["offsets"],
+        OFFSETS: metadata[OFFSETS],
         "sequence_ids": sequence_ids,
-        "word_ids": metadata["word_ids"],
+        WORD_IDS: metadata[WORD_IDS],
         "p_mask": p_mask,
     }
 

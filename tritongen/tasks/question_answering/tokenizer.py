@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from _tritongen_step import qa
-from _tritongen_step.contract import CONTEXT, QUESTION
+from _tritongen_step.contract import CONTEXT, OFFSETS, QUESTION, WINDOW_EXAMPLE, WORD_IDS
 from _tritongen_step.tokenizer import WindowedTokenizer, check_windows
 
 __all__ = ["TritonPythonModel"]
@@ -43,10 +43,10 @@ class TritonPythonModel(WindowedTokenizer):
         )
         arrays = {
             **windows.model_inputs(),
-            "window_example": windows.example_index.reshape(-1, 1),
+            WINDOW_EXAMPLE: windows.example_index.reshape(-1, 1),
             "sequence_ids": windows.sequence_ids,
             "p_mask": windows.p_mask,
-            "word_ids": windows.word_ids,
-            "offsets": windows.offsets,
+            WORD_IDS: windows.word_ids,
+            OFFSETS: windows.offsets,
         }
         return {name: arrays[name] for name in self.output_names}

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from _tritongen_step.contract import ATTENTION_MASK, INPUT_IDS
 from _tritongen_step.tokenizer import TextEncoder
 from _tritongen_step.tokenizer import TritonPythonModel as TextTokenizer
 
@@ -55,7 +56,7 @@ class PromptEncoder:
         for index, row in enumerate(rows):
             ids[index, : len(row)] = row
             mask[index, : len(row)] = 1
-        return {"input_ids": ids, "attention_mask": mask}
+        return {INPUT_IDS: ids, ATTENTION_MASK: mask}
 
 
 class TritonPythonModel(TextTokenizer):

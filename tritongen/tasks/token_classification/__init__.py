@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tritongen.contract import ENTITIES, TEXT
+from tritongen.contract import ENTITIES, INPUT_IDS, LABELS_FILE, LOGITS, STRIDE, TEXT, TOKENIZER_FILE
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import TokenLabelGate
 from tritongen.tasks._base import (
@@ -52,7 +52,7 @@ class TokenClassification(Task):
     """Token classification: one request's windows are decoded together into entities."""
 
     name = "token-classification"
-    onnx_output = "logits"
+    onnx_output = LOGITS
     gate = TokenLabelGate
     helper_modules = ("tritongen.tasks.token_classification.ner",)
     head = "ForTokenClassification"
@@ -74,7 +74,7 @@ class TokenClassification(Task):
         return [
             public(TEXT),
             *super().postprocess_inputs(checkpoint),
-            TensorSpec("input_ids", "TYPE_INT64", (-1,)),
+            TensorSpec(INPUT_IDS, "TYPE_INT64", (-1,)),
             *self.tokenizer_outputs(checkpoint),
         ]
 
@@ -82,7 +82,7 @@ class TokenClassification(Task):
         return [public(ENTITIES)]  # JSON list of entities
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
-        return {"labels_file": "labels.json", "tokenizer_file": "tokenizer.json"}
+        return {LABELS_FILE: "labels.json", TOKENIZER_FILE: "tokenizer.json"}
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         spec, settings, row_length, facts = bound.spec, bound.settings, bound.row_length, bound.facts
@@ -92,7 +92,7 @@ class TokenClassification(Task):
             raise SpecError(
                 f"ner_stride {stride} must be below the {room} text tokens of a {row_length}-token window; lower it"
             )
-        tokenizer = {"mode": "windows", "stride": str(stride), **max_windows(spec)}
+        tokenizer = {"mode": "windows", STRIDE: str(stride), **max_windows(spec)}
         postprocess = {"aggregation_strategy": settings.aggregation_strategy, "unk_token": facts.get("unk_token", "")}
         return tokenizer, postprocess
 

@@ -50,6 +50,7 @@ import numpy as np
 
 from _tritongen_step._common import encode_truncated, encode_windows, softmax, token_metadata
 from _tritongen_step._common import pack_encodings as _pack_inputs
+from _tritongen_step.contract import INPUT_IDS, OFFSETS, SPECIAL_MASK
 
 __all__ = [
     "STRATEGIES",
@@ -358,12 +359,12 @@ def _checked_tokens(
     if logits.ndim != 2:
         raise ValueError(f"logits must be [seq, num_labels], got shape {logits.shape}")
     seq = logits.shape[0]
-    input_ids = np.asarray(tokens["input_ids"]).reshape(-1)
-    special_mask = np.asarray(tokens["special_mask"]).reshape(-1)
-    offsets = tokens.get("offsets")
+    input_ids = np.asarray(tokens[INPUT_IDS]).reshape(-1)
+    special_mask = np.asarray(tokens[SPECIAL_MASK]).reshape(-1)
+    offsets = tokens.get(OFFSETS)
     if offsets is not None:
         offsets = np.asarray(offsets).reshape(-1, 2)
-    for array_name, array in (("input_ids", input_ids), ("special_mask", special_mask), ("offsets", offsets)):
+    for array_name, array in ((INPUT_IDS, input_ids), (SPECIAL_MASK, special_mask), (OFFSETS, offsets)):
         if array is not None and len(array) != seq:
             raise ValueError(f"{array_name} has {len(array)} tokens but logits have {seq}")
     return logits, input_ids, special_mask, offsets
@@ -401,7 +402,7 @@ def aggregate(
     ``{entity_group, score, word, start, end}`` per entity, as Python scalars.
     """
     name = _strategy(aggregation.strategy)
-    if name in WORD_STRATEGIES and tokens.get("offsets") is None:
+    if name in WORD_STRATEGIES and tokens.get(OFFSETS) is None:
         raise ValueError(
             f"aggregation strategy {name!r} needs word information (character offsets), which this tokenizer "
             'does not give; use "simple" or "none", or a fast tokenizer'

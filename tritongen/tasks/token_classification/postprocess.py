@@ -14,7 +14,17 @@ import numpy as np
 
 from _tritongen_step import ner
 from _tritongen_step._common import decode_texts, resolve_version_file
-from _tritongen_step.contract import ENTITIES, TEXT
+from _tritongen_step.contract import (
+    ENTITIES,
+    INPUT_IDS,
+    LOGITS,
+    OFFSETS,
+    SPECIAL_MASK,
+    TEXT,
+    TOKENIZER_FILE,
+    WINDOW_EXAMPLE,
+    WORD_IDS,
+)
 from _tritongen_step.postprocess import RequestPostprocess, input_array
 
 __all__ = ["TritonPythonModel"]
@@ -27,7 +37,7 @@ class TritonPythonModel(RequestPostprocess):
         """Read the labels, the strategy and the tokenizer's vocabulary."""
         from tokenizers import Tokenizer
 
-        path = resolve_version_file(args, params.get("tokenizer_file", "tokenizer.json"))
+        path = resolve_version_file(args, params.get(TOKENIZER_FILE, "tokenizer.json"))
         unk_token = params.get("unk_token") or None
         vocab = ner.TokenVocab.from_tokenizer(Tokenizer.from_file(str(path)), unk_token=unk_token)
         strategy = params.get("aggregation_strategy", "simple")
@@ -36,9 +46,9 @@ class TritonPythonModel(RequestPostprocess):
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """The entities of every text of one request."""
         texts = decode_texts(input_array(request, TEXT), TEXT)
-        encoded = {name: input_array(request, name) for name in ("input_ids", "special_mask", "word_ids", "offsets")}
+        encoded = {name: input_array(request, name) for name in (INPUT_IDS, SPECIAL_MASK, WORD_IDS, OFFSETS)}
         entities = ner.aggregate_windows(
-            input_array(request, "logits"), encoded, input_array(request, "window_example"), texts, self.aggregation
+            input_array(request, LOGITS), encoded, input_array(request, WINDOW_EXAMPLE), texts, self.aggregation
         )
         rows = [[json.dumps(row, ensure_ascii=False).encode("utf-8")] for row in entities]
         return {ENTITIES: np.array(rows, dtype=np.object_)}

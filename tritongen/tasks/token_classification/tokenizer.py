@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from _tritongen_step import ner
-from _tritongen_step.contract import TEXT
+from _tritongen_step.contract import STRIDE, TEXT, WINDOW_EXAMPLE
 from _tritongen_step.tokenizer import WindowedTokenizer
 
 __all__ = ["TritonPythonModel"]
@@ -24,7 +24,7 @@ class TritonPythonModel(WindowedTokenizer):
 
     def setup(self, params: dict[str, str]) -> None:
         """Read the window overlap and the most windows per request."""
-        self.stride = int(params["stride"])
+        self.stride = int(params[STRIDE])
         self.max_windows = int(params["max_windows"])
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
@@ -33,5 +33,5 @@ class TritonPythonModel(WindowedTokenizer):
         windows, owners = self.windows(texts, self.stride)
         width = self.encoder.bucket(max((len(w.ids) for w in windows), default=1))
         arrays = ner.pack_encodings(windows, width, self.encoder.pad_id, self.encoder.pad_type_id)
-        arrays["window_example"] = owners.reshape(-1, 1)
+        arrays[WINDOW_EXAMPLE] = owners.reshape(-1, 1)
         return {name: arrays[name] for name in self.output_names}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tritongen.contract import CANDIDATE_LABELS, LABELS, SCORES, TEXT
+from tritongen.contract import CANDIDATE_LABELS, LABELS, LOGITS, SCORES, TEXT
 from tritongen.errors import UnsupportedModelError
 from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, labels_line, load_pretrained, max_windows
 from tritongen.tasks._registry import register_task
@@ -52,7 +52,7 @@ class ZeroShotClassification(Task):
     """Zero-shot classification: each candidate label scored as the hypothesis of an NLI pair."""
 
     name = "zero-shot-classification"
-    onnx_output = "logits"
+    onnx_output = LOGITS
     head = "ForSequenceClassification"
     batched_io = False  # one text becomes one row per candidate label
     truncates = False  # the text of a pair is cut to fit (only_first, as the pipeline); no TRUNCATED output

@@ -13,7 +13,7 @@ import numpy as np
 
 from _tritongen_step import zero_shot
 from _tritongen_step._common import decode_texts
-from _tritongen_step.contract import CANDIDATE_LABELS, LABELS, SCORES
+from _tritongen_step.contract import CANDIDATE_LABELS, LABELS, LOGITS, SCORES
 from _tritongen_step.postprocess import RequestPostprocess, input_array
 
 __all__ = ["TritonPythonModel"]
@@ -30,7 +30,7 @@ class TritonPythonModel(RequestPostprocess):
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """Each text's labels ranked by score (the tokenizer step already checked the request)."""
-        logits = input_array(request, "logits")
+        logits = input_array(request, LOGITS)
         owners = input_array(request, "pair_text").reshape(-1)
         rows = decode_texts(input_array(request, CANDIDATE_LABELS), CANDIDATE_LABELS)
         parsed = [zero_shot.candidate_labels(raw, row) for row, raw in enumerate(rows)]
