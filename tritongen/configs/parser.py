@@ -3,7 +3,7 @@
 The other half of :func:`~tritongen.configs.model_config.to_proto`: what the generator writes, :func:`from_proto`
 reads back to an equal message (``to_proto(from_proto(m)) == m`` for every config the build renders), so a
 command that reads a built repository, or the configs Triton serves, asks the typed config
-(``config.parameter("max_length")``, ``config.instances``, ``config.step_models``) and never digs into the
+(``config.parameter(MAX_LENGTH)``, ``config.instances``, ``config.step_models``) and never digs into the
 protobuf. Fields the generator never writes (Triton fills some in when it serves a model) are not kept.
 
 Only protobuf and Triton's schema are imported here, so that the light commands (the gateway, rollout, tune)
