@@ -81,4 +81,4 @@ def test_cuda_only_gpu_build_renders_no_accelerator_and_the_backend_serves_its_s
 
 
 def _inputs(config) -> set[str]:
-    return {t.name for t in config.input}
+    return {t.name for t in config.inputs}
