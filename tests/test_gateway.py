@@ -34,7 +34,14 @@ from tritongen.deploy import PackageOptions, write_package
 from tritongen.deploy.gateway import run_command
 from tritongen.errors import BenchError
 from tritongen.gateway.errors import from_triton
-from tritongen.gateway.schemas import parse_embeddings, parse_predict, parse_rerank
+from tritongen.gateway.schemas import (
+    SparseRequest,
+    parse_embed,
+    parse_embeddings,
+    parse_predict,
+    parse_rerank,
+    parse_sparse,
+)
 from tritongen.serve.admin import ENV, default_key_file
 from tritongen.serve.client import infer
 from tritongen.serve.server import free_port, server_environment, wait_until_ready
@@ -649,6 +656,11 @@ def test_from_triton_maps_grpc_status_to_http():
         (parse_embeddings, b'{"input": "a", "dimensions": true}', "dimensions"),
         (parse_rerank, b'{"texts": ["a"]}', "query"),
         (parse_predict, b'{"inputs": "a", "truncation_direction": "left"}', "truncation_direction"),
+        (parse_embed, b'{"inputs": "a", "truncation_direction": "left"}', "truncation_direction"),
+        (parse_embed, b'{"inputs": "a", "normalize": 1}', "normalize"),
+        (parse_sparse, b'{"truncate": true}', "inputs"),
+        (parse_sparse, b'{"inputs": ["a"], "truncation_direction": "Left"}', "truncation_direction"),
+        (parse_sparse, b'{"inputs": ["a"], "prompt_name": 3}', "prompt_name"),
     ],
 )
 def test_schemas_refuse_with_param_when_body_is_invalid(parse, body, param):
@@ -657,3 +669,10 @@ def test_schemas_refuse_with_param_when_body_is_invalid(parse, body, param):
     with pytest.raises(GatewayError) as caught:
         parse(body)
     assert caught.value.status == 400 and caught.value.param == param
+
+
+def test_sparse_and_embed_read_inputs_and_truncation_alike():
+    body = b'{"inputs": "a", "truncate": true, "truncation_direction": "RIGHT", "prompt_name": "query"}'
+    assert parse_sparse(body) == SparseRequest(None, ["a"], True, "query")
+    embed = parse_embed(body)
+    assert (embed.texts, embed.single, embed.truncate, embed.prompt_name) == (["a"], True, True, "query")

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritongen.bench.http_load import drive, kserve_target
-from tritongen.bench.infinity import infinity_executable
+from tritongen.bench.gateway import GatewayComparison
+from tritongen.bench.http_load import LoadResult, drive, kserve_target
+from tritongen.bench.infinity import PeerComparison, infinity_executable
 from tritongen.bench.perf import Sweep
 from tritongen.bench.run import BenchOptions, run_bench
 from tritongen.bench.st_peer import st_executable
@@ -17,6 +18,39 @@ from tritongen.errors import BenchError
 from tritongen.serve.client import infer
 
 TEXTS = ["I love it", "Terrible, awful, bad.", "Ünïcödé and emoji 🎉", "word " * 200]
+
+
+def _rounds() -> list[tuple[LoadResult, LoadResult]]:
+    """Two rounds at concurrencies 1 and 4 of one-second windows: (first, second) per round and concurrency."""
+    return [
+        (LoadResult("a", 1, 1.0, (10.0, 10.0), 0), LoadResult("b", 1, 1.0, (20.0,), 1)),
+        (LoadResult("a", 4, 1.0, (8.0,) * 8, 0), LoadResult("b", 4, 1.0, (16.0,) * 2, 0)),
+        (LoadResult("a", 1, 1.0, (12.0,) * 4, 0), LoadResult("b", 1, 1.0, (30.0,), 0)),
+        (LoadResult("a", 4, 1.0, (6.0,) * 8, 2), LoadResult("b", 4, 1.0, (14.0,) * 4, 0)),
+    ]
+
+
+def test_comparisons_render_the_medians_of_their_rounds_one_row_per_concurrency():
+    peer = PeerComparison("emb", "the peer", _rounds(), 0.99, 0.999, 1.0).to_markdown().splitlines()
+    assert peer[2] == (
+        "Both servers up at once, one HTTP/JSON load generator (one text per request, keep-alive clients), 2 "
+        "interleaved rounds of 1 s per side and concurrency; medians."
+    )
+    assert peer[4:8] == [
+        "| concurrency | ours req/s | peer req/s | ratio (median of rounds) | ours p50/p99 ms | peer p50/p99 ms |",
+        "|---:|---:|---:|---:|---:|---:|",
+        "| 1 | 3.0 | 1.0 | **3.00x** | 11.0 / 11.0 | 25.0 / 25.0 |",
+        "| 4 | 8.0 | 3.0 | **3.00x** | 7.0 / 7.0 | 15.0 / 15.0 |",
+    ]
+    assert peer[9].endswith("Failed requests: 3.")
+    gateway = GatewayComparison("emb", _rounds(), 0.0, 1.0).to_markdown().splitlines()
+    assert gateway[4:8] == [
+        "| concurrency | direct req/s | gateway req/s | gateway/direct | direct p50 ms | gateway p50 ms "
+        "| added p50 ms | added mean ms |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| 1 | 3.0 | 1.0 | **0.38x** | 11.00 | 25.00 | **+14.00** | +14.00 |",
+        "| 4 | 8.0 | 3.0 | **0.38x** | 7.00 | 15.00 | **+8.00** | +8.00 |",
+    ]
 
 
 def _embedder_for_transformers_4(out_dir: Path) -> Path:

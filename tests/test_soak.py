@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.builds import native_backend
-from tritongen.bench.soak import KINDS, LeakRule, SoakInterval, SoakSettings, _classify, run_soak
+from tritongen.bench.soak import KINDS, LeakRule, SoakInterval, SoakReport, SoakSettings, _classify, run_soak
 from tritongen.serve.server import running_server
 
 
@@ -44,6 +44,17 @@ def test_leaks_flag_growth_over_the_second_half_beyond_both_bounds():
     assert LeakRule(1, 64, 0.2).leaks(intervals) == {"b": "100 -> 300 MiB"}
     assert LeakRule(1, 256, 0.2).leaks(intervals) == {}
     assert LeakRule(1, 64, 0.2).leaks(intervals[:1]) == {}
+
+
+def test_report_adds_the_intervals_outcomes_and_errors_key_by_key():
+    first = SoakInterval(1, 1.0, 5, {"ok": 4, "refused": 1}, {}, 1.0, 1.0, {})
+    unavailable = {"short: UNAVAILABLE": 2, "long: UNAVAILABLE": 1}
+    second = SoakInterval(2, 1.0, 5, {"ok": 2, "error": 3}, unavailable, 1.0, 1.0, {})
+    third = SoakInterval(3, 1.0, 1, {"error": 1}, {"short: UNAVAILABLE": 1}, None, None, {})
+    report = SoakReport("cls", 2, [first, second, third])
+    assert dict(report.totals) == {"ok": 6, "refused": 1, "error": 4}
+    assert dict(report.errors) == {"short: UNAVAILABLE": 3, "long: UNAVAILABLE": 1}
+    assert "11 requests: 6 ok, 1 refused as expected, 4 errors" in report.to_markdown()
 
 
 @pytest.fixture(scope="module")

@@ -115,28 +115,25 @@ class GatewayComparison(InterleavedRounds):
         "added_p50": lambda a, b: b.percentile(50) - a.percentile(50),
         "added_mean": lambda a, b: _mean_ms(b) - _mean_ms(a),
     }
+    table_head: ClassVar[str] = (
+        "| concurrency | direct req/s | gateway req/s | gateway/direct | direct p50 ms | gateway p50 ms "
+        "| added p50 ms | added mean ms |"
+    )
+    table_row: ClassVar[str] = (
+        "| {concurrency} | {direct:.1f} | {gateway:.1f} | **{ratio:.2f}x** | {direct_p50:.2f} | {gateway_p50:.2f} "
+        "| **{added_p50:+.2f}** | {added_mean:+.2f} |"
+    )
 
     def to_markdown(self) -> str:
         """The summary's section on the gateway."""
-        rounds = self.rounds_per_concurrency()
         lines = [
             f"## (e) the OpenAI/TEI gateway in front of `{self.name}`",
             "",
             f"Triton's HTTP/JSON API against the gateway's `/v1/embeddings` (gRPC to the same server), both up at "
-            f"once, one HTTP/JSON load generator (one text per request, keep-alive clients), {rounds} interleaved "
-            f"rounds of {self.seconds:.0f} s per side and concurrency; medians of the rounds.",
+            f"once, {self.method()}; medians of the rounds.",
             "",
-            "| concurrency | direct req/s | gateway req/s | gateway/direct | direct p50 ms | gateway p50 ms "
-            "| added p50 ms | added mean ms |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|",
+            *self.table(),
         ]
-        for c in self.concurrencies():
-            m = self.at(c)
-            lines.append(
-                f"| {c} | {m['direct']:.1f} | {m['gateway']:.1f} | **{m['ratio']:.2f}x** | {m['direct_p50']:.2f} "
-                f"| {m['gateway_p50']:.2f} | **{m['added_p50']:+.2f}** | {m['added_mean']:+.2f} |"
-            )
-        errors = self.failed()
         if self.paired is not None:
             p = self.paired
             lines += [
@@ -147,7 +144,7 @@ class GatewayComparison(InterleavedRounds):
             ]
         lines += [
             "",
-            f"Same embeddings both ways: max abs difference {self.max_abs_diff:.2e}. Failed requests: {errors}.",
+            f"Same embeddings both ways: max abs difference {self.max_abs_diff:.2e}. Failed requests: {self.failed()}.",
         ]
         return "\n".join(lines) + "\n"
 

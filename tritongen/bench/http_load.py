@@ -203,11 +203,16 @@ RoundFigures = Mapping[str, Callable[[LoadResult, LoadResult], float]]
 class InterleavedRounds:
     """What a comparison reads from its interleaved rounds: ``rounds`` holds (first, second) per round and concurrency.
 
-    The gateway's and the peer's comparisons both report medians over rounds: one place computes them.
+    The gateway's and the peer's comparisons both report medians over rounds, in a table of one row per
+    concurrency: one place computes and lays them out. ``table_head`` names the columns (all right-aligned);
+    ``table_row`` formats one row from ``concurrency`` and the medians of ``figures``.
     """
 
     rounds: Sequence[tuple[LoadResult, LoadResult]]
+    seconds: float
     figures: ClassVar[RoundFigures]
+    table_head: ClassVar[str]
+    table_row: ClassVar[str]
 
     def concurrencies(self) -> list[int]:
         """The concurrencies measured, ascending."""
@@ -229,3 +234,16 @@ class InterleavedRounds:
         }
         medians["errors"] = float(sum(a.errors + b.errors for a, b in pairs))
         return medians
+
+    def method(self) -> str:
+        """How the rounds were run, for the report's opening sentence."""
+        return (
+            f"one HTTP/JSON load generator (one text per request, keep-alive clients), {self.rounds_per_concurrency()} "
+            f"interleaved rounds of {self.seconds:.0f} s per side and concurrency"
+        )
+
+    def table(self) -> list[str]:
+        """The markdown table of the medians: ``table_head``, then ``table_row`` at each concurrency."""
+        columns = self.table_head.count("|") - 1
+        rows = [self.table_row.format(concurrency=c, **self.at(c)) for c in self.concurrencies()]
+        return [self.table_head, "|" + "---:|" * columns, *rows]

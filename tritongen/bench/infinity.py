@@ -88,30 +88,25 @@ class PeerComparison(InterleavedRounds):
         "ours_p99": lambda a, b: a.percentile(99),
         "peer_p99": lambda a, b: b.percentile(99),
     }
+    table_head: ClassVar[str] = (
+        "| concurrency | ours req/s | peer req/s | ratio (median of rounds) | ours p50/p99 ms | peer p50/p99 ms |"
+    )
+    table_row: ClassVar[str] = (
+        "| {concurrency} | {ours:.1f} | {peer:.1f} | **{ratio:.2f}x** | {ours_p50:.1f} / {ours_p99:.1f} "
+        "| {peer_p50:.1f} / {peer_p99:.1f} |"
+    )
 
     def to_markdown(self) -> str:
         """The summary's section on the peer."""
-        rounds = self.rounds_per_concurrency()
         lines = [
             f"## {self.heading}: `{self.ours}` against {self.peer}",
             "",
-            f"Both servers up at once, one HTTP/JSON load generator (one text per request, keep-alive clients), "
-            f"{rounds} interleaved rounds of {self.seconds:.0f} s per side and concurrency; medians.",
+            f"Both servers up at once, {self.method()}; medians.",
             "",
-            "| concurrency | ours req/s | peer req/s | ratio (median of rounds) | ours p50/p99 ms | peer p50/p99 ms |",
-            "|---:|---:|---:|---:|---:|---:|",
-        ]
-        for c in self.concurrencies():
-            m = self.at(c)
-            lines.append(
-                f"| {c} | {m['ours']:.1f} | {m['peer']:.1f} | **{m['ratio']:.2f}x** | "
-                f"{m['ours_p50']:.1f} / {m['ours_p99']:.1f} | {m['peer_p50']:.1f} / {m['peer_p99']:.1f} |"
-            )
-        errors = self.failed()
-        lines += [
+            *self.table(),
             "",
             f"Embeddings agree: cosine min {self.cosine_min:.5f}, median {self.cosine_median:.5f} "
-            f"(the same texts through both). Failed requests: {errors}.",
+            f"(the same texts through both). Failed requests: {self.failed()}.",
         ]
         if self.against_fp32:
             lines += [

@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,18 +77,12 @@ class SoakReport:
     @property
     def totals(self) -> Counter[str]:
         """Outcome counts over the whole soak."""
-        total: Counter[str] = Counter()
-        for interval in self.intervals:
-            total.update(interval.outcomes)
-        return total
+        return _summed(interval.outcomes for interval in self.intervals)
 
     @property
     def errors(self) -> Counter[str]:
         """Error counts by kind and cause over the whole soak."""
-        total: Counter[str] = Counter()
-        for interval in self.intervals:
-            total.update(interval.errors)
-        return total
+        return _summed(interval.errors for interval in self.intervals)
 
     def to_markdown(self) -> str:
         """A table per interval, then totals, errors and the leak verdict."""
@@ -109,6 +103,14 @@ class SoakReport:
             f"Leaks ({self.leak_bound}): {self.leaks or 'none'}.",
         ]
         return "\n".join(lines) + "\n"
+
+
+def _summed(counts: Iterable[dict[str, int]]) -> Counter[str]:
+    """The counts added up key by key (``Counter.update``: a zero count stays, where ``+`` would drop it)."""
+    total: Counter[str] = Counter()
+    for count in counts:
+        total.update(count)
+    return total
 
 
 def _fmt(value: float | None) -> str:

@@ -165,11 +165,20 @@ class EmbedRequest:
     prompt_name: str | None
 
 
-def parse_embed(body: bytes) -> EmbedRequest:
-    """Parse ``{inputs, normalize, truncate, truncation_direction, dimensions, prompt_name}``."""
+def _tei_inputs(body: bytes) -> tuple[dict[str, Any], list[str], bool]:
+    """A TEI body with texts in ``inputs``: the object, its texts and whether one string was given.
+
+    ``truncation_direction`` is checked here, after ``inputs``: the routes' other fields are their own.
+    """
     data = body_object(body)
     texts, single = text_list(data, "inputs")
     truncation_direction(data)
+    return data, texts, single
+
+
+def parse_embed(body: bytes) -> EmbedRequest:
+    """Parse ``{inputs, normalize, truncate, truncation_direction, dimensions, prompt_name}``."""
+    data, texts, single = _tei_inputs(body)
     return EmbedRequest(
         model_name(data),
         texts,
@@ -278,9 +287,7 @@ class SparseRequest:
 
 def parse_sparse(body: bytes) -> SparseRequest:
     """Parse ``{inputs, truncate, truncation_direction, prompt_name}``."""
-    data = body_object(body)
-    texts, _ = text_list(data, "inputs")
-    truncation_direction(data)
+    data, texts, _ = _tei_inputs(body)
     return SparseRequest(
         model_name(data), texts, optional(data, "truncate", bool, None), optional(data, "prompt_name", str, None)
     )
