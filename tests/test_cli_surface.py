@@ -60,3 +60,19 @@ def test_parser_loads_no_build_machinery_when_help_or_a_serving_command_is_parse
     loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     forbidden = BUILD_MACHINERY + HEAVY_LIBRARIES
     assert [m for m in loaded if any(m == f or m.startswith(f + ".") for f in forbidden)] == []
+
+
+@pytest.mark.parametrize(
+    ("option", "commands"),
+    [("--admin-key-file", {"serve", "rollout", "rollback", "gateway"}), ("--exit-timeout", {"package", "manifests"})],
+)
+def test_an_option_several_commands_take_has_one_type_default_and_closing_note_in_each(option, commands):
+    """The same type and default everywhere, and the same closing parenthesis of its help (its default, or why)."""
+    found = {}
+    for command, parser in _subcommands().items():
+        parser.format_help()  # adds the deferred options
+        for action in parser._actions:
+            if option in action.option_strings:
+                found[command] = (action.type, action.default, re.search(r"\([^()]*\)$", action.help)[0])
+    assert set(found) == commands
+    assert len(set(found.values())) == 1, found

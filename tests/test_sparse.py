@@ -78,6 +78,15 @@ def test_bind_gives_vocabulary_row_and_sparse_outputs_with_section_settings():
     assert (plan.postprocess_parameters["top_k"], plan.postprocess_parameters["threshold"]) == ("8", "0.25")
 
 
+@pytest.mark.parametrize("name", ["sparse-embedding", "multi-embedding"])
+def test_sparse_tasks_read_the_sparse_section_and_stop_at_max_seq_length_when_the_layout_has_one(name):
+    task = get_task(name)
+    assert task.settings(load_spec(model="m", sparse_top_k=8)).top_k == 8
+    assert "tritongen.steps.sparse" in task.helper_modules
+    assert task.max_length(_checkpoint("BertForMaskedLM", Pooling(max_seq_length=128)), 512, None) == 128
+    assert task.max_length(_checkpoint("BertForMaskedLM"), 512, None) == 512
+
+
 def test_a_splade_checkpoint_asked_for_as_a_dense_embedding_is_refused_in_one_line():
     layout = Pooling(from_sentence_transformers=True, splade=Splade())
     with pytest.raises(SpecError, match=r"sparse \(SPLADE\) encoder.*--task sparse-embedding"):

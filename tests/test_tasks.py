@@ -71,3 +71,19 @@ def test_bind_refuses_a_stride_that_fills_the_ner_window():
             spec, _checkpoint("BertForTokenClassification"), inputs=["input_ids"], row_length=32,
             tokenizer_facts={"special_tokens": "2"},
         )  # fmt: skip
+
+
+def test_image_text_sides_give_unnormalised_embeddings_of_their_own_width_when_built_from_one_checkpoint():
+    config = {
+        "model_type": "siglip",
+        "architectures": ["SiglipModel"],
+        "vision_config": {"hidden_size": 48},
+        "text_config": {"hidden_size": 32, "projection_size": 24},
+    }
+    checkpoint = Checkpoint(path=Path("/ckpt"), config=config, pooling=Pooling())
+    for name, width in (("image-embedding", 48), ("image-embedding-text", 24)):
+        task = get_task(name)
+        assert task.has_head(checkpoint) and not task.has_head(_checkpoint("BertModel"))
+        assert task.onnx_output_dims(checkpoint) == (width,)
+        assert [(t.name, t.dims) for t in task.postprocess_outputs(checkpoint)] == [("EMBEDDING", (width,))]
+        assert task.postprocess_parameters(checkpoint) == {"normalize": "false"}

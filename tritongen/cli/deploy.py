@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tritongen.cli.options import add_name, ensemble_name
+from tritongen.cli.options import add_exit_timeout_option, add_name, ensemble_name
 from tritongen.errors import UsageError
 
 __all__ = ["register"]
@@ -62,7 +62,7 @@ def _package_options(pack: argparse.ArgumentParser) -> None:
     pack.add_argument("--repository", type=Path, default=Path("model_repository"))
     pack.add_argument("--output", type=Path, help="deploy folder (default deploy/NAME)")
     pack.add_argument("--image", help="image tag compose builds (default tritongen-NAME:latest)")
-    pack.add_argument("--exit-timeout", type=int, default=30, help="Triton's --exit-timeout-secs (drain on stop)")
+    add_exit_timeout_option(pack)
     pack.add_argument("--force", action="store_true", help="replace an existing deploy folder")
     pack.add_argument("--gateway", action="store_true", help="also the OpenAI/TEI gateway: its image and service")
     pack.add_argument(
@@ -111,7 +111,7 @@ def _manifests_options(man: argparse.ArgumentParser) -> None:
     man.add_argument("--max-replicas", type=int, default=4)
     man.add_argument("--queue-target-ms", type=float, default=50.0, help="HPA target: queue time per request")
     man.add_argument("--startup-seconds", type=int, help="startup probe budget (default: from the model's size)")
-    man.add_argument("--exit-timeout", type=int, default=30, help="Triton's --exit-timeout-secs (drain on stop)")
+    add_exit_timeout_option(man)
     man.add_argument("--force", action="store_true", help="replace an existing folder")
     man.add_argument(
         "--gateway", action="store_true", help="also the OpenAI/TEI gateway, a sidecar (its image: package --gateway)"

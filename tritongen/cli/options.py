@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from tritongen.errors import UsageError
 
-__all__ = ["DeferredParser", "add_backends_option", "add_name", "add_server_options", "ensemble_name", "ints"]
+__all__ = [
+    "DeferredParser",
+    "add_admin_key_option",
+    "add_backends_option",
+    "add_exit_timeout_option",
+    "add_name",
+    "add_server_options",
+    "ensemble_name",
+    "ints",
+]
 
 
 class DeferredParser(argparse.ArgumentParser):
@@ -71,6 +81,20 @@ def add_backends_option(parser: argparse.ArgumentParser) -> None:
         help="a folder of Triton's native backends (one folder per backend, as /opt/tritonserver/backends) that "
         "serve the model steps here (default: $TRITONGEN_BACKENDS; neither: the Python stand-ins)",
     )
+
+
+def add_admin_key_option(parser: argparse.ArgumentParser, what: str = "file holding the admin key") -> None:
+    """``--admin-key-file``: serve's admin key, found by default where ``serve.admin.read_key`` looks."""
+    parser.add_argument(
+        "--admin-key-file",
+        type=Path,
+        help=f"{what} (default: $TRITONGEN_ADMIN_KEY, else the file serve writes beside the repository)",
+    )
+
+
+def add_exit_timeout_option(parser: argparse.ArgumentParser) -> None:
+    """``--exit-timeout``: how long the deployed Triton drains on stop (``TritonArgs.exit_timeout_secs``)."""
+    parser.add_argument("--exit-timeout", type=int, default=30, help="Triton's --exit-timeout-secs (drain on stop)")
 
 
 def add_name(parser: argparse.ArgumentParser, default: str) -> None:

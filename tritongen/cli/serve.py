@@ -11,15 +11,12 @@ import json
 from functools import partial
 from pathlib import Path
 
-from tritongen.cli.options import add_backends_option, add_server_options
+from tritongen.cli.options import add_admin_key_option, add_backends_option, add_server_options
 from tritongen.contract import CANDIDATE_LABELS, CONTEXT, QUESTION, TEXT, TEXT_PAIR
 from tritongen.errors import UsageError
 
 __all__ = ["register"]
 
-_ADMIN_KEY_HELP = (
-    "file holding the admin key (default: $TRITONGEN_ADMIN_KEY, else the file serve writes beside the repository)"
-)
 _SWITCHES = {
     "rollout": "bring a built version of NAME into service under traffic, after a canary (exit 2 if refused)",
     "rollback": "return NAME to the version built before the serving one, the same way",
@@ -68,7 +65,7 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
         default=True,
         help="reload a Python step whose stub process dies",
     )
-    serve.add_argument("--admin-key-file", type=Path, help=_ADMIN_KEY_HELP)
+    add_admin_key_option(serve)
     add_backends_option(serve)
     add_server_options(serve)
     serve.set_defaults(func=_serve)
@@ -101,7 +98,7 @@ def _switch_options(switch: argparse.ArgumentParser, command: str) -> None:
     if command == "rollout":
         switch.add_argument("--version", type=int, help="version to serve (default: the newest built)")
     switch.add_argument("--repository", type=Path, default=Path("model_repository"))
-    switch.add_argument("--admin-key-file", type=Path, help=_ADMIN_KEY_HELP)
+    add_admin_key_option(switch)
     add_server_options(switch, "http")
     switch.set_defaults(func=_switch, version=None)
 
@@ -208,11 +205,8 @@ def _gateway_options(gateway: argparse.ArgumentParser) -> None:
         type=Path,
         help="file holding the API key clients must send (default: $TRITONGEN_GATEWAY_KEY; none: open)",
     )
-    gateway.add_argument(
-        "--admin-key-file",
-        type=Path,
-        help="serve's admin key, to list the served ensembles where --repository is no folder here "
-        "(default: $TRITONGEN_ADMIN_KEY, else the file serve writes beside the repository)",
+    add_admin_key_option(
+        gateway, "serve's admin key, to list the served ensembles where --repository is no folder here"
     )
     tei = gateway.add_argument_group("Text Embeddings Inference's router settings (its 1.9 defaults)")
     tei.add_argument(

@@ -86,8 +86,13 @@ def startup_seconds(repository: Path, name: str, *, base_s: int = 120, per_gib_s
     return base_s + per_gib_s * math.ceil(size / 2**30)
 
 
+def _app_label(options: ManifestOptions) -> dict[str, str]:
+    """The label every object of the app carries (:func:`_meta`), and so the one its selectors match."""
+    return {"app.kubernetes.io/name": options.app}
+
+
 def _meta(options: ManifestOptions, name: str | None = None, **extra: Any) -> dict[str, Any]:
-    labels = {"app.kubernetes.io/name": options.app, "app.kubernetes.io/part-of": "tritongen"}
+    labels = {**_app_label(options), "app.kubernetes.io/part-of": "tritongen"}
     return {"name": name or options.app, "namespace": options.namespace, "labels": labels, **extra}
 
 
@@ -151,14 +156,13 @@ def grace_seconds(args: TritonArgs) -> int:
 
 
 def _deployment(options: ManifestOptions, args: TritonArgs) -> dict[str, Any]:
-    selector = {"app.kubernetes.io/name": options.app}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _meta(options),
         "spec": {
             "replicas": options.min_replicas,
-            "selector": {"matchLabels": selector},
+            "selector": {"matchLabels": _app_label(options)},
             "template": {
                 "metadata": {"labels": _meta(options)["labels"]},
                 "spec": {
@@ -178,7 +182,7 @@ def _service(options: ManifestOptions, args: TritonArgs) -> dict[str, Any]:
         "kind": "Service",
         "metadata": _meta(options),
         "spec": {
-            "selector": {"app.kubernetes.io/name": options.app},
+            "selector": _app_label(options),
             "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in args.ports.items()],
         },
     }
@@ -190,7 +194,7 @@ def _service_monitor(options: ManifestOptions) -> dict[str, Any]:
         "kind": "ServiceMonitor",
         "metadata": _meta(options),
         "spec": {
-            "selector": {"matchLabels": {"app.kubernetes.io/name": options.app}},
+            "selector": {"matchLabels": _app_label(options)},
             "endpoints": [{"port": "metrics", "path": METRICS_PATH, "interval": "15s"}],
         },
     }
@@ -248,7 +252,7 @@ def _pdb(options: ManifestOptions) -> dict[str, Any]:
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _meta(options),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": options.app}}},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _app_label(options)}},
     }
 
 

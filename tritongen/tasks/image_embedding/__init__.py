@@ -19,42 +19,62 @@ if TYPE_CHECKING:
 
     from tritongen.model.checkpoint import Checkpoint
 
-__all__ = ["IMAGE_TEXT_MODELS", "ImageEmbedding"]
+__all__ = ["IMAGE_TEXT_MODELS", "ImageEmbedding", "ImageTextSide"]
 
 IMAGE_TEXT_MODELS = ("CLIPModel", "SiglipModel")
 
 
+class ImageTextSide(Task):
+    """The base of both sides of an image-text model: its checkpoints, and one ``EMBEDDING`` per input.
+
+    The embedding is :meth:`embedding_size` values, not normalised, as transformers returns it. Not registered
+    itself: each side is a task entry of its own.
+    """
+
+    gate = CosineGate
+    postprocess_step = "tritongen.tasks.embedding.postprocess"
+
+    def has_head(self, checkpoint: Checkpoint) -> bool:
+        return any(a in IMAGE_TEXT_MODELS for a in checkpoint.architectures)
+
+    def embedding_size(self, checkpoint: Checkpoint) -> int:
+        """The width of this side's embedding."""
+        raise NotImplementedError
+
+    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
+        return (self.embedding_size(checkpoint),)
+
+    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        return [public(EMBEDDING, (self.embedding_size(checkpoint),))]
+
+    def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        return {"normalize": "false"}
+
+
 @register_task
-class ImageEmbedding(Task):
+class ImageEmbedding(ImageTextSide):
     """``IMAGE`` -> ``EMBEDDING``: ``get_image_features`` (not normalised, as transformers returns it)."""
 
     name = "image-embedding"
     onnx_output = "image_embeds"
     detect_order = 20
-    gate = CosineGate
     truncates = False
     modality = ImageInputs()
     tokenizer_step = "tritongen.steps.image"
-    postprocess_step = "tritongen.tasks.embedding.postprocess"
     section, Settings = "images", ImagesSettings
 
     def matches(self, checkpoint: Checkpoint) -> bool:
         return self.has_head(checkpoint)
 
-    def has_head(self, checkpoint: Checkpoint) -> bool:
-        return any(a in IMAGE_TEXT_MODELS for a in checkpoint.architectures)
-
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [IMAGE_INPUT]
 
-    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
-        return (_embedding_size(checkpoint),)
-
-    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [public(EMBEDDING, (_embedding_size(checkpoint),))]
-
-    def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
-        return {"normalize": "false"}
+    def embedding_size(self, checkpoint: Checkpoint) -> int:
+        """CLIP projects to ``projection_dim``; SigLIP's image embedding is its vision tower's pooled width."""
+        config = checkpoint.config
+        if "projection_dim" in config:
+            return int(config["projection_dim"])
+        return int((config.get("vision_config") or {}).get("hidden_size", 768))
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         settings, facts = bound.settings, bound.facts
@@ -64,7 +84,7 @@ class ImageEmbedding(Task):
         spec, checkpoint = bound.spec, bound.checkpoint
         return [
             f"- embedding: `get_image_features` of {', '.join(checkpoint.architectures)}, "
-            f"{_embedding_size(checkpoint)} dims, not normalised (normalise before cosine similarity)",
+            f"{self.embedding_size(checkpoint)} dims, not normalised (normalise before cosine similarity)",
             f"- text side: `{spec.name}_text` when built from the same checkpoint with "
             f"`--task image-embedding-text --name {spec.name}_text` (TEXT -> EMBEDDING, `get_text_features`)",
         ]
@@ -76,11 +96,3 @@ class ImageEmbedding(Task):
         return pixel_module(
             model, lambda m, pixel_values: m.get_image_features(pixel_values=pixel_values).pooler_output
         )
-
-
-def _embedding_size(checkpoint: Checkpoint) -> int:
-    """CLIP projects to ``projection_dim``; SigLIP's image embedding is its vision tower's pooled width."""
-    config = checkpoint.config
-    if "projection_dim" in config:
-        return int(config["projection_dim"])
-    return int((config.get("vision_config") or {}).get("hidden_size", 768))

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tritongen.contract import ATTENTION_MASK, EMBEDDING, INPUT_IDS
+from tritongen.contract import ATTENTION_MASK, INPUT_IDS
 from tritongen.errors import SpecError
-from tritongen.gates.accuracy import CosineGate
-from tritongen.tasks._base import Binding, Task, TensorSpec, load_pretrained
+from tritongen.tasks._base import Binding, load_pretrained
 from tritongen.tasks._inputs import TextInputs
 from tritongen.tasks._registry import register_task
-from tritongen.tasks._tensors import public
-from tritongen.tasks.image_embedding import IMAGE_TEXT_MODELS
+from tritongen.tasks.image_embedding import ImageTextSide
 
 if TYPE_CHECKING:
     import torch
@@ -48,36 +46,30 @@ class TextTowerInputs(TextInputs):
 
 
 @register_task
-class ImageEmbeddingText(Task):
+class ImageEmbeddingText(ImageTextSide):
     """``TEXT`` -> ``EMBEDDING``, ``TRUNCATED``: ``get_text_features`` (not normalised, as transformers returns it)."""
 
     name = "image-embedding-text"
     onnx_output = "text_embeds"
     detect_order = 95  # never detected: the checkpoint's image side is (ask for it with --task)
-    gate = CosineGate
     modality = TextTowerInputs()
-    postprocess_step = "tritongen.tasks.embedding.postprocess"
 
     def matches(self, checkpoint: Checkpoint) -> bool:
         return False
 
-    def has_head(self, checkpoint: Checkpoint) -> bool:
-        return any(a in IMAGE_TEXT_MODELS for a in checkpoint.architectures)
-
-    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
-        return (_text_embedding_size(checkpoint),)
-
-    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [public(EMBEDDING, (_text_embedding_size(checkpoint),))]
-
-    def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
-        return {"normalize": "false"}
+    def embedding_size(self, checkpoint: Checkpoint) -> int:
+        """CLIP projects to ``projection_dim``; SigLIP's text head to ``projection_size`` (by default its width)."""
+        config = checkpoint.config
+        if "projection_dim" in config:
+            return int(config["projection_dim"])
+        text = config.get("text_config") or {}
+        return int(text.get("projection_size") or text.get("hidden_size", 768))
 
     def card_lines(self, bound: Binding) -> list[str]:
         checkpoint = bound.checkpoint
         return [
             f"- embedding: `get_text_features` of {', '.join(checkpoint.architectures)}, "
-            f"{_text_embedding_size(checkpoint)} dims, not normalised; the image side is the `image-embedding` task"
+            f"{self.embedding_size(checkpoint)} dims, not normalised; the image side is the `image-embedding` task"
         ]
 
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
@@ -90,15 +82,6 @@ class ImageEmbeddingText(Task):
 def _text_inputs(model: Any) -> tuple[str, ...]:
     """What the checkpoint's processor feeds the text tower: SigLIP's tokenizer gives ``input_ids`` only."""
     return (INPUT_IDS,) if model.config.model_type == "siglip" else (INPUT_IDS, ATTENTION_MASK)
-
-
-def _text_embedding_size(checkpoint: Checkpoint) -> int:
-    """CLIP projects to ``projection_dim``; SigLIP's text head to ``projection_size`` (its hidden size by default)."""
-    config = checkpoint.config
-    if "projection_dim" in config:
-        return int(config["projection_dim"])
-    text = config.get("text_config") or {}
-    return int(text.get("projection_size") or text.get("hidden_size", 768))
 
 
 def _text_tower(model: Any, *, masked: bool) -> torch.nn.Module:

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from tritongen.contract import ATTENTION_MASK, COLBERT, COLBERT_LENGTH, EMBEDDING, INPUT_IDS
 from tritongen.errors import CheckpointError
 from tritongen.gates.accuracy import TokenCosineGate
-from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, load_pretrained
+from tritongen.tasks._base import Binding, TensorSpec, exportable, load_pretrained
 from tritongen.tasks._registry import register_task
 from tritongen.tasks._tensors import public
-from tritongen.tasks.sparse_embedding import SPARSE_OUTPUTS, sparse_card_line, sparse_parameters
+from tritongen.tasks.sparse_embedding import SPARSE_OUTPUTS, SparseTask, sparse_card_line, sparse_parameters
 from tritongen.tasks.sparse_embedding.settings import SparseSettings
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ UNUSED_TOKENS = ("cls_token", "eos_token", "pad_token", "unk_token")
 
 
 @register_task
-class MultiEmbedding(Task):
+class MultiEmbedding(SparseTask):
     """``TEXT`` -> ``EMBEDDING``, ``SPARSE_INDICES``, ``SPARSE_VALUES``, ``COLBERT``, ``COLBERT_LENGTH``."""
 
     name = "multi-embedding"
@@ -45,9 +45,6 @@ class MultiEmbedding(Task):
     detect_order = 20  # before `embedding`: BGE-M3 also ships a sentence-transformers layout (its dense side)
     gate = TokenCosineGate
     postprocess_step = "tritongen.tasks.multi_embedding.postprocess"
-    helper_modules = ("tritongen.steps.sparse",)
-    section = "sparse"
-    Settings = SparseSettings
 
     def matches(self, checkpoint: Checkpoint) -> bool:
         return all((checkpoint.path / name).is_file() for name in HEAD_FILES)
@@ -87,10 +84,6 @@ class MultiEmbedding(Task):
             f"- ColBERT (`COLBERT`, `COLBERT_LENGTH`): colbert_linear of every real token but the first, "
             f"{_colbert_dim(bound.checkpoint)} values each, normalised",
         ]
-
-    def max_length(self, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None) -> int:
-        limit = super().max_length(checkpoint, position_limit, tokenizer_max)
-        return min(limit, checkpoint.pooling.max_seq_length or limit)  # BGE-M3's sentence-transformers files: 8192
 
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
         from transformers import AutoModel

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from tritongen.model.checkpoint import Checkpoint
 
-__all__ = ["PROMPT_INPUT", "SPARSE_OUTPUTS", "SparseEmbedding", "sparse_parameters"]
+__all__ = ["PROMPT_INPUT", "SPARSE_OUTPUTS", "SparseEmbedding", "SparseTask", "sparse_parameters"]
 
 # Per text, indices ascending; the texts of one request padded to the longest with index -1 and value 0.
 SPARSE_OUTPUTS = (public(SPARSE_INDICES), public(SPARSE_VALUES))
@@ -40,8 +40,27 @@ def sparse_card_line(settings: SparseSettings) -> str:
     return f"- sparse weights kept: {kept}" + (f", at most the {settings.top_k} largest" if settings.top_k else "")
 
 
+class SparseTask(Task):
+    """The base of the tasks that return sparse weights: the ``sparse`` section, the step helper that applies it.
+
+    Not registered itself: each subclass is a task entry, detected in its own ``detect_order``.
+    """
+
+    helper_modules = ("tritongen.steps.sparse",)
+    section = "sparse"
+    Settings = SparseSettings
+
+    def max_length(self, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None) -> int:
+        """The model's limit, lowered to sentence-transformers' ``max_seq_length`` where the checkpoint has one.
+
+        Both sparse layouts are sentence-transformers': SPLADE's ``SparseEncoder``, and BGE-M3's files (8192).
+        """
+        limit = super().max_length(checkpoint, position_limit, tokenizer_max)
+        return min(limit, checkpoint.pooling.max_seq_length or limit)
+
+
 @register_task
-class SparseEmbedding(Task):
+class SparseEmbedding(SparseTask):
     """Sparse embeddings: ``TEXT`` -> ``SPARSE_INDICES``, ``SPARSE_VALUES``."""
 
     name = "sparse-embedding"
@@ -50,9 +69,6 @@ class SparseEmbedding(Task):
     head = "ForMaskedLM"
     gate = CosineGate
     postprocess_step = "tritongen.tasks.sparse_embedding.postprocess"
-    helper_modules = ("tritongen.steps.sparse",)
-    section = "sparse"
-    Settings = SparseSettings
 
     def matches(self, checkpoint: Checkpoint) -> bool:
         # Only the sentence-transformers layout says so: a bare *ForMaskedLM is a fill-mask model.
@@ -85,10 +101,6 @@ class SparseEmbedding(Task):
             f"- SPLADE pooling: {splade.strategy} over the real tokens of log(1 + {splade.activation}(MLM logits))",
             sparse_card_line(bound.settings),
         ]
-
-    def max_length(self, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None) -> int:
-        limit = super().max_length(checkpoint, position_limit, tokenizer_max)
-        return min(limit, checkpoint.pooling.max_seq_length or limit)
 
     def ensemble_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         return {"pooling": "splade"}
