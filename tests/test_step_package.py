@@ -130,3 +130,17 @@ def test_server_runs_a_step_with_its_own_package_and_never_an_installed_helper(b
                 client.load_model("bare_tokenizer")
         finally:
             client.close()
+
+
+@pytest.mark.parametrize(
+    "module", ["tritongen.tasks.token_classification.ner", "tritongen.tasks.question_answering.qa"], ids=["ner", "qa"]
+)
+def test_task_helper_needs_neither_torch_nor_transformers_nor_tritongen(step_folder, module) -> None:
+    last = module.rsplit(".", 1)[-1]
+    folder = step_folder(module, "tritongen.steps._common", "tritongen.contract")
+    code = (  # imported from the step's folder, as the Python backend does
+        f"import sys; sys.path.insert(0, {str(folder)!r}); from _tritongen_step import {last}; "
+        f"assert {last}.__file__.startswith({str(folder)!r}), {last}.__file__; "
+        "bad = {'torch', 'transformers', 'tritongen'} & set(sys.modules); assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-I", "-c", code], check=True, timeout=60)
