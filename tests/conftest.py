@@ -262,17 +262,11 @@ def tiny_factory(checkpoint_cache):
 @pytest.fixture
 def step_folder(tmp_path: Path):
     """A step's version folder as the build writes it: ``step_folder(*modules)``, each in its helper package."""
-    import shutil
-
-    from tritongen.sources import module_file
-    from tritongen.steps.package import PACKAGE_INIT, STEP_PACKAGE, helper_file
+    from tritongen.steps.package import write_helpers
 
     def write(*modules: str) -> Path:
         folder = tmp_path / "step"
-        (folder / STEP_PACKAGE).mkdir(parents=True)
-        (folder / STEP_PACKAGE / "__init__.py").write_text(PACKAGE_INIT)
-        for module in modules:
-            shutil.copyfile(module_file(module), folder / helper_file(module))
+        write_helpers(folder, modules)
         return folder
 
     return write

@@ -22,8 +22,7 @@ from tritongen.deploy.gateway import GATEWAY_PACKAGES, GATEWAY_PORT, run_command
 from tritongen.deploy.package import PROBE_PATH
 from tritongen.errors import DeployError
 from tritongen.gates.compat import VENVS
-from tritongen.sources import module_file
-from tritongen.steps.package import PACKAGE_INIT, STEP_PACKAGE, helper_file
+from tritongen.steps.package import STEP_PACKAGE, write_helpers
 
 LOCK = Path(__file__).resolve().parents[1] / "requirements.lock"
 SOURCE = Path(__file__).resolve().parents[1] / "tritongen"
@@ -42,10 +41,7 @@ def repo(tmp_path: Path) -> Path:
         (root / step / "1" / "payload.bin").write_bytes(b"x")
     for step, source in (("demo_tokenizer", "tokenizer.py"), ("demo_postprocess", "postprocess.py")):
         shutil.copy(TRITON_MODELS / source, root / step / "1" / "model.py")
-        (root / step / "1" / STEP_PACKAGE).mkdir()
-        (root / step / "1" / STEP_PACKAGE / "__init__.py").write_text(PACKAGE_INIT)
-        for helper in ("tritongen.steps._common", "tritongen.contract"):
-            shutil.copy(module_file(helper), root / step / "1" / helper_file(helper))
+        write_helpers(root / step / "1", ("tritongen.steps._common", "tritongen.contract"))
     _wire(root, STEPS[1:])
     return root
 

@@ -55,7 +55,7 @@ from tritongen.serve.backends import installed_release, served_backends
 from tritongen.serve.step_server import StepCall, StepServer, on_cpu
 from tritongen.sizing import Layout, SizingReport
 from tritongen.sources import module_file
-from tritongen.steps.package import PACKAGE_INIT, STEP_PACKAGE, helper_file
+from tritongen.steps.package import write_helpers
 from tritongen.tasks import BuildPlan, Task, detect_task, get_task, reference_postprocess
 from tritongen.tasks._base import NO_TOKENIZER_LIMIT
 
@@ -498,10 +498,7 @@ def _write_python_steps(plan: BuildPlan, work: Staging, *, folded: bool = False)
             continue
         target = work.version_dir(names[step])
         shutil.copyfile(_step_file(module_name), target / "model.py")
-        (target / STEP_PACKAGE).mkdir(exist_ok=True)
-        (target / STEP_PACKAGE / "__init__.py").write_text(PACKAGE_INIT, encoding="utf-8")
-        for helper in bound.helper_modules[step]:  # imported as _tritongen_step.<last name>
-            shutil.copyfile(_step_file(helper), target / helper_file(helper))
+        write_helpers(target, bound.helper_modules[step], _step_file)  # imported as _tritongen_step.<last name>
     if folded:
         return
     tok_dir, post_dir = work.version_dir(names["tokenizer"]), work.version_dir(names["postprocess"])

@@ -19,10 +19,13 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import shutil
 import sys
-from collections.abc import Iterable, Sequence
-from pathlib import PurePosixPath
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path, PurePosixPath
 from types import ModuleType
+
+from tritongen.sources import module_file
 
 __all__ = [
     "PACKAGE_INIT",
@@ -32,6 +35,7 @@ __all__ = [
     "install_finder",
     "register_helpers",
     "served_module",
+    "write_helpers",
 ]
 
 STEP_PACKAGE = "_tritongen_step"  # never installed: in a repository only the copy beside model.py answers to it
@@ -48,6 +52,19 @@ _HELPERS: dict[str, str] = {"contract": "tritongen.contract"}
 def helper_file(module: str) -> PurePosixPath:
     """Where the build copies helper ``module`` in a step's version folder: ``_tritongen_step/<last name>.py``."""
     return PurePosixPath(STEP_PACKAGE, f"{module.rsplit('.', 1)[-1]}.py")
+
+
+def write_helpers(folder: Path, modules: Iterable[str], source: Callable[[str], Path] = module_file) -> None:
+    """Write the ``_tritongen_step`` package into a step's version ``folder``: each of ``modules`` under its last name.
+
+    ``source`` finds a module's file (:func:`tritongen.sources.module_file`; the build passes one that names the
+    module in its error).
+    """
+    package = Path(folder) / STEP_PACKAGE
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(PACKAGE_INIT, encoding="utf-8")
+    for module in modules:
+        shutil.copyfile(source(module), Path(folder) / helper_file(module))
 
 
 def register_helpers(modules: Iterable[str]) -> None:
