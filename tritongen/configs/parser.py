@@ -38,13 +38,18 @@ from tritongen.errors import RepositoryError, describe
 __all__ = ["from_proto", "from_text", "read_config"]
 
 
+def _dims(dims: Iterable[int], batched: bool) -> tuple[int, ...]:
+    """Dims as the generator takes them: without the batch axis a whole request (``max_batch_size: 0``) carries."""
+    return tuple(dims) if batched else tuple(dims)[1:]
+
+
 def _tensors(items: Iterable[Any], batched: bool) -> tuple[Tensor, ...]:
-    """Each tensor with its dims as the generator takes them: without the batch axis a whole request carries."""
+    """Each tensor with its dims as the generator takes them (:func:`_dims`)."""
     return tuple(
         Tensor(
             item.name,
             mc.DataType.Name(item.data_type),
-            tuple(item.dims) if batched else tuple(item.dims)[1:],
+            _dims(item.dims, batched),
             optional=getattr(item, "optional", False),  # ModelOutput has no such field
         )
         for item in items
@@ -107,7 +112,7 @@ def _optimization(proto: mc.ModelConfig) -> OnnxRuntimeOptimization | None:
 
 def _warmup(sample: Any, batched: bool) -> Warmup:
     inputs = tuple(
-        Tensor(name, mc.DataType.Name(data.data_type), tuple(data.dims) if batched else tuple(data.dims)[1:])
+        Tensor(name, mc.DataType.Name(data.data_type), _dims(data.dims, batched))
         for name, data in sample.inputs.items()
     )
     return Warmup(sample.name, inputs, sample.batch_size, sample.count)
