@@ -250,7 +250,9 @@ def test_gateway_embeds_a_long_text_under_tei_truncate_false_only_when_the_build
     from tritongen.gateway import GatewayOptions, create_app
 
     _, _, server, repository = served
-    with TestClient(create_app(GatewayOptions(triton_url=server.grpc_url, repository=repository))) as client:
+    with TestClient(
+        create_app(GatewayOptions(triton_url=server.grpc_url, triton_http_url=server.http_url, repository=repository))
+    ) as client:
         chunked = client.post("/embed", json={"inputs": [SHORT, LONG[0]], "model": "bert_emb_chunk", "truncate": False})
         cut = client.post("/embed", json={"inputs": [LONG[0]], "model": "bert_emb", "truncate": False})
         usage = [  # OpenAI's usage counts the tokens the ensemble reads: every window's, or the cut text's

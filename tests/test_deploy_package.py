@@ -241,12 +241,12 @@ def test_package_adds_the_gateway_image_and_service_only_when_asked(repo, tmp_pa
     plain = write_package("demo", repo, tmp_path / "plain")
     assert "gateway" not in yaml.safe_load((plain / "compose.yaml").read_text())["services"]
     assert not (plain / "gateway").exists()
-    args = TritonArgs(grpc_port=9001)
+    args = TritonArgs(grpc_port=9001, http_port=9000)
     options = PackageOptions(args=args, image="registry.example/demo:1", gateway=True)
     out = write_package("demo", repo, tmp_path / "pkg", options=options)
     service = yaml.safe_load((out / "compose.yaml").read_text())["services"]["gateway"]
     assert service["build"] == "./gateway" and service["image"] == "registry.example/demo-gateway:1"
-    assert service["command"] == ["--triton-url", "triton:9001"]
+    assert service["command"] == ["--triton-url", "triton:9001", "--triton-http-url", "triton:9000"]
     assert service["depends_on"] == {"triton": {"condition": "service_healthy"}}
     assert service["ports"] == [f"{GATEWAY_PORT}:{GATEWAY_PORT}"]
     # compose refuses to start while the key is unset: `${VAR?message}`; an empty value means no key
@@ -267,7 +267,8 @@ def test_gateway_dockerfile_pins_what_the_lock_pins_and_runs_the_gateway_on_ever
         assert f'{package}{"[grpc]" if package == "tritonclient" else ""}=={_lock_pin(package)}"' in run
     entrypoint = json.loads(next(line for line in dockerfile.splitlines() if line.startswith("ENTRYPOINT "))[11:])
     cmd = json.loads(next(line for line in dockerfile.splitlines() if line.startswith("CMD "))[4:])
-    assert entrypoint + cmd == run_command("triton:8001")
+    assert cmd == ["--triton-url", "triton:8001", "--triton-http-url", "triton:8000"]
+    assert entrypoint + cmd == run_command(cmd)
     assert entrypoint[:4] == ["python", "-m", "tritongen", "gateway"] and "0.0.0.0" in entrypoint
 
 

@@ -109,7 +109,9 @@ def _gateway(
 def gateway(served, tmp_path_factory):
     serve, repo = served
     log = tmp_path_factory.mktemp("gateway-log") / "gateway.log"
-    with _gateway(log, "--repository", str(repo), "--triton-url", serve.grpc_url, key=KEY) as (url, process):
+    with _gateway(
+        log, "--repository", str(repo), "--triton-url", serve.grpc_url, "--triton-http-url", serve.http_url, key=KEY
+    ) as (url, process):
         yield url, process
     # uvicorn drains, then re-raises SIGTERM so that the exit status tells how it stopped
     assert process.returncode == -signal.SIGTERM and "Traceback" not in log.read_text(), log.read_text()
@@ -178,7 +180,16 @@ def test_gateway_lists_ensembles_with_serves_key_when_repository_is_not_on_its_m
     serve, repo = served
     elsewhere = str(tmp_path / "model_repository")  # no such folder here: the index lists the ensembles
     key_file = str(default_key_file(repo))
-    args = ("--repository", elsewhere, "--triton-url", serve.grpc_url, "--admin-key-file", key_file)
+    args = (
+        "--repository",
+        elsewhere,
+        "--triton-url",
+        serve.grpc_url,
+        "--triton-http-url",
+        serve.http_url,
+        "--admin-key-file",
+        key_file,
+    )
     with _gateway(tmp_path / "gateway.log", *args) as gateway:
         assert get(gateway, "/health") == (200, {"status": "ok"})
         status, models = get(gateway, "/v1/models")
@@ -197,7 +208,14 @@ def test_gateway_lists_ensembles_with_serves_key_when_repository_is_not_on_its_m
 )
 def test_gateway_health_is_503_when_it_cannot_list_the_ensembles_without_the_key(served, tmp_path, env, reason):
     serve, _ = served
-    args = ("--repository", str(tmp_path / "model_repository"), "--triton-url", serve.grpc_url)
+    args = (
+        "--repository",
+        str(tmp_path / "model_repository"),
+        "--triton-url",
+        serve.grpc_url,
+        "--triton-http-url",
+        serve.http_url,
+    )
     with _gateway(tmp_path / "gateway.log", *args, env=env) as gateway:
         status, answer = get(gateway, "/health")
         assert status == 503 and reason in _error(answer)["message"]
@@ -213,7 +231,9 @@ def test_gateway_health_is_503_when_it_cannot_list_the_ensembles_without_the_key
 def test_packaged_gateway_serves_from_its_image_folder_when_started_as_the_image_starts_it(served, tmp_path):
     serve, repo = served
     image = write_package(EMB, repo, tmp_path / "deploy", options=PackageOptions(gateway=True)) / "gateway"
-    command = run_command(serve.grpc_url, models=str(image / "models"))
+    command = run_command(
+        ["--triton-url", serve.grpc_url, "--triton-http-url", serve.http_url], models=str(image / "models")
+    )
     assert command[:4] == ["python", "-m", "tritongen", "gateway"]
     args = [a if a != "0.0.0.0" else "127.0.0.1" for a in command[4:]]  # the port: a free one, given last
     with _gateway(tmp_path / "gateway.log", *args, cwd=image) as gateway:
@@ -379,7 +399,16 @@ def test_a_long_text_gets_its_first_tokens_embedding_by_default_and_through_simi
 @pytest.mark.e2e
 def test_auto_truncate_false_refuses_long_texts_unless_a_request_asks_to_cut_them(served, tmp_path):
     serve, repo = served
-    args = ("--repository", str(repo), "--triton-url", serve.grpc_url, "--auto-truncate", "false")
+    args = (
+        "--repository",
+        str(repo),
+        "--triton-url",
+        serve.grpc_url,
+        "--triton-http-url",
+        serve.http_url,
+        "--auto-truncate",
+        "false",
+    )
     with _gateway(tmp_path / "gateway.log", *args) as (url, _):
         status, answer = post((url,), "/embed", {"inputs": ["fine", LONG], "model": EMB}, key=None)
         assert status == 422 and "item 1 is longer" in _tei_error(answer, "Validation")
@@ -479,7 +508,8 @@ def test_gateway_answers_each_apis_error_shape_and_status_when_request_is_bad(ga
 @pytest.mark.e2e
 def test_gateway_answers_503_when_triton_is_down(tmp_path):
     closed = f"127.0.0.1:{free_port()}"  # nothing listens there
-    with _gateway(tmp_path / "gateway.log", "--triton-url", closed, "--repository", str(tmp_path)) as gateway:
+    urls = ("--triton-url", closed, "--triton-http-url", closed)
+    with _gateway(tmp_path / "gateway.log", *urls, "--repository", str(tmp_path)) as gateway:
         status, answer = post(gateway, "/v1/embeddings", {"input": "x", "model": EMB}, key=None)
         health = get(gateway, "/health")
     assert status == 503 and _error(answer)["type"] == "server_error"

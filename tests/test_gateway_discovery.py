@@ -64,10 +64,16 @@ class FakeGrpc:
     async def is_server_live(self, client_timeout=None):
         return True
 
+    url = "triton:8000"  # as the HTTP inference path, Triton's HTTP port
+
+    async def ready(self):
+        return True
+
 
 def _client(fake: FakeGrpc) -> TritonClient:
     client = object.__new__(TritonClient)  # no channel: the fake answers
     client.url, client._client, client._timeout = "triton:8001", fake, 1.0
+    client._inference = fake  # a fake that answers inference too (tests/test_gateway_routes.py) stands for HTTP
     return client
 
 
@@ -215,6 +221,15 @@ def test_health_is_503_when_triton_is_not_ready(tmp_path):
 
     status, message = _health(NotReady(SERVED), repository=tmp_path)
     assert status == 503 and message == "the Triton server at triton:8001 is not ready"
+
+
+def test_health_is_503_naming_the_option_when_tritons_http_port_does_not_answer(tmp_path):
+    class NoHttp(FakeGrpc):
+        async def ready(self):
+            return False
+
+    status, message = _health(NoHttp(SERVED), repository=tmp_path)
+    assert status == 503 and "HTTP port at triton:8000" in message and "--triton-http-url" in message
 
 
 def test_health_is_ok_when_the_key_file_is_given(tmp_path):

@@ -1,4 +1,4 @@
-"""The gateway's routes against a fake of Triton's gRPC API: the sparse contract, each family's error shape, ids.
+"""The gateway's routes against a fake of Triton: the sparse contract, each family's error shape, ids.
 
 The real clients against the real server are in tests/test_gateway.py; these check, fast, what no ensemble the
 tests build can show there (the sparse outputs, which another task builds) and the rules behind every route.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -59,19 +58,22 @@ SERVED = {
 
 
 class FakeInfer(FakeGrpc):
-    """Triton's answers: each request's rows from ``answer(model, rows, first_row)``, by output name."""
+    """Triton's answers: each request's rows from ``answer(model, rows, first_row)``, by output name.
+
+    It stands for the gRPC client (the catalogue) and for the HTTP inference path (``infer``) both.
+    """
 
     def __init__(self, answer, served=SERVED) -> None:
         super().__init__(served)
         self.answer, self.rows_seen = answer, 0
         self.requests: list[int] = []
 
-    async def infer(self, model_name, inputs, outputs=None, client_timeout=None):
-        rows = inputs[0].shape()[0]
+    async def infer(self, model_name, inputs, outputs):
+        rows = inputs[0].shape[0]
         self.requests.append(rows)
         arrays = self.answer(model_name, rows, self.rows_seen)
         self.rows_seen += rows
-        return SimpleNamespace(as_numpy=arrays.__getitem__)
+        return {name: arrays[name] for name in outputs}
 
 
 def _sparse(model_name: str, rows: int, first: int) -> dict[str, np.ndarray]:

@@ -262,7 +262,13 @@ def test_manifests_add_the_gateway_sidecar_with_its_secret_only_when_asked(optio
                 validate(doc, K8S_VERSION, strict=True)
     triton, gateway = _container_list(rendered)
     assert gateway["image"] == "registry.example/demo-gateway:1"  # beside --image, as package --gateway tags it
-    assert gateway["args"] == ["--triton-url", f"127.0.0.1:{TritonArgs().grpc_port}"]  # Triton in the same pod
+    ports = TritonArgs()  # Triton in the same pod: its gRPC port for the catalogue, HTTP for inference
+    assert gateway["args"] == [
+        "--triton-url",
+        f"127.0.0.1:{ports.grpc_port}",
+        "--triton-http-url",
+        f"127.0.0.1:{ports.http_port}",
+    ]
     key = {"name": "TRITONGEN_GATEWAY_KEY", "valueFrom": {"secretKeyRef": {"name": "triton-demo-embed-gateway",
                                                                            "key": "api-key"}}}  # fmt: skip
     assert gateway["env"] == [key] and with_gateway.gateway_secret_name == "triton-demo-embed-gateway"

@@ -1,7 +1,7 @@
 """Baseline (e): what the OpenAI/TEI gateway adds in front of an embedding ensemble.
 
-The gateway (``tritongen gateway``, a subprocess) forwards to the running Triton server over gRPC; the direct
-side is the same ensemble over Triton's own HTTP/JSON API. One HTTP/JSON load generator
+The gateway (``tritongen gateway``, a subprocess) forwards to the running Triton server (KServe HTTP with binary
+tensors); the direct side is the same ensemble over Triton's own HTTP/JSON API. One HTTP/JSON load generator
 (:mod:`tritongen.bench.http_load`: keep-alive clients, one text per request) drives both, up at once, with the
 same texts, in interleaved rounds. The report gives the added latency at each concurrency (the median over
 rounds of the gateway's p50 minus the direct p50, and the same for the mean) and the throughput ratio, and
@@ -39,11 +39,17 @@ __all__ = ["GatewayComparison", "PairedLatency", "compare_with_gateway", "gatewa
 
 
 @contextlib.contextmanager
-def gateway_server(grpc_url: str, repository: Path, log: Path, *, model: str | None = None) -> Iterator[str]:
-    """Start ``python -m tritongen gateway`` in front of ``grpc_url`` on a free port; SIGTERM it at exit."""
+def gateway_server(
+    grpc_url: str, http_url: str, repository: Path, log: Path, *, model: str | None = None
+) -> Iterator[str]:
+    """Start ``python -m tritongen gateway`` in front of Triton's ``grpc_url`` and ``http_url`` on a free port.
+
+    It is SIGTERMed at exit.
+    """
     port = free_port()
     command = [
-        sys.executable, "-m", "tritongen", "gateway", "--triton-url", grpc_url, "--repository", str(repository),
+        sys.executable, "-m", "tritongen", "gateway", "--triton-url", grpc_url, "--triton-http-url", http_url,
+        "--repository", str(repository),
         "--port", str(port), *(["--model", model] if model else []),
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "TRITONGEN_GATEWAY_KEY"}  # the bench sends no key
@@ -129,8 +135,8 @@ class GatewayComparison(InterleavedRounds):
         lines = [
             f"## (e) the OpenAI/TEI gateway in front of `{self.name}`",
             "",
-            f"Triton's HTTP/JSON API against the gateway's `/v1/embeddings` (gRPC to the same server), both up at "
-            f"once, {self.method()}; medians of the rounds.",
+            "Triton's HTTP/JSON API against the gateway's `/v1/embeddings` (binary KServe HTTP to the same server), "
+            f"both up at once, {self.method()}; medians of the rounds.",
             "",
             *self.table(),
         ]

@@ -143,6 +143,8 @@ def drive(
                     errors[0] += 1
                     connection.close()
                     connection = http.client.HTTPConnection(target.host, target.port, timeout=120)
+                    if time.monotonic() > end:  # a server that only fails ends the run at its window too
+                        return
                     continue
                 done = time.monotonic()
                 if start <= done <= end:  # answers completed in the window (one started before it counts too)

@@ -253,7 +253,9 @@ def _measure_gateway(run: _BenchRun, server: TritonServer) -> GatewayComparison 
     if "gateway" not in options.baselines:
         return None
     run.console.print("[bold]Measuring baseline (e): the OpenAI/TEI gateway in front of the ensemble, interleaved…")
-    with gateway_server(server.grpc_url, run.repository, run.results / "gateway.log", model=options.name) as url:
+    with gateway_server(
+        server.grpc_url, server.http_url, run.repository, run.results / "gateway.log", model=options.name
+    ) as url:
         return compare_with_gateway(
             server.http_url, options.name, url, run.texts, options.interleaving, progress=run.console.print
         )

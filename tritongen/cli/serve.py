@@ -199,6 +199,11 @@ def _gateway_options(gateway: argparse.ArgumentParser) -> None:
     gateway.add_argument("--listen", default="127.0.0.1", help="the address the gateway listens on")
     gateway.add_argument("--model", help="default ensemble of the routes it can serve (default: the only one able)")
     gateway.add_argument("--triton-url", help="Triton's gRPC host:port (default: --host and --grpc-port)")
+    gateway.add_argument(
+        "--triton-http-url",
+        help="Triton's HTTP host:port, which inference goes to (default: --triton-url's host, else --host, and "
+        "--http-port)",
+    )
     gateway.add_argument("--timeout", type=float, default=60.0, help="seconds per Triton request")
     gateway.add_argument(
         "--api-key-file",
@@ -223,7 +228,7 @@ def _gateway_options(gateway: argparse.ArgumentParser) -> None:
     )
     tei.add_argument("--served-model-name", help="what the default model (--model) is called in answers, and asked as")
     tei.add_argument("--default-prompt-name", help="the prompt embedding requests get when they name none")
-    add_server_options(gateway, "grpc")
+    add_server_options(gateway, "http", "grpc")
     gateway.set_defaults(func=_gateway)
 
 
@@ -232,8 +237,10 @@ def _gateway(args: argparse.Namespace) -> None:
     from tritongen.serve.server import REMOTE_SCHEMES
 
     remote = str(args.repository).startswith(REMOTE_SCHEMES)
+    triton_host = args.triton_url.rpartition(":")[0] if args.triton_url else args.host
     options = GatewayOptions(
         triton_url=args.triton_url or f"{args.host}:{args.grpc_port}",
+        triton_http_url=args.triton_http_url or f"{triton_host}:{args.http_port}",
         repository=args.repository if remote else Path(args.repository),
         model=args.model,
         api_key=read_api_key(args.api_key_file),

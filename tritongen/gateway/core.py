@@ -47,7 +47,8 @@ class GatewayOptions:
     (``admin_key_file``, else ``$TRITONGEN_ADMIN_KEY``, else the file ``serve`` writes beside the repository).
     """
 
-    triton_url: str = "127.0.0.1:8001"
+    triton_url: str = "127.0.0.1:8001"  # Triton's gRPC port: the catalogue, the admin APIs
+    triton_http_url: str = "127.0.0.1:8000"  # Triton's HTTP port: inference
     repository: Path | str | None = Path("model_repository")
     model: str | None = None  # the default ensemble of every route it can serve
     api_key: str | None = None
@@ -299,11 +300,17 @@ class Gateway:
     async def health(self, request: Request) -> Response:
         """``GET /health``: 200 when Triton is ready and serves an ensemble the gateway can see (no key, for probes).
 
-        Triton's readiness alone is not enough: a gateway that cannot list the served ensembles (the admin
-        key missing or refused) or finds none of them answers every route with an error.
+        Triton's readiness alone is not enough: a gateway that cannot reach Triton's HTTP port (inference), cannot
+        list the served ensembles (the admin key missing or refused) or finds none of them answers every route
+        with an error.
         """
         if not await self.triton.ready():
             raise unavailable(f"the Triton server at {self.triton.url} is not ready")
+        if not await self.triton.http_ready():
+            raise unavailable(
+                f"Triton's HTTP port at {self.triton.http_url}, which inference goes to, does not answer ready "
+                "(--triton-http-url)"
+            )
         try:
             await self.catalogue.refresh(force=False)
         except GatewayError as exc:
@@ -322,7 +329,7 @@ class Gateway:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         """Open the gRPC channel and read the catalogue at start; close the channel at exit."""
-        self.client = TritonClient(self.options.triton_url, self.options.timeout_s)
+        self.client = TritonClient(self.options.triton_url, self.options.triton_http_url, self.options.timeout_s)
         try:
             await self.catalogue.refresh()
             names = ", ".join(sorted(self.catalogue.models)) or "none yet"

@@ -10,7 +10,8 @@ writes it in the shape of the route's family (:class:`Family`):
   (``BadRequestError``...) and ``code`` the HTTP status;
 - Cohere: ``{"message"}``, the status as raised.
 
-:func:`from_triton` maps what Triton's gRPC API answered (its status code) onto a ``GatewayError``.
+:func:`from_triton` maps what Triton's gRPC API answered (its status code) onto a ``GatewayError``, and
+:func:`from_triton_http` what its HTTP API answered.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ from starlette.responses import Response
 
 from tritongen.errors import GatewayError
 
-__all__ = ["Family", "error_response", "from_triton", "model_not_found", "unavailable", "unsupported_route"]
+__all__ = [
+    "Family",
+    "error_response",
+    "from_triton",
+    "from_triton_http",
+    "model_not_found",
+    "unavailable",
+    "unsupported_route",
+]
 
 # gRPC status -> (HTTP status, OpenAI error type). Triton answers a bad request with INVALID_ARGUMENT, an
 # overloaded or stopping server with UNAVAILABLE; a server that is down never answers (UNAVAILABLE too).
@@ -33,6 +42,15 @@ _GRPC_STATUS = {
     "StatusCode.RESOURCE_EXHAUSTED": (429, "server_error"),
     "StatusCode.DEADLINE_EXCEEDED": (504, "server_error"),
     "StatusCode.CANCELLED": (503, "server_error"),
+}
+
+# The HTTP status Triton's HTTP frontend answers for each of those.
+_HTTP_STATUS = {
+    400: "StatusCode.INVALID_ARGUMENT",
+    404: "StatusCode.NOT_FOUND",
+    503: "StatusCode.UNAVAILABLE",
+    429: "StatusCode.RESOURCE_EXHAUSTED",
+    504: "StatusCode.DEADLINE_EXCEEDED",
 }
 
 
@@ -100,6 +118,11 @@ def from_triton(model: str, status: str | None, message: str | None) -> GatewayE
         text = f"the Triton server is not reachable ({text})"
     code = {400: "invalid_input", 404: "model_not_found", 429: "overloaded", 503: "unavailable", 504: "timeout"}
     return GatewayError(http, f"`{model}`: {text}", type=kind, code=code.get(http, "upstream_error"))
+
+
+def from_triton_http(model: str, status: int, message: str | None) -> GatewayError:
+    """The error for Triton's HTTP answer ``status`` and ``message`` on a request to ``model``."""
+    return from_triton(model, _HTTP_STATUS.get(status), message)
 
 
 def unavailable(message: str) -> GatewayError:

@@ -31,6 +31,7 @@ def run_gateway(options: GatewayOptions, *, host: str = "127.0.0.1", port: int =
         port=port,
         log_level="warning",
         access_log=False,
+        proxy_headers=False,  # nothing reads the client's address or scheme; its middleware costs every request
         lifespan="on",
         timeout_graceful_shutdown=10,
     )

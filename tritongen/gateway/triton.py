@@ -1,10 +1,12 @@
-"""The Triton side of the gateway: one ``tritonclient.grpc.aio`` channel, reused by every request.
+"""The Triton side of the gateway: connections opened once, reused by every request.
 
 :meth:`TritonClient.infer` sends one request's texts (split into ``max_batch_size`` chunks, sent at once,
 which Triton's dynamic batcher then batches with other requests) and returns the asked outputs as arrays;
-every failure becomes an :class:`~tritongen.gateway.errors.GatewayError`. :meth:`TritonClient.configs` reads
-the served ensembles' configs through the open model config and metadata APIs; only
-:meth:`TritonClient.model_index` needs the admin key (:mod:`tritongen.gateway.discovery` says when).
+every failure becomes an :class:`~tritongen.gateway.errors.GatewayError`. Inference, the request path, goes
+to Triton's HTTP port on the gateway's event loop (:mod:`tritongen.gateway.kserve_http` says why); the rest, off
+it, through ``tritonclient.grpc.aio``: :meth:`TritonClient.configs` reads the served ensembles' configs through
+the open model config and metadata APIs, and only :meth:`TritonClient.model_index` needs the admin key
+(:mod:`tritongen.gateway.discovery` says when).
 """
 
 from __future__ import annotations
@@ -15,27 +17,15 @@ from typing import Any
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
-from tritonclient.grpc import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException
 
-from tritongen.errors import GatewayError
 from tritongen.gateway.errors import from_triton
+from tritongen.gateway.kserve_http import HttpInference, Tensor
 from tritongen.gateway.models import ModelInfo
 
 __all__ = ["TritonClient"]
 
 _NUMPY = {"INT32": np.int32, "INT64": np.int64, "FP32": np.float32, "BOOL": np.bool_}
-
-
-def _input(name: str, datatype: str, values: Sequence[Any]) -> InferInput:
-    """An ``[N, 1]`` input: strings as UTF-8 bytes, numbers as the declared type."""
-    if datatype == "BYTES":
-        array = np.array([[v.encode("utf-8")] for v in values], dtype=np.object_)
-    else:
-        array = np.array(values, dtype=_NUMPY[datatype]).reshape(-1, 1)
-    tensor = InferInput(name, list(array.shape), datatype)
-    tensor.set_data_from_numpy(array)
-    return tensor
 
 
 def _stack(chunks: list[np.ndarray]) -> np.ndarray:
@@ -53,15 +43,17 @@ def _stack(chunks: list[np.ndarray]) -> np.ndarray:
 
 
 class TritonClient:
-    """Async gRPC client of one Triton server; :meth:`close` it when done."""
+    """Client of one Triton server, at its gRPC (``url``) and HTTP (``http_url``) ports; :meth:`close` it when done."""
 
-    def __init__(self, url: str, timeout_s: float = 60.0) -> None:
+    def __init__(self, url: str, http_url: str, timeout_s: float = 60.0) -> None:
         self.url = url
         self._client = grpcclient.InferenceServerClient(url)
+        self._inference = HttpInference(http_url, timeout_s)
         self._timeout = timeout_s
 
     async def close(self) -> None:
-        """Close the channel."""
+        """Close the connections."""
+        await self._inference.close()
         await self._client.close()
 
     async def ready(self) -> bool:
@@ -70,6 +62,15 @@ class TritonClient:
             return bool(await self._client.is_server_ready(client_timeout=5.0))
         except InferenceServerException:
             return False
+
+    async def http_ready(self) -> bool:
+        """Whether Triton's HTTP port, which inference goes to, answers ready."""
+        return await self._inference.ready()
+
+    @property
+    def http_url(self) -> str:
+        """Triton's HTTP ``host:port``."""
+        return self._inference.url
 
     async def live(self) -> bool:
         """Whether the server answers, ready or not."""
@@ -140,17 +141,7 @@ class TritonClient:
     ) -> dict[str, np.ndarray]:
         whole = len(rows) == len(next(iter(inputs.values())))
         tensors = [
-            _input(name, model.inputs[name].datatype, values if whole else values[rows.start : rows.stop])
+            Tensor.column(name, model.inputs[name].datatype, values if whole else values[rows.start : rows.stop])
             for name, values in inputs.items()
         ]
-        try:
-            result = await self._client.infer(
-                model.name, tensors, outputs=[InferRequestedOutput(o) for o in outputs], client_timeout=self._timeout
-            )
-        except InferenceServerException as exc:
-            raise from_triton(model.name, exc.status(), exc.message()) from None
-        if result is None:  # tritonclient returns None when the channel was closed under it
-            raise GatewayError(
-                503, f"`{model.name}`: the gateway is shutting down", type="server_error", code="unavailable"
-            )
-        return {name: result.as_numpy(name) for name in outputs}
+        return await self._inference.infer(model.name, tensors, outputs)
