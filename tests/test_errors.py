@@ -22,6 +22,8 @@ from tritongen.errors import (
 )
 
 PACKAGE = Path(tritongen.__file__).parent
+
+
 # `QAInputError` lives in the served Python-backend code, which cannot import tritongen (see errors.py).
 def _served_code() -> set[Path]:
     """The Python steps and what the build copies beside them: they run in Triton without the package."""

@@ -10,7 +10,8 @@ import pytest
 
 from tritongen.bench.gateway import GatewayComparison
 from tritongen.bench.http_load import LoadResult, drive, kserve_target
-from tritongen.bench.infinity import PeerComparison, infinity_executable
+from tritongen.bench.infinity import infinity_executable
+from tritongen.bench.peer import PeerComparison
 from tritongen.bench.perf import Sweep
 from tritongen.bench.run import BenchOptions, run_bench
 from tritongen.bench.st_peer import st_executable
@@ -34,7 +35,7 @@ def test_comparisons_render_the_medians_of_their_rounds_one_row_per_concurrency(
     peer = PeerComparison("emb", "the peer", _rounds(), 0.99, 0.999, 1.0).to_markdown().splitlines()
     assert peer[2] == (
         "Both servers up at once, one HTTP/JSON load generator (one text per request, keep-alive clients), 2 "
-        "interleaved rounds of 1 s per side and concurrency; medians."
+        "interleaved rounds of 1 s per side and concurrency; medians of the rounds."
     )
     assert peer[4:8] == [
         "| concurrency | ours req/s | peer req/s | ratio (median of rounds) | ours p50/p99 ms | peer p50/p99 ms |",

@@ -109,6 +109,8 @@ def test_registry_refuses_a_runtime_whose_section_takes_a_spec_key_already_held(
     with pytest.raises(ValueError, match=re.escape(expected)):
         register_runtime(greedy)
     assert "onnx-greedy" not in runtime_names()
+
+
 def _id_sum(path: Path) -> Path:
     """A model over token ids: ``input_ids + attention_mask`` as floats, saved at ``path``."""
     inputs = [helper.make_tensor_value_info(name, TensorProto.INT64, ["n", "s"]) for name in INPUTS]

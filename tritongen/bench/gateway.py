@@ -132,14 +132,11 @@ class GatewayComparison(InterleavedRounds):
 
     def to_markdown(self) -> str:
         """The summary's section on the gateway."""
-        lines = [
-            f"## (e) the OpenAI/TEI gateway in front of `{self.name}`",
-            "",
+        lines = self.section(
+            f"(e) the OpenAI/TEI gateway in front of `{self.name}`",
             "Triton's HTTP/JSON API against the gateway's `/v1/embeddings` (binary KServe HTTP to the same server), "
-            f"both up at once, {self.method()}; medians of the rounds.",
-            "",
-            *self.table(),
-        ]
+            "both up at once",
+        )
         if self.paired is not None:
             p = self.paired
             lines += [

@@ -244,6 +244,10 @@ class InterleavedRounds:
             f"interleaved rounds of {self.seconds:.0f} s per side and concurrency"
         )
 
+    def section(self, heading: str, setting: str) -> list[str]:
+        """A report section's opening: ``heading``, what ran (``setting``, then :meth:`method`), the table."""
+        return [f"## {heading}", "", f"{setting}, {self.method()}; medians of the rounds.", "", *self.table()]
+
     def table(self) -> list[str]:
         """The markdown table of the medians: ``table_head``, then ``table_row`` at each concurrency."""
         columns = self.table_head.count("|") - 1

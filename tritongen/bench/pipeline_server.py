@@ -92,6 +92,7 @@ def create_app(model: str, task: str, name: str, max_length: int) -> Any:
 def _add_health_routes(app: Any, name: str) -> None:
     """Liveness, readiness and the server's metadata, as perf_analyzer asks for them."""
 
+    @app.get("/health")  # as every server the bench starts beside Triton answers it
     @app.get("/v2/health/live")
     @app.get("/v2/health/ready")
     @app.get(f"/v2/models/{name}/ready")

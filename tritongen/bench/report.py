@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tritongen.bench.ceiling import CeilingPoint
 from tritongen.bench.gateway import GatewayComparison
-from tritongen.bench.infinity import PeerComparison
+from tritongen.bench.peer import PeerComparison
 from tritongen.bench.perf import PerfPoint
 from tritongen.bench.tail import TailReport
 from tritongen.bench.tune import TunePoint, best, ratios

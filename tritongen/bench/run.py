@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -29,12 +28,13 @@ from tritongen.bench.gateway import GatewayComparison, compare_with_gateway, gat
 from tritongen.bench.http_load import Interleaving, drive, kserve_target
 from tritongen.bench.infinity import (
     INFINITY_VENV,
-    PeerComparison,
     compare_with_infinity,
     infinity_executable,
     infinity_server,
 )
+from tritongen.bench.peer import PeerComparison
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_input_data
+from tritongen.bench.process import http_process
 from tritongen.bench.report import BenchReport, write_report
 from tritongen.bench.st_peer import ST_VENV, Fp32Check, compare_with_script, st_executable, st_server
 from tritongen.bench.tail import TailReport, read_traces, tail_report, trace_arguments, tracing
@@ -44,11 +44,11 @@ from tritongen.builder.spec import load_spec, recorded_spec
 from tritongen.buildspec import DynamicBatchingSettings
 from tritongen.contract import ATTENTION_MASK, INPUT_IDS, MAX_LENGTH, TOKEN_TYPE_IDS
 from tritongen.data.datasets import bench_texts
-from tritongen.errors import BenchError, ServerError
+from tritongen.errors import BenchError
 from tritongen.repository.layout import step_names
 from tritongen.repository.staging import existing_versions
 from tritongen.runtimes import get_runtime
-from tritongen.serve.server import Endpoints, TritonServer, free_port, server_environment, wait_until_ready
+from tritongen.serve.server import Endpoints, TritonServer, free_port, server_environment
 from tritongen.serve.stats import StepStats, model_stats, stats_delta
 from tritongen.tasks import TASKS
 
@@ -121,21 +121,8 @@ def _pipeline_server(meta: Mapping[str, Any], name: str, log: Path) -> Iterator[
         sys.executable, "-m", "tritongen.bench.pipeline_server", "--model", meta["checkpoint"], "--task", meta["task"],
         "--name", name, "--max-length", str(meta[MAX_LENGTH]), "--port", str(port),
     ]  # fmt: skip
-    with open(log, "wb") as handle:
-        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=server_environment())
-    url = f"127.0.0.1:{port}"
-    try:
-        try:
-            wait_until_ready(url, timeout=180, process=process, what="the FastAPI baseline", log_file=log)
-        except ServerError as exc:
-            raise BenchError(exc.message, log_file=log) from None
+    with http_process(command, port, log, what="the FastAPI baseline", env=server_environment(), timeout=180) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tritongen.bench.http_load import HttpTarget, Interleaving, kserve_target, openai_target
-from tritongen.bench.infinity import PeerComparison, compare_with_peer
+from tritongen.bench.peer import PeerComparison, compare_with_peer
 from tritongen.bench.process import http_process, venv_executable
 from tritongen.errors import BenchError
 from tritongen.serve.server import free_port

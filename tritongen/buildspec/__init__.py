@@ -54,6 +54,7 @@ __all__ = [
     "instance_group",
     "python_step_defaults",
     "read_spec_file",
+    "register_plugin",
     "section_source",
     "sections_by_name",
     "spec_from_mapping",
@@ -62,6 +63,7 @@ __all__ = [
 ]
 
 _Section = TypeVar("_Section", bound=SpecSection)
+_Entry = TypeVar("_Entry")  # a plug-in registry's entry: a task, a runtime
 
 DEFAULT_NAME = "minilm"  # the ensemble name of every command, as of the default model (all-MiniLM-L6-v2)
 
@@ -384,6 +386,32 @@ def section_source(source: SectionSource) -> SectionSource:
 def claim_sections(new: Iterable[type[SpecSection]]) -> None:
     """Refuse a registering plug-in's sections where one holds a spec key a registered section or the spec holds."""
     sections_by_name([*(cls for source in _SECTION_SOURCES for cls in source()), *new])
+
+
+def register_plugin(
+    table: dict[str, Any],
+    kind: str,
+    cls: type,
+    sections: Iterable[type[SpecSection]],
+    check: Callable[[], object] = lambda: None,
+) -> None:
+    """Add ``cls()`` to a plug-in registry (``table``: tasks, runtimes) under ``cls.name``, claiming its ``sections``.
+
+    A name already taken is refused; then the registry's own ``check`` runs (it may raise), then the sections are
+    claimed (:func:`claim_sections`), and only then is the entry added.
+    """
+    if cls.name in table:
+        raise ValueError(f"{kind} `{cls.name}` is registered already (by {type(table[cls.name]).__name__})")
+    check()
+    claim_sections(sections)
+    table[cls.name] = cls()
+
+
+def plugin_entry(table: Mapping[str, _Entry], name: str, unknown: Callable[[], Exception]) -> _Entry:
+    """``table[name]`` (a plug-in registry's entry), else raise what ``unknown`` gives (it lists the registered)."""
+    if name not in table:
+        raise unknown()
+    return table[name]
 
 
 def sections_by_name(declared: Iterable[type[SpecSection]]) -> dict[str, type[SpecSection]]:

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from tritongen.cli.options import add_backends_option, add_server_options, ints
+from tritongen.cli.options import add_backends_option, add_repository_option, add_server_options, ints
 
 __all__ = ["register"]
 
@@ -29,7 +29,7 @@ def _bench_options(bench: argparse.ArgumentParser) -> None:
     from tritongen.buildspec import DEFAULT_NAME
 
     bench.add_argument("--name", default=DEFAULT_NAME)
-    bench.add_argument("--repository", type=Path, default=Path("model_repository"))
+    add_repository_option(bench)
     bench.add_argument("--output", type=Path, default=Path("perf_analyzer_configs"))
     bench.add_argument("--concurrency", help="comma-separated concurrency levels (default 1,2,4,8,16)")
     bench.add_argument("--request-count", type=int, default=256, help="requests per measurement window")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tritongen.cli.options import add_exit_timeout_option, add_name, ensemble_name
+from tritongen.cli.options import add_exit_timeout_option, add_name, add_repository_option, ensemble_name
 from tritongen.errors import UsageError
 
 __all__ = ["register"]
@@ -37,7 +37,7 @@ def _publish_options(pub: argparse.ArgumentParser) -> None:
     from tritongen.buildspec import DEFAULT_NAME
 
     pub.add_argument("--name", default=DEFAULT_NAME)
-    pub.add_argument("--repository", type=Path, default=Path("model_repository"))
+    add_repository_option(pub)
     pub.add_argument("--to", required=True, help="s3://bucket/prefix or s3://http://HOST:PORT/bucket/prefix")
     pub.set_defaults(func=_publish)
 
@@ -59,7 +59,7 @@ def _package_options(pack: argparse.ArgumentParser) -> None:
     from tritongen.containers import container_names
 
     add_name(pack, DEFAULT_NAME)
-    pack.add_argument("--repository", type=Path, default=Path("model_repository"))
+    add_repository_option(pack)
     pack.add_argument("--output", type=Path, help="deploy folder (default deploy/NAME)")
     pack.add_argument("--image", help="image tag compose builds (default tritongen-NAME:latest)")
     add_exit_timeout_option(pack)
@@ -96,7 +96,7 @@ def _manifests_options(man: argparse.ArgumentParser) -> None:
 
     add_name(man, DEFAULT_NAME)
     man.add_argument("--to", required=True, help="s3://bucket/prefix the pods read the model repository from")
-    man.add_argument("--repository", type=Path, default=Path("model_repository"), help="local build (probe sizing)")
+    add_repository_option(man, "local build (probe sizing)")
     man.add_argument("--output", type=Path, help="folder (default deploy/NAME-k8s)")
     man.add_argument(
         "--image",
@@ -174,7 +174,7 @@ def _plan_options(plan: argparse.ArgumentParser) -> None:
         help="cpu_side.csv of `make bench BENCH_ARGS=--free-model-step` (default perf_analyzer_configs/NAME/cpu_side/; "
         "without one, the reference figures the model card quotes)",
     )
-    plan.add_argument("--repository", type=Path, default=Path("model_repository"), help="where NAME was built")
+    add_repository_option(plan, "where NAME was built")
     plan.set_defaults(func=_plan)
 
 

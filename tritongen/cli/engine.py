@@ -7,7 +7,8 @@ order the groups register them.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from tritongen.cli.options import add_repository_option
 
 __all__ = ["register"]
 
@@ -23,7 +24,7 @@ def _engine_options(engine: argparse.ArgumentParser) -> None:
     from tritongen.buildspec import DEFAULT_NAME
 
     engine.add_argument("--name", default=DEFAULT_NAME)
-    engine.add_argument("--repository", type=Path, default=Path("model_repository"))
+    add_repository_option(engine)
     engine.set_defaults(func=_engine)
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "add_backends_option",
     "add_exit_timeout_option",
     "add_name",
+    "add_repository_option",
     "add_server_options",
     "ensemble_name",
     "ints",
@@ -71,6 +72,12 @@ def add_server_options(parser: argparse.ArgumentParser, *ports: str) -> None:
     for port, default in defaults.items():
         shown = not ports or port in ports
         parser.add_argument(f"--{port}-port", type=int, default=default, help=None if shown else argparse.SUPPRESS)
+
+
+def add_repository_option(parser: argparse.ArgumentParser, what: str | None = None, *, remote: bool = False) -> None:
+    """``--repository`` (default ``model_repository``): a folder here, with ``remote`` an s3:// URL too (a str)."""
+    default = "model_repository" if remote else Path("model_repository")
+    parser.add_argument("--repository", type=str if remote else Path, default=default, help=what)
 
 
 def add_backends_option(parser: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ import json
 from functools import partial
 from pathlib import Path
 
-from tritongen.cli.options import add_admin_key_option, add_backends_option, add_server_options
+from tritongen.cli.options import add_admin_key_option, add_backends_option, add_repository_option, add_server_options
 from tritongen.contract import CANDIDATE_LABELS, CONTEXT, QUESTION, TEXT, TEXT_PAIR
 from tritongen.errors import UsageError
 
@@ -46,11 +46,7 @@ def _log(line: str) -> None:
 
 
 def _serve_options(serve: argparse.ArgumentParser) -> None:
-    serve.add_argument(
-        "--repository",
-        default="model_repository",
-        help="a folder, or s3://bucket/prefix (also s3://http://HOST:PORT/...)",
-    )
+    add_repository_option(serve, "a folder, or s3://bucket/prefix (also s3://http://HOST:PORT/...)", remote=True)
     serve.add_argument("--cache-size", type=int, default=16 * 1024 * 1024, help="response cache bytes (0: off)")
     serve.add_argument("--health-port", type=int, default=8003, help="port of /healthz and /livez (0: off)")
     serve.add_argument(
@@ -97,7 +93,7 @@ def _switch_options(switch: argparse.ArgumentParser, command: str) -> None:
     switch.add_argument("--name", default=DEFAULT_NAME, help="ensemble name")
     if command == "rollout":
         switch.add_argument("--version", type=int, help="version to serve (default: the newest built)")
-    switch.add_argument("--repository", type=Path, default=Path("model_repository"))
+    add_repository_option(switch)
     add_admin_key_option(switch)
     add_server_options(switch, "http")
     switch.set_defaults(func=_switch, version=None)
@@ -126,11 +122,7 @@ def _switch(args: argparse.Namespace) -> None:
 
 
 def _health_options(health: argparse.ArgumentParser) -> None:
-    health.add_argument(
-        "--repository",
-        default="model_repository",
-        help="the served folder, or its s3:// URL",
-    )
+    add_repository_option(health, "the served folder, or its s3:// URL", remote=True)
     health.add_argument("--timeout", type=float, default=10.0, help="seconds per ensemble")
     add_server_options(health, "http")
     health.set_defaults(func=_health)
@@ -189,11 +181,11 @@ def _infer(args: argparse.Namespace) -> None:
 
 
 def _gateway_options(gateway: argparse.ArgumentParser) -> None:
-    gateway.add_argument(
-        "--repository",
-        default="model_repository",
-        help="the served folder, read for its ensembles, tokenizers and labels (an s3:// URL or a folder not on "
-        "this machine: the ensembles are listed with the admin key, token counts 0, no /tokenize)",
+    add_repository_option(
+        gateway,
+        "the served folder, read for its ensembles, tokenizers and labels (an s3:// URL or a folder not on this "
+        "machine: the ensembles are listed with the admin key, token counts 0, no /tokenize)",
+        remote=True,
     )
     gateway.add_argument("--port", type=int, default=8080, help="the gateway's HTTP port")
     gateway.add_argument("--listen", default="127.0.0.1", help="the address the gateway listens on")

@@ -96,6 +96,13 @@ def _meta(options: ManifestOptions, name: str | None = None, **extra: Any) -> di
     return {"name": name or options.app, "namespace": options.namespace, "labels": labels, **extra}
 
 
+def _resource(
+    api_version: str, kind: str, options: ManifestOptions, name: str | None = None, **body: Any
+) -> dict[str, Any]:
+    """A Kubernetes object: its API version, ``kind``, the app's metadata (named ``name``, else the app), ``body``."""
+    return {"apiVersion": api_version, "kind": kind, "metadata": _meta(options, name), **body}
+
+
 def _container(options: ManifestOptions, args: TritonArgs) -> dict[str, Any]:
     def probe(path: str, period: int, failures: int) -> dict[str, Any]:
         return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures}
@@ -156,48 +163,36 @@ def grace_seconds(args: TritonArgs) -> int:
 
 
 def _deployment(options: ManifestOptions, args: TritonArgs) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": _meta(options),
-        "spec": {
-            "replicas": options.min_replicas,
-            "selector": {"matchLabels": _app_label(options)},
-            "template": {
-                "metadata": {"labels": _meta(options)["labels"]},
-                "spec": {
-                    "terminationGracePeriodSeconds": grace_seconds(args),
-                    "containers": [_container(options, args)],
-                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}],
-                    **_placement(options),
-                },
+    spec = {
+        "replicas": options.min_replicas,
+        "selector": {"matchLabels": _app_label(options)},
+        "template": {
+            "metadata": {"labels": _meta(options)["labels"]},
+            "spec": {
+                "terminationGracePeriodSeconds": grace_seconds(args),
+                "containers": [_container(options, args)],
+                "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}],
+                **_placement(options),
             },
         },
     }
+    return _resource("apps/v1", "Deployment", options, spec=spec)
 
 
 def _service(options: ManifestOptions, args: TritonArgs) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(options),
-        "spec": {
-            "selector": _app_label(options),
-            "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in args.ports.items()],
-        },
+    spec = {
+        "selector": _app_label(options),
+        "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in args.ports.items()],
     }
+    return _resource("v1", "Service", options, spec=spec)
 
 
 def _service_monitor(options: ManifestOptions) -> dict[str, Any]:
-    return {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "ServiceMonitor",
-        "metadata": _meta(options),
-        "spec": {
-            "selector": {"matchLabels": _app_label(options)},
-            "endpoints": [{"port": "metrics", "path": METRICS_PATH, "interval": "15s"}],
-        },
+    spec = {
+        "selector": {"matchLabels": _app_label(options)},
+        "endpoints": [{"port": "metrics", "path": METRICS_PATH, "interval": "15s"}],
     }
+    return _resource("monitoring.coreos.com/v1", "ServiceMonitor", options, spec=spec)
 
 
 def adapter_rule(options: ManifestOptions) -> dict[str, Any]:
@@ -216,60 +211,58 @@ def adapter_rule(options: ManifestOptions) -> dict[str, Any]:
 
 
 def _adapter_config(options: ManifestOptions) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _meta(options, f"{options.app}-adapter-rules"),
-        "data": {"config.yaml": yaml.safe_dump({"rules": [adapter_rule(options)]}, sort_keys=False)},
-    }
+    return _resource(
+        "v1",
+        "ConfigMap",
+        options,
+        f"{options.app}-adapter-rules",
+        data={"config.yaml": yaml.safe_dump({"rules": [adapter_rule(options)]}, sort_keys=False)},
+    )
 
 
 def _hpa(options: ManifestOptions) -> dict[str, Any]:
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": _meta(options),
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": options.app},
-            "minReplicas": options.min_replicas,
-            "maxReplicas": options.max_replicas,
-            "metrics": [
-                {
-                    "type": "Pods",
-                    "pods": {
-                        "metric": {"name": HPA_METRIC},
-                        "target": {"type": "AverageValue", "averageValue": str(round(options.queue_target_ms * 1000))},
-                    },
-                }
-            ],
-            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
-        },
+    spec = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": options.app},
+        "minReplicas": options.min_replicas,
+        "maxReplicas": options.max_replicas,
+        "metrics": [
+            {
+                "type": "Pods",
+                "pods": {
+                    "metric": {"name": HPA_METRIC},
+                    "target": {"type": "AverageValue", "averageValue": str(round(options.queue_target_ms * 1000))},
+                },
+            }
+        ],
+        "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
     }
+    return _resource("autoscaling/v2", "HorizontalPodAutoscaler", options, spec=spec)
 
 
 def _pdb(options: ManifestOptions) -> dict[str, Any]:
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": _meta(options),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _app_label(options)}},
-    }
+    return _resource(
+        "policy/v1",
+        "PodDisruptionBudget",
+        options,
+        spec={"maxUnavailable": 1, "selector": {"matchLabels": _app_label(options)}},
+    )
 
 
 def _kserve(options: ManifestOptions, args: TritonArgs) -> list[dict[str, Any]]:
     """A KServe InferenceService on the Triton runtime (it downloads storageUri and sets ports and repository)."""
     account = f"{options.app}-kserve"
-    service_account = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": _meta(options, account),
-        "secrets": [{"name": options.secret_name}],
-    }
-    isvc = {
-        "apiVersion": "serving.kserve.io/v1beta1",
-        "kind": "InferenceService",
-        "metadata": _meta(options),
-        "spec": {
+    service_account = _resource(
+        "v1",
+        "ServiceAccount",
+        options,
+        account,
+        secrets=[{"name": options.secret_name}],
+    )
+    isvc = _resource(
+        "serving.kserve.io/v1beta1",
+        "InferenceService",
+        options,
+        spec={
             "predictor": {
                 "minReplicas": options.min_replicas,
                 "maxReplicas": options.max_replicas,
@@ -284,7 +277,7 @@ def _kserve(options: ManifestOptions, args: TritonArgs) -> list[dict[str, Any]]:
                 **_placement(options),
             }
         },
-    }
+    )
     return [service_account, isvc]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tritongen.buildspec import RuntimeSettings, claim_sections, section_source
+from tritongen.buildspec import RuntimeSettings, plugin_entry, register_plugin, section_source
 from tritongen.errors import SpecError
 from tritongen.runtimes.base import Runtime
 
@@ -30,24 +30,24 @@ def register_runtime(cls: type[Runtime]) -> type[Runtime]:
     must lead back to one runtime (a runtime may serve through another's backend without owning it), and so is a
     section whose name or flat keys another section or the spec holds.
     """
-    if cls.name in RUNTIMES:
-        raise ValueError(f"runtime `{cls.name}` is registered already (by {type(RUNTIMES[cls.name]).__name__})")
-    owner = runtime_of_backend(cls.backend)
-    if cls.owns_backend and owner is not None:
-        raise ValueError(
-            f"runtime `{cls.name}` would own backend `{cls.backend}`, which `{owner.name}` owns; set owns_backend False"
-        )
-    claim_sections(cls.settings)
-    RUNTIMES[cls.name] = cls()
+
+    def one_owner() -> None:
+        owner = runtime_of_backend(cls.backend)
+        if cls.owns_backend and owner is not None:
+            raise ValueError(
+                f"runtime `{cls.name}` would own backend `{cls.backend}`, which `{owner.name}` owns; "
+                "set owns_backend False"
+            )
+
+    register_plugin(RUNTIMES, "runtime", cls, cls.settings, one_owner)
     return cls
 
 
 def get_runtime(name: str) -> Runtime:
     """Look a runtime up by the spec's name; unknown names list the registered ones."""
-    try:
-        return RUNTIMES[name]
-    except KeyError:
-        raise SpecError(f"runtime must be one of {', '.join(runtime_names())}, got {name}") from None
+    return plugin_entry(
+        RUNTIMES, name, lambda: SpecError(f"runtime must be one of {', '.join(runtime_names())}, got {name}")
+    )
 
 
 def runtime_names() -> tuple[str, ...]:

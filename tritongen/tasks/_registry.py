@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tritongen.buildspec import claim_sections, section_source
+from tritongen.buildspec import plugin_entry, register_plugin, section_source
 from tritongen.errors import UnsupportedModelError
 from tritongen.steps.package import register_helpers
 
@@ -33,20 +33,17 @@ def register_task(cls: type[Task]) -> type[Task]:
     The task's helper modules become its steps' ``_tritongen_step.<last name>`` in process; a last name another
     helper holds is refused.
     """
-    if cls.name in TASKS:
-        raise ValueError(f"task `{cls.name}` is registered already (by {type(TASKS[cls.name]).__name__})")
-    register_helpers(cls.helper_modules)
-    claim_sections([cls.Settings] if cls.section else [])
-    TASKS[cls.name] = cls()
+    sections = [cls.Settings] if cls.section else []
+    register_plugin(TASKS, "task", cls, sections, lambda: register_helpers(cls.helper_modules))
     return cls
 
 
 def get_task(name: str) -> Task:
     """Look a task up by name; unknown names list the supported ones."""
-    try:
-        return TASKS[name]
-    except KeyError:
-        raise UnsupportedModelError(f"task `{name}` is not supported; supported: {', '.join(sorted(TASKS))}") from None
+    supported = ", ".join(sorted(TASKS))
+    return plugin_entry(
+        TASKS, name, lambda: UnsupportedModelError(f"task `{name}` is not supported; supported: {supported}")
+    )
 
 
 def detect_task(checkpoint: Checkpoint) -> Task:

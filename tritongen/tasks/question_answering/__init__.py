@@ -11,16 +11,8 @@ from typing import TYPE_CHECKING, Any
 from tritongen.contract import ANSWER, ATTENTION_MASK, CONTEXT, END, QUESTION, SCORE, START
 from tritongen.errors import UnsupportedModelError
 from tritongen.gates.accuracy import SpanGate
-from tritongen.tasks._base import (
-    TOKEN_METADATA,
-    WINDOW_EXAMPLE,
-    Binding,
-    Task,
-    TensorSpec,
-    exportable,
-    load_pretrained,
-    max_windows,
-)
+from tritongen.tasks import _base as base
+from tritongen.tasks._base import Binding, Task, TensorSpec
 from tritongen.tasks._registry import register_task
 from tritongen.tasks._tensors import public
 from tritongen.tasks.question_answering.qa import QAInputError, resolve_window_sizes
@@ -61,10 +53,10 @@ class QuestionAnswering(Task):
     def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         return [
             TensorSpec(ATTENTION_MASK, "TYPE_INT64", (-1,)),  # even for models that do not take it
-            WINDOW_EXAMPLE,
+            base.WINDOW_EXAMPLE,
             TensorSpec("sequence_ids", "TYPE_INT64", (-1,)),
             TensorSpec("p_mask", "TYPE_BOOL", (-1,)),
-            *TOKEN_METADATA[1:],  # word_ids, offsets
+            *base.TOKEN_METADATA[1:],  # word_ids, offsets
         ]
 
     def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
@@ -109,7 +101,7 @@ class QuestionAnswering(Task):
             "max_seq_len": str(row_length),
             "doc_stride": str(_doc_stride(settings, row_length)),
             "cls_id": facts.get("cls_id", ""),
-            **max_windows(spec),
+            **base.max_windows(spec),
         }
         postprocess = {
             "max_answer_len": str(settings.max_answer_len),
@@ -128,12 +120,12 @@ class QuestionAnswering(Task):
         import torch
         from transformers import AutoModelForQuestionAnswering
 
-        model = load_pretrained(AutoModelForQuestionAnswering, checkpoint)
+        model = base.load_pretrained(AutoModelForQuestionAnswering, checkpoint)
 
         def spans(outputs: Any, attention_mask: torch.Tensor) -> torch.Tensor:
             return torch.stack([outputs.start_logits, outputs.end_logits], dim=-1)
 
-        return exportable(model, spans)
+        return base.exportable(model, spans)
 
 
 def _doc_stride(settings: QuestionAnsweringSettings, window: int) -> int:
