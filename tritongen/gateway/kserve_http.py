@@ -30,7 +30,7 @@ from tritongen.gateway.errors import from_triton_http
 
 __all__ = ["HttpInference", "Tensor"]
 
-_IDLE_CONNECTIONS = 64  # kept open between requests; more in flight at once are opened, used and closed
+_IDLE_CONNECTIONS = 128  # kept open between requests; more in flight at once are opened, used and closed
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,9 @@ class HttpInference:
     async def close(self) -> None:
         """Close the idle connections; later requests are refused."""
         self._closed = True
+        self._drop_idle()
+
+    def _drop_idle(self) -> None:
         for connection in self._idle:
             connection.close()
         self._idle.clear()
@@ -179,7 +182,8 @@ class HttpInference:
             try:
                 answer = await asyncio.wait_for(connection.waiter, self._timeout)
             except _Dropped as exc:
-                if exc.reused:  # Triton closed an idle connection as we sent: inference can be asked again
+                if exc.reused:  # Triton closed an idle connection as we sent (a restart?): ask again, on a new one
+                    self._drop_idle()
                     continue
                 raise GatewayError(
                     503, f"`{model}`: Triton at {self.url} closed the connection", type="server_error",
