@@ -334,7 +334,8 @@ class Gateway:
             await self.catalogue.refresh()
             names = ", ".join(sorted(self.catalogue.models)) or "none yet"
             problem = f" ({self.catalogue.problem})" if self.catalogue.problem else ""
-            print(f"gateway: Triton at {self.options.triton_url} serves {names}{problem}", flush=True)
+            where = f"{self.options.triton_url} (inference at {self.options.triton_http_url})"
+            print(f"gateway: Triton at {where} serves {names}{problem}", flush=True)
         except GatewayError as exc:  # Triton may come up later; the first request reads the catalogue again
             print(f"gateway: {exc.message}; will retry on the first request", flush=True)
         try:
