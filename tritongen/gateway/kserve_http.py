@@ -20,6 +20,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
+from urllib.parse import quote
 
 import httptools
 import numpy as np
@@ -152,7 +153,7 @@ class HttpInference:
         ).encode()  # fmt: skip
         payload = b"".join([header, *(t.raw for t in inputs)])
         head = (
-            f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: {self.url}\r\n"
+            f"POST /v2/models/{quote(model, safe='')}/infer HTTP/1.1\r\nHost: {self.url}\r\n"
             "Content-Type: application/octet-stream\r\n"
             f"Inference-Header-Content-Length: {len(header)}\r\nContent-Length: {len(payload)}\r\n\r\n"
         ).encode()

@@ -25,8 +25,6 @@ from tritongen.gateway.models import ModelInfo
 
 __all__ = ["TritonClient"]
 
-_NUMPY = {"INT32": np.int32, "INT64": np.int64, "FP32": np.float32, "BOOL": np.bool_}
-
 
 def _stack(chunks: list[np.ndarray]) -> np.ndarray:
     """The chunks' rows as one array; variable-width rows (sparse outputs) padded as the ensembles pad them.
