@@ -217,3 +217,25 @@ def test_an_unreachable_port_names_the_option_and_a_closed_client_refuses(loop_f
         return caught.value
 
     assert "shutting down" in _run(loop_factory, Scripted(lambda header, raw: None), closed).message
+
+
+def test_the_bench_baseline_reads_the_texts_of_a_binary_request_as_the_gateway_writes_it():
+    from tritongen.bench.pipeline_server import decode_request
+
+    tensor = Tensor.column("TEXT", "BYTES", TEXTS)
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "TEXT",
+                    "datatype": "BYTES",
+                    "shape": [2, 1],
+                    "parameters": {"binary_data_size": len(tensor.raw)},
+                }
+            ]
+        }
+    ).encode()
+    assert decode_request(header + tensor.raw, str(len(header))) == TEXTS
+    plain = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [2, 1], "data": TEXTS}]}
+    assert decode_request(json.dumps(plain).encode(), None) == TEXTS
+    assert decode_request(b'{"inputs": []}', None) is None and decode_request(b"{}", None) is None

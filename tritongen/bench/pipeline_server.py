@@ -54,26 +54,16 @@ def embedding_predictor(model: str, max_length: int) -> Any:
 
 def decode_request(body: bytes, header_length: str | None) -> list[str] | None:
     """Texts of the ``TEXT`` input of a KServe v2 request, JSON or with binary tensor data."""
-    import json
-    import struct
+    from tritongen.serve.kserve import read_tensors
 
-    size = int(header_length) if header_length else len(body)
-    header = json.loads(body[:size])
-    offset = size
-    for tensor in header.get("inputs", []):
-        binary = (tensor.get("parameters") or {}).get("binary_data_size")
-        if binary is None:
-            values = tensor.get("data")
-        else:
-            chunk, offset, values = body[offset : offset + binary], offset + binary, []
-            position = 0
-            while position < len(chunk):  # BYTES elements: 4-byte little-endian length, then the bytes
-                (length,) = struct.unpack_from("<I", chunk, position)
-                values.append(chunk[position + 4 : position + 4 + length].decode("utf-8", errors="replace"))
-                position += 4 + length
-        if tensor.get("name") == TEXT:
-            return [str(v) for v in values]
-    return None
+    try:
+        tensors = read_tensors(body, int(header_length) if header_length else None, "inputs")
+    except KeyError:  # no inputs, or one without a name, datatype or shape
+        return None
+    if TEXT not in tensors:
+        return None
+    texts = tensors[TEXT].reshape(-1)
+    return [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else str(v) for v in texts]
 
 
 def create_app(model: str, task: str, name: str, max_length: int) -> Any:

@@ -24,10 +24,11 @@ from urllib.parse import quote
 
 import httptools
 import numpy as np
-from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
+from tritonclient.utils import triton_to_np_dtype
 
 from tritongen.errors import GatewayError
 from tritongen.gateway.errors import from_triton_http
+from tritongen.serve.kserve import read_tensors
 
 __all__ = ["HttpInference", "Tensor"]
 
@@ -242,22 +243,8 @@ def _error_message(body: bytes) -> str:
 
 def _outputs(model: str, headers: dict[bytes, bytes], body: bytes) -> dict[str, np.ndarray]:
     """The answer's tensors: the JSON header's outputs, each read from its binary part (or its JSON ``data``)."""
+    split = headers.get(b"inference-header-content-length")
     try:
-        split = int(headers.get(b"inference-header-content-length", len(body)))
-        described = json.loads(body[:split])["outputs"]
-        arrays, offset = {}, split
-        for tensor in described:
-            dtype, shape = tensor["datatype"], tuple(tensor["shape"])
-            size = tensor.get("parameters", {}).get("binary_data_size")
-            if size is None:
-                flat = np.array(tensor["data"], dtype=np.object_ if dtype == "BYTES" else triton_to_np_dtype(dtype))
-            else:
-                raw = body[offset : offset + size]
-                offset += size
-                flat = (
-                    deserialize_bytes_tensor(raw) if dtype == "BYTES" else np.frombuffer(raw, triton_to_np_dtype(dtype))
-                )
-            arrays[tensor["name"]] = flat.reshape(shape)
+        return read_tensors(body, None if split is None else int(split), "outputs")
     except (ValueError, KeyError, TypeError) as exc:
         raise GatewayError(502, f"`{model}`: Triton's answer cannot be read ({exc})", type="server_error") from None
-    return arrays
