@@ -1,9 +1,9 @@
-"""A thin gateway in front of the Triton ensembles: the OpenAI, TEI, vLLM and Cohere APIs over gRPC.
+"""A thin gateway in front of the Triton ensembles: the OpenAI, TEI, vLLM and Cohere APIs.
 
 Triton's own OpenAI-compatible frontend serves embeddings only from vLLM models; retrieval frameworks and
 clients call embedding servers through OpenAI's ``/v1/embeddings``, TEI's ``/embed``, ``/rerank``, ``/predict``
 and friends, vLLM's ``/score`` and ``/classify``, and Cohere's ``/v2/embed`` and ``/v2/rerank``. This gateway
-speaks those and forwards to the ensembles over one gRPC channel:
+speaks those and forwards to the ensembles (inference to Triton's HTTP port, the rest over gRPC):
 
 - :mod:`~tritongen.gateway.app`: the ASGI app, one family of routes per module
   (:mod:`~tritongen.gateway.openai`, :mod:`~tritongen.gateway.tei`, :mod:`~tritongen.gateway.tei_info`,
@@ -12,7 +12,7 @@ speaks those and forwards to the ensembles over one gRPC channel:
   token ids in and out with the build's tokenizer;
 - :mod:`~tritongen.gateway.models`: which ensemble serves which route, from Triton's model configs;
 - :mod:`~tritongen.gateway.discovery`: which ensembles to ask Triton about, and the admin key where that needs it;
-- :mod:`~tritongen.gateway.triton`: the async gRPC client;
+- :mod:`~tritongen.gateway.triton`: the client of Triton, with :mod:`~tritongen.gateway.kserve_http` its inference path;
 - :mod:`~tritongen.gateway.errors` and :mod:`~tritongen.gateway.auth`: each API's error shape, the API key.
 """
 

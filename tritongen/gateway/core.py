@@ -2,8 +2,9 @@
 
 Each API family's routes are a module of their own (:mod:`~tritongen.gateway.openai`,
 :mod:`~tritongen.gateway.tei`, :mod:`~tritongen.gateway.vllm`, :mod:`~tritongen.gateway.cohere`); each route
-parses its body, resolves the ensemble through :class:`Gateway`, calls it over the one gRPC channel and writes
-JSON, and every failure leaves in its family's error shape (:mod:`tritongen.gateway.errors`).
+parses its body, resolves the ensemble through :class:`Gateway`, calls it through the one Triton client (on
+Triton's HTTP port) and writes JSON, and every failure leaves in its family's error shape
+(:mod:`tritongen.gateway.errors`).
 """
 
 from __future__ import annotations
@@ -328,7 +329,7 @@ class Gateway:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """Open the gRPC channel and read the catalogue at start; close the channel at exit."""
+        """Open the Triton client and read the catalogue at start; close its connections at exit."""
         self.client = TritonClient(self.options.triton_url, self.options.triton_http_url, self.options.timeout_s)
         try:
             await self.catalogue.refresh()
