@@ -76,3 +76,12 @@ def test_an_option_several_commands_take_has_one_type_default_and_closing_note_i
                 found[command] = (action.type, action.default, re.search(r"\([^()]*\)$", action.help)[0])
     assert set(found) == commands
     assert len(set(found.values())) == 1, found
+
+
+@pytest.mark.parametrize("option", ["--triton-url", "--triton-http-url"])
+def test_the_gateway_refuses_a_triton_address_without_a_port_before_it_starts(option):
+    from tritongen.errors import UsageError
+
+    args = _subcommands()["gateway"].parse_args([option, "triton"])
+    with pytest.raises(UsageError, match=f"{option} must be host:port, got 'triton'"):
+        args.func(args)

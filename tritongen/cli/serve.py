@@ -229,6 +229,10 @@ def _gateway(args: argparse.Namespace) -> None:
     from tritongen.serve.server import REMOTE_SCHEMES
 
     remote = str(args.repository).startswith(REMOTE_SCHEMES)
+    for option, address in (("--triton-url", args.triton_url), ("--triton-http-url", args.triton_http_url)):
+        host, _, port = (address or "").rpartition(":")
+        if address is not None and not (host and port.isdigit()):
+            raise UsageError(f"{option} must be host:port, got {address!r}")
     triton_host = args.triton_url.rpartition(":")[0] if args.triton_url else args.host
     options = GatewayOptions(
         triton_url=args.triton_url or f"{args.host}:{args.grpc_port}",
