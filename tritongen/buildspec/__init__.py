@@ -52,6 +52,7 @@ __all__ = [
     "claim_sections",
     "gather_sections",
     "instance_group",
+    "plugin_entry",
     "python_step_defaults",
     "read_spec_file",
     "register_plugin",

@@ -40,9 +40,10 @@ def register_task(cls: type[Task]) -> type[Task]:
 
 def get_task(name: str) -> Task:
     """Look a task up by name; unknown names list the supported ones."""
-    supported = ", ".join(sorted(TASKS))
     return plugin_entry(
-        TASKS, name, lambda: UnsupportedModelError(f"task `{name}` is not supported; supported: {supported}")
+        TASKS,
+        name,
+        lambda: UnsupportedModelError(f"task `{name}` is not supported; supported: {', '.join(sorted(TASKS))}"),
     )
 
 
