@@ -27,6 +27,12 @@ PYTEST_ARGS ?=
 # and load windows, which a third fills (docs/testing.md, "Measured").
 TEST_WORKERS ?= 3
 BENCH_ARGS ?=
+# make test-repeat: the rounds, and the tests (with pytest options) each round runs: every server-starting
+# infrastructure test and every test whose verdict rests on INT8 or BF16 numerics.
+ROUNDS ?= 5
+REPEAT_TESTS ?= tests/test_ports.py tests/test_build.py tests/test_openvino.py tests/test_precision.py \
+	tests/test_int8_search.py tests/test_cpu.py tests/test_compat.py tests/test_rollout_precisions.py \
+	tests/test_st_peer.py tests/test_supervision.py tests/test_gateway.py
 PRECISION ?=
 OPTIMIZE ?=
 CALIBRATION ?=
@@ -56,7 +62,7 @@ PORT_ARGS := --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(
 ADMIN_KEY_ARGS := $(if $(ADMIN_KEY_FILE),--admin-key-file "$(ADMIN_KEY_FILE)")
 
 .DEFAULT_GOAL := help
-.PHONY: help venv compat-venv infinity-venv st-venv repo serve gateway health rollout rollback infer engine bench soak publish package manifests test test-avx2 check lint \
+.PHONY: help venv compat-venv infinity-venv st-venv repo serve gateway health rollout rollback infer engine bench soak publish package manifests test test-avx2 test-repeat check lint \
 	clean
 
 help: ## show this help
@@ -167,6 +173,10 @@ test-avx2: venv compat-venv $(AVX2_ONLY) ## the suite as on an AVX2-only CPU (ne
 
 test: venv compat-venv ## run the test suite (unit and end-to-end against the real server); TEST_WORKERS=0 runs it in one process
 	$(PY) -m pytest $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
+
+test-repeat: venv compat-venv ## run REPEAT_TESTS ROUNDS times (5), each a fresh session; list every test that ever failed
+	$(PY) scripts/repeat_tests.py --rounds $(ROUNDS) --out test_rounds -- \
+		$(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) $(REPEAT_TESTS)
 
 check: venv ## the inner loop: lint, then the tests that build nothing and start no server (under 2 minutes)
 	$(VENV)/bin/ruff check tritongen tests scripts

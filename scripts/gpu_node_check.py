@@ -51,10 +51,13 @@ CONCURRENCY = (1, 8, 32, 128, 256)
 GPU_BATCHES = (1, 8, 32, 64, 128)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: every socket stays bound until all are picked (tritongen/serve/ports.py)."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def _run(command: list[str], env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -136,7 +139,7 @@ class Node:
     @contextlib.contextmanager
     def server(self, repository: Path, log: Path, models: list[str]) -> Iterator[dict[str, str]]:
         """tritonserver on free ports serving ``models`` of ``repository``; its URLs and pid; stopped after."""
-        http, grpc, metrics = _free_port(), _free_port(), _free_port()
+        http, grpc, metrics = _free_ports(3)
         command = [
             str(self.tritonserver), f"--model-repository={repository}", f"--backend-directory={self.backends}",
             f"--http-port={http}", f"--grpc-port={grpc}", f"--metrics-port={metrics}", "--exit-timeout-secs=5",
@@ -237,7 +240,7 @@ def verify(node: Node, out: Path) -> dict[str, Any]:
     shutil.copytree(node.carry / "gpu" / "test", test)
     shutil.copytree(node.carry / "gpu" / "tools", node.work / "tools")
     models = ["linear_cpu"] if node.cpu else ["linear_cpu", "linear_cuda", "linear_trt"]
-    env = {**node.env, "BACKENDS": str(node.backends), "PORT": str(_free_port()), "LOG": str(out / "verify.log")}
+    env = {**node.env, "BACKENDS": str(node.backends), "PORT": str(_free_ports(1)[0]), "LOG": str(out / "verify.log")}
     done = _run(["bash", str(test / "verify_gpu.sh"), str(node.tritonserver), sys.executable, *models], env=env)
     (out / "verify.txt").write_text(done.stdout + done.stderr)
     results = {

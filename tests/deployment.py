@@ -17,7 +17,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tritongen.serve.server import free_port, server_environment, wait_until_ready
+from tritongen.errors import PortTakenError, ServerError
+from tritongen.serve.ports import free_ports, port_taken, start_on_free_ports
+from tritongen.serve.server import server_environment, wait_until_ready
 from tritongen.serve.supervisor import STUB_NAME, Stub, stubs_of
 
 __all__ = ["ROOT", "ServeProcess", "deployment_pids"]
@@ -65,7 +67,7 @@ class ServeProcess:
         self.grace_period = grace_period
         # The source tree's tritongen by default (cwd wins); the wheel test runs an installed script.
         self.program, self.cwd, self.env = program, cwd, env
-        self.http_port, self.grpc_port, self.metrics_port, self.health_port = (free_port() for _ in range(4))
+        self.http_port, self.grpc_port, self.metrics_port, self.health_port = free_ports(4)
         self.extra_args = extra_args
         self.process: subprocess.Popen[bytes] | None = None
         self.group: int | None = None  # tritonserver's process group: its pid (it leads a new session)
@@ -87,7 +89,29 @@ class ServeProcess:
         ]  # fmt: skip
 
     def start(self, timeout: float = 300) -> ServeProcess:
-        """Start ``serve`` and wait until Triton is ready and the health endpoint answers."""
+        """Start ``serve`` and wait until Triton is ready and the health endpoint answers.
+
+        Where a port was taken since it was picked, ``serve`` starts again on fresh ones, as the bench's servers do.
+        """
+
+        def start(attempt: int) -> None:
+            if attempt > 1:
+                self.http_port, self.grpc_port, self.metrics_port, self.health_port = free_ports(4)
+            try:
+                self._start(timeout)
+            except ServerError:
+                if port_taken(self.output()):
+                    raise PortTakenError("`tritongen serve`", self.ports, "127.0.0.1", log_file=self.log) from None
+                raise
+
+        start_on_free_ports(start, "`tritongen serve`")
+        return self
+
+    @property
+    def ports(self) -> tuple[int, int, int, int]:
+        return self.http_port, self.grpc_port, self.metrics_port, self.health_port
+
+    def _start(self, timeout: float) -> None:
         with open(self.log, "wb") as handle:
             self.process = subprocess.Popen(
                 self.command(), cwd=self.cwd, env=self.env or server_environment(), stdout=handle,
@@ -101,13 +125,13 @@ class ServeProcess:
             )  # fmt: skip
             deadline = time.monotonic() + 60
             while self.health("/livez") != 200:
-                assert self.process.poll() is None and time.monotonic() < deadline, self.output()
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise ServerError(f"`tritongen serve`'s /livez never answered: {self.output()[-3000:]}")
                 time.sleep(0.25)
             self.group = self.triton_pid()
         except BaseException:
             self.stop()
             raise
-        return self
 
     def health(self, path: str = "/healthz", timeout: float = 30) -> int | None:
         """The status code of the health endpoint, or None when it does not answer."""

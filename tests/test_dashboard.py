@@ -9,8 +9,8 @@ import concurrent.futures as cf
 import contextlib
 import json
 import math
+import os
 import shutil
-import subprocess
 import threading
 import time
 import urllib.parse
@@ -20,12 +20,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tritongen.bench.process import http_process
 from tritongen.deploy import ManifestOptions, TritonArgs, dashboard, dashboard_queries, write_package
 from tritongen.deploy.dashboard import GPU_METRICS, panels, queue_us_per_request
 from tritongen.deploy.manifests import adapter_rule
 from tritongen.deploy.package import prometheus_config
 from tritongen.serve.client import infer
-from tritongen.serve.server import free_port, running_server
+from tritongen.serve.server import running_server
 
 needs_prometheus = pytest.mark.skipif(
     shutil.which("prometheus") is None, reason="prometheus is not installed (apt-get install prometheus)"
@@ -39,21 +40,16 @@ DOCUMENTED_GPU_METRICS = {"nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv
 
 @contextlib.contextmanager
 def _prometheus(tmp: Path, target: str):
-    port = free_port()
     config = tmp / "prometheus.yml"
     config.write_text(yaml.safe_dump(prometheus_config([target], interval_s=1)))
-    log = open(tmp / "prometheus.log", "wb")
-    process = subprocess.Popen(
-        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
+
+    def command(port: int) -> list[str]:
+        return ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}"]  # fmt: skip
+
+    with http_process(command, tmp / "prometheus.log", what="prometheus", env=os.environ, timeout=60,
+                      ready="/-/ready") as url:  # fmt: skip
+        yield f"http://{url}"
 
 
 def _query(base: str, expr: str) -> list[dict]:

@@ -29,6 +29,7 @@ from tests.deployment import ServeProcess
 from tests.tiny_sparse import make_splade
 from tests.tiny_variants import make_cross_encoder, make_unnormalised_embedder
 from tritongen.bench.perf import Sweep
+from tritongen.bench.process import start_http_process
 from tritongen.bench.run import BenchOptions, run_bench
 from tritongen.deploy import PackageOptions, write_package
 from tritongen.deploy.gateway import run_command
@@ -44,7 +45,8 @@ from tritongen.gateway.schemas import (
 )
 from tritongen.serve.admin import ENV, default_key_file
 from tritongen.serve.client import infer
-from tritongen.serve.server import free_port, server_environment, wait_until_ready
+from tritongen.serve.ports import free_port
+from tritongen.serve.server import server_environment
 
 KEY = "test-key-0123456789"
 TEXTS = ["I love this movie", "Terrible, awful, bad.", "Ünïcödé and emoji 🎉", "short"]
@@ -82,27 +84,29 @@ def _gateway(
     log: Path, *args: str, key: str | None = None, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """``python -m tritongen gateway`` on a free port (``cwd``'s tritongen where given, as an image runs it)."""
-    port = free_port()
     clean = {k: v for k, v in os.environ.items() if k not in ("TRITONGEN_GATEWAY_KEY", ENV)}
     if key is not None:
         clean["TRITONGEN_GATEWAY_KEY"] = key
-    command = [sys.executable, "-m", "tritongen", "gateway", *args, "--port", str(port)]
-    with open(log, "wb") as handle:
-        process = subprocess.Popen(
-            command, stdout=handle, stderr=subprocess.STDOUT, env={**clean, **(env or {})}, cwd=cwd,
-            start_new_session=True,
-        )  # fmt: skip
+
+    def command(port: int) -> list[str]:
+        return [sys.executable, "-m", "tritongen", "gateway", *args, "--port", str(port)]
+
+    process, url = start_http_process(
+        command, log, what="the gateway", env={**clean, **(env or {})}, timeout=60, ready="/livez", cwd=cwd
+    )
     try:
-        wait_until_ready(f"127.0.0.1:{port}", timeout=60, process=process, what="the gateway", path="/livez",
-                         reason=lambda: log.read_text()[-500:])  # fmt: skip
-        yield f"127.0.0.1:{port}", process
+        yield url, process
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        finally:
-            with contextlib.suppress(ProcessLookupError):  # nothing of its group may outlive it
-                os.killpg(process.pid, signal.SIGKILL)
+        _stop(process)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # nothing of its group may outlive it
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import uvloop
 
 from tritongen.errors import GatewayError
 from tritongen.gateway.kserve_http import HttpInference, Tensor
-from tritongen.serve.server import free_port
+from tritongen.serve.ports import free_port
 
 LOOPS = pytest.mark.parametrize(
     "loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"]
@@ -86,8 +86,8 @@ def _run(loop_factory, server: Scripted, body, *, timeout: float = 5.0):
     """``body(inference)`` against ``server`` on a loop of ``loop_factory``; what it returns."""
 
     async def main():
-        port = free_port()
-        listening = await asyncio.start_server(server.handle, "127.0.0.1", port)
+        listening = await asyncio.start_server(server.handle, "127.0.0.1", 0)  # the kernel's port: no race
+        port = listening.sockets[0].getsockname()[1]
         inference = HttpInference(f"127.0.0.1:{port}", timeout)
         try:
             return await body(inference)

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
-import urllib.request
 
 import numpy as np
 import pytest
 
+from tritongen.bench.process import http_process
 from tritongen.deploy.s3 import S3Location, parse_s3_url, publish
 from tritongen.errors import RepositoryError
 from tritongen.repository.layout import served_steps, step_names
 from tritongen.serve.client import infer
-from tritongen.serve.server import free_port, running_server
+from tritongen.serve.server import running_server
 
 TEXTS = ["I love this movie", "Zoë’s café in São Paulo 🎉", "word " * 300]
 
@@ -34,28 +32,17 @@ def test_parse_s3_url_takes_both_forms_and_refuses_others():
 @pytest.fixture(scope="module")
 def s3_endpoint(tmp_path_factory):
     """moto's S3 server on a free local port, with fake credentials in the environment."""
-    port = free_port()
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log
-    )
-    endpoint = f"http://127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+
+    def command(port: int) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(endpoint, timeout=1)
-                break
-            except OSError:
-                if process.poll() is not None:
-                    pytest.fail("moto's S3 server did not start")
-                time.sleep(0.2)
-        yield endpoint
+        with http_process(command, log, what="moto's S3 server", env=os.environ, timeout=60, ready="/") as url:
+            yield f"http://{url}"
     finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -17,6 +17,7 @@ them to a one-line message and exit code 2. The tree::
     ├── RepositoryError          the output repository cannot be read or written
     ├── EngineError              a TensorRT engine cannot be built here
     ├── ServerError              tritonserver could not start or answer
+    │   └── PortTakenError       a port a server was given was in use when it tried to listen there
     ├── RolloutError             a roll-out or rollback stopped; the version that served still does
     ├── BenchError               perf_analyzer or a baseline failed
     ├── DeployError              a deploy folder, manifest set or capacity plan cannot be made
@@ -49,6 +50,7 @@ __all__ = [
     "ExportError",
     "GatewayError",
     "ParityError",
+    "PortTakenError",
     "RepositoryError",
     "RolloutError",
     "ServerError",
@@ -185,6 +187,24 @@ class EngineError(TritongenError):
 
 class ServerError(TritongenError):
     """The Triton server could not be started or did not answer."""
+
+
+class PortTakenError(ServerError):
+    """A port a server was given was in use when it tried to listen there.
+
+    ``what`` is the server, ``ports`` the ports it was given on ``host``. Where we picked them ourselves, one was
+    taken between the pick and the server's bind, and the server starts again on others
+    (:func:`tritongen.serve.ports.start_on_free_ports`).
+    """
+
+    def __init__(
+        self, what: str, ports: tuple[int, ...], host: str, *, log_file: str | os.PathLike[str] | None = None
+    ) -> None:
+        self.what, self.ports, self.host = what, tuple(ports), host
+        shown = ", ".join(str(p) for p in self.ports)
+        one = "port" if len(self.ports) == 1 else "one of the ports"
+        super().__init__(f"{what} could not listen on {host}: {one} {shown} is already in use; choose other ports",
+                         log_file=log_file)  # fmt: skip
 
 
 class RolloutError(TritongenError):

@@ -33,7 +33,6 @@ from tritongen.bench.http_load import (
     openai_target,
 )
 from tritongen.bench.process import http_process
-from tritongen.serve.server import free_port
 
 __all__ = ["GatewayComparison", "PairedLatency", "compare_with_gateway", "gateway_server", "paired_latency"]
 
@@ -46,14 +45,15 @@ def gateway_server(
 
     It is SIGTERMed at exit.
     """
-    port = free_port()
-    command = [
-        sys.executable, "-m", "tritongen", "gateway", "--triton-url", grpc_url, "--triton-http-url", http_url,
-        "--repository", str(repository),
-        "--port", str(port), *(["--model", model] if model else []),
-    ]  # fmt: skip
+
+    def command(port: int) -> list[str]:
+        return [
+            sys.executable, "-m", "tritongen", "gateway", "--triton-url", grpc_url, "--triton-http-url", http_url,
+            "--repository", str(repository), "--port", str(port), *(["--model", model] if model else []),
+        ]  # fmt: skip
+
     env = {k: v for k, v in os.environ.items() if k != "TRITONGEN_GATEWAY_KEY"}  # the bench sends no key
-    with http_process(command, port, log, what="the gateway", env=env, timeout=60) as url:
+    with http_process(command, log, what="the gateway", env=env, timeout=60) as url:
         yield url
 
 

@@ -19,7 +19,6 @@ from tritongen.bench.http_load import Interleaving, kserve_target, openai_target
 from tritongen.bench.peer import PeerComparison, compare_with_peer
 from tritongen.bench.process import http_process, venv_executable
 from tritongen.errors import BenchError
-from tritongen.serve.server import free_port
 
 __all__ = ["INFINITY_VENV", "compare_with_infinity", "infinity_executable", "infinity_server"]
 
@@ -37,14 +36,16 @@ def infinity_server(checkpoint: str, name: str, log: Path, *, batch_size: int = 
     executable = infinity_executable()
     if executable is None:
         raise BenchError(f"baseline infinity needs {INFINITY_VENV} with infinity-emb; run `make infinity-venv`")
-    port = free_port()
-    command = [
-        str(executable), "v2", "--model-id", checkpoint, "--served-model-name", name, "--engine", "torch",
-        "--device", "cpu", "--port", str(port), "--batch-size", str(batch_size), "--no-bettertransformer",
-    ]  # fmt: skip
+
+    def command(port: int) -> list[str]:
+        return [
+            str(executable), "v2", "--model-id", checkpoint, "--served-model-name", name, "--engine", "torch",
+            "--device", "cpu", "--port", str(port), "--batch-size", str(batch_size), "--no-bettertransformer",
+        ]  # fmt: skip
+
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1",
            "INFINITY_ANONYMOUS_USAGE_STATS": "0"}  # fmt: skip
-    with http_process(command, port, log, what="infinity-emb", env=env, timeout=300) as url:
+    with http_process(command, log, what="infinity-emb", env=env, timeout=300) as url:
         yield url
 
 

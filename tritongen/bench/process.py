@@ -11,10 +11,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
-from tritongen.errors import BenchError, ServerError
+from tritongen.errors import BenchError, PortTakenError, ServerError
+from tritongen.serve.ports import free_port, port_taken, start_on_free_ports
 from tritongen.serve.server import wait_until_ready
 
-__all__ = ["http_process", "venv_executable"]
+__all__ = ["http_process", "start_http_process", "venv_executable"]
 
 
 def venv_executable(venv: Path, name: str) -> Path | None:
@@ -35,37 +36,67 @@ def _last_error(log: Path) -> str:
     return (causes or lines or [""])[-1][:300]
 
 
-@contextlib.contextmanager
-def http_process(
-    command: Sequence[str],
-    port: int,
+def start_http_process(
+    command: Callable[[int], Sequence[str]],
     log: Path,
     *,
     what: str,
     env: Mapping[str, str],
     timeout: float,
-    reason: Callable[[], str] | None = None,
-) -> Iterator[str]:
-    """Run ``command`` (listening on ``port``) in its own session, logging to ``log``; yield its ``host:port``.
+    ready: str = "/health",
+    cwd: Path | None = None,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``command(port)`` on a free port in its own session, logging to ``log``; it and its ``host:port``.
 
-    Ready once ``/health`` answers 200; a server that exits or never answers is a BenchError naming ``log`` and
-    ``reason()`` (by default the log's last exception line). At exit its whole process group gets SIGTERM, then
-    SIGKILL after 20 s, so no child outlives the bench; a SIGTERM to the bench unwinds it as Ctrl-C does.
+    Ready once ``ready`` (a path) answers 200. One that exits because its port was taken since it was picked
+    starts again on another; one that exits otherwise or never answers is stopped, and a ServerError names
+    ``log`` and the log's last exception line.
+    """
+
+    def start(_attempt: int) -> tuple[subprocess.Popen[bytes], str]:
+        port = free_port()
+        with open(log, "wb") as handle:  # each start's log alone: an earlier one's refusal is no reason for this one
+            process = subprocess.Popen(
+                list(command(port)), stdout=handle, stderr=subprocess.STDOUT, env=dict(env), cwd=cwd,
+                start_new_session=True,
+            )  # fmt: skip
+        try:
+            wait_until_ready(
+                f"127.0.0.1:{port}", timeout=timeout, process=process, what=what, log_file=log,
+                path=ready, reason=lambda: _last_error(log),
+            )  # fmt: skip
+        except BaseException:
+            _stop_group(process)
+            if port_taken(log.read_text(errors="replace")):
+                raise PortTakenError(what, (port,), "127.0.0.1", log_file=log) from None
+            raise
+        return process, f"127.0.0.1:{port}"
+
+    return start_on_free_ports(start, what)
+
+
+@contextlib.contextmanager
+def http_process(
+    command: Callable[[int], Sequence[str]],
+    log: Path,
+    *,
+    what: str,
+    env: Mapping[str, str],
+    timeout: float,
+    ready: str = "/health",
+) -> Iterator[str]:
+    """:func:`start_http_process` for the length of a ``with``; yield its ``host:port``.
+
+    A server that does not start is a BenchError. At exit its whole process group gets SIGTERM, then SIGKILL
+    after 20 s, so no child outlives the bench; a SIGTERM to the bench unwinds it as Ctrl-C does.
     """
     with _sigterm_unwinds():
-        with open(log, "wb") as handle:
-            process = subprocess.Popen(
-                list(command), stdout=handle, stderr=subprocess.STDOUT, env=dict(env), start_new_session=True
-            )
         try:
-            try:
-                wait_until_ready(
-                    f"127.0.0.1:{port}", timeout=timeout, process=process, what=what, log_file=log,
-                    path="/health", reason=reason or (lambda: _last_error(log)),
-                )  # fmt: skip
-            except ServerError as exc:
-                raise BenchError(exc.message, log_file=log) from None
-            yield f"127.0.0.1:{port}"
+            process, url = start_http_process(command, log, what=what, env=env, timeout=timeout, ready=ready)
+        except ServerError as exc:
+            raise BenchError(exc.message, log_file=log) from None
+        try:
+            yield url
         finally:
             _stop_group(process)
 

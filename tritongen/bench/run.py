@@ -48,7 +48,7 @@ from tritongen.errors import BenchError
 from tritongen.repository.layout import step_names
 from tritongen.repository.staging import existing_versions
 from tritongen.runtimes import get_runtime
-from tritongen.serve.server import Endpoints, TritonServer, free_port, server_environment
+from tritongen.serve.server import Endpoints, TritonServer, server_environment
 from tritongen.serve.stats import StepStats, model_stats, stats_delta
 from tritongen.tasks import TASKS
 
@@ -116,12 +116,13 @@ def _measure_triton(
 
 @contextlib.contextmanager
 def _pipeline_server(meta: Mapping[str, Any], name: str, log: Path) -> Iterator[str]:
-    port = free_port()
-    command = [
-        sys.executable, "-m", "tritongen.bench.pipeline_server", "--model", meta["checkpoint"], "--task", meta["task"],
-        "--name", name, "--max-length", str(meta[MAX_LENGTH]), "--port", str(port),
-    ]  # fmt: skip
-    with http_process(command, port, log, what="the FastAPI baseline", env=server_environment(), timeout=180) as url:
+    def command(port: int) -> list[str]:
+        return [
+            sys.executable, "-m", "tritongen.bench.pipeline_server", "--model", meta["checkpoint"],
+            "--task", meta["task"], "--name", name, "--max-length", str(meta[MAX_LENGTH]), "--port", str(port),
+        ]  # fmt: skip
+
+    with http_process(command, log, what="the FastAPI baseline", env=server_environment(), timeout=180) as url:
         yield url
 
 

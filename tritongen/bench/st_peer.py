@@ -22,7 +22,6 @@ from tritongen.bench.http_load import HttpTarget, Interleaving, kserve_target, o
 from tritongen.bench.peer import PeerComparison, compare_with_peer
 from tritongen.bench.process import http_process, venv_executable
 from tritongen.errors import BenchError
-from tritongen.serve.server import free_port
 
 __all__ = ["ST_PATH", "ST_SCRIPT", "ST_VENV", "Fp32Check", "compare_with_script", "st_executable", "st_server"]
 
@@ -49,17 +48,19 @@ def st_server(
     executable = st_executable()
     if executable is None:
         raise BenchError(f"the script peer needs {ST_VENV} with sentence-transformers; run `make st-venv`")
-    port = free_port()
     with tempfile.TemporaryDirectory(prefix="tritongen-st-") as scratch:
-        command = [
-            str(executable), str(ST_SCRIPT), "--model", str(checkpoint), "--port", str(port),
-            "--cache", str(Path(scratch) / "model"), "--threads", str(threads),
-            *([] if quantize else ["--no-quantize"]), *(["--isa", isa] if isa else []),
-        ]  # fmt: skip
+
+        def command(port: int) -> list[str]:
+            return [
+                str(executable), str(ST_SCRIPT), "--model", str(checkpoint), "--port", str(port),
+                "--cache", str(Path(scratch) / "model"), "--threads", str(threads),
+                *([] if quantize else ["--no-quantize"]), *(["--isa", isa] if isa else []),
+            ]  # fmt: skip
+
         inherited = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}  # its own venv
         env = {**inherited, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
                "HF_HOME": str(Path(scratch) / "hf"), "TMPDIR": scratch}  # fmt: skip
-        with http_process(command, port, log, what="the script peer", env=env, timeout=300) as url:
+        with http_process(command, log, what="the script peer", env=env, timeout=300) as url:
             yield url
 
 

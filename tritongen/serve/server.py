@@ -28,11 +28,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritongen.errors import ServerError
+from tritongen.errors import PortTakenError, ServerError
 from tritongen.serve.backends import (
     ServedBackends,
     built_container,
@@ -40,6 +40,7 @@ from tritongen.serve.backends import (
     served_backends,
     stand_in_runtimes,
 )
+from tritongen.serve.ports import free_ports, port_taken, start_on_free_ports
 from tritongen.sources import module_file
 
 REMOTE_SCHEMES = ("s3://", "gs://", "as://")  # repositories tritonserver reads itself
@@ -49,7 +50,6 @@ __all__ = [
     "Endpoints",
     "TritonServer",
     "cache_args",
-    "free_port",
     "prepare_runtime",
     "running_server",
     "server_environment",
@@ -144,13 +144,6 @@ def server_environment() -> dict[str, str]:
     return env
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def wait_until_ready(
     url: str,
     *,
@@ -194,11 +187,13 @@ class Endpoints:
     http_port: int = 8000
     grpc_port: int = 8001
     metrics_port: int = 8002
+    # Picked free by us (:meth:`free`), not asked for: a server that finds one taken starts again on others.
+    picked: bool = field(default=False, compare=False)
 
     @classmethod
     def free(cls, host: str = "127.0.0.1") -> Endpoints:
-        """Ports that are free right now on ``host`` (tests and the bench run beside other servers)."""
-        return cls(host, free_port(host), free_port(host), free_port(host))
+        """Three distinct ports that are free right now on ``host`` (tests and the bench run beside other servers)."""
+        return cls(host, *free_ports(3, host), picked=True)
 
     @property
     def ports(self) -> tuple[int, int, int]:
@@ -277,14 +272,32 @@ class TritonServer:
         return cmd + self.extra_args
 
     def start(self, timeout: float = 240.0) -> TritonServer:
-        """Start the server and block until it reports ready; raise ServerError otherwise."""
+        """Start the server and block until it reports ready; raise ServerError otherwise.
+
+        Where the ports were picked free (:meth:`Endpoints.free`) and one was taken before the server bound it, they
+        are picked again and the server started again, a bounded number of times; ports asked for are not.
+        """
         if isinstance(self.repository, Path) and not self.repository.is_dir():
             raise ServerError("model repository {path} does not exist; build one first", path=self.repository)
-        host = self.endpoints.host
-        for port in self.endpoints.ports:
+        if not self.endpoints.picked:
+            self._start(timeout)
+            return self
+
+        def start(attempt: int) -> None:
+            if attempt > 1:
+                self.endpoints = Endpoints.free(self.endpoints.host)
+            self._start(timeout)
+
+        start_on_free_ports(start, "tritonserver")
+        return self
+
+    def _start(self, timeout: float) -> None:
+        """One start on the current endpoints; its log alone (an earlier start's refusal is no reason for this one)."""
+        at = self.endpoints
+        for port in at.ports:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                if sock.connect_ex((host, port)) == 0:
-                    raise ServerError(f"port {port} on {host} is already in use; choose other ports")
+                if sock.connect_ex((at.host, port)) == 0:
+                    raise PortTakenError("tritonserver", (port,), at.host)
         with open(self.log_file, "wb") as log:
             log.write("".join(f"tritongen: {line}\n" for line in self.backends.lines()).encode())
             log.flush()
@@ -293,10 +306,15 @@ class TritonServer:
             )
         try:
             self.wait_ready(timeout)
+        except ServerError:
+            exited = self.process is not None and self.process.poll() is not None
+            self.stop()
+            if exited and port_taken(self.logs()):
+                raise PortTakenError("tritonserver", at.ports, at.host, log_file=self.log_file) from None
+            raise
         except BaseException:
             self.stop()
             raise
-        return self
 
     def wait_ready(self, timeout: float) -> None:
         """Block until ``/v2/health/ready`` answers 200; raise ServerError if the process dies or time runs out."""
