@@ -12,9 +12,17 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def served(tiny_factory, builds, shared_server):
+    """The same tiny model twice: its model step's queue unbounded, and bounded at 4 requests.
+
+    The bounded step's batcher holds each batch up to half a second for more requests, so the queue fills past 4
+    whatever the speed of the CPU or of the steps before it: the burst is certain to find it full.
+    """
     checkpoint = tiny_factory("bert")
     unbounded = DynamicBatchingSettings(queue_policy=QueuePolicy(max_queue_size=0))
-    limit = DynamicBatchingSettings(queue_policy=QueuePolicy(max_queue_size=4, default_timeout_microseconds=2_000_000))
+    limit = DynamicBatchingSettings(
+        max_queue_delay_microseconds=500_000,
+        queue_policy=QueuePolicy(max_queue_size=4, default_timeout_microseconds=2_000_000),
+    )
     return shared_server.serve(
         builds(checkpoint, "free", dynamic_batching=unbounded), builds(checkpoint, "limited", dynamic_batching=limit)
     )

@@ -15,6 +15,7 @@ from tritongen.bench.peer import PeerComparison
 from tritongen.bench.perf import Sweep
 from tritongen.bench.run import BenchOptions, run_bench
 from tritongen.bench.st_peer import st_executable
+from tritongen.cpu import int8_weights_saturate
 from tritongen.errors import BenchError
 from tritongen.serve.client import infer
 
@@ -127,8 +128,11 @@ def test_bench_measures_the_script_beside_the_ensemble_when_asked(repo, tmp_path
     script = report.script
     assert script is not None and script.concurrencies() == [2] and len(script.rounds) == 1
     assert script.at(2)["ours"] > 0 and script.at(2)["peer"] > 0 and script.at(2)["errors"] == 0
-    # Its dynamic INT8 against our FP32 build: close, but not the same model.
-    assert 0.95 <= script.cosine_min < 0.9999
+    # Its dynamic INT8 against our FP32 build: not the same model; close where this CPU computes INT8 exactly
+    # (tests/test_st_peer.py's _assert_near_pytorch says why the bound is not held where it does not).
+    assert script.cosine_min < 0.9999
+    if not int8_weights_saturate():
+        assert script.cosine_min >= 0.95
     # Each side against FP32 PyTorch on every bench and built-in validation text: ours is the FP32 build itself.
     rows = {(texts, side): (count, low) for texts, side, count, low, _, _ in script.against_fp32}
     assert set(rows) == {(t, s) for t in ("bench", "validation (built-in)") for s in ("`peer_emb`", "the script")}

@@ -69,6 +69,7 @@ def _on_cpu(repository) -> None:
 
 
 def test_each_precision_rolls_out_over_fp32_and_passes_its_canary(served, checkpoint):
+    """On every CPU: each lossy version's canary is recorded by this machine's kernels and compared on the same."""
     repository = served.repository
     for version, settings in VERSIONS.items():
         _build(checkpoint, repository, settings)

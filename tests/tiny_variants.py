@@ -13,7 +13,9 @@ from typing import Any
 from tests.tiny_checkpoints import make_checkpoint
 
 __all__ = [
+    "BF16_TIE_STEP",
     "NLI_LABELS",
+    "make_bf16_tied_classifier",
     "make_cross_encoder",
     "make_multilabel_classifier",
     "make_pair_classifier",
@@ -21,6 +23,9 @@ __all__ = [
 ]
 
 NLI_LABELS = {"0": "entailment", "1": "neutral", "2": "contradiction"}
+# How much the tied classifier's second weight row exceeds the first in magnitude, where it does: under half of
+# BF16's step between 1 and 2 (2**-7), far above FP32's there (2**-23).
+BF16_TIE_STEP = 0.003
 
 
 def _patch(path: Path, filename: str = "config.json", **changes: Any) -> Path:
@@ -62,3 +67,57 @@ def make_unnormalised_embedder(arch: str, out_dir: Path, *, seed: int = 0) -> Pa
     modules = json.loads((path / "modules.json").read_text())
     (path / "modules.json").write_text(json.dumps([m for m in modules if not m["type"].endswith("Normalize")]))
     return path
+
+
+def make_bf16_tied_classifier(out_dir: Path, *, seed: int = 0) -> Path:
+    """A tiny BERT classifier whose two labels BF16 cannot tell apart, while FP32 splits texts between them.
+
+    The premise of a BF16 refusal, built rather than found, so that it holds on every CPU that computes in BF16:
+
+    - the first row of the classifier's weights is BF16 numbers of magnitude 1.0625 to 1.9375 (BF16's step there is
+      2**-7); the second row is the first, each element's magnitude grown by :data:`BF16_TIE_STEP` at a random half of
+      the positions. Rounded to BF16, to nearest or by truncation, the second row is the first again, so in BF16 both
+      logits come from the same products and only the biases differ: every text gets one label;
+    - in FP32 the grown elements decide, and the second bias puts the threshold at the median of that difference over
+      the built-in validation texts, so about half of them take each label: BF16 agrees with FP32 on about 50%.
+
+    OpenVINO computes a FullyConnected layer in the inference precision (it keeps only the graph's tail after the last
+    matmul in FP32), so the classifier runs in BF16 wherever OpenVINO computes in BF16.
+    """
+    import numpy as np
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from tritongen.gates.accuracy import default_texts
+
+    path = make_checkpoint("bert", out_dir, task="classification", num_labels=2, seed=seed)
+    model = AutoModelForSequenceClassification.from_pretrained(path).eval()
+    rng = np.random.default_rng(seed)
+    width = model.classifier.in_features
+    magnitudes = 1.0625 + rng.integers(0, 112, width) * 2.0**-7  # BF16's grid from 1.0625 to 1.9375
+    first = np.where(rng.random(width) < 0.5, -1.0, 1.0) * magnitudes
+    grown = rng.random(width) < 0.5
+    second = first + np.sign(first) * BF16_TIE_STEP * grown
+    features = _classifier_inputs(model, AutoTokenizer.from_pretrained(path), default_texts("validation"))
+    margins = features @ (second - first)
+    with torch.no_grad():
+        model.classifier.weight.copy_(torch.tensor(np.stack([first, second]), dtype=torch.float32))
+        model.classifier.bias.copy_(torch.tensor([0.0, -float(np.median(margins))], dtype=torch.float32))
+    model.save_pretrained(path)
+    return path
+
+
+def _classifier_inputs(model: Any, tokenizer: Any, texts: list[str]) -> Any:
+    """What the classifier layer of ``model`` reads for each of ``texts`` (FP32 PyTorch)."""
+    import numpy as np
+    import torch
+
+    seen: list[Any] = []
+    hook = model.classifier.register_forward_hook(lambda module, args, output: seen.append(args[0].detach()))
+    try:
+        with torch.no_grad():
+            for start in range(0, len(texts), 32):
+                model(**tokenizer(texts[start : start + 32], padding=True, truncation=True, return_tensors="pt"))
+    finally:
+        hook.remove()
+    return np.concatenate([batch.numpy() for batch in seen]).astype(np.float64)
