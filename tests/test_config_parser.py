@@ -81,7 +81,9 @@ def test_read_config_answers_what_readers_ask_when_a_build_renders_every_feature
     assert tokenizer.int_parameter("max_length") == 128
     assert tokenizer.parameter("tokenizer_file") == "tokenizer.json"
     assert tokenizer.parameter("no such key") is None and tokenizer.int_parameter("no such key") is None
-    assert [(t.name, t.data_type, t.dims) for t in ensemble.inputs] == [("TEXT", "TYPE_STRING", (1,))]
+    assert [(t.name, t.data_type, t.dims) for t in ensemble.inputs] == [
+        ("TEXT", "TYPE_STRING", (1,)), ("TRUNCATE_LEFT", "TYPE_BOOL", (1,)),
+    ]  # fmt: skip
 
 
 def test_read_config_gives_dims_without_the_batch_axis_when_the_model_takes_whole_requests(tmp_path):

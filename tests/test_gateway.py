@@ -390,6 +390,60 @@ def test_tei_routes_cut_a_long_text_unless_truncate_is_false_as_tei_1_9(gateway,
 
 
 @pytest.mark.e2e
+def test_embed_takes_the_models_token_ids_as_the_text_and_refuses_an_id_past_its_vocabulary(gateway, served):
+    """TEI's ``inputs`` may be token ids: the ids ``/tokenize`` gives for a text embed as the text does, beside texts
+    in one request too; an id outside the vocabulary is TEI's 422 Validation, naming the item."""
+    status, tokens = post(gateway, "/tokenize", {"inputs": TEXTS[:2], "model": EMB})
+    assert status == 200
+    ids = [[token["id"] for token in row] for row in tokens]
+    by_text = np.array(post(gateway, "/embed", {"inputs": TEXTS[:2], "model": EMB})[1])
+    for path, body in (
+        ("/embed", {"inputs": ids, "model": EMB}),
+        ("/embed", {"inputs": [TEXTS[0], ids[1]], "model": EMB}),
+        ("/embed", {"inputs": ids[0], "model": EMB}),  # one row of ids
+    ):
+        status, answer = post(gateway, path, body)
+        assert status == 200, answer
+        got = np.array(answer)
+        cosine = (
+            (got * by_text[: len(got)]).sum(1)
+            / np.linalg.norm(got, axis=1)
+            / np.linalg.norm(by_text[: len(got)], axis=1)
+        )
+        assert cosine.min() > 0.9999, body
+    vocabulary = json.loads((served[1] / f"{EMB}_tokenizer" / "1" / "tokenizer.json").read_text())["model"]["vocab"]
+    status, answer = post(gateway, "/embed", {"inputs": ["fine", [101, len(vocabulary) + 5]], "model": EMB})
+    assert status == 422 and "`inputs` item 1 holds the id" in _tei_error(answer, "Validation")
+    sparse = post(gateway, "/embed_sparse", {"inputs": [ids[0]], "model": SPARSE})
+    assert sparse[0] == 200 and sparse[1] == post(gateway, "/embed_sparse", {"inputs": [TEXTS[0]], "model": SPARSE})[1]
+
+
+# Longer than the tiny models' 64 tokens, with a start and an end of its own.
+ENDS = "the start of a review " + "word " * 100 + "and an ending that is all its own"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/embed", {"inputs": [ENDS], "model": EMB}),
+        ("/embed_sparse", {"inputs": [ENDS], "model": SPARSE}),
+        ("/predict", {"inputs": [ENDS], "model": CLS}),
+        ("/rerank", {"query": "q", "texts": [ENDS], "model": RERANK}),
+    ],
+    ids=["embed", "embed_sparse", "predict", "rerank"],
+)
+def test_truncation_direction_left_keeps_a_long_texts_end(gateway, path, body):
+    """``truncation_direction: Left`` is served by the tokenizer step: the text's last tokens, so another answer
+    than its first tokens give; a text that fits answers the same both ways."""
+    right = post(gateway, path, {**body, "truncation_direction": "Right"})
+    left = post(gateway, path, {**body, "truncation_direction": "Left"})
+    assert right[0] == left[0] == 200 and right[1] != left[1]
+    short = json.loads(json.dumps(body).replace(json.dumps(ENDS), json.dumps(TEXTS[0])))
+    assert post(gateway, path, {**short, "truncation_direction": "left"}) == post(gateway, path, short)
+
+
+@pytest.mark.e2e
 def test_a_long_text_gets_its_first_tokens_embedding_by_default_and_through_similarity(gateway, served):
     status, answer = post(gateway, "/embed", {"inputs": [LONG], "model": EMB})
     assert status == 200
@@ -557,6 +611,8 @@ def test_hf_inference_client_gets_triton_values_when_pointed_at_a_models_root(
 
 @pytest.mark.e2e
 def test_embeddings_of_token_ids_equal_their_texts_when_the_ids_are_the_models(client, checkpoints):
+    """Token ids reach the model as they are, as Text Embeddings Inference takes them: the text's own ids, special
+    tokens in, embed as the text does; ids without them are what the model then reads (no token is added)."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoints[EMB]))
@@ -566,8 +622,12 @@ def test_embeddings_of_token_ids_equal_their_texts_when_the_ids_are_the_models(c
     by_ids = client.embeddings.create(model=EMB, input=with_special, encoding_format="float")
     np.testing.assert_allclose([d.embedding for d in by_ids.data], [d.embedding for d in by_text.data], atol=1e-6)
     assert by_ids.usage.prompt_tokens == by_text.usage.prompt_tokens
-    one = client.embeddings.create(model=EMB, input=tokenizer(texts[0], add_special_tokens=False)["input_ids"])
-    np.testing.assert_allclose(one.data[0].embedding, by_text.data[0].embedding, atol=1e-6)
+    mixed = client.embeddings.create(model=EMB, input=[texts[0], with_special[1]], encoding_format="float")
+    np.testing.assert_allclose([d.embedding for d in mixed.data], [d.embedding for d in by_text.data], atol=1e-6)
+    plain = tokenizer(texts[0], add_special_tokens=False)["input_ids"]
+    one = client.embeddings.create(model=EMB, input=plain)
+    assert one.usage.prompt_tokens == len(plain)  # no [CLS] or [SEP] added
+    assert not np.allclose(one.data[0].embedding, by_text.data[0].embedding, atol=1e-4)
 
 
 @pytest.mark.e2e
@@ -689,11 +749,13 @@ def test_from_triton_maps_grpc_status_to_http():
         (parse_embeddings, b'{"input": "a", "dimensions": 0}', "dimensions"),
         (parse_embeddings, b'{"input": "a", "dimensions": true}', "dimensions"),
         (parse_rerank, b'{"texts": ["a"]}', "query"),
-        (parse_predict, b'{"inputs": "a", "truncation_direction": "left"}', "truncation_direction"),
-        (parse_embed, b'{"inputs": "a", "truncation_direction": "left"}', "truncation_direction"),
+        (parse_predict, b'{"inputs": "a", "truncation_direction": "middle"}', "truncation_direction"),
+        (parse_embed, b'{"inputs": "a", "truncation_direction": "LEFT"}', "truncation_direction"),
         (parse_embed, b'{"inputs": "a", "normalize": 1}', "normalize"),
+        (parse_embed, b'{"inputs": ["a", [1, -2]]}', "inputs"),
+        (parse_embed, b'{"inputs": ["a", []]}', "inputs"),
         (parse_sparse, b'{"truncate": true}', "inputs"),
-        (parse_sparse, b'{"inputs": ["a"], "truncation_direction": "Left"}', "truncation_direction"),
+        (parse_sparse, b'{"inputs": ["a"], "truncation_direction": 1}', "truncation_direction"),
         (parse_sparse, b'{"inputs": ["a"], "prompt_name": 3}', "prompt_name"),
     ],
 )
@@ -706,7 +768,11 @@ def test_schemas_refuse_with_param_when_body_is_invalid(parse, body, param):
 
 
 def test_sparse_and_embed_read_inputs_and_truncation_alike():
-    body = b'{"inputs": "a", "truncate": true, "truncation_direction": "RIGHT", "prompt_name": "query"}'
+    body = b'{"inputs": "a", "truncate": true, "truncation_direction": "Right", "prompt_name": "query"}'
     assert parse_sparse(body) == SparseRequest(None, ["a"], True, "query")
     embed = parse_embed(body)
     assert (embed.texts, embed.single, embed.truncate, embed.prompt_name) == (["a"], True, True, "query")
+    ids = b'{"inputs": [101, 7592, 102], "truncation_direction": "left"}'
+    assert parse_sparse(ids) == SparseRequest(None, [[101, 7592, 102]], None, None, left=True)
+    embed = parse_embed(ids)
+    assert (embed.texts, embed.single, embed.left) == ([[101, 7592, 102]], True, True)

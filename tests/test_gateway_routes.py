@@ -385,6 +385,6 @@ def test_token_ids_are_refused_when_they_are_not_this_tokenizers(ids, message):
 
 
 def test_embeddings_parse_token_ids_as_rows_when_given_ints_or_lists_of_ints():
-    assert parse_embeddings(b'{"input": [4, 5]}').ids == [[4, 5]]
-    assert parse_embeddings(b'{"input": [[4], [5, 4]]}').ids == [[4], [5, 4]]
-    assert parse_embeddings(b'{"input": ["hello"]}').ids is None
+    assert parse_embeddings(b'{"input": [4, 5]}').texts == [[4, 5]]
+    assert parse_embeddings(b'{"input": [[4], [5, 4]]}').texts == [[4], [5, 4]]
+    assert parse_embeddings(b'{"input": ["hello", [5, 4]]}').texts == ["hello", [5, 4]]

@@ -27,12 +27,14 @@ def _args(tmp_path: Path, config: dict) -> dict:
     return {"model_config": json.dumps(config), "model_repository": str(tmp_path), "model_version": "1"}
 
 
-def _tokenizer_model(tmp_path: Path, minilm_path: Path, buckets: str = "8,16,32") -> tokenizer.TritonPythonModel:
+def _tokenizer_model(
+    tmp_path: Path, minilm_path: Path, buckets: str = "8,16,32", inputs: tuple[str, ...] = ("TEXT",)
+) -> tokenizer.TritonPythonModel:
     (tmp_path / "1").mkdir(exist_ok=True)
     shutil.copy(minilm_path / "tokenizer.json", tmp_path / "1" / "tokenizer.json")
     config = {
-        "input": [{"name": "TEXT"}],
-        "output": [{"name": n} for n in ("input_ids", "attention_mask", "token_type_ids", "TOKEN_COUNT")],
+        "input": [{"name": name} for name in inputs],
+        "output": [{"name": n} for n in ("input_ids", "attention_mask", "token_type_ids", "TRUNCATED", "TOKEN_COUNT")],
         "parameters": {
             "tokenizer_file": {"string_value": "tokenizer.json"},
             "max_length": {"string_value": "64"},
@@ -70,6 +72,85 @@ def test_tokenizer_counts_the_tokens_the_model_reads_of_each_text_when_cut_or_pa
     assert short.output("TOKEN_COUNT").tolist() == [[3]]  # [CLS] hi [SEP]
     assert batch.output("TOKEN_COUNT").tolist() == [[64], [5]]  # cut at max_length; the padding is not counted
     assert batch.output("TOKEN_COUNT").dtype == np.int32
+
+
+def _ids(*rows: list[int]) -> np.ndarray:
+    """Token-id rows as a client sends them: one [N, L] int64 array, each row padded at its end with -1."""
+    width = max(len(row) for row in rows)
+    return np.array([row + [-1] * (width - len(row)) for row in rows], dtype=np.int64)
+
+
+HELLO_WORLD = [101, 7592, 2088, 102]  # MiniLM's ids of "hello world", its special tokens in
+
+
+def test_tokenizer_takes_token_ids_as_the_model_reads_them_and_answers_as_for_the_text(tmp_path, minilm_path):
+    model = _tokenizer_model(tmp_path, minilm_path, inputs=("TEXT", "TOKEN_IDS", "TRUNCATE_LEFT"))
+    by_text, by_ids = model.execute(
+        [Request({"TEXT": texts("hello world")}), Request({"TOKEN_IDS": _ids(HELLO_WORLD, [7592])})]
+    )
+    assert by_ids.error is None
+    assert by_ids.output("input_ids")[0].tolist() == by_text.output("input_ids")[0].tolist()
+    assert by_ids.output("attention_mask").tolist() == [[1, 1, 1, 1, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0, 0, 0]]
+    assert by_ids.output("input_ids")[1, 0] == 7592  # as sent: no special token added
+    assert by_ids.output("TOKEN_COUNT").tolist() == [[4], [1]]
+
+
+def test_tokenizer_cuts_long_token_ids_on_the_side_asked_and_says_so(tmp_path, minilm_path):
+    model = _tokenizer_model(tmp_path, minilm_path, inputs=("TEXT", "TOKEN_IDS", "TRUNCATE_LEFT"))
+    long = list(range(1000, 1100))
+    right, left = model.execute(
+        [
+            Request({"TOKEN_IDS": _ids(long)}),
+            Request({"TOKEN_IDS": _ids(long), "TRUNCATE_LEFT": np.array([[True]])}),
+        ]
+    )
+    assert right.output("input_ids")[0].tolist() == long[:64] and right.output("TRUNCATED").tolist() == [[True]]
+    assert left.output("input_ids")[0].tolist() == long[-64:] and left.output("TRUNCATED").tolist() == [[True]]
+
+
+def test_tokenizer_refuses_bad_token_ids_in_their_own_request_only(tmp_path, minilm_path):
+    model = _tokenizer_model(tmp_path, minilm_path, inputs=("TEXT", "TOKEN_IDS", "TRUNCATE_LEFT"))
+    outside, empty, both, negative, fine = model.execute(
+        [
+            Request({"TOKEN_IDS": _ids([101, 30522, 102])}),
+            Request({"TOKEN_IDS": _ids([101], [])}),
+            Request({"TEXT": texts("a"), "TOKEN_IDS": _ids([101])}),
+            Request({"TOKEN_IDS": np.array([[101, -3, 102]], dtype=np.int64)}),
+            Request({"TEXT": texts("fine")}),
+        ]
+    )
+    assert (
+        outside.error.message() == "TOKEN_IDS row 0 holds the id 30522, outside the model's vocabulary of 30522 tokens"
+    )
+    assert outside.error.code() == pb_stub.TritonError.INVALID_ARG
+    assert empty.error.message() == "TOKEN_IDS row 1 holds no token id"
+    assert both.error.message() == "give TEXT or TOKEN_IDS, not both"
+    assert negative.error.message() == "TOKEN_IDS row 0 holds a negative id before its -1 padding"
+    assert fine.error is None and fine.output("TOKEN_COUNT").tolist() == [[3]]
+
+
+def test_tokenizer_keeps_a_long_texts_last_tokens_and_its_special_tokens_when_asked(tmp_path, minilm_path):
+    model = _tokenizer_model(tmp_path, minilm_path, inputs=("TEXT", "TRUNCATE_LEFT"))
+    text = " ".join(f"w{i}" for i in range(200)) + " the end"
+    flags = np.array([[False], [True]])
+    (response,) = model.execute([Request({"TEXT": texts(text, text), "TRUNCATE_LEFT": flags})])
+    right, left = response.output("input_ids")
+    decode = model.encoder.tokenizer.decode
+    assert right[0] == left[0] == 101 and right[-1] == left[-1] == 102  # [CLS] ... [SEP] on both sides
+    assert decode(left.tolist()).endswith("the end") and not decode(right.tolist()).endswith("the end")
+    assert decode(right.tolist()).startswith("w0 w1") and not decode(left.tolist()).startswith("w0 w1")
+    assert response.output("TRUNCATED").tolist() == [[True], [True]]
+    # one flag serves every row; none sent: every row keeps its first tokens
+    (one,) = model.execute([Request({"TEXT": texts(text, text), "TRUNCATE_LEFT": np.array([[True]])})])
+    assert (one.output("input_ids") == left).all()
+    (plain,) = model.execute([Request({"TEXT": texts(text)})])
+    assert (plain.output("input_ids")[0] == right).all()
+
+
+def test_a_model_without_token_ids_asks_for_text(tmp_path, minilm_path):
+    model = _tokenizer_model(tmp_path, minilm_path, inputs=("TEXT",))
+    (response,) = model.execute([Request({"TOKEN_IDS": _ids([101])})])
+    assert response.error.message() == "give TEXT"
 
 
 def test_reranker_counts_its_prompts_prefix_and_suffix_with_each_pair(minilm_path):

@@ -23,8 +23,8 @@ __all__ = [
     "EMBEDDING", "END", "ENTITIES", "IMAGE", "INPUT_IDS", "LABEL", "LABELS", "LABELS_FILE", "LOGITS", "MAX_LENGTH",
     "OFFSETS", "PADDING", "PAD_ID", "PAD_TYPE_ID", "PIXEL_VALUES", "PROBABILITIES", "PROMPT_NAME", "PUBLIC",
     "QUESTION", "SCORE", "SCORES", "SENTENCE_EMBEDDING", "SPARSE_INDICES", "SPARSE_VALUES", "SPECIAL_MASK", "START",
-    "STRIDE", "TEXT", "TEXT_PAIR", "TOKENIZER_FILE", "TOKEN_COUNT", "TOKEN_METADATA", "TOKEN_TYPE_IDS", "TRUNCATED",
-    "WINDOW_EXAMPLE", "WINDOW_TOKENS", "WORD_IDS", "Public",
+    "STRIDE", "TEXT", "TEXT_PAIR", "TOKENIZER_FILE", "TOKEN_COUNT", "TOKEN_IDS", "TOKEN_METADATA", "TOKEN_TYPE_IDS",
+    "TRUNCATED", "TRUNCATE_LEFT", "WINDOW_EXAMPLE", "WINDOW_TOKENS", "WORD_IDS", "Public", "carried_by_text_requests",
 ]  # fmt: skip
 
 # Inputs.
@@ -36,6 +36,8 @@ CANDIDATE_LABELS = "CANDIDATE_LABELS"
 IMAGE = "IMAGE"
 PROMPT_NAME = "PROMPT_NAME"
 DIMENSIONS = "DIMENSIONS"
+TOKEN_IDS = "TOKEN_IDS"  # a row of the model's token ids in place of its text, padded with -1
+TRUNCATE_LEFT = "TRUNCATE_LEFT"  # a long row keeps its last tokens, not its first
 # Outputs.
 LABEL = "LABEL"
 SCORE = "SCORE"
@@ -77,6 +79,8 @@ PUBLIC: dict[str, Public] = {
     IMAGE: Public("TYPE_STRING", output=False),
     PROMPT_NAME: Public("TYPE_STRING", optional=True, output=False),
     DIMENSIONS: Public("TYPE_INT32", optional=True, output=False),
+    TOKEN_IDS: Public("TYPE_INT64", (-1,), optional=True, output=False),
+    TRUNCATE_LEFT: Public("TYPE_BOOL", optional=True, output=False),
     LABEL: Public("TYPE_STRING"),
     SCORE: Public("TYPE_FP32"),
     PROBABILITIES: Public("TYPE_FP32", None),
@@ -94,6 +98,14 @@ PUBLIC: dict[str, Public] = {
     COLBERT: Public("TYPE_FP32", None),
     COLBERT_LENGTH: Public("TYPE_INT32"),
 }
+
+
+def carried_by_text_requests(name: str, optional: bool) -> bool:
+    """Whether a request of texts carries the ensemble input ``name``.
+
+    Every required one does, and ``TEXT``, which is optional only where ``TOKEN_IDS`` may stand in for it.
+    """
+    return not optional or name == TEXT
 
 
 # --- Between the steps: not public --------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tritongen.contract import carried_by_text_requests
+
 __all__ = ["OverloadResult", "run_burst"]
 
 _TEXT = b"A short sentence, as most requests are."
@@ -84,10 +86,13 @@ async def _burst(
         else module.InferenceServerClient(url, conn_limit=concurrency)
     )
     if protocol == "grpc":
-        names = [tensor.name for tensor in (await client.get_model_config(name)).config.input if not tensor.optional]
+        config = (await client.get_model_config(name)).config
+        names = [tensor.name for tensor in config.input if carried_by_text_requests(tensor.name, tensor.optional)]
     else:
         names = [
-            tensor["name"] for tensor in (await client.get_model_config(name))["input"] if not tensor.get("optional")
+            tensor["name"]
+            for tensor in (await client.get_model_config(name))["input"]
+            if carried_by_text_requests(tensor["name"], bool(tensor.get("optional")))
         ]
     array = np.array([_TEXT], dtype=object).reshape(1, 1)
     latencies: list[float] = []

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from tritongen.contract import carried_by_text_requests
 from tritongen.errors import ServerError
 from tritongen.serve.supervisor import stubs_of
 
@@ -222,7 +223,7 @@ def _ensemble_inputs(url: str, name: str) -> list[str]:
         raise ServerError(f"cannot read the config of `{name}` at {url}: {exc}") from None
     finally:
         client.close()
-    return [tensor["name"] for tensor in config["input"] if not tensor.get("optional")]  # the texts
+    return [t["name"] for t in config["input"] if carried_by_text_requests(t["name"], bool(t.get("optional")))]
 
 
 @dataclass(frozen=True)

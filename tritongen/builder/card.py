@@ -55,7 +55,9 @@ def model_card(
         + ", ".join(f"`{t.name}`" for t in bound.request_inputs)
         + f" (TYPE_STRING, {shape((1,))})"
         + "".join(
-            f", optional `{t.name}` ({t.data_type}, {shape(t.dims)})" for t in bound.ensemble_inputs if t.optional
+            f", optional `{t.name}` ({t.data_type}, {shape(t.dims)})"
+            for t in bound.ensemble_inputs
+            if t not in bound.request_inputs
         )
         + "; outputs "
         + outputs,

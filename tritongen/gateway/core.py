@@ -9,6 +9,7 @@ Triton's HTTP port) and writes JSON, and every failure leaves in its family's er
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import sys
@@ -24,13 +25,24 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tritongen.contract import DIMENSIONS, EMBEDDING, PROMPT_NAME, TEXT, TOKEN_COUNT, TRUNCATED
+from tritongen.contract import (
+    DIMENSIONS,
+    EMBEDDING,
+    PROMPT_NAME,
+    TEXT,
+    TOKEN_COUNT,
+    TOKEN_IDS,
+    TRUNCATE_LEFT,
+    TRUNCATED,
+)
 from tritongen.errors import GatewayError, describe
 from tritongen.gateway.auth import check_key
 from tritongen.gateway.discovery import local_folder, served_names
 from tritongen.gateway.errors import Family, error_response, unavailable
 from tritongen.gateway.models import Catalogue, ModelInfo
-from tritongen.gateway.triton import TritonClient
+from tritongen.gateway.schemas import Row, bad
+from tritongen.gateway.tokens import check_ids, texts_from_ids
+from tritongen.gateway.triton import TritonClient, stack_rows
 from tritongen.steps._common import matryoshka_cut
 
 __all__ = ["Gateway", "GatewayOptions", "json_response"]
@@ -198,21 +210,70 @@ class Gateway:
         outputs: list[str],
         *,
         truncate: bool | None = None,
+        left: bool = False,
         field: str = "inputs",
     ) -> dict[str, np.ndarray]:
-        """Run ``model``, cutting long texts as ``truncate`` says (None: ``auto_truncate``).
+        """Run ``model``, cutting long rows as ``truncate`` says (None: ``auto_truncate``), at their start if ``left``.
 
-        Not truncating, a text longer than the model is an error naming its item of ``field`` (TEI's
-        ``truncate: false``), not silently cut: the ensemble says which texts it cut in ``TRUNCATED``. The
-        answer has the ensemble's ``TOKEN_COUNT`` too where it gives one (:meth:`usage` reads it).
+        ``TEXT``'s rows are texts, or token ids where the route takes them (:meth:`calls`). Not truncating, a row
+        longer than the model is an error naming its item of ``field`` (TEI's ``truncate: false``), not silently
+        cut: the ensemble says which rows it cut in ``TRUNCATED``. The answer has the ensemble's ``TOKEN_COUNT``
+        too where it gives one (:meth:`usage` reads it).
         """
         cut = self.options.auto_truncate if truncate is None else truncate
         refuse = not cut and TRUNCATED in model.outputs
         asked = [*outputs, *([TRUNCATED] if refuse else []), *([TOKEN_COUNT] if TOKEN_COUNT in model.outputs else [])]
-        result = await self.triton.infer(model, inputs, asked)
+        calls = self.calls(model, inputs, left, field)
+        if len(calls) == 1:
+            result = await self.triton.infer(model, calls[0][1], asked)
+        else:  # texts and token ids: a call each, their rows back in the request's order
+            parts = await asyncio.gather(*(self.triton.infer(model, part, asked) for _, part in calls))
+            order = np.argsort(np.concatenate([rows for rows, _ in calls]), kind="stable")
+            result = {name: stack_rows([part[name] for part in parts])[order] for name in parts[0]}
         if refuse:
             self._refuse_truncated(model, result, field)
         return result
+
+    def calls(
+        self, model: ModelInfo, inputs: dict[str, list], left: bool, field: str
+    ) -> list[tuple[list[int], dict[str, list]]]:
+        """The Triton calls ``inputs`` make, each with the request rows it answers.
+
+        Rows of ``TEXT`` that are token ids go as ``TOKEN_IDS`` where the ensemble takes them (checked against the
+        vocabulary here where the gateway has the tokenizer, else by the tokenizer step), in a call beside the
+        texts'; an ensemble built without ``TOKEN_IDS`` gets the ids' text, which must encode back to them.
+        ``left`` sends ``TRUNCATE_LEFT`` for every row, where the ensemble takes it.
+        """
+        count = len(next(iter(inputs.values())))
+        if left:
+            if TRUNCATE_LEFT not in model.inputs:
+                raise bad(
+                    f"`{model.name}` cannot keep the end of a long input (`truncation_direction: Left`): its first "
+                    "step cuts inputs its own way, or it was built before it could (rebuild it)",
+                    "truncation_direction",
+                )
+            inputs = {**inputs, TRUNCATE_LEFT: [True] * count}
+        rows: list[Row] = inputs.get(TEXT, [])
+        ids = [i for i, row in enumerate(rows) if not isinstance(row, str)]
+        if not ids:
+            return [(list(range(count)), inputs)]
+        if TOKEN_IDS not in model.inputs:
+            texts = list(rows)
+            for index, text in zip(ids, texts_from_ids(model, [rows[i] for i in ids], field), strict=True):
+                texts[index] = text
+            return [(list(range(count)), {**inputs, TEXT: texts})]
+        if model.tokenizer is not None:
+            check_ids(model, rows, field)
+        texts = [i for i in range(count) if isinstance(rows[i], str)]
+        calls = []
+        for indices, name in ((texts, TEXT), (ids, TOKEN_IDS)):
+            if indices:  # the ids take no prompt (the ids are what the model reads)
+                part = {k: [v[i] for i in indices] for k, v in inputs.items() if k != TEXT and k != PROMPT_NAME}
+                part[name] = [rows[i] for i in indices]
+                if name == TEXT and PROMPT_NAME in inputs:
+                    part[PROMPT_NAME] = [inputs[PROMPT_NAME][i] for i in indices]
+                calls.append((indices, part))
+        return calls
 
     @staticmethod
     def _refuse_truncated(model: ModelInfo, result: dict[str, np.ndarray], field: str) -> None:
@@ -242,7 +303,9 @@ class Gateway:
         if counts is not None:
             tokens = int(counts.sum())
         elif model.tokenizer is not None:
-            tokens = sum(len(e.ids) for e in model.tokenizer.encode_batch(list(texts)))
+            strings = [t for t in texts if not (isinstance(t, list) and t and isinstance(t[0], int))]
+            ids = sum(len(t) for t in texts if isinstance(t, list) and t and isinstance(t[0], int))
+            tokens = ids + sum(len(e.ids) for e in model.tokenizer.encode_batch(strings))
         else:
             tokens = 0
         return {"prompt_tokens": tokens, "total_tokens": tokens}
@@ -250,17 +313,18 @@ class Gateway:
     async def embed(
         self,
         model: ModelInfo,
-        texts: list[str],
+        texts: Sequence[Row],
         dimensions: int | None = None,
         prompt_name: str | None = None,
         *,
         truncate: bool | None = None,
+        left: bool = False,
         field: str = "inputs",
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """The embeddings of ``texts``, shortened to ``dimensions`` by the ensemble or here (renormalised).
+        """The embeddings of ``texts`` (or token-id rows), shortened to ``dimensions`` by the ensemble or here.
 
-        Long texts are cut as :meth:`infer` says; ``prompt_name`` None takes ``default_prompt_name`` where the
-        model has prompts.
+        Long rows are cut as :meth:`infer` says; ``prompt_name`` None takes ``default_prompt_name`` where the
+        model has prompts. A vector shortened here is renormalised.
         """
         width = model.outputs[EMBEDDING].dims[-1]
         if dimensions is not None and width > 0 and dimensions > width:
@@ -270,11 +334,11 @@ class Gateway:
                 param="dimensions",
                 code="invalid_dimensions",
             )
-        inputs: dict[str, list] = {TEXT: texts}
+        inputs: dict[str, list] = {TEXT: list(texts)}
         if dimensions is not None and DIMENSIONS in model.inputs:
             inputs[DIMENSIONS] = [dimensions] * len(texts)
         self.add_prompt(model, inputs, prompt_name, len(texts))
-        result = await self.infer(model, inputs, [EMBEDDING], truncate=truncate, field=field)
+        result = await self.infer(model, inputs, [EMBEDDING], truncate=truncate, left=left, field=field)
         vectors = result[EMBEDDING]
         if dimensions is not None and DIMENSIONS not in model.inputs and dimensions != vectors.shape[1]:
             if not _unit(model, vectors):
@@ -289,7 +353,12 @@ class Gateway:
         return vectors, result
 
     def add_prompt(self, model: ModelInfo, inputs: dict[str, list], prompt_name: str | None, rows: int) -> None:
-        """``PROMPT_NAME`` for ``rows`` texts: the one asked for, else ``default_prompt_name`` where it has prompts."""
+        """``PROMPT_NAME`` for ``rows`` texts: the one asked for, else ``default_prompt_name`` where it has prompts.
+
+        Rows of token ids take no prompt (the ids are what the model reads), so naming one beside them is refused.
+        """
+        if prompt_name is not None and any(not isinstance(row, str) for row in inputs.get(TEXT, ())):
+            raise bad("`prompt_name` cannot be used with token ids: put the prompt's tokens in the ids", "prompt_name")
         if prompt_name is None and self.options.default_prompt_name and PROMPT_NAME in model.inputs:
             prompt_name = self.options.default_prompt_name
         if prompt_name is None:

@@ -54,6 +54,14 @@ class Tensor:
             raw = np.asarray(values, dtype=triton_to_np_dtype(datatype)).tobytes()
         return cls(name, datatype, (len(values), 1), raw)
 
+    @classmethod
+    def padded(cls, name: str, datatype: str, rows: Sequence[Sequence[int]], pad: int = -1) -> Tensor:
+        """An ``[N, L]`` tensor of number ``rows``, each padded at its end with ``pad`` to the longest."""
+        array = np.full((len(rows), max(len(row) for row in rows)), pad, dtype=triton_to_np_dtype(datatype))
+        for index, row in enumerate(rows):
+            array[index, : len(row)] = row
+        return cls(name, datatype, array.shape, array.tobytes())
+
 
 class _Dropped(Exception):
     """The connection closed before its answer came; ``reused``: it had served a request before."""

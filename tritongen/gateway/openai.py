@@ -12,16 +12,15 @@ from tritongen.contract import TEXT
 from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family, model_not_found
 from tritongen.gateway.schemas import parse_embeddings
-from tritongen.gateway.tokens import texts_from_ids
 
 __all__ = ["routes"]
 
 
 async def embeddings(gateway: Gateway, request: Request) -> Response:
-    """``POST /v1/embeddings``: text, or token ids decoded with the build's tokenizer (checked to round-trip)."""
+    """``POST /v1/embeddings``: text, or the model's token ids (the ensemble's own where it takes them)."""
     req = parse_embeddings(await request.body())
     model = await gateway.model_for(request, req.model, "embeddings", "/v1/embeddings")
-    texts = req.texts if req.ids is None else texts_from_ids(model, req.ids, "input")
+    texts = req.texts
     vectors, result = await gateway.embed(model, texts, req.dimensions, req.prompt_name, field="input")
     if req.base64:
         little = vectors.astype("<f4", copy=False)

@@ -19,12 +19,14 @@ __all__ = [
     "EmbeddingsRequest",
     "PredictRequest",
     "RerankRequest",
+    "Row",
     "SimilarityRequest",
     "SparseRequest",
     "TokenizeRequest",
     "bad",
     "body_object",
     "dimensions_field",
+    "input_rows",
     "model_name",
     "optional",
     "parse_embed",
@@ -40,6 +42,8 @@ __all__ = [
 ]
 
 MAX_INPUTS = 2048  # OpenAI's limit on inputs per embeddings request
+Row = str | list[int]  # one input: a text, or the model's own token ids (TEI's ``InputType``)
+_DIRECTIONS = {"right": False, "Right": False, "left": True, "Left": True}  # TEI's spellings: keep the end?
 
 
 def bad(message: str, param: str | None = None, code: str = "invalid_request") -> GatewayError:
@@ -78,6 +82,34 @@ def text_list(data: dict[str, Any], key: str) -> tuple[list[str], bool]:
     return value, False
 
 
+def input_rows(data: dict[str, Any], key: str) -> tuple[list[Row], bool]:
+    """TEI's ``Input``: a text or a row of token ids, or a non-empty list of them; also whether one was given."""
+    value = data.get(key)
+    if isinstance(value, str):
+        return [value], True
+    if value is None:
+        raise bad(f"`{key}` is required", key)
+    if not isinstance(value, list):
+        raise bad(f"`{key}` must be a string, a list of token ids, or a non-empty list of those", key)
+    if not value:
+        raise bad(f"`{key}` cannot be empty: give a string or a non-empty list of strings", key, code="empty")
+    if all(_is_id(v) for v in value):
+        return [list(value)], True
+    rows: list[Row] = []
+    for item in value:
+        if isinstance(item, str):
+            rows.append(item)
+        elif isinstance(item, list) and all(_is_id(v) for v in item):
+            if not item:
+                raise bad(f"`{key}` item {len(rows)} is an empty list of token ids", key, code="empty")
+            rows.append(list(item))
+        else:
+            raise bad(f"each item of `{key}` must be a string or a list of token ids (integers from 0)", key)
+    if len(rows) > MAX_INPUTS:
+        raise bad(f"`{key}` has {len(rows)} items; at most {MAX_INPUTS} per request", key)
+    return rows, False
+
+
 def optional(data: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     """``data[key]`` if it is of ``kind``, ``default`` if absent or null; a 400 otherwise."""
     value = data.get(key, default)
@@ -103,13 +135,14 @@ def dimensions_field(data: dict[str, Any]) -> int | None:
     return dimensions
 
 
-def truncation_direction(data: dict[str, Any]) -> None:
-    """TEI's ``truncation_direction``: only ``right`` (the ensemble cuts the end)."""
+def truncation_direction(data: dict[str, Any]) -> bool:
+    """Whether TEI's ``truncation_direction`` (``Left``, ``left``, ``Right``, ``right``) keeps a long row's end."""
     direction = optional(data, "truncation_direction", str, "right")
-    if direction.lower() != "right":
+    if direction not in _DIRECTIONS:
         raise bad(
-            "`truncation_direction` must be `right`: the ensemble truncates the end of a text", "truncation_direction"
+            f"`truncation_direction`: unknown variant `{direction}`, expected `Left` or `Right`", "truncation_direction"
         )
+    return _DIRECTIONS[direction]
 
 
 def token_ids(value: Any, key: str) -> list[list[int]] | None:
@@ -130,63 +163,62 @@ def _is_id(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class EmbeddingsRequest:
-    """OpenAI ``POST /v1/embeddings``: ``texts``, or token-id rows in ``ids`` (``texts`` then empty)."""
+    """OpenAI ``POST /v1/embeddings``: each row a text or token ids (as TEI's ``Input`` mixes them)."""
 
     model: str | None
-    texts: list[str]
+    texts: list[Row]
     dimensions: int | None
     base64: bool
     prompt_name: str | None
-    ids: list[list[int]] | None = None
 
 
 def parse_embeddings(body: bytes) -> EmbeddingsRequest:
     """Parse ``{input, model, dimensions, encoding_format, user}`` (``user`` is ignored)."""
     data = body_object(body)
-    ids = token_ids(data.get("input"), "input")
-    texts = [] if ids is not None else text_list(data, "input")[0]
+    rows, _ = input_rows(data, "input")
     encoding = optional(data, "encoding_format", str, "float")
     if encoding not in ("float", "base64"):
         raise bad("`encoding_format` must be `float` or `base64`", "encoding_format")
     prompt_name = optional(data, "prompt_name", str, None)
-    return EmbeddingsRequest(model_name(data), texts, dimensions_field(data), encoding == "base64", prompt_name, ids)
+    return EmbeddingsRequest(model_name(data), rows, dimensions_field(data), encoding == "base64", prompt_name)
 
 
 @dataclass(frozen=True)
 class EmbedRequest:
-    """TEI ``POST /embed``."""
+    """TEI ``POST /embed``: its rows are texts or token ids."""
 
     model: str | None
-    texts: list[str]
+    texts: list[Row]
     single: bool
     normalize: bool
     truncate: bool | None  # None: the gateway's auto_truncate
     dimensions: int | None
     prompt_name: str | None
+    left: bool = False  # truncation_direction Left: a long row keeps its end
 
 
-def _tei_inputs(body: bytes) -> tuple[dict[str, Any], list[str], bool]:
-    """A TEI body with texts in ``inputs``: the object, its texts and whether one string was given.
+def _tei_inputs(body: bytes) -> tuple[dict[str, Any], list[Row], bool, bool]:
+    """A TEI body with rows in ``inputs``: the object, its rows, whether one was given, and whether to keep ends.
 
-    ``truncation_direction`` is checked here, after ``inputs``: the routes' other fields are their own.
+    ``truncation_direction`` is read here, after ``inputs``: the routes' other fields are their own.
     """
     data = body_object(body)
-    texts, single = text_list(data, "inputs")
-    truncation_direction(data)
-    return data, texts, single
+    rows, single = input_rows(data, "inputs")
+    return data, rows, single, truncation_direction(data)
 
 
 def parse_embed(body: bytes) -> EmbedRequest:
     """Parse ``{inputs, normalize, truncate, truncation_direction, dimensions, prompt_name}``."""
-    data, texts, single = _tei_inputs(body)
+    data, rows, single, left = _tei_inputs(body)
     return EmbedRequest(
         model_name(data),
-        texts,
+        rows,
         single,
         optional(data, "normalize", bool, True),
         optional(data, "truncate", bool, None),
         dimensions_field(data),
         optional(data, "prompt_name", str, None),
+        left,
     )
 
 
@@ -199,6 +231,7 @@ class RerankRequest:
     texts: list[str]
     return_text: bool
     truncate: bool | None  # None: the gateway's auto_truncate
+    left: bool = False  # truncation_direction Left
 
 
 def parse_rerank(body: bytes) -> RerankRequest:
@@ -208,7 +241,7 @@ def parse_rerank(body: bytes) -> RerankRequest:
     if not isinstance(query, str):
         raise bad("`query` is required and must be a string", "query")
     texts, _ = text_list(data, "texts")
-    truncation_direction(data)
+    left = truncation_direction(data)
     if optional(data, "raw_scores", bool, False):
         raise bad(
             "`raw_scores` is not served: the ensemble returns the model's activated score, not its logit", "raw_scores"
@@ -219,6 +252,7 @@ def parse_rerank(body: bytes) -> RerankRequest:
         texts,
         optional(data, "return_text", bool, False),
         optional(data, "truncate", bool, None),
+        left,
     )
 
 
@@ -229,6 +263,7 @@ class PredictRequest:
     model: str | None
     inputs: Any
     truncate: bool | None  # None: the gateway's auto_truncate
+    left: bool = False  # truncation_direction Left
 
     def rows(self, pair_model: bool) -> tuple[list[str], list[str] | None, bool]:
         """The texts, their pairs (None for a single-text model) and whether one input was given.
@@ -269,10 +304,10 @@ def _row(item: Any) -> tuple[str, str | None]:
 def parse_predict(body: bytes) -> PredictRequest:
     """Parse ``{inputs, raw_scores, truncate}``."""
     data = body_object(body)
-    truncation_direction(data)
+    left = truncation_direction(data)
     if optional(data, "raw_scores", bool, False):
         raise bad("`raw_scores` is not served: the ensemble returns probabilities, not logits", "raw_scores")
-    return PredictRequest(model_name(data), data.get("inputs"), optional(data, "truncate", bool, None))
+    return PredictRequest(model_name(data), data.get("inputs"), optional(data, "truncate", bool, None), left)
 
 
 @dataclass(frozen=True)
@@ -280,16 +315,17 @@ class SparseRequest:
     """TEI ``POST /embed_sparse``."""
 
     model: str | None
-    texts: list[str]
+    texts: list[Row]
     truncate: bool | None  # None: the gateway's auto_truncate
     prompt_name: str | None
+    left: bool = False  # truncation_direction Left
 
 
 def parse_sparse(body: bytes) -> SparseRequest:
     """Parse ``{inputs, truncate, truncation_direction, prompt_name}``."""
-    data, texts, _ = _tei_inputs(body)
+    data, rows, _, left = _tei_inputs(body)
     return SparseRequest(
-        model_name(data), texts, optional(data, "truncate", bool, None), optional(data, "prompt_name", str, None)
+        model_name(data), rows, optional(data, "truncate", bool, None), optional(data, "prompt_name", str, None), left
     )
 
 
@@ -302,6 +338,7 @@ class SimilarityRequest:
     sentences: list[str]
     truncate: bool | None  # None: the gateway's auto_truncate
     prompt_name: str | None
+    left: bool = False  # truncation_direction Left
 
 
 def parse_similarity(body: bytes) -> SimilarityRequest:
@@ -314,10 +351,9 @@ def parse_similarity(body: bytes) -> SimilarityRequest:
     parameters = data.get("parameters") or {}
     if not isinstance(parameters, dict):
         raise bad("`parameters` must be an object", "parameters")
-    truncation_direction(parameters)
     return SimilarityRequest(
         model_name(data), inputs["source_sentence"], sentences, optional(parameters, "truncate", bool, None),
-        optional(parameters, "prompt_name", str, None),
+        optional(parameters, "prompt_name", str, None), truncation_direction(parameters),
     )  # fmt: skip
 
 

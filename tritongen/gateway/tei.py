@@ -46,7 +46,9 @@ async def embed(gateway: Gateway, request: Request) -> Response:
             param="normalize",
             code="invalid_normalize",
         )
-    vectors, _ = await gateway.embed(model, req.texts, req.dimensions, req.prompt_name, truncate=req.truncate)
+    vectors, _ = await gateway.embed(
+        model, req.texts, req.dimensions, req.prompt_name, truncate=req.truncate, left=req.left
+    )
     if req.normalize and not model.normalized:
         vectors = l2_normalize(vectors)
     return json_response(vectors.tolist())
@@ -68,9 +70,9 @@ async def embed_sparse(gateway: Gateway, request: Request) -> Response:
     req = parse_sparse(await request.body())
     gateway.client_batch(len(req.texts), "inputs")
     model = await gateway.model_for(request, req.model, "sparse", "/embed_sparse")
-    inputs: dict[str, list] = {TEXT: req.texts}
+    inputs: dict[str, list] = {TEXT: list(req.texts)}
     gateway.add_prompt(model, inputs, req.prompt_name, len(req.texts))
-    result = await gateway.infer(model, inputs, [SPARSE_INDICES, SPARSE_VALUES], truncate=req.truncate)
+    result = await gateway.infer(model, inputs, [SPARSE_INDICES, SPARSE_VALUES], truncate=req.truncate, left=req.left)
     return json_response(sparse_rows(result[SPARSE_INDICES], result[SPARSE_VALUES]))
 
 
@@ -90,7 +92,7 @@ async def similarity(gateway: Gateway, request: Request) -> Response:
     gateway.client_batch(len(req.sentences), "inputs.sentences")
     model = await gateway.model_for(request, req.model, "embeddings", "/similarity")
     texts = [req.source, *req.sentences]
-    vectors, _ = await gateway.embed(model, texts, None, req.prompt_name, truncate=req.truncate)
+    vectors, _ = await gateway.embed(model, texts, None, req.prompt_name, truncate=req.truncate, left=req.left)
     unit = l2_normalize(vectors.astype(np.float64))
     return json_response((unit[1:] @ unit[0]).astype(np.float32).tolist())
 
@@ -101,7 +103,7 @@ async def rerank(gateway: Gateway, request: Request) -> Response:
     gateway.client_batch(len(req.texts), "texts")
     model = await gateway.model_for(request, req.model, "rerank", "/rerank")
     inputs = {TEXT: [req.query] * len(req.texts), TEXT_PAIR: req.texts}
-    result = await gateway.infer(model, inputs, [SCORE], truncate=req.truncate, field="texts")
+    result = await gateway.infer(model, inputs, [SCORE], truncate=req.truncate, left=req.left, field="texts")
     scores = result[SCORE].reshape(-1).tolist()
     order = sorted(range(len(scores)), key=lambda i: -scores[i])
     text = (lambda i: {"text": req.texts[i]}) if req.return_text else (lambda i: {})
@@ -115,7 +117,7 @@ async def predict(gateway: Gateway, request: Request) -> Response:
     texts, pairs, single = req.rows(TEXT_PAIR in model.inputs)
     gateway.client_batch(len(texts), "inputs")
     inputs = {TEXT: texts, **({TEXT_PAIR: pairs} if pairs is not None else {})}
-    result = await gateway.infer(model, inputs, [PROBABILITIES], truncate=req.truncate)
+    result = await gateway.infer(model, inputs, [PROBABILITIES], truncate=req.truncate, left=req.left)
     probabilities = result[PROBABILITIES]
     labels = model.labels or tuple(f"LABEL_{i}" for i in range(probabilities.shape[1]))
     rows = [

@@ -1,21 +1,24 @@
-"""Token ids in and out with the build's own ``tokenizer.json``: OpenAI's token-id input and TEI's ``/decode``.
+"""Token ids in and out with the build's own ``tokenizer.json``: token-id inputs and TEI's ``/decode``.
 
-The ensembles take text (their tokenizer step tokenizes), so token ids are decoded to text and passed on. That
-is honest only when the ids are this model's: ids made by another tokenizer (tiktoken's, which LangChain's
-``OpenAIEmbeddings`` sends by default) decode to other words. So a row is served only when its text encodes back
-to the very same ids, with or without the model's special tokens; otherwise the answer is a 400 that says so.
+An ensemble that takes ``TOKEN_IDS`` gets token ids as they are (:func:`check_ids` checks them against the
+vocabulary first, where the gateway can read it). One built without it takes text only, so there token ids are
+decoded to text and passed on (:func:`texts_from_ids`). That is honest only when the ids are this model's: ids made
+by another tokenizer (tiktoken's, which LangChain's ``OpenAIEmbeddings`` sends by default) decode to other words.
+So such a row is served only when its text encodes back to the very same ids, with or without the model's special
+tokens; otherwise the answer is a 400 that says so.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 from tritongen.errors import GatewayError
 from tritongen.gateway.models import ModelInfo
 from tritongen.gateway.schemas import bad
 
-__all__ = ["decode", "texts_from_ids"]
+__all__ = ["check_ids", "decode", "texts_from_ids"]
 
 
 @functools.lru_cache(maxsize=32)
@@ -41,11 +44,17 @@ def _tokenizer(model: ModelInfo, field: str) -> Any:
     return _untruncated(model.tokenizer)
 
 
-def _check_vocabulary(model: ModelInfo, tokenizer: Any, rows: list[list[int]], field: str) -> None:
+def _check_vocabulary(model: ModelInfo, tokenizer: Any, rows: Sequence[Any], field: str) -> None:
+    """A 400 naming the first item of ``rows`` (strings are skipped) holding an id past the vocabulary."""
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     for i, row in enumerate(rows):
-        if max(row) >= size:
+        if not isinstance(row, str) and max(row) >= size:
             raise bad(f"`{field}` item {i} holds the id {max(row)}; `{model.name}` has {size} tokens", field)
+
+
+def check_ids(model: ModelInfo, rows: Sequence[Any], field: str) -> None:
+    """Refuse the first token-id row of ``rows`` (texts and id rows) with an id outside ``model``'s vocabulary."""
+    _check_vocabulary(model, model.tokenizer, rows, field)
 
 
 def texts_from_ids(model: ModelInfo, rows: list[list[int]], field: str) -> list[str]:

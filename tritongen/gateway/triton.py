@@ -23,10 +23,10 @@ from tritongen.gateway.errors import from_triton
 from tritongen.gateway.kserve_http import HttpInference, Tensor
 from tritongen.gateway.models import ModelInfo
 
-__all__ = ["TritonClient"]
+__all__ = ["TritonClient", "stack_rows"]
 
 
-def _stack(chunks: list[np.ndarray]) -> np.ndarray:
+def stack_rows(chunks: Sequence[np.ndarray]) -> np.ndarray:
     """The chunks' rows as one array; variable-width rows (sparse outputs) padded as the ensembles pad them.
 
     The sparse contract pads a request's rows with index -1 and value 0, so each chunk is as wide as its
@@ -132,14 +132,15 @@ class TritonClient:
             return await self._infer_chunk(model, inputs, outputs, range(rows))
         chunks = [range(start, min(start + step, rows)) for start in range(0, rows, step)]
         results = await asyncio.gather(*(self._infer_chunk(model, inputs, outputs, c) for c in chunks))
-        return {name: _stack([r[name] for r in results]) for name in outputs}
+        return {name: stack_rows([r[name] for r in results]) for name in outputs}
 
     async def _infer_chunk(
         self, model: ModelInfo, inputs: Mapping[str, Sequence[Any]], outputs: Sequence[str], rows: range
     ) -> dict[str, np.ndarray]:
         whole = len(rows) == len(next(iter(inputs.values())))
-        tensors = [
-            Tensor.column(name, model.inputs[name].datatype, values if whole else values[rows.start : rows.stop])
-            for name, values in inputs.items()
-        ]
+        tensors = []
+        for name, values in inputs.items():
+            part = values if whole else values[rows.start : rows.stop]
+            matrix = bool(part) and isinstance(part[0], list)  # rows of numbers (token ids), padded to one width
+            tensors.append((Tensor.padded if matrix else Tensor.column)(name, model.inputs[name].datatype, part))
         return await self._inference.infer(model.name, tensors, outputs)

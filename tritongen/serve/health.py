@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tritongen.contract import IMAGE
+from tritongen.contract import IMAGE, carried_by_text_requests
 from tritongen.errors import RepositoryError
 
 __all__ = [
@@ -77,7 +77,11 @@ def ensembles_of(repository: Path) -> list[Ensemble]:
         if config.platform != "ensemble":
             continue
         # One row: the batch axis (or, for whole requests, the first dim) is 1, as is every free dim.
-        inputs = tuple((i.name, (1, *(1 if d < 0 else d for d in i.dims))) for i in config.inputs if not i.optional)
+        inputs = tuple(
+            (i.name, (1, *(1 if d < 0 else d for d in i.dims)))
+            for i in config.inputs
+            if carried_by_text_requests(i.name, i.optional)
+        )
         found.append(Ensemble(config.name or path.parent.name, inputs))
     return found
 
@@ -126,7 +130,7 @@ def _served_ensembles(client: object, headers: dict[str, str] | None = None) -> 
         inputs = tuple(
             (i["name"], batch + tuple(1 if int(d) < 0 else int(d) for d in i.get("dims", [])))
             for i in config["input"]
-            if not i.get("optional")
+            if carried_by_text_requests(i["name"], bool(i.get("optional")))
         )
         found.append(Ensemble(config["name"], inputs))
     return found

@@ -12,6 +12,12 @@ Tasks whose requests become windows (token classification, question answering) s
 :class:`WindowedTokenizer` in their own folder (``tritongen/tasks/<task>/tokenizer.py``), and this module is
 copied next to their ``model.py``.
 
+Where the ensemble offers them, two optional inputs change how a row is read: ``TOKEN_IDS`` (the model's own token
+ids in place of ``TEXT``, padded with -1) reach the model as they are, checked against the vocabulary and cut to
+the model's length like a text, with no special token added (as Text Embeddings Inference takes ids); and
+``TRUNCATE_LEFT`` keeps a long row's last tokens instead of its first (the special tokens stay where the
+tokenizer's template puts them).
+
 Settings come from the config's ``parameters``: ``tokenizer_file``, ``max_length``,
 ``buckets`` (comma-separated), ``pad_id``, ``pad_type_id`` and ``padding_side`` (``right``, or ``left`` where the
 checkpoint's tokenizer declares it); the task's own come after them. Where the config has ``prompts`` (JSON,
@@ -51,14 +57,18 @@ from _tritongen_step.contract import (
     TEXT,
     TEXT_PAIR,
     TOKEN_COUNT,
+    TOKEN_IDS,
     TOKEN_METADATA,
     TOKEN_TYPE_IDS,
     TOKENIZER_FILE,
+    TRUNCATE_LEFT,
     TRUNCATED,
 )
 
 __all__ = [
     "PARALLEL_TEXTS",
+    "IdEncoding",
+    "Rows",
     "TextEncoder",
     "TritonPythonModel",
     "WindowedTokenizer",
@@ -69,6 +79,45 @@ __all__ = [
 
 
 _ENCODER_OUTPUTS = (INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS, *TOKEN_METADATA)
+
+
+class IdEncoding:
+    """A row of token ids a client sent, read by the packing as a ``tokenizers`` encoding: one segment, all real."""
+
+    __slots__ = ("ids", "overflowing")
+
+    def __init__(self, ids: list[int], overflowing: list[int]) -> None:
+        self.ids = ids
+        self.overflowing = overflowing  # the ids cut off (empty: none)
+
+    @property
+    def type_ids(self) -> list[int]:
+        """The first segment's type for every id."""
+        return [0] * len(self.ids)
+
+    @property
+    def attention_mask(self) -> list[int]:
+        """Every id is read."""
+        return [1] * len(self.ids)
+
+
+class Rows:
+    """One request's rows as read.
+
+    Its texts (and pairs) to encode, and which of them keep their last tokens; or the encodings of the token ids it
+    sent.
+    """
+
+    __slots__ = ("encoded", "left", "pairs", "texts")
+
+    def __init__(
+        self,
+        texts: list[str],
+        pairs: list[str] | None = None,
+        left: list[bool] | None = None,
+        encoded: list[IdEncoding] | None = None,
+    ) -> None:
+        self.texts, self.pairs, self.left, self.encoded = texts, pairs, left, encoded
 
 
 class TextEncoder:
@@ -104,6 +153,8 @@ class TextEncoder:
         if padding_side not in ("left", "right"):
             raise ValueError(f"padding_side must be left or right, got {padding_side!r}")
         self.padding_side = padding_side
+        self._left: Any = None  # the tokenizer that keeps a long text's last tokens, made when first asked for
+        self.vocabulary = self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def bucket(self, length: int) -> int:
         """Smallest bucket that holds ``length`` tokens."""
@@ -112,12 +163,58 @@ class TextEncoder:
                 return size
         return self.max_length
 
-    def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[Any]:
-        """Encode all texts (and optional second segments) in one call."""
-        if pairs is None:
-            return self._encode_batch(list(texts))
+    def encode(
+        self, texts: Sequence[str], pairs: Sequence[str] | None = None, left: Sequence[bool] | None = None
+    ) -> list[Any]:
+        """Encode all texts (and optional second segments) in one call; the rows ``left`` marks keep their end."""
         # An empty second segment means no pair, as in transformers (`if text_pair:`).
-        return self._encode_batch([(t, p) if p else t for t, p in zip(texts, pairs, strict=True)])
+        items = list(texts) if pairs is None else [(t, p) if p else t for t, p in zip(texts, pairs, strict=True)]
+        if left is None or not any(left):
+            return self._encode_batch(items)
+        rows = (
+            [i for i, keep_end in enumerate(left) if not keep_end],
+            [i for i, keep_end in enumerate(left) if keep_end],
+        )
+        encodings: list[Any] = [None] * len(items)
+        for batch, indices in zip((self._encode_batch, self._left_encoder()), rows, strict=True):
+            for index, encoding in zip(indices, batch([items[i] for i in indices]) if indices else [], strict=True):
+                encodings[index] = encoding
+        return encodings
+
+    def _left_encoder(self) -> Any:
+        """``encode_batch`` of a copy of the tokenizer that cuts from the left (its template adds its tokens after)."""
+        if self._left is None:
+            from tokenizers import Tokenizer
+
+            self._left = Tokenizer.from_str(self.tokenizer.to_str())
+            self._left.enable_truncation(self.max_length, direction="left")
+        metadata = set(TOKEN_METADATA) & set(self.input_names)
+        return self._left.encode_batch if metadata else self._left.encode_batch_fast
+
+    def from_ids(self, rows: Sequence[Sequence[int]], left: Sequence[bool] | None = None) -> list[IdEncoding]:
+        """Rows of token ids as encodings, each cut to the model's length (its end kept where ``left`` says).
+
+        A ValueError names the first row with an id outside the vocabulary, or no id at all.
+        """
+        encodings = []
+        for index, row in enumerate(rows):
+            ids = [int(i) for i in row]
+            if not ids:
+                raise ValueError(f"{TOKEN_IDS} row {index} holds no token id")
+            bad = next((i for i in ids if not 0 <= i < self.vocabulary), None)
+            if bad is not None:
+                raise ValueError(
+                    f"{TOKEN_IDS} row {index} holds the id {bad}, outside the model's vocabulary of {self.vocabulary} "
+                    "tokens"
+                )
+            cut = len(ids) - self.max_length
+            if cut <= 0:
+                encodings.append(IdEncoding(ids, []))
+            elif left is not None and left[index]:
+                encodings.append(IdEncoding(ids[cut:], ids[:cut]))
+            else:
+                encodings.append(IdEncoding(ids[: self.max_length], ids[self.max_length :]))
+        return encodings
 
     def pack(self, encodings: Sequence[Any]) -> dict[str, np.ndarray]:
         """Pad ``encodings`` to one length (their bucket, or their longest row) and return the model inputs."""
@@ -215,8 +312,15 @@ class TritonPythonModel:
             out.append(self.prompts.get(name, "") + text)
         return out
 
-    def read(self, request: Any) -> tuple[list[str], list[str] | None]:
-        """The request's texts (prompted where the model has prompts) and second segments (None: no pairs)."""
+    def read(self, request: Any) -> Rows:
+        """The request's rows: its texts (prompted where the model has prompts) and second segments, or its ids."""
+        left = self.truncate_left(request)
+        if TOKEN_IDS in self.input_names:
+            ids = pb_utils.get_input_tensor_by_name(request, TOKEN_IDS)
+            if ids is not None:
+                return self.read_ids(request, ids.as_numpy(), left)
+        if pb_utils.get_input_tensor_by_name(request, TEXT) is None:
+            raise ValueError(f"give {TEXT}" + (f" or {TOKEN_IDS}" if TOKEN_IDS in self.input_names else ""))
         texts = self.texts(request, TEXT)
         if self.prompts:
             texts = self.prompted(request, texts)
@@ -228,36 +332,87 @@ class TritonPythonModel:
             pairs = decode_texts(tensor.as_numpy(), TEXT_PAIR)
             if len(pairs) != len(texts):
                 raise ValueError(f"TEXT has {len(texts)} rows but TEXT_PAIR has {len(pairs)}")
-        return texts, pairs
+        return Rows(texts, pairs, _rows_of(left, len(texts)))
+
+    def read_ids(self, request: Any, array: np.ndarray, left: list[bool] | None) -> Rows:
+        """``TOKEN_IDS`` rows (-1 pads a row's end), which take no ``TEXT`` and no prompt (the ids are the model's)."""
+        if pb_utils.get_input_tensor_by_name(request, TEXT) is not None:
+            raise ValueError(f"give {TEXT} or {TOKEN_IDS}, not both")
+        if PROMPT_NAME in self.input_names and pb_utils.get_input_tensor_by_name(request, PROMPT_NAME) is not None:
+            raise ValueError(f"{PROMPT_NAME} cannot be used with {TOKEN_IDS}: put the prompt's tokens in the ids")
+        matrix = array.reshape(len(array), -1) if array.ndim else array.reshape(1, 1)
+        rows = []
+        for index, row in enumerate(matrix.tolist()):
+            end = len(row)
+            while end and row[end - 1] == -1:
+                end -= 1
+            if any(i < 0 for i in row[:end]):
+                raise ValueError(f"{TOKEN_IDS} row {index} holds a negative id before its -1 padding")
+            rows.append(row[:end])
+        return Rows([], encoded=self.encoder.from_ids(rows, _rows_of(left, len(rows))))
+
+    def truncate_left(self, request: Any) -> list[bool] | None:
+        """``TRUNCATE_LEFT`` per row where the request sends it, else None (every row keeps its first tokens)."""
+        if TRUNCATE_LEFT not in self.input_names:
+            return None
+        tensor = pb_utils.get_input_tensor_by_name(request, TRUNCATE_LEFT)
+        return None if tensor is None else [bool(v) for v in tensor.as_numpy().reshape(-1)]
+
+    def encode_rows(self, requests: Sequence[Rows]) -> list[list[Any]]:
+        """Each request's encodings: every text of every request in one call (each row cut on its side)."""
+        texts = [t for rows in requests for t in rows.texts]
+        pairs = (
+            [p for rows in requests for p in (rows.pairs or [])] if any(r.pairs is not None for r in requests) else None
+        )
+        left = None
+        if any(rows.left is not None for rows in requests if rows.encoded is None):
+            left = [
+                keep for rows in requests if rows.encoded is None for keep in (rows.left or [False] * len(rows.texts))
+            ]
+        serial(len(texts))
+        if not texts:
+            encoded = []
+        elif left is None:  # the common case, and the only one of a step whose encoder takes no sides
+            encoded = self.encoder.encode(texts, pairs)
+        else:
+            encoded = self.encoder.encode(texts, pairs, left)
+        out, start = [], 0
+        for rows in requests:
+            if rows.encoded is not None:
+                out.append(rows.encoded)
+                continue
+            out.append(encoded[start : start + len(rows.texts)])
+            start += len(rows.texts)
+        return out
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """Encode every text of every request at once, then answer each request."""
         responses: list[Any] = [None] * len(requests)
-        batches: list[tuple[int, list[str], list[str] | None]] = []
+        read: list[tuple[int, Rows]] = []
         for index, request in enumerate(requests):
             try:
-                texts, pairs = self.read(request)
+                read.append((index, self.read(request)))
             except ValueError as exc:
                 responses[index] = pb_utils.InferenceResponse(error=input_error(pb_utils, str(exc)))
-                continue
-            batches.append((index, texts, pairs))
-        if batches:
-            texts = [t for _, ts, _ in batches for t in ts]
-            has_pairs = batches[0][2] is not None
-            pairs = [p for _, _, ps in batches for p in (ps or [])] if has_pairs else None
-            serial(len(texts))
-            encodings = self.encoder.encode(texts, pairs)
-            start = 0
-            for index, request_texts, _ in batches:
-                chunk = encodings[start : start + len(request_texts)]
-                start += len(request_texts)
-                arrays = self.encoder.pack(chunk)
-                arrays[TRUNCATED] = truncated(chunk)
-                arrays[TOKEN_COUNT] = self.encoder.counts(chunk)
-                responses[index] = pb_utils.InferenceResponse(
-                    output_tensors=[pb_utils.Tensor(name, arrays[name]) for name in self.output_names]
-                )
+        for (index, _), chunk in zip(read, self.encode_rows([rows for _, rows in read]) if read else [], strict=True):
+            arrays = self.encoder.pack(chunk)
+            arrays[TRUNCATED] = truncated(chunk)
+            arrays[TOKEN_COUNT] = self.encoder.counts(chunk)
+            responses[index] = pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor(name, arrays[name]) for name in self.output_names]
+            )
         return responses
+
+
+def _rows_of(left: list[bool] | None, count: int) -> list[bool] | None:
+    """``TRUNCATE_LEFT``'s flags for ``count`` rows: one flag serves every row; None where it was not sent."""
+    if left is None:
+        return None
+    if len(left) == 1 and count > 1:
+        return left * count
+    if len(left) != count:
+        raise ValueError(f"{TRUNCATE_LEFT} has {len(left)} rows but the request has {count}")
+    return left
 
 
 class WindowedTokenizer(PerRequestStep, TritonPythonModel):

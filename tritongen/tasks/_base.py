@@ -8,6 +8,7 @@ time :meth:`Task.bind` turns the entry, the checkpoint, the spec and the tokeniz
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import json
@@ -24,7 +25,15 @@ from tritongen.errors import CapabilityError, CheckpointError, UnsupportedModelE
 from tritongen.gates.accuracy import Gate, LabelGate
 from tritongen.tasks._inputs import TextInputs
 from tritongen.tasks._plan import Modality, TaskPlan
-from tritongen.tasks._tensors import PASSED_THROUGH, TOKEN_COUNT_OUTPUT, TRUNCATED_OUTPUT, TensorSpec, public
+from tritongen.tasks._tensors import (
+    PASSED_THROUGH,
+    TOKEN_COUNT_OUTPUT,
+    TOKEN_IDS_INPUT,
+    TRUNCATE_LEFT_INPUT,
+    TRUNCATED_OUTPUT,
+    TensorSpec,
+    public,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -82,6 +91,9 @@ class Task:
     bench_baselines: ClassVar[bool] = False
     # The step modules served as each step's ``model.py``.
     tokenizer_step: ClassVar[str] = _TOKENIZER_STEP
+    # Whether the ensemble takes the model's token ids (``TOKEN_IDS``) in place of ``TEXT``, where the plain
+    # tokenizer step serves the task (the embedders, as Text Embeddings Inference's embedding routes take ids).
+    takes_token_ids: ClassVar[bool] = False
     postprocess_step: ClassVar[str]
     # Modules the task's steps import (``tritongen.tasks.question_answering.qa``), copied into the helper package
     # beside their ``model.py`` under their last name (``from _tritongen_step import qa``; ``steps/package.py``);
@@ -202,8 +214,21 @@ class Task:
         raise NotImplementedError
 
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        """The ensemble's (and tokenizer step's) inputs: one text by default."""
-        return [public(TEXT)]
+        """The ensemble's (and tokenizer step's) inputs: one text by default, and the plain tokenizer's options."""
+        return self.text_inputs(public(TEXT))
+
+    def text_inputs(self, *texts: TensorSpec) -> list[TensorSpec]:
+        """``texts``, and where the plain tokenizer step serves the task its optional per-row inputs.
+
+        ``TRUNCATE_LEFT``; and where the task takes token ids, ``TOKEN_IDS``, the first text then optional (a row is
+        one or the other). A task whose first step is its own (windows, prompts, images) takes ``texts`` alone.
+        """
+        if self.tokenizer_step != _TOKENIZER_STEP:
+            return list(texts)
+        if self.takes_token_ids:
+            first = dataclasses.replace(texts[0], optional=True)
+            return [first, *texts[1:], TOKEN_IDS_INPUT, TRUNCATE_LEFT_INPUT]
+        return [*texts, TRUNCATE_LEFT_INPUT]
 
     def tokenizer_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
         """The ensemble inputs the tokenizer step reads: all of them by default."""

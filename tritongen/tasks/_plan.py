@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritongen.buildspec import BuildSpec, bucket_lengths
 from tritongen.buildspec.sections import TaskSettings
+from tritongen.contract import carried_by_text_requests
 from tritongen.gates.accuracy import Gate
 from tritongen.repository.layout import step_names
 from tritongen.tasks._tensors import TensorSpec
@@ -63,8 +64,8 @@ class TaskPlan:
 
     @property
     def request_inputs(self) -> list[TensorSpec]:
-        """The ensemble inputs every request carries (the texts), without the optional ones."""
-        return [t for t in self.ensemble_inputs if not t.optional]
+        """The ensemble inputs every request of texts carries: the texts, without the optional options."""
+        return [t for t in self.ensemble_inputs if carried_by_text_requests(t.name, t.optional)]
 
 
 class Modality:

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tritongen.contract import PUBLIC, TOKEN_COUNT, TRUNCATED
+from tritongen.contract import PUBLIC, TOKEN_COUNT, TOKEN_IDS, TRUNCATE_LEFT, TRUNCATED
 
-__all__ = ["PASSED_THROUGH", "TOKEN_COUNT_OUTPUT", "TRUNCATED_OUTPUT", "TensorSpec", "public"]
+__all__ = [
+    "PASSED_THROUGH",
+    "TOKEN_COUNT_OUTPUT",
+    "TOKEN_IDS_INPUT",
+    "TRUNCATED_OUTPUT",
+    "TRUNCATE_LEFT_INPUT",
+    "TensorSpec",
+    "public",
+]
 
 
 @dataclass(frozen=True)
@@ -32,3 +40,7 @@ TRUNCATED_OUTPUT = public(TRUNCATED)  # True where the text was cut at the model
 TOKEN_COUNT_OUTPUT = public(TOKEN_COUNT)  # the tokens the model read of each text (the gateway's usage)
 # What the tokenizer step tells clients directly: the ensemble passes these on wherever that step gives them.
 PASSED_THROUGH = (TRUNCATED_OUTPUT, TOKEN_COUNT_OUTPUT)
+# The plain tokenizer step's optional per-row inputs: the model's token ids in place of the text, and which rows
+# keep their last tokens (``tritongen.steps.tokenizer``).
+TOKEN_IDS_INPUT = public(TOKEN_IDS)
+TRUNCATE_LEFT_INPUT = public(TRUNCATE_LEFT)

@@ -70,6 +70,7 @@ class Embedding(Task):
     detect_order = 90  # a bare encoder is the fallback
     gate = CosineGate
     bench_baselines = True
+    takes_token_ids = True
     postprocess_step = "tritongen.tasks.embedding.postprocess"
     section = "embedding"
     Settings = EmbeddingSettings

@@ -49,6 +49,7 @@ class SparseTask(Task):
     helper_modules = ("tritongen.steps.sparse",)
     section = "sparse"
     Settings = SparseSettings
+    takes_token_ids = True
 
     def max_length(self, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None) -> int:
         """The model's limit, lowered to sentence-transformers' ``max_seq_length`` where the checkpoint has one.

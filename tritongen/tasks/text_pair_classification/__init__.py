@@ -38,4 +38,4 @@ class TextPairClassification(Classification):
         return super().matches(checkpoint) and (cross_encoder or bool(labels & _PAIR_LABELS))
 
     def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        return [public(TEXT), public(TEXT_PAIR)]
+        return self.text_inputs(public(TEXT), public(TEXT_PAIR))
