@@ -49,6 +49,8 @@ FORCE ?=
 VERSION ?=
 GATEWAY ?=
 GATEWAY_ARGS ?=
+# An OpenTelemetry collector's OTLP/HTTP address: make serve and make gateway trace every request there.
+OTLP_ENDPOINT ?=
 
 BUILD_ARGS := --model "$(MODEL)" --name "$(NAME)" --repository "$(REPO)" $(if $(TASK),--task "$(TASK)") \
 	$(if $(SPEC),--spec "$(SPEC)") $(if $(PRECISION),--precision $(PRECISION)) \
@@ -113,12 +115,13 @@ venv: $(VENV)/.installed ## create .venv with the pinned packages (run by every 
 repo: venv ## build: make repo [MODEL=] [NAME=] [TASK=] [REPO=] [SPEC=] [PRECISION=fp32|fp16|int8] [OPTIMIZE=0|1] [RUNTIME=onnx|tensorrt|openvino] [DEVICE=cpu|gpu] [GPU_ACCELERATOR=tensorrt|cuda] [CONTAINER=26.07]
 	$(PY) -m tritongen build $(BUILD_ARGS)
 
-serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1), supervised; /healthz on HEALTH_PORT
+serve: venv ## serve REPO with the local Triton server (foreground, 127.0.0.1), supervised; /healthz on HEALTH_PORT [OTLP_ENDPOINT=]
 	$(PY) -m tritongen serve --repository "$(REPO)" $(PORT_ARGS) --health-port $(HEALTH_PORT) --grace-period $(GRACE_PERIOD) \
-		$(ADMIN_KEY_ARGS)
+		$(ADMIN_KEY_ARGS) $(if $(OTLP_ENDPOINT),--otlp-endpoint "$(OTLP_ENDPOINT)")
 
 gateway: venv ## OpenAI/TEI API gateway on GATEWAY_PORT (8080) in front of `make serve` (API key: env TRITONGEN_GATEWAY_KEY) [ADMIN_KEY_FILE=] [GATEWAY_ARGS=]
-	$(PY) -m tritongen gateway --repository "$(REPO)" $(PORT_ARGS) --port $(GATEWAY_PORT) $(ADMIN_KEY_ARGS) $(GATEWAY_ARGS)
+	$(PY) -m tritongen gateway --repository "$(REPO)" $(PORT_ARGS) --port $(GATEWAY_PORT) $(ADMIN_KEY_ARGS) \
+		$(if $(OTLP_ENDPOINT),--otlp-endpoint "$(OTLP_ENDPOINT)") $(GATEWAY_ARGS)
 
 health: venv ## deep readiness of the served REPO: one real inference per ensemble, exit 0 or 1 (ports as for serve)
 	$(PY) -m tritongen health --repository "$(REPO)" $(PORT_ARGS)

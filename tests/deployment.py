@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from tritongen.errors import PortTakenError, ServerError
@@ -22,7 +23,7 @@ from tritongen.serve.ports import free_ports, port_taken, start_on_free_ports
 from tritongen.serve.server import server_environment, wait_until_ready
 from tritongen.serve.supervisor import STUB_NAME, Stub, stubs_of
 
-__all__ = ["ROOT", "ServeProcess", "deployment_pids"]
+__all__ = ["ROOT", "ServeProcess", "deployment_pids", "prometheus", "promql"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -195,3 +196,37 @@ def _parent(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+@contextlib.contextmanager
+def prometheus(tmp: Path, config: dict) -> Iterator[str]:
+    """Debian's ``prometheus`` with ``config`` (a parsed prometheus.yml) on a free port; its base URL."""
+    import yaml
+
+    from tritongen.bench.process import http_process
+
+    path = tmp / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+
+    def command(port: int) -> list[str]:
+        return ["prometheus", f"--config.file={path}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}"]  # fmt: skip
+
+    with http_process(command, tmp / "prometheus.log", what="prometheus", env=os.environ, timeout=60,
+                      ready="/-/ready") as url:  # fmt: skip
+        yield f"http://{url}"
+
+
+def promql(base: str, expr: str) -> list[dict]:
+    """The result of the PromQL ``expr`` at Prometheus ``base`` now (empty when it does not answer yet)."""
+    import json
+    import urllib.parse
+
+    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = json.load(response)
+    except OSError:
+        return []
+    assert body["status"] == "success", body
+    return body["data"]["result"]

@@ -6,21 +6,15 @@ The server serves the model repository of a `tritongen package` folder, so the p
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
-import json
 import math
-import os
 import shutil
 import threading
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tritongen.bench.process import http_process
+from tests.deployment import prometheus, promql
 from tritongen.deploy import ManifestOptions, TritonArgs, dashboard, dashboard_queries, write_package
 from tritongen.deploy.dashboard import GPU_METRICS, panels, queue_us_per_request
 from tritongen.deploy.manifests import adapter_rule
@@ -38,29 +32,8 @@ DOCUMENTED_GPU_METRICS = {"nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv
                           "nv_gpu_power_usage", "nv_gpu_power_limit", "nv_energy_consumption"}  # fmt: skip
 
 
-@contextlib.contextmanager
 def _prometheus(tmp: Path, target: str):
-    config = tmp / "prometheus.yml"
-    config.write_text(yaml.safe_dump(prometheus_config([target], interval_s=1)))
-
-    def command(port: int) -> list[str]:
-        return ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}"]  # fmt: skip
-
-    with http_process(command, tmp / "prometheus.log", what="prometheus", env=os.environ, timeout=60,
-                      ready="/-/ready") as url:  # fmt: skip
-        yield f"http://{url}"
-
-
-def _query(base: str, expr: str) -> list[dict]:
-    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            body = json.load(response)
-    except OSError:
-        return []
-    assert body["status"] == "success", body
-    return body["data"]["result"]
+    return prometheus(tmp, prometheus_config([target], interval_s=1))
 
 
 def _finite(result: list[dict]) -> list[dict]:
@@ -99,9 +72,9 @@ def test_every_dashboard_query_returns_data_when_prometheus_scrapes_a_loaded_ser
             try:
                 while missing and time.monotonic() < deadline:
                     time.sleep(2)
-                    missing = {t: e for t, e in missing.items() if not _finite(_query(prom, e))}
-                per_model = {r["metric"]["model"] for r in _query(prom, queries[0][1])}
-                unknown = _query(prom, "nv_no_such_metric")  # the check can fail: absent names return nothing
+                    missing = {t: e for t, e in missing.items() if not _finite(promql(prom, e))}
+                per_model = {r["metric"]["model"] for r in promql(prom, queries[0][1])}
+                unknown = promql(prom, "nv_no_such_metric")  # the check can fail: absent names return nothing
             finally:
                 stop.set()
                 for loader in loaders:
@@ -112,7 +85,7 @@ def test_every_dashboard_query_returns_data_when_prometheus_scrapes_a_loaded_ser
 
 
 def _signal(prom: str, query: str) -> float | None:
-    result = _finite(_query(prom, query))
+    result = _finite(promql(prom, query))
     return float(result[0]["value"][1]) if result else None
 
 

@@ -61,6 +61,11 @@ def _serve_options(serve: argparse.ArgumentParser) -> None:
         default=True,
         help="reload a Python step whose stub process dies",
     )
+    serve.add_argument(
+        "--otlp-endpoint",
+        help="an OpenTelemetry collector's OTLP/HTTP address (http://host:4318): Triton traces every request there, "
+        "under the W3C traceparent the request carries (default: no traces)",
+    )
     add_admin_key_option(serve)
     add_backends_option(serve)
     add_server_options(serve)
@@ -82,6 +87,7 @@ def _serve(args: argparse.Namespace) -> None:
             grace_period=args.grace_period,
             supervise=args.supervise,
             admin_key_file=args.admin_key_file,
+            otlp_endpoint=args.otlp_endpoint,
         ),
         log=_log,
     )
@@ -198,6 +204,12 @@ def _gateway_options(gateway: argparse.ArgumentParser) -> None:
     )
     gateway.add_argument("--timeout", type=float, default=60.0, help="seconds per Triton request")
     gateway.add_argument(
+        "--max-triton-calls",
+        type=int,
+        help="Triton calls of one kind in flight before requests wait to go together in the next (default: per "
+        "ensemble, its steps' most instances plus one; 0: every request its own call)",
+    )
+    gateway.add_argument(
         "--api-key-file",
         type=Path,
         help="file holding the API key clients must send (default: $TRITONGEN_GATEWAY_KEY; none: open)",
@@ -220,6 +232,12 @@ def _gateway_options(gateway: argparse.ArgumentParser) -> None:
     )
     tei.add_argument("--served-model-name", help="what the default model (--model) is called in answers, and asked as")
     tei.add_argument("--default-prompt-name", help="the prompt embedding requests get when they name none")
+    tei.add_argument(
+        "--otlp-endpoint",
+        help="an OpenTelemetry collector's OTLP/HTTP address (http://host:4318): a span per request and per "
+        "Triton call, whose context Triton gets (default: no traces)",
+    )
+    tei.add_argument("--otlp-service-name", default="tritongen-gateway", help="the service name the spans carry")
     add_server_options(gateway, "http", "grpc")
     gateway.set_defaults(func=_gateway)
 
@@ -248,7 +266,12 @@ def _gateway(args: argparse.Namespace) -> None:
         max_concurrent_requests=args.max_concurrent_requests,
         served_model_name=args.served_model_name,
         default_prompt_name=args.default_prompt_name,
+        max_triton_calls=args.max_triton_calls,
+        otlp_endpoint=args.otlp_endpoint,
+        otlp_service_name=args.otlp_service_name,
     )
+    if options.max_triton_calls is not None and options.max_triton_calls < 0:
+        raise UsageError("--max-triton-calls must be 0 or more")
     if options.served_model_name and not options.model:
         raise UsageError("--served-model-name names the default model: give it with --model")
     if min(options.max_client_batch_size, options.payload_limit, options.max_concurrent_requests) < 1:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,8 @@ from tritongen.configs.parser import read_config
 from tritongen.containers import Container, container
 from tritongen.deploy.dashboard import DATASOURCE_UID, dashboard
 from tritongen.deploy.folder import write_folder
+from tritongen.deploy.gateway import GATEWAY_PORT, gateway_copies, gateway_files
 from tritongen.deploy.gateway import compose_service as gateway_service
-from tritongen.deploy.gateway import gateway_copies, gateway_files
 from tritongen.deploy.step_requirements import requirement_line, step_requirements
 from tritongen.deploy.triton_args import TritonArgs
 from tritongen.errors import DeployError, RepositoryError
@@ -175,13 +175,20 @@ def _compose(name: str, image: str, args: TritonArgs, gpu: bool) -> dict[str, An
     return compose
 
 
-def prometheus_config(targets: list[str], interval_s: int = 5) -> dict[str, Any]:
-    """Prometheus's config: scrape Triton's metrics port every few seconds (the dashboard's rates use 1 m windows)."""
+def prometheus_config(targets: list[str], interval_s: int = 5, gateways: Sequence[str] = ()) -> dict[str, Any]:
+    """Prometheus's config: scrape Triton's metrics port every few seconds (the dashboard's rates use 1 m windows).
+
+    ``gateways``: the gateways' ``host:port`` too, job ``gateway`` (their ``te_*`` metrics at ``/metrics``).
+    """
+    scraped = {"triton": list(targets), "gateway": list(gateways)}
+    jobs = [
+        {"job_name": job, "metrics_path": "/metrics", "static_configs": [{"targets": hosts}]}
+        for job, hosts in scraped.items()
+        if hosts
+    ]
     return {
         "global": {"scrape_interval": f"{interval_s}s", "evaluation_interval": f"{interval_s}s"},
-        "scrape_configs": [
-            {"job_name": "triton", "metrics_path": "/metrics", "static_configs": [{"targets": targets}]}
-        ],
+        "scrape_configs": jobs,
     }
 
 
@@ -248,7 +255,9 @@ def package_files(name: str, *, args: TritonArgs, image: str, target: Target, ga
         "probe.py": (Path(__file__).parent / "probe.py").read_text(encoding="utf-8"),
         "contract.py": module_file("tritongen.contract").read_text(encoding="utf-8"),
         "compose.yaml": dump(compose),
-        "prometheus/prometheus.yml": dump(prometheus_config([f"triton:{args.metrics_port}"])),
+        "prometheus/prometheus.yml": dump(
+            prometheus_config([f"triton:{args.metrics_port}"], gateways=[f"gateway:{GATEWAY_PORT}"] if gateway else [])
+        ),
         "grafana/provisioning/datasources/prometheus.yaml": dump(datasource),
         "grafana/provisioning/dashboards/tritongen.yaml": dump(provider),
         f"grafana/dashboards/{name}.json": json.dumps(dashboard(name), indent=1) + "\n",

@@ -6,7 +6,7 @@
   ``/info`` and the root ``POST /``;
 - vLLM's pooling server (:mod:`~tritongen.gateway.vllm`): ``/score``, ``/classify``;
 - Cohere v2, Jina (:mod:`~tritongen.gateway.cohere`): ``/v2/embed``, ``/v2/rerank``, ``/v1/rerank``;
-- probes: ``/health``, ``/livez``.
+- probes: ``/health``, ``/livez``; Prometheus: ``/metrics`` (:mod:`~tritongen.gateway.metrics`).
 """
 
 from __future__ import annotations
@@ -43,5 +43,6 @@ def create_app(options: GatewayOptions) -> Starlette:
         *cohere.routes(gateway),
         Route("/health", gateway.endpoint(gateway.health, auth=False), methods=["GET"]),
         Route("/livez", gateway.endpoint(gateway.live, auth=False), methods=["GET"]),
+        Route("/metrics", gateway.endpoint(gateway.scrape, auth=False), methods=["GET"]),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: _http_error}, lifespan=gateway.lifespan)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,11 +39,14 @@ from tritongen.contract import (
 )
 from tritongen.errors import GatewayError, describe
 from tritongen.gateway.auth import check_key
+from tritongen.gateway.batcher import Batcher, merged_contexts
 from tritongen.gateway.discovery import local_folder, served_names
 from tritongen.gateway.errors import Family, error_response, unavailable
+from tritongen.gateway.metrics import CONTENT_TYPE, FAILURES, GatewayMetrics
 from tritongen.gateway.models import Catalogue, ModelInfo
 from tritongen.gateway.schemas import Row, bad
 from tritongen.gateway.tokens import check_ids, texts_from_ids
+from tritongen.gateway.tracing import DEFAULT_SERVICE, Tracing
 from tritongen.gateway.triton import TritonClient, stack_rows
 from tritongen.steps._common import matryoshka_cut
 
@@ -74,6 +79,12 @@ class GatewayOptions:
     max_concurrent_requests: int = 512  # inference requests in flight; more get 429
     served_model_name: str | None = None  # what the default model is called in answers (and may be asked for)
     default_prompt_name: str | None = None  # the prompt embedding requests get when they name none
+    # Triton calls of one kind in flight before requests wait to go together (tritongen.gateway.batcher);
+    # None: per ensemble, its steps' most instances plus one; 0: every request its own call, at once.
+    max_triton_calls: int | None = None
+    # OpenTelemetry: where spans go (an OTLP/HTTP collector; None: no tracing) and the service they name.
+    otlp_endpoint: str | None = None
+    otlp_service_name: str = DEFAULT_SERVICE
 
 
 def json_response(payload: object, status: int = 200) -> Response:
@@ -81,6 +92,24 @@ def json_response(payload: object, status: int = 200) -> Response:
     # pydantic_core's serialiser (Rust, shortest round-trip floats) writes a 384-float embedding about 10x
     # faster than the json module; it is installed with pydantic.
     return Response(to_json(payload), status, media_type="application/json")
+
+
+@dataclass
+class _Record:
+    """What handling one request learned, for its metrics: the ensemble it ran and the inputs it sent."""
+
+    model: str = ""
+    rows: int = 0
+
+
+_RECORD: contextvars.ContextVar[_Record | None] = contextvars.ContextVar("tritongen_gateway_request", default=None)
+
+
+def _failure(error: GatewayError) -> str:
+    """TEI's ``err`` label of ``te_request_failure`` for ``error``."""
+    if error.code in FAILURES:
+        return FAILURES[error.code]
+    return "validation" if error.status in (400, 404, 413, 422) else "backend"
 
 
 def _unit(model: ModelInfo, vectors: np.ndarray) -> bool:
@@ -96,11 +125,24 @@ class Gateway:
         self.options = options
         self._key = options.api_key.encode() if options.api_key else None
         self.client: TritonClient | None = None
+        self.metrics = GatewayMetrics()
+        self.tracing = Tracing(options.otlp_endpoint, options.otlp_service_name) if options.otlp_endpoint else None
+        self.batcher = Batcher(self._send, options.max_triton_calls, self.metrics)
         self._in_flight = 0  # inference requests being answered (max_concurrent_requests)
         aliases = {options.served_model_name: options.model} if options.served_model_name and options.model else {}
         self.catalogue = Catalogue(
             self._names, self._configs, local_folder(options.repository), options.model, aliases=aliases
         )
+
+    async def _send(
+        self, model: ModelInfo, inputs: Mapping[str, Sequence[Any]], outputs: Sequence[str]
+    ) -> dict[str, np.ndarray]:
+        """One Triton call; where tracing is on, a span under the request's whose context Triton gets too."""
+        if self.tracing is None:
+            return await self.triton.infer(model, inputs, outputs)
+        links = [context.run(self.tracing.current) for context in merged_contexts()]
+        with self.tracing.call(model.name, len(next(iter(inputs.values()))), links) as headers:
+            return await self.triton.infer(model, inputs, outputs, headers)
 
     async def _names(self) -> list[str]:
         return await served_names(self.triton, self.options.repository, self.options.admin_key_file)
@@ -130,7 +172,8 @@ class Gateway:
         An ``inference`` route counts against ``max_concurrent_requests`` (TEI's permits: not ``/info``,
         ``/tokenize``, ``/decode``).
         """
-        bound = self.endpoint(functools.partial(handler, self), family, limited=inference and method == "POST")
+        limited = inference and method == "POST"
+        bound = self.endpoint(functools.partial(handler, self), family, limited=limited, name=path if limited else "")
         return Route(path, bound, methods=[method])
 
     def served_name(self, model: ModelInfo) -> str:
@@ -149,7 +192,11 @@ class Gateway:
 
     async def model_for(self, request: Request, name: str | None, route: str, label: str) -> ModelInfo:
         """The ensemble ``name`` (or the default) for ``route``; a route served at ``/models/{model}/...`` names it."""
-        return await self.catalogue.resolve(request.path_params.get("model") or name, route, label)
+        model = await self.catalogue.resolve(request.path_params.get("model") or name, route, label)
+        record = _RECORD.get()
+        if record is not None:  # the metrics' model label, for its failures too
+            record.model = model.name
+        return model
 
     def endpoint(
         self,
@@ -158,13 +205,18 @@ class Gateway:
         *,
         auth: bool = True,
         limited: bool = False,
+        name: str = "",
     ) -> Callable:
         """``handler`` with the key check, the body's size limit, and every failure as an error of ``family``'s shape.
 
-        ``limited``: the request takes one of ``max_concurrent_requests`` permits, or gets 429 at once.
+        ``limited``: the request takes one of ``max_concurrent_requests`` permits, or gets 429 at once. A ``name``d
+        route (an inference route, by its path) is counted and timed in the metrics (:mod:`~.metrics`).
         """
 
         async def run(request: Request) -> Response:
+            record = _Record()
+            token = _RECORD.set(record) if name else None
+            started = time.perf_counter()
             try:
                 if auth and self._key is not None:
                     check_key(self._key, request.headers.get("authorization"))
@@ -175,18 +227,33 @@ class Gateway:
                     raise GatewayError(429, "Model is overloaded", type="overloaded", code="overloaded")
                 self._in_flight += 1
                 try:
-                    return await handler(request)
+                    if self.tracing is None or not name:
+                        response = await handler(request)
+                    else:
+                        with self.tracing.request(request.method, name, request.headers) as span:
+                            response = await handler(request)
+                            span.set_attribute("http.response.status_code", response.status_code)
                 finally:
                     self._in_flight -= 1
+                if name:
+                    self.metrics.answered(record.model, name, record.rows, time.perf_counter() - started)
+                return response
             except GatewayError as exc:
+                if name:
+                    self.metrics.failed(record.model, name, record.rows, _failure(exc))
                 if exc.code == "model_not_found":  # unloaded or renamed: read the catalogue again
                     with contextlib.suppress(GatewayError):
                         await self.catalogue.refresh(force=False)
                 return error_response(exc, family)
             except Exception as exc:  # a bug of ours: one line in the log, no traceback to the client
+                if name:
+                    self.metrics.failed(record.model, name, record.rows, "backend")
                 print(f"gateway: internal error on {request.url.path}: {describe(exc)}", file=sys.stderr, flush=True)
                 internal = GatewayError(500, f"internal error: {describe(exc)}", type="server_error")
                 return error_response(internal, family)
+            finally:
+                if token is not None:
+                    _RECORD.reset(token)
 
         return run
 
@@ -224,12 +291,17 @@ class Gateway:
         refuse = not cut and TRUNCATED in model.outputs
         asked = [*outputs, *([TRUNCATED] if refuse else []), *([TOKEN_COUNT] if TOKEN_COUNT in model.outputs else [])]
         calls = self.calls(model, inputs, left, field)
+        record = _RECORD.get()
+        if record is not None:
+            record.model, record.rows = model.name, record.rows + sum(len(rows) for rows, _ in calls)
         if len(calls) == 1:
-            result = await self.triton.infer(model, calls[0][1], asked)
+            result = await self.batcher.infer(model, calls[0][1], asked)
         else:  # texts and token ids: a call each, their rows back in the request's order
-            parts = await asyncio.gather(*(self.triton.infer(model, part, asked) for _, part in calls))
+            parts = await asyncio.gather(*(self.batcher.infer(model, part, asked) for _, part in calls))
             order = np.argsort(np.concatenate([rows for rows, _ in calls]), kind="stable")
             result = {name: stack_rows([part[name] for part in parts])[order] for name in parts[0]}
+        if TOKEN_COUNT in result:
+            self.metrics.lengths(model.name, result[TOKEN_COUNT].reshape(-1).tolist())
         if refuse:
             self._refuse_truncated(model, result, field)
         return result
@@ -396,6 +468,10 @@ class Gateway:
         """``GET /livez``: 200 while the gateway runs, whatever Triton's state (a liveness probe)."""
         return json_response({"status": "ok"})
 
+    async def scrape(self, request: Request) -> Response:
+        """``GET /metrics``: the gateway's Prometheus metrics (no key, as TEI serves them to its scraper)."""
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         """Open the Triton client and read the catalogue at start; close its connections at exit."""
@@ -408,7 +484,12 @@ class Gateway:
             print(f"gateway: Triton at {where} serves {names}{problem}", flush=True)
         except GatewayError as exc:  # Triton may come up later; the first request reads the catalogue again
             print(f"gateway: {exc.message}; will retry on the first request", flush=True)
+        if self.tracing is not None:
+            print(f"gateway: traces go to {self.tracing.url} (OTLP/HTTP)", flush=True)
         try:
             yield
         finally:
+            await self.batcher.close()
             await self.client.close()
+            if self.tracing is not None:
+                self.tracing.shutdown()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import quote
@@ -147,8 +147,13 @@ class HttpInference:
             connection.close()
         self._idle.clear()
 
-    async def infer(self, model: str, inputs: Sequence[Tensor], outputs: Sequence[str]) -> dict[str, np.ndarray]:
-        """``model`` on ``inputs``; each of ``outputs`` as an array of its datatype and shape."""
+    async def infer(
+        self, model: str, inputs: Sequence[Tensor], outputs: Sequence[str], headers: Mapping[str, str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """``model`` on ``inputs``; each of ``outputs`` as an array of its datatype and shape.
+
+        ``headers`` go with the request (a W3C ``traceparent``, under which Triton traces the call).
+        """
         header = json.dumps(
             {
                 "inputs": [
@@ -164,7 +169,8 @@ class HttpInference:
         head = (
             f"POST /v2/models/{quote(model, safe='')}/infer HTTP/1.1\r\nHost: {self.url}\r\n"
             "Content-Type: application/octet-stream\r\n"
-            f"Inference-Header-Content-Length: {len(header)}\r\nContent-Length: {len(payload)}\r\n\r\n"
+            + "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+            + f"Inference-Header-Content-Length: {len(header)}\r\nContent-Length: {len(payload)}\r\n\r\n"
         ).encode()
         status, headers, body = await self._exchange(model, head + payload)
         if status != 200:

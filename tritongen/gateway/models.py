@@ -111,6 +111,7 @@ class ModelInfo:
     steps: tuple[str, ...] = field(default=())
     max_length: int | None = None  # the tokenizer step's, where its config says
     pooling: str | None = None  # an embedder's pooling, where the ensemble's config says (TEI's /info)
+    instances: int = 1  # the most instances any of its steps has: how many calls it works on at once
 
     @property
     def kind(self) -> str:
@@ -231,6 +232,7 @@ def describe_models(
             config.step_models,
             max_length,
             config.parameter("pooling"),
+            max((typed[m].instances for m in config.step_models if m in typed), default=1),
         )
     return models
 

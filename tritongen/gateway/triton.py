@@ -124,18 +124,27 @@ class TritonClient:
         model: ModelInfo,
         inputs: Mapping[str, Sequence[Any]],
         outputs: Sequence[str],
+        headers: Mapping[str, str] | None = None,
     ) -> dict[str, np.ndarray]:
-        """Run ``model`` on ``inputs`` (name -> one value per row); the ``outputs`` as ``[N, ...]`` arrays."""
+        """Run ``model`` on ``inputs`` (name -> one value per row); the ``outputs`` as ``[N, ...]`` arrays.
+
+        ``headers`` go with each call (the trace context).
+        """
         rows = len(next(iter(inputs.values())))
         step = model.max_batch_size if model.max_batch_size > 0 else rows
         if rows <= step:  # the common case: awaited directly, no task to schedule
-            return await self._infer_chunk(model, inputs, outputs, range(rows))
+            return await self._infer_chunk(model, inputs, outputs, range(rows), headers)
         chunks = [range(start, min(start + step, rows)) for start in range(0, rows, step)]
-        results = await asyncio.gather(*(self._infer_chunk(model, inputs, outputs, c) for c in chunks))
+        results = await asyncio.gather(*(self._infer_chunk(model, inputs, outputs, c, headers) for c in chunks))
         return {name: stack_rows([r[name] for r in results]) for name in outputs}
 
     async def _infer_chunk(
-        self, model: ModelInfo, inputs: Mapping[str, Sequence[Any]], outputs: Sequence[str], rows: range
+        self,
+        model: ModelInfo,
+        inputs: Mapping[str, Sequence[Any]],
+        outputs: Sequence[str],
+        rows: range,
+        headers: Mapping[str, str] | None,
     ) -> dict[str, np.ndarray]:
         whole = len(rows) == len(next(iter(inputs.values())))
         tensors = []
@@ -143,4 +152,4 @@ class TritonClient:
             part = values if whole else values[rows.start : rows.stop]
             matrix = bool(part) and isinstance(part[0], list)  # rows of numbers (token ids), padded to one width
             tensors.append((Tensor.padded if matrix else Tensor.column)(name, model.inputs[name].datatype, part))
-        return await self._inference.infer(model.name, tensors, outputs)
+        return await self._inference.infer(model.name, tensors, outputs, headers)

@@ -25,6 +25,7 @@ from types import FrameType
 from tritongen.errors import ServerError
 from tritongen.serve.admin import AdminClient, http_headers, restricted_args, serving_key
 from tritongen.serve.health import HealthEndpoint, check, find_ensembles
+from tritongen.serve.otlp import opentelemetry_args
 from tritongen.serve.server import Endpoints, TritonServer, cache_args
 from tritongen.serve.supervisor import Supervisor
 
@@ -48,6 +49,7 @@ class ServeOptions:
     supervise: bool = True
     probe_timeout: float = 10.0
     admin_key_file: Path | None = None  # None: TRITONGEN_ADMIN_KEY, else a fresh key beside the repository
+    otlp_endpoint: str | None = None  # an OTLP/HTTP collector Triton sends a trace of every request to
 
     @property
     def endpoints(self) -> Endpoints:
@@ -100,7 +102,7 @@ def serve(options: ServeOptions, *, log: Callable[[str], None] = print) -> None:
         options.repository,
         options.endpoints,
         exit_timeout=options.grace_period,
-        extra_args=cache_args(options.cache_size) + restricted_args(key),
+        extra_args=cache_args(options.cache_size) + restricted_args(key) + opentelemetry_args(options.otlp_endpoint),
     )
     stopping = threading.Event()
     started = threading.Event()

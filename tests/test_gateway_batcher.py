@@ -1,0 +1,154 @@
+"""The gateway's continuous batching on a scripted Triton: at once when idle, together when busy, errors apart."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from tritongen.errors import GatewayError
+from tritongen.gateway.batcher import Batcher
+from tritongen.gateway.metrics import GatewayMetrics
+from tritongen.gateway.models import ModelInfo, Tensor
+
+MODEL = ModelInfo("emb", 8, {"TEXT": Tensor("BYTES", (1,))}, {"EMBEDDING": Tensor("FP32", (2,))}, instances=1)
+
+
+class Scripted:
+    """A Triton that answers each text with [len(text), call number], holds calls while ``gate`` is closed, and
+    refuses a call holding the text ``bad`` as Triton refuses a bad input (400)."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def send(self, model, inputs, outputs):
+        texts = list(inputs["TEXT"])
+        self.calls.append(texts)
+        number = len(self.calls)
+        await self.gate.wait()
+        if "bad" in texts:
+            raise GatewayError(400, f"`{model.name}`: TEXT[{texts.index('bad')}] is bad", code="invalid_input")
+        return {"EMBEDDING": np.array([[len(t), number] for t in texts], dtype=np.float32)}
+
+
+def _run(body):
+    return asyncio.run(body())
+
+
+def test_a_request_goes_at_once_when_triton_is_idle():
+    async def body():
+        triton = Scripted()
+        batcher = Batcher(triton.send, limit=1)
+        answer = await batcher.infer(MODEL, {"TEXT": ["abc"]}, ["EMBEDDING"])
+        assert triton.calls == [["abc"]] and answer["EMBEDDING"].tolist() == [[3, 1]]
+
+    _run(body)
+
+
+def test_requests_that_arrive_while_triton_is_busy_go_together_and_get_their_own_rows_back():
+    async def body():
+        triton, metrics = Scripted(), GatewayMetrics()
+        batcher = Batcher(triton.send, limit=1, metrics=metrics)
+        triton.gate.clear()
+        first = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["a"]}, ["EMBEDDING"]))
+        await asyncio.sleep(0)  # the first is in flight: the lane is busy
+        waiting = [
+            asyncio.create_task(batcher.infer(MODEL, {"TEXT": texts}, ["EMBEDDING"]))
+            for texts in (["bb", "ccc"], ["dddd"], ["eeeee", "ffffff"])
+        ]
+        await asyncio.sleep(0)
+        assert triton.calls == [["a"]] and metrics.render().count(b'te_queue_size{model="emb"} 3.0') == 1
+        triton.gate.set()
+        answers = await asyncio.gather(first, *waiting)
+        assert triton.calls == [["a"], ["bb", "ccc", "dddd", "eeeee", "ffffff"]]  # one merged call
+        assert [a["EMBEDDING"].tolist() for a in answers] == [
+            [[1, 1]], [[2, 2], [3, 2]], [[4, 2]], [[5, 2], [6, 2]],
+        ]  # fmt: skip
+        scrape = metrics.render().decode()
+        assert 'tritongen_gateway_coalesced_requests_sum{model="emb"} 4.0' in scrape  # 1 + 3 requests
+        assert 'te_batch_next_size_sum{model="emb"} 6.0' in scrape and 'te_queue_size{model="emb"} 0.0' in scrape
+
+    _run(body)
+
+
+def test_a_merged_call_holds_at_most_max_batch_size_rows():
+    async def body():
+        triton = Scripted()
+        batcher = Batcher(triton.send, limit=1)
+        triton.gate.clear()
+        first = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["a"]}, ["EMBEDDING"]))
+        await asyncio.sleep(0)
+        rest = [asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["x"] * 3}, ["EMBEDDING"])) for _ in range(4)]
+        await asyncio.sleep(0)
+        triton.gate.set()
+        await asyncio.gather(first, *rest)
+        assert [len(call) for call in triton.calls] == [1, 6, 6]  # 3 + 3 fit in 8 rows, a third would not
+
+    _run(body)
+
+
+def test_a_bad_request_in_a_merged_call_fails_alone_and_its_neighbours_are_answered():
+    async def body():
+        triton = Scripted()
+        batcher = Batcher(triton.send, limit=1)
+        triton.gate.clear()
+        first = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["a"]}, ["EMBEDDING"]))
+        await asyncio.sleep(0)
+        good, bad, other = (
+            asyncio.create_task(batcher.infer(MODEL, {"TEXT": texts}, ["EMBEDDING"]))
+            for texts in (["ok"], ["bad"], ["fine", "too"])
+        )
+        await asyncio.sleep(0)
+        triton.gate.set()
+        results = await asyncio.gather(first, good, bad, other, return_exceptions=True)
+        assert isinstance(results[2], GatewayError) and "TEXT[0] is bad" in results[2].message
+        assert results[1]["EMBEDDING"].tolist()[0][0] == 2 and results[3]["EMBEDDING"][:, 0].tolist() == [4, 3]
+        assert triton.calls[1] == ["ok", "bad", "fine", "too"] and ["bad"] in triton.calls[2:]
+
+    _run(body)
+
+
+def test_another_failure_of_a_merged_call_is_every_merged_requests():
+    async def body():
+        failures = []
+
+        async def down(model, inputs, outputs):
+            failures.append(list(inputs["TEXT"]))
+            if len(failures) == 1:
+                await asyncio.sleep(0.01)
+                return {"EMBEDDING": np.zeros((1, 2), np.float32)}
+            raise GatewayError(503, "the Triton server is not reachable", code="unavailable")
+
+        batcher = Batcher(down, limit=1)
+        first = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["a"]}, ["EMBEDDING"]))
+        await asyncio.sleep(0)
+        rest = [asyncio.create_task(batcher.infer(MODEL, {"TEXT": [t]}, ["EMBEDDING"])) for t in "bc"]
+        results = await asyncio.gather(first, *rest, return_exceptions=True)
+        assert not isinstance(results[0], Exception)
+        assert all(isinstance(r, GatewayError) and r.status == 503 for r in results[1:])
+        assert failures == [["a"], ["b", "c"]]  # one call for both, not retried one by one
+
+    _run(body)
+
+
+@pytest.mark.parametrize(("limit", "rows"), [(0, 1), (1, 8)], ids=["batching-off", "a-full-batch"])
+def test_a_request_is_its_own_call_when_batching_is_off_or_it_fills_a_batch(limit, rows):
+    async def body():
+        triton = Scripted()
+        batcher = Batcher(triton.send, limit=limit)
+        triton.gate.clear()
+        first = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["a"] * rows}, ["EMBEDDING"]))
+        second = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["b"] * rows}, ["EMBEDDING"]))
+        await asyncio.sleep(0)
+        assert len(triton.calls) == 2  # both sent at once, neither waits for the other
+        triton.gate.set()
+        await asyncio.gather(first, second)
+
+    _run(body)
+
+
+def test_the_default_limit_is_the_ensembles_steps_instances_and_one_more():
+    assert Batcher(Scripted().send).limit(MODEL) == 2

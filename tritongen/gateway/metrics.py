@@ -1,0 +1,113 @@
+"""The gateway's Prometheus metrics at ``GET /metrics``: Text Embeddings Inference's names, by model and route.
+
+Where a figure means what TEI's does, it has TEI 1.9's name (``router/src/http/server.rs``, ``core/src/infer.rs``,
+``core/src/queue.rs``) and TEI's buckets (``router/src/prometheus.rs``), with ``model`` and ``route`` labels added,
+since one gateway serves several ensembles:
+
+- ``te_request_count``, ``te_request_success`` (``method``: ``single`` or ``batch``) and ``te_request_failure``
+  (``err``: TEI's ``validation``, ``batch_size``, ``overloaded``, ``model_type``, ``backend``, ``unhealthy``);
+- ``te_request_duration``: the whole request, seconds; ``te_request_queue_duration``: waiting in the gateway for a
+  Triton call to join; ``te_request_inference_duration``: Triton's time, the request's call from sent to answered;
+- ``te_request_input_length``: the tokens the model read of each input (the ensemble's ``TOKEN_COUNT``);
+- ``te_queue_size``: requests waiting for a Triton call; ``te_batch_next_size``: the rows of each call.
+
+TEI's ``te_request_tokenization_duration`` has no counterpart: the ensemble tokenises inside Triton, so that time
+is part of the inference duration (Triton's own ``nv_inference_*`` metrics break it down by step). Ours, without a
+TEI counterpart: ``tritongen_gateway_coalesced_requests``, the client requests each Triton call answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["CONTENT_TYPE", "FAILURES", "GatewayMetrics"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+def _geometric(start: float, factor: float, count: int) -> list[float]:
+    values, value = [], start
+    for _ in range(count):
+        value *= factor
+        values.append(value)
+    return values
+
+
+_DURATION_BUCKETS = _geometric(0.00001, 1.5, 35)  # TEI's: 15 us to about 20 minutes
+_LENGTH_BUCKETS = [2.0**i for i in range(20)]  # TEI's input lengths (it cuts them at the model's maximum)
+_BATCH_BUCKETS = [2.0**i for i in range(13)]  # TEI's batch sizes
+# TEI's `err` label by the error the gateway raised (its `code`, else its HTTP status).
+FAILURES = {
+    "batch_too_large": "batch_size",
+    "overloaded": "overloaded",
+    "unsupported_model": "model_type",
+    "model_not_found": "validation",
+    "unavailable": "unhealthy",
+}
+
+
+class GatewayMetrics:
+    """One gateway's metrics in a registry of its own; :meth:`render` is the scrape."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        route = ("model", "route")
+        self.count = Counter("te_request_count", "Requests received", [*route, "method"], registry=self.registry)
+        self.success = Counter("te_request_success", "Requests answered", [*route, "method"], registry=self.registry)
+        self.failure = Counter("te_request_failure", "Requests failed", [*route, "err"], registry=self.registry)
+        self.duration = Histogram(
+            "te_request_duration", "Request duration (s)", route, buckets=_DURATION_BUCKETS, registry=self.registry
+        )
+        self.queue_duration = Histogram(
+            "te_request_queue_duration", "Wait for a Triton call (s)", ["model"], buckets=_DURATION_BUCKETS,
+            registry=self.registry,
+        )  # fmt: skip
+        self.inference_duration = Histogram(
+            "te_request_inference_duration", "Triton's time (s)", ["model"], buckets=_DURATION_BUCKETS,
+            registry=self.registry,
+        )  # fmt: skip
+        self.input_length = Histogram(
+            "te_request_input_length", "Tokens per input", ["model"], buckets=_LENGTH_BUCKETS, registry=self.registry
+        )
+        self.queue_size = Gauge("te_queue_size", "Requests waiting for a call", ["model"], registry=self.registry)
+        self.batch_size = Histogram(
+            "te_batch_next_size", "Rows per Triton call", ["model"], buckets=_BATCH_BUCKETS, registry=self.registry
+        )
+        self.coalesced = Histogram(
+            "tritongen_gateway_coalesced_requests", "Client requests per Triton call", ["model"],
+            buckets=_BATCH_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+
+    def answered(self, model: str, route: str, rows: int, seconds: float) -> None:
+        """A request of ``rows`` inputs answered in ``seconds``."""
+        method = "single" if rows <= 1 else "batch"
+        self.count.labels(model, route, method).inc()
+        self.success.labels(model, route, method).inc()
+        self.duration.labels(model, route).observe(seconds)
+
+    def failed(self, model: str, route: str, rows: int, err: str) -> None:
+        """A request that failed with TEI's kind of error ``err``."""
+        self.count.labels(model, route, "single" if rows <= 1 else "batch").inc()
+        self.failure.labels(model, route, err).inc()
+
+    def call(self, model: str, rows: int, requests: int, waits: Iterable[float], seconds: float) -> None:
+        """One Triton call: its rows, the requests it answered, how long each waited for it, and how long it took."""
+        self.batch_size.labels(model).observe(rows)
+        self.coalesced.labels(model).observe(requests)
+        queue, inference = self.queue_duration.labels(model), self.inference_duration.labels(model)
+        for wait in waits:
+            queue.observe(wait)
+            inference.observe(seconds)
+
+    def lengths(self, model: str, counts: Iterable[int]) -> None:
+        """The tokens the model read of each input."""
+        histogram = self.input_length.labels(model)
+        for count in counts:
+            histogram.observe(count)
+
+    def render(self) -> bytes:
+        """The scrape, in Prometheus's text format."""
+        return generate_latest(self.registry)
