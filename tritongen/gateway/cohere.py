@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tritongen.contract import END, SCORE, TEXT, TEXT_PAIR
+from tritongen.contract import END, SCORE, START, TEXT, TEXT_PAIR
 from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family
 from tritongen.gateway.schemas import MAX_INPUTS, bad, body_object, dimensions_field, model_name, optional, text_list
@@ -102,12 +102,13 @@ async def embed(gateway: Gateway, request: Request) -> Response:
         raise bad(f"`input_type` must be one of {', '.join(_INPUT_TYPES)}", "input_type")
     _embedding_types(data)
     truncate = optional(data, "truncate", str, None)
-    if truncate is not None and truncate.upper() not in (END, "NONE"):
-        raise bad("`truncate` must be END or NONE: the ensemble cuts the end of a long text", "truncate")
+    if truncate is not None and truncate.upper() not in (END, START, "NONE"):
+        raise bad("`truncate` must be START, END or NONE", "truncate")
     dimensions = dimensions_field({"dimensions": data.get("output_dimension")})
     model = await gateway.model_for(request, model_name(data), "embeddings", "/v2/embed")
-    cut = None if truncate is None else truncate.upper() == END  # absent: the gateway's auto_truncate
-    vectors, result = await gateway.embed(model, texts, dimensions, truncate=cut, field="texts")
+    cut = None if truncate is None else truncate.upper() != "NONE"  # absent: the gateway's auto_truncate
+    left = truncate is not None and truncate.upper() == START  # START cuts a long text's start: its end is kept
+    vectors, result = await gateway.embed(model, texts, dimensions, truncate=cut, left=left, field="texts")
     tokens = gateway.usage(model, result, texts)["prompt_tokens"]
     meta = {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}}
     body = {

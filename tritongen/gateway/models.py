@@ -112,6 +112,8 @@ class ModelInfo:
     max_length: int | None = None  # the tokenizer step's, where its config says
     pooling: str | None = None  # an embedder's pooling, where the ensemble's config says (TEI's /info)
     instances: int = 1  # the most instances any of its steps has: how many calls it works on at once
+    prompts: Mapping[str, str] = field(default_factory=dict)  # its tokenizer step's, by name (TEI's prompt_name)
+    default_prompt: str = ""  # the one a text gets when a request names none
 
     @property
     def kind(self) -> str:
@@ -205,6 +207,7 @@ def describe_models(
         if config.platform != "ensemble":
             continue
         normalized, labels, tokenizer, max_length = None, None, None, None
+        prompts, default_prompt = {}, ""
         for model in config.step_models:
             step, version = typed.get(model), versions.get(model)
             if step is None:
@@ -216,6 +219,8 @@ def describe_models(
                 labels = tuple(json.loads(labels_path.read_text(encoding="utf-8")))
             length = step.int_parameter(MAX_LENGTH)
             max_length = length if max_length is None else max_length
+            if step.parameter("prompts"):
+                prompts, default_prompt = json.loads(step.parameter("prompts")), step.parameter("default_prompt_name")
             tokenizer_file = step.parameter(TOKENIZER_FILE)
             if tokenizer_file is not None and length is not None and tokenizer is None:
                 # A windowed step (a `stride` between windows: long_text chunk, NER) reads every token of a text.
@@ -233,6 +238,8 @@ def describe_models(
             max_length,
             config.parameter("pooling"),
             max((typed[m].instances for m in config.step_models if m in typed), default=1),
+            prompts,
+            default_prompt or "",
         )
     return models
 

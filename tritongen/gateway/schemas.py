@@ -365,10 +365,14 @@ class TokenizeRequest:
     texts: list[str]
     single: bool
     add_special_tokens: bool
+    prompt_name: str | None = None
 
 
 def parse_tokenize(body: bytes) -> TokenizeRequest:
-    """Parse ``{inputs, add_special_tokens}``."""
+    """Parse ``{inputs, add_special_tokens, prompt_name}``."""
     data = body_object(body)
     texts, single = text_list(data, "inputs")
-    return TokenizeRequest(model_name(data), texts, single, optional(data, "add_special_tokens", bool, True))
+    return TokenizeRequest(
+        model_name(data), texts, single, optional(data, "add_special_tokens", bool, True),
+        optional(data, "prompt_name", str, None),
+    )  # fmt: skip

@@ -75,9 +75,14 @@ async def tokenize(gateway: Gateway, request: Request) -> Response:
     """``POST /tokenize``: the tokens the ensemble's tokenizer step makes of each input."""
     req = parse_tokenize(await request.body())
     model = await gateway.model_for(request, req.model, "tokenize", "/tokenize")
-    encodings = model.tokenizer.encode_batch(req.texts, add_special_tokens=req.add_special_tokens)
+    name = req.prompt_name or model.default_prompt  # as the tokenizer step prompts a text
+    if name and name not in model.prompts:
+        known = ", ".join(sorted(model.prompts)) or "none"
+        raise bad(f"`prompt_name` `{name}` is not one of `{model.name}`'s prompts ({known})", "prompt_name")
+    texts = [model.prompts.get(name, "") + text for text in req.texts]
+    encodings = model.tokenizer.encode_batch(texts, add_special_tokens=req.add_special_tokens)
     out = []
-    for text, encoding in zip(req.texts, encodings, strict=True):
+    for text, encoding in zip(texts, encodings, strict=True):
         tokens = []
         for token_id, token, special, (start, stop) in zip(
             encoding.ids, encoding.tokens, encoding.special_tokens_mask, encoding.offsets, strict=True
