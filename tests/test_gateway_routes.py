@@ -68,7 +68,7 @@ class FakeInfer(FakeGrpc):
         self.answer, self.rows_seen = answer, 0
         self.requests: list[int] = []
 
-    async def infer(self, model_name, inputs, outputs):
+    async def infer(self, model_name, inputs, outputs, headers=None):
         rows = inputs[0].shape[0]
         self.requests.append(rows)
         arrays = self.answer(model_name, rows, self.rows_seen)
