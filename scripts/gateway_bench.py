@@ -62,16 +62,21 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=512)
     parser.add_argument("--paired", type=int, default=1000, help="requests per side of the paired c1 measurement")
     parser.add_argument("--cpu-seconds", type=float, default=0.0, help="then the gateway's CPU per request (0: no)")
+    parser.add_argument("--max-triton-calls", type=int, help="the gateway's option of that name (default: its own)")
     args = parser.parse_args()
     texts = bench_texts(args.texts)
     server = TritonServer(args.repository, Endpoints.free(), models=[args.name])
     with server, tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
-        with gateway_server(server.grpc_url, server.http_url, args.repository, Path(tmp) / "gateway.log") as url:
+        extra = [] if args.max_triton_calls is None else ["--max-triton-calls", str(args.max_triton_calls)]
+        log = Path(tmp) / "gateway.log"
+        with gateway_server(server.grpc_url, server.http_url, args.repository, log, args=extra) as (url, pid):
             concurrencies = [int(c) for c in args.concurrency.split(",")]
             plan = Interleaving(concurrencies, args.rounds, args.seconds)
+            assert server.process is not None
             comparison = compare_with_gateway(
-                server.http_url, args.name, url, texts, plan, paired_requests=args.paired, progress=print
-            )
+                server.http_url, args.name, url, texts, plan, pids=(server.process.pid, pid),
+                paired_requests=args.paired, progress=print,
+            )  # fmt: skip
             print(comparison.to_markdown())
             if args.cpu_seconds:
                 cpu_per_request(url, args.name, texts, concurrencies, args.cpu_seconds)

@@ -57,19 +57,41 @@ def test_requests_that_arrive_while_triton_is_busy_go_together_and_get_their_own
         await asyncio.sleep(0)  # the first is in flight: the lane is busy
         waiting = [
             asyncio.create_task(batcher.infer(MODEL, {"TEXT": texts}, ["EMBEDDING"]))
-            for texts in (["bb", "ccc"], ["dddd"], ["eeeee", "ffffff"])
+            for texts in (["eeeee", "ffffff"], ["ggggggg"], ["hhhhhhhh", "eeeee"])  # one size class: 5 to 8 characters
         ]
         await asyncio.sleep(0)
         assert triton.calls == [["a"]] and metrics.render().count(b'te_queue_size{model="emb"} 3.0') == 1
         triton.gate.set()
         answers = await asyncio.gather(first, *waiting)
-        assert triton.calls == [["a"], ["bb", "ccc", "dddd", "eeeee", "ffffff"]]  # one merged call
+        assert triton.calls == [["a"], ["eeeee", "ffffff", "ggggggg", "hhhhhhhh", "eeeee"]]  # one merged call
         assert [a["EMBEDDING"].tolist() for a in answers] == [
-            [[1, 1]], [[2, 2], [3, 2]], [[4, 2]], [[5, 2], [6, 2]],
+            [[1, 1]], [[5, 2], [6, 2]], [[7, 2]], [[8, 2], [5, 2]],
         ]  # fmt: skip
         scrape = metrics.render().decode()
         assert 'tritongen_gateway_coalesced_requests_sum{model="emb"} 4.0' in scrape  # 1 + 3 requests
         assert 'te_batch_next_size_sum{model="emb"} 6.0' in scrape and 'te_queue_size{model="emb"} 0.0' in scrape
+
+    _run(body)
+
+
+def test_only_requests_of_one_size_go_together_and_the_oldest_goes_first():
+    """A call's rows are padded to its longest: a short text waits for the next call rather than pay a long one's."""
+
+    async def body():
+        triton = Scripted()
+        batcher = Batcher(triton.send, limit=1)
+        triton.gate.clear()
+        first = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["a"]}, ["EMBEDDING"]))
+        await asyncio.sleep(0)
+        waiting = [
+            asyncio.create_task(batcher.infer(MODEL, {"TEXT": [text]}, ["EMBEDDING"]))
+            for text in ("x" * 100, "short", "y" * 120, "tiny!")
+        ]
+        await asyncio.sleep(0)
+        triton.gate.set()
+        answers = await asyncio.gather(first, *waiting)
+        assert triton.calls == [["a"], ["x" * 100, "y" * 120], ["short", "tiny!"]]
+        assert [a["EMBEDDING"][0, 0] for a in answers[1:]] == [100, 5, 120, 5]
 
     _run(body)
 
@@ -99,14 +121,14 @@ def test_a_bad_request_in_a_merged_call_fails_alone_and_its_neighbours_are_answe
         await asyncio.sleep(0)
         good, bad, other = (
             asyncio.create_task(batcher.infer(MODEL, {"TEXT": texts}, ["EMBEDDING"]))
-            for texts in (["ok"], ["bad"], ["fine", "too"])
+            for texts in (["ok!"], ["bad"], ["fin", "too"])
         )
         await asyncio.sleep(0)
         triton.gate.set()
         results = await asyncio.gather(first, good, bad, other, return_exceptions=True)
         assert isinstance(results[2], GatewayError) and "TEXT[0] is bad" in results[2].message
-        assert results[1]["EMBEDDING"].tolist()[0][0] == 2 and results[3]["EMBEDDING"][:, 0].tolist() == [4, 3]
-        assert triton.calls[1] == ["ok", "bad", "fine", "too"] and ["bad"] in triton.calls[2:]
+        assert results[1]["EMBEDDING"].tolist()[0][0] == 3 and results[3]["EMBEDDING"][:, 0].tolist() == [3, 3]
+        assert triton.calls[1] == ["ok!", "bad", "fin", "too"] and ["bad"] in triton.calls[2:]
 
     _run(body)
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FRONTEND", "CpuSnapshot", "cpu_snapshot"]
+__all__ = ["FRONTEND", "CpuSnapshot", "cpu_snapshot", "process_cpu", "server_cpu"]
 
 FRONTEND = "tritonserver"  # the server process itself: HTTP/gRPC frontends, the schedulers, backend glue
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -72,3 +72,14 @@ def cpu_snapshot(leader: int) -> CpuSnapshot:
         if owner is not None:
             seconds[pid], owners[pid] = stat[1], owner
     return CpuSnapshot(seconds, owners)
+
+
+def server_cpu(leader: int) -> float:
+    """The CPU seconds so far of the server ``leader`` and its stubs, all together."""
+    return sum(cpu_snapshot(leader).seconds.values())
+
+
+def process_cpu(pid: int) -> float:
+    """The CPU seconds so far of the process ``pid`` alone (0 once it is gone)."""
+    stat = _stat(pid)
+    return 0.0 if stat is None else stat[1]

@@ -1,11 +1,12 @@
 """Baseline (e): what the OpenAI/TEI gateway adds in front of an embedding ensemble.
 
 The gateway (``tritongen gateway``, a subprocess) forwards to the running Triton server (KServe HTTP with binary
-tensors); the direct side is the same ensemble over Triton's own HTTP/JSON API. One HTTP/JSON load generator
-(:mod:`tritongen.bench.http_load`: keep-alive clients, one text per request) drives both, up at once, with the
-same texts, in interleaved rounds. The report gives the added latency at each concurrency (the median over
-rounds of the gateway's p50 minus the direct p50, and the same for the mean) and the throughput ratio, and
-checks that both sides return the same embeddings.
+tensors, merging the requests that wait into one call); the direct side is the same ensemble over Triton's own
+HTTP/JSON API. One HTTP/JSON load generator (:mod:`tritongen.bench.http_load`: keep-alive clients, one text per
+request) drives both, up at once, with the same texts, in interleaved rounds. The report gives the added latency
+at each concurrency (the median over rounds of the gateway's p50 minus the direct p50, and the same for the mean),
+the throughput ratio, and the CPU each request cost the server (its frontend and stubs) and the gateway, side by
+side, read from ``/proc`` over each measured window; and it checks that both sides return the same embeddings.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from tritongen.bench.cpu_use import process_cpu, server_cpu
 from tritongen.bench.http_load import (
     HttpTarget,
     InterleavedRounds,
@@ -32,29 +34,29 @@ from tritongen.bench.http_load import (
     kserve_target,
     openai_target,
 )
-from tritongen.bench.process import http_process
+from tritongen.bench.process import running_http_process
 
 __all__ = ["GatewayComparison", "PairedLatency", "compare_with_gateway", "gateway_server", "paired_latency"]
 
 
 @contextlib.contextmanager
 def gateway_server(
-    grpc_url: str, http_url: str, repository: Path, log: Path, *, model: str | None = None
-) -> Iterator[str]:
+    grpc_url: str, http_url: str, repository: Path, log: Path, *, model: str | None = None, args: Sequence[str] = ()
+) -> Iterator[tuple[str, int]]:
     """Start ``python -m tritongen gateway`` in front of Triton's ``grpc_url`` and ``http_url`` on a free port.
 
-    It is SIGTERMed at exit.
+    Yields its ``host:port`` and pid; ``args`` are more of its options. It is SIGTERMed at exit.
     """
 
     def command(port: int) -> list[str]:
         return [
             sys.executable, "-m", "tritongen", "gateway", "--triton-url", grpc_url, "--triton-http-url", http_url,
-            "--repository", str(repository), "--port", str(port), *(["--model", model] if model else []),
+            "--repository", str(repository), "--port", str(port), *(["--model", model] if model else []), *args,
         ]  # fmt: skip
 
     env = {k: v for k, v in os.environ.items() if k != "TRITONGEN_GATEWAY_KEY"}  # the bench sends no key
-    with http_process(command, log, what="the gateway", env=env, timeout=60) as url:
-        yield url
+    with running_http_process(command, log, what="the gateway", env=env, timeout=60) as (process, url):
+        yield url, process.pid
 
 
 @dataclass(frozen=True)
@@ -120,14 +122,21 @@ class GatewayComparison(InterleavedRounds):
         "gateway_p50": lambda a, b: b.percentile(50),
         "added_p50": lambda a, b: b.percentile(50) - a.percentile(50),
         "added_mean": lambda a, b: _mean_ms(b) - _mean_ms(a),
+        # CPU ms per answered request (one text): the server's direct; through the gateway, the server's and its own
+        "server_direct": lambda a, b: a.cpu_ms_per_request(SERVER),
+        "server_gateway": lambda a, b: b.cpu_ms_per_request(SERVER),
+        "gateway_cpu": lambda a, b: b.cpu_ms_per_request(GATEWAY),
+        "node_gateway": lambda a, b: b.cpu_ms_per_request(SERVER) + b.cpu_ms_per_request(GATEWAY),
     }
     table_head: ClassVar[str] = (
         "| concurrency | direct req/s | gateway req/s | gateway/direct | direct p50 ms | gateway p50 ms "
-        "| added p50 ms | added mean ms |"
+        "| added p50 ms | added mean ms | server CPU ms/text, direct | server CPU ms/text, via gateway "
+        "| gateway CPU ms/text | both, via gateway |"
     )
     table_row: ClassVar[str] = (
         "| {concurrency} | {direct:.1f} | {gateway:.1f} | **{ratio:.2f}x** | {direct_p50:.2f} | {gateway_p50:.2f} "
-        "| **{added_p50:+.2f}** | {added_mean:+.2f} |"
+        "| **{added_p50:+.2f}** | {added_mean:+.2f} | {server_direct:.3f} | {server_gateway:.3f} | {gateway_cpu:.3f} "
+        "| **{node_gateway:.3f}** |"
     )
 
     def to_markdown(self) -> str:
@@ -152,6 +161,9 @@ class GatewayComparison(InterleavedRounds):
         return "\n".join(lines) + "\n"
 
 
+SERVER, GATEWAY = "server", "gateway"  # the CPU meters: tritonserver with its stubs, and the gateway's process
+
+
 def compare_with_gateway(
     triton_http_url: str,
     name: str,
@@ -159,15 +171,23 @@ def compare_with_gateway(
     texts: Sequence[str],
     plan: Interleaving,
     *,
+    pids: tuple[int, int] | None = None,
     paired_requests: int = 1000,
     progress: Callable[[str], None] = lambda _: None,
 ) -> GatewayComparison:
-    """Drive ``name`` directly at ``triton_http_url`` and through the gateway at ``gateway_url``, interleaved."""
+    """Drive ``name`` directly at ``triton_http_url`` and through the gateway at ``gateway_url``, interleaved.
+
+    ``pids``: tritonserver's and the gateway's, whose CPU each window reads (None: no CPU columns).
+    """
     direct = kserve_target("direct", triton_http_url, name)
     gateway = openai_target("gateway", gateway_url, name, path="/v1/embeddings")
     sample = list(texts[:64])
     max_abs_diff = float(np.abs(direct.embed(sample) - gateway.embed(sample)).max())
     progress(f"  paired: {paired_requests} requests per side at concurrency 1, alternating…")
     paired = paired_latency(direct, gateway, texts, paired_requests) if paired_requests else None
-    results = interleaved_rounds(direct, gateway, texts, plan, progress)
+    meters = None
+    if pids is not None:
+        server, process = pids
+        meters = {SERVER: lambda: server_cpu(server), GATEWAY: lambda: process_cpu(process)}
+    results = interleaved_rounds(direct, gateway, texts, plan, progress, meters)
     return GatewayComparison(name, results, max_abs_diff, plan.seconds, paired)

@@ -15,7 +15,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -100,11 +100,17 @@ class LoadResult:
     seconds: float
     latencies_ms: tuple[float, ...]
     errors: int
+    cpu_seconds: Mapping[str, float] = field(default_factory=dict)  # per meter: CPU spent in the window
 
     @property
     def throughput(self) -> float:
         """Answered requests per second."""
         return len(self.latencies_ms) / self.seconds if self.seconds else 0.0
+
+    def cpu_ms_per_request(self, meter: str) -> float:
+        """The CPU milliseconds ``meter`` measured in the window, per request answered in it."""
+        answered = len(self.latencies_ms)
+        return self.cpu_seconds[meter] * 1e3 / answered if answered and meter in self.cpu_seconds else float("nan")
 
     def percentile(self, q: float) -> float:
         """Latency percentile ``q`` (0-100) in ms."""
@@ -115,12 +121,18 @@ WARMUP_SECONDS = 2.0  # before each measured window: connections open, the serve
 
 
 def drive(
-    target: HttpTarget, texts: Sequence[str], concurrency: int, seconds: float, warmup: float | None = None
+    target: HttpTarget,
+    texts: Sequence[str],
+    concurrency: int,
+    seconds: float,
+    warmup: float | None = None,
+    meters: Mapping[str, Callable[[], float]] | None = None,
 ) -> LoadResult:
     """``concurrency`` clients send ``texts`` (round robin) for ``warmup`` + ``seconds``; the window is measured.
 
     The warm-up defaults to :data:`WARMUP_SECONDS`, but never longer than the window it precedes: a quick look of
     one second per side (``BenchOptions(peer_seconds=1)``) should not spend two thirds of its time warming up.
+    ``meters`` (name -> CPU seconds so far of some processes) are read as the window opens and closes.
     """
     warmup = min(WARMUP_SECONDS, seconds) if warmup is None else warmup
     cycle = itertools.cycle(texts)
@@ -158,12 +170,18 @@ def drive(
     threads = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
     for thread in threads:
         thread.start()
+    cpu = {}
     try:
+        if meters:
+            time.sleep(max(0.0, start - time.monotonic()))
+            opened = {name: meter() for name, meter in meters.items()}
+            time.sleep(max(0.0, end - time.monotonic()))
+            cpu = {name: meter() - opened[name] for name, meter in meters.items()}
         for thread in threads:
             thread.join(timeout=max(1.0, end - time.monotonic() + 130))
     finally:
         halt.set()
-    return LoadResult(target.label, concurrency, seconds, tuple(latencies), errors[0])
+    return LoadResult(target.label, concurrency, seconds, tuple(latencies), errors[0], cpu)
 
 
 @dataclass(frozen=True)
@@ -181,10 +199,12 @@ def interleaved_rounds(
     texts: Sequence[str],
     plan: Interleaving,
     progress: Callable[[str], None] = lambda _: None,
+    meters: Mapping[str, Callable[[], float]] | None = None,
 ) -> list[tuple[LoadResult, LoadResult]]:
     """Drive both targets at each concurrency, ``plan.rounds`` times, either going first in turn; (first, second) pairs.
 
-    Both servers are up at once, so each side meets the same machine; neither always goes first.
+    Both servers are up at once, so each side meets the same machine; neither always goes first. ``meters`` read
+    processes' CPU over each measured window (:func:`drive`).
     """
     results = []
     for round_index in range(plan.rounds):
@@ -193,7 +213,7 @@ def interleaved_rounds(
             measured = {}
             for target in order:
                 progress(f"  round {round_index + 1}/{plan.rounds}: {target.label} at concurrency {concurrency}…")
-                measured[id(target)] = drive(target, texts, concurrency, plan.seconds)
+                measured[id(target)] = drive(target, texts, concurrency, plan.seconds, meters=meters)
             results.append((measured[id(first)], measured[id(second)]))
     return results
 

@@ -15,7 +15,7 @@ from tritongen.errors import BenchError, PortTakenError, ServerError
 from tritongen.serve.ports import free_port, port_taken, start_on_free_ports
 from tritongen.serve.server import wait_until_ready
 
-__all__ = ["http_process", "start_http_process", "venv_executable"]
+__all__ = ["http_process", "running_http_process", "start_http_process", "venv_executable"]
 
 
 def venv_executable(venv: Path, name: str) -> Path | None:
@@ -90,13 +90,28 @@ def http_process(
     A server that does not start is a BenchError. At exit its whole process group gets SIGTERM, then SIGKILL
     after 20 s, so no child outlives the bench; a SIGTERM to the bench unwinds it as Ctrl-C does.
     """
+    with running_http_process(command, log, what=what, env=env, timeout=timeout, ready=ready) as (_, url):
+        yield url
+
+
+@contextlib.contextmanager
+def running_http_process(
+    command: Callable[[int], Sequence[str]],
+    log: Path,
+    *,
+    what: str,
+    env: Mapping[str, str],
+    timeout: float,
+    ready: str = "/health",
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """:func:`http_process`, yielding the process too (whose CPU a bench reads)."""
     with _sigterm_unwinds():
         try:
             process, url = start_http_process(command, log, what=what, env=env, timeout=timeout, ready=ready)
         except ServerError as exc:
             raise BenchError(exc.message, log_file=log) from None
         try:
-            yield url
+            yield process, url
         finally:
             _stop_group(process)
 

@@ -243,10 +243,12 @@ def _measure_gateway(run: _BenchRun, server: TritonServer) -> GatewayComparison 
     run.console.print("[bold]Measuring baseline (e): the OpenAI/TEI gateway in front of the ensemble, interleaved…")
     with gateway_server(
         server.grpc_url, server.http_url, run.repository, run.results / "gateway.log", model=options.name
-    ) as url:
+    ) as (url, pid):
+        assert server.process is not None
         return compare_with_gateway(
-            server.http_url, options.name, url, run.texts, options.interleaving, progress=run.console.print
-        )
+            server.http_url, options.name, url, run.texts, options.interleaving, pids=(server.process.pid, pid),
+            progress=run.console.print,
+        )  # fmt: skip
 
 
 def _measure_tail(run: _BenchRun, server: TritonServer, trace_file: Path) -> TailReport | None:

@@ -19,6 +19,7 @@ TEI counterpart: ``tritongen_gateway_coalesced_requests``, the client requests e
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -80,31 +81,44 @@ class GatewayMetrics:
             "tritongen_gateway_coalesced_requests", "Client requests per Triton call", ["model"],
             buckets=_BATCH_BUCKETS, registry=self.registry,
         )  # fmt: skip
+        self._children: dict[tuple[object, ...], Any] = {}
+
+    def _of(self, metric: Any, *labels: str) -> Any:
+        """``metric`` for ``labels``, looked up once (prometheus_client's own lookup takes a lock every time)."""
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def answered(self, model: str, route: str, rows: int, seconds: float) -> None:
         """A request of ``rows`` inputs answered in ``seconds``."""
         method = "single" if rows <= 1 else "batch"
-        self.count.labels(model, route, method).inc()
-        self.success.labels(model, route, method).inc()
-        self.duration.labels(model, route).observe(seconds)
+        self._of(self.count, model, route, method).inc()
+        self._of(self.success, model, route, method).inc()
+        self._of(self.duration, model, route).observe(seconds)
 
     def failed(self, model: str, route: str, rows: int, err: str) -> None:
         """A request that failed with TEI's kind of error ``err``."""
-        self.count.labels(model, route, "single" if rows <= 1 else "batch").inc()
-        self.failure.labels(model, route, err).inc()
+        self._of(self.count, model, route, "single" if rows <= 1 else "batch").inc()
+        self._of(self.failure, model, route, err).inc()
 
     def call(self, model: str, rows: int, requests: int, waits: Iterable[float], seconds: float) -> None:
         """One Triton call: its rows, the requests it answered, how long each waited for it, and how long it took."""
-        self.batch_size.labels(model).observe(rows)
-        self.coalesced.labels(model).observe(requests)
-        queue, inference = self.queue_duration.labels(model), self.inference_duration.labels(model)
+        self._of(self.batch_size, model).observe(rows)
+        self._of(self.coalesced, model).observe(requests)
+        queue, inference = self._of(self.queue_duration, model), self._of(self.inference_duration, model)
         for wait in waits:
             queue.observe(wait)
             inference.observe(seconds)
 
+    def queued(self, model: str, waiting: int) -> None:
+        """How many requests wait for a Triton call to ``model`` now."""
+        self._of(self.queue_size, model).set(waiting)
+
     def lengths(self, model: str, counts: Iterable[int]) -> None:
         """The tokens the model read of each input."""
-        histogram = self.input_length.labels(model)
+        histogram = self._of(self.input_length, model)
         for count in counts:
             histogram.observe(count)
 

@@ -114,6 +114,7 @@ class ModelInfo:
     instances: int = 1  # the most instances any of its steps has: how many calls it works on at once
     prompts: Mapping[str, str] = field(default_factory=dict)  # its tokenizer step's, by name (TEI's prompt_name)
     default_prompt: str = ""  # the one a text gets when a request names none
+    _why: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)  # why_not, once per route
 
     @property
     def kind(self) -> str:
@@ -132,11 +133,13 @@ class ModelInfo:
 
     def why_not(self, route: str) -> str | None:
         """None if this ensemble can serve ``route`` (:data:`ROUTE_NEEDS`), else the reason it cannot."""
-        if TEXT not in self.inputs:
-            return "it takes no TEXT input"
-        alternatives = ROUTE_NEEDS[route]  # a KeyError: a route of ours that declared nothing
-        reasons = [self._unmet(needs) for needs in alternatives]
-        return None if None in reasons else reasons[0]
+        if route not in self._why:  # every request asks; the answer is the ensemble's, fixed
+            if TEXT not in self.inputs:
+                self._why[route] = "it takes no TEXT input"
+            else:
+                reasons = [self._unmet(needs) for needs in ROUTE_NEEDS[route]]  # KeyError: a route declaring nothing
+                self._why[route] = None if None in reasons else reasons[0]
+        return self._why[route]
 
     def _unmet(self, needs: Needs) -> str | None:
         if any(name not in self.inputs for name in needs.inputs) or any(n not in self.outputs for n in needs.outputs):
