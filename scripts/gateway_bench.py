@@ -17,7 +17,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from tritongen.bench.gateway import compare_with_gateway, gateway_server
+from tritongen.bench.gateway import GatewaySetup, compare_with_gateway, gateway_server
 from tritongen.bench.http_load import Interleaving, drive, openai_target
 from tritongen.data.datasets import bench_texts
 from tritongen.serve.server import Endpoints, TritonServer
@@ -73,10 +73,10 @@ def main() -> None:
             concurrencies = [int(c) for c in args.concurrency.split(",")]
             plan = Interleaving(concurrencies, args.rounds, args.seconds)
             assert server.process is not None
+            setup = GatewaySetup(server.http_url, url, (server.process.pid, pid))
             comparison = compare_with_gateway(
-                server.http_url, args.name, url, texts, plan, pids=(server.process.pid, pid),
-                paired_requests=args.paired, progress=print,
-            )  # fmt: skip
+                setup, args.name, texts, plan, paired_requests=args.paired, progress=print
+            )
             print(comparison.to_markdown())
             if args.cpu_seconds:
                 cpu_per_request(url, args.name, texts, concurrencies, args.cpu_seconds)

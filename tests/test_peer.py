@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -45,13 +46,25 @@ def test_comparisons_render_the_medians_of_their_rounds_one_row_per_concurrency(
         "| 4 | 8.0 | 3.0 | **3.00x** | 7.0 / 7.0 | 15.0 / 15.0 |",
     ]
     assert peer[9].endswith("Failed requests: 3.")
-    gateway = GatewayComparison("emb", _rounds(), 0.0, 1.0).to_markdown().splitlines()
+    # CPU seconds in each window: the server's on both sides, the gateway's on its own
+    cpu = [
+        ({"server": 0.010}, {"server": 0.004, "gateway": 0.001}),
+        ({"server": 0.040}, {"server": 0.008, "gateway": 0.002}),
+        ({"server": 0.024}, {"server": 0.006, "gateway": 0.002}),
+        ({"server": 0.048}, {"server": 0.016, "gateway": 0.004}),
+    ]
+    rounds = [
+        (dataclasses.replace(a, cpu_seconds=x), dataclasses.replace(b, cpu_seconds=y))
+        for (a, b), (x, y) in zip(_rounds(), cpu, strict=True)
+    ]
+    gateway = GatewayComparison("emb", rounds, 0.0, 1.0).to_markdown().splitlines()
     assert gateway[4:8] == [
         "| concurrency | direct req/s | gateway req/s | gateway/direct | direct p50 ms | gateway p50 ms "
-        "| added p50 ms | added mean ms |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-        "| 1 | 3.0 | 1.0 | **0.38x** | 11.00 | 25.00 | **+14.00** | +14.00 |",
-        "| 4 | 8.0 | 3.0 | **0.38x** | 7.00 | 15.00 | **+8.00** | +8.00 |",
+        "| added p50 ms | added mean ms | server CPU ms/text, direct | server CPU ms/text, via gateway "
+        "| gateway CPU ms/text | both, via gateway |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| 1 | 3.0 | 1.0 | **0.38x** | 11.00 | 25.00 | **+14.00** | +14.00 | 5.500 | 5.000 | 1.500 | **6.500** |",
+        "| 4 | 8.0 | 3.0 | **0.38x** | 7.00 | 15.00 | **+8.00** | +8.00 | 5.500 | 4.000 | 1.000 | **5.000** |",
     ]
 
 

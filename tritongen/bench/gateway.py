@@ -36,7 +36,14 @@ from tritongen.bench.http_load import (
 )
 from tritongen.bench.process import running_http_process
 
-__all__ = ["GatewayComparison", "PairedLatency", "compare_with_gateway", "gateway_server", "paired_latency"]
+__all__ = [
+    "GatewayComparison",
+    "GatewaySetup",
+    "PairedLatency",
+    "compare_with_gateway",
+    "gateway_server",
+    "paired_latency",
+]
 
 
 @contextlib.contextmanager
@@ -164,23 +171,28 @@ class GatewayComparison(InterleavedRounds):
 SERVER, GATEWAY = "server", "gateway"  # the CPU meters: tritonserver with its stubs, and the gateway's process
 
 
+@dataclass(frozen=True)
+class GatewaySetup:
+    """The two sides of the comparison: Triton's HTTP address and the gateway's; their pids for the CPU columns."""
+
+    triton_http_url: str
+    gateway_url: str
+    pids: tuple[int, int] | None = None  # tritonserver's (its stubs with it) and the gateway's; None: no CPU read
+
+
 def compare_with_gateway(
-    triton_http_url: str,
+    setup: GatewaySetup,
     name: str,
-    gateway_url: str,
     texts: Sequence[str],
     plan: Interleaving,
     *,
-    pids: tuple[int, int] | None = None,
     paired_requests: int = 1000,
     progress: Callable[[str], None] = lambda _: None,
 ) -> GatewayComparison:
-    """Drive ``name`` directly at ``triton_http_url`` and through the gateway at ``gateway_url``, interleaved.
-
-    ``pids``: tritonserver's and the gateway's, whose CPU each window reads (None: no CPU columns).
-    """
-    direct = kserve_target("direct", triton_http_url, name)
-    gateway = openai_target("gateway", gateway_url, name, path="/v1/embeddings")
+    """Drive ``name`` directly at Triton and through the gateway, interleaved; each window reads both's CPU."""
+    direct = kserve_target("direct", setup.triton_http_url, name)
+    gateway = openai_target("gateway", setup.gateway_url, name, path="/v1/embeddings")
+    pids = setup.pids
     sample = list(texts[:64])
     max_abs_diff = float(np.abs(direct.embed(sample) - gateway.embed(sample)).max())
     progress(f"  paired: {paired_requests} requests per side at concurrency 1, alternating…")

@@ -24,7 +24,7 @@ from typing import Any
 from rich.console import Console
 
 from tritongen.bench.ceiling import ceiling_session, measure_ceiling
-from tritongen.bench.gateway import GatewayComparison, compare_with_gateway, gateway_server
+from tritongen.bench.gateway import GatewayComparison, GatewaySetup, compare_with_gateway, gateway_server
 from tritongen.bench.http_load import Interleaving, drive, kserve_target
 from tritongen.bench.infinity import (
     INFINITY_VENV,
@@ -245,10 +245,8 @@ def _measure_gateway(run: _BenchRun, server: TritonServer) -> GatewayComparison 
         server.grpc_url, server.http_url, run.repository, run.results / "gateway.log", model=options.name
     ) as (url, pid):
         assert server.process is not None
-        return compare_with_gateway(
-            server.http_url, options.name, url, run.texts, options.interleaving, pids=(server.process.pid, pid),
-            progress=run.console.print,
-        )  # fmt: skip
+        setup = GatewaySetup(server.http_url, url, (server.process.pid, pid))
+        return compare_with_gateway(setup, options.name, run.texts, options.interleaving, progress=run.console.print)
 
 
 def _measure_tail(run: _BenchRun, server: TritonServer, trace_file: Path) -> TailReport | None:
