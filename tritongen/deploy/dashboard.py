@@ -2,7 +2,9 @@
 
 Metric names are Triton 2.51's, as its metrics port serves them (``tests/test_dashboard.py``
 scrapes a real server with Prometheus and runs every expression here). The GPU panels use the
-names Triton documents for GPU metrics, which a CPU-only server does not export.
+names Triton documents for GPU metrics, which a CPU-only server does not export. A deployment with the
+gateway gets its panels too, from the gateway's ``te_*`` metrics (``tests/test_gateway_telemetry.py`` scrapes a
+real gateway and runs them).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ __all__ = [
     "busiest_step_queue_us",
     "dashboard",
     "dashboard_queries",
+    "gateway_panels",
     "panels",
     "queue_us_per_request",
     "step_matcher",
@@ -141,6 +144,35 @@ def panels(name: str) -> tuple[Panel, ...]:
     )  # fmt: skip
 
 
+def gateway_panels(name: str) -> tuple[Panel, ...]:
+    """The gateway's panels for ensemble ``name``: its requests by route, failures, latency and batching."""
+    m = f'model="{name}"'
+
+    def mean_ms(metric: str) -> str:
+        return f"sum(rate({metric}_sum{{{m}}}[{RATE_WINDOW}])) / sum(rate({metric}_count{{{m}}}[{RATE_WINDOW}])) * 1000"
+
+    requests = f"sum by (route) (rate(te_request_count_total{{{m}}}[{RATE_WINDOW}]))"
+    failures = f"sum by (err) (rate(te_request_failure_total{{{m}}}[{RATE_WINDOW}]))"
+    p99 = (
+        f"histogram_quantile(0.99, sum by (le, route) (rate(te_request_duration_bucket{{{m}}}[{RATE_WINDOW}]))) * 1000"
+    )
+    coalesced = (
+        f"sum(rate(tritongen_gateway_coalesced_requests_sum{{{m}}}[{RATE_WINDOW}])) / "
+        f"sum(rate(tritongen_gateway_coalesced_requests_count{{{m}}}[{RATE_WINDOW}]))"
+    )
+    return (
+        Panel("Gateway requests by route", "reqps", ((requests, "{{route}}"),)),
+        Panel("Gateway failures by kind (TEI's err)", "reqps", ((failures, "{{err}}"),)),
+        Panel("Gateway request latency p99 by route", "ms", ((p99, "{{route}}"),)),
+        Panel(
+            "Gateway: waiting for a Triton call vs Triton's time, per request",
+            "ms",
+            ((mean_ms("te_request_queue_duration"), "queue"), (mean_ms("te_request_inference_duration"), "Triton")),
+        ),
+        Panel("Gateway: client requests per Triton call", "none", ((coalesced, "requests per call"),)),
+    )
+
+
 def _panel_json(panel: Panel, index: int) -> dict[str, Any]:
     width, height = 12, 8
     return {
@@ -162,8 +194,9 @@ def _panel_json(panel: Panel, index: int) -> dict[str, Any]:
     }
 
 
-def dashboard(name: str) -> dict[str, Any]:
-    """The Grafana dashboard JSON (schema 39) for ensemble ``name``."""
+def dashboard(name: str, *, gateway: bool = False) -> dict[str, Any]:
+    """The Grafana dashboard JSON (schema 39) for ensemble ``name`` (with ``gateway``, the gateway's panels too)."""
+    shown = panels(name) + (gateway_panels(name) if gateway else ())
     return {
         "uid": f"tritongen-{name}"[:40],
         "title": f"Triton: {name}",
@@ -173,7 +206,7 @@ def dashboard(name: str) -> dict[str, Any]:
         "editable": True,
         "refresh": "10s",
         "time": {"from": "now-1h", "to": "now"},
-        "panels": [_panel_json(panel, i) for i, panel in enumerate(panels(name))],
+        "panels": [_panel_json(panel, i) for i, panel in enumerate(shown)],
     }
 
 

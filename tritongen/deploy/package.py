@@ -260,7 +260,7 @@ def package_files(name: str, *, args: TritonArgs, image: str, target: Target, ga
         ),
         "grafana/provisioning/datasources/prometheus.yaml": dump(datasource),
         "grafana/provisioning/dashboards/tritongen.yaml": dump(provider),
-        f"grafana/dashboards/{name}.json": json.dumps(dashboard(name), indent=1) + "\n",
+        f"grafana/dashboards/{name}.json": json.dumps(dashboard(name, gateway=gateway), indent=1) + "\n",
     }
 
 
