@@ -214,9 +214,9 @@ def test_render_maps_optional_prompt_name_to_the_tokenizer_and_dimensions_to_the
     configs = {step: config for step, (_, config) in render(plans["qwen3"]).items()}
     ensemble = configs["ensemble"]
     assert [(t.name, t.optional) for t in ensemble.input] == [
-        ("TEXT", False), ("PROMPT_NAME", True), ("DIMENSIONS", True),
+        ("TEXT", True), ("TOKEN_IDS", True), ("TRUNCATE_LEFT", True), ("PROMPT_NAME", True), ("DIMENSIONS", True),
     ]  # fmt: skip
-    assert [t.name for t in configs["tokenizer"].input] == ["TEXT", "PROMPT_NAME"]
+    assert [t.name for t in configs["tokenizer"].input] == ["TEXT", "TOKEN_IDS", "TRUNCATE_LEFT", "PROMPT_NAME"]
     assert [(t.name, t.optional) for t in configs["postprocess"].input] == [
         ("sentence_embedding", False), ("DIMENSIONS", True),
     ]  # fmt: skip

@@ -20,6 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.tiny_ner import make_token_classifier
 from tests.tiny_variants import make_pair_classifier
+from tritongen.contract import carried_by_text_requests
 
 pytestmark = pytest.mark.e2e
 
@@ -49,9 +50,10 @@ def _client(server, protocol: str):
 
 def _inputs(module, config: dict, *, rows: int = 1, datatype: str | None = None, extra_dim: bool = False,
             drop: str | None = None, extra: str | None = None) -> list:  # fmt: skip
-    """One ``BYTES`` tensor per ensemble input (``rows`` texts, shape ``[rows, 1]``), bent as asked."""
+    """One ``BYTES`` tensor per text input of the ensemble (``rows`` texts, shape ``[rows, 1]``), bent as asked."""
     made = []
-    names = [i["name"] for i in config["input"] if i["name"] != drop] + ([extra] if extra else [])
+    texts = [i["name"] for i in config["input"] if carried_by_text_requests(i["name"], bool(i.get("optional")))]
+    names = [name for name in texts if name != drop] + ([extra] if extra else [])
     for name in names:
         values = np.array([b"Bob lives in Berlin."] * rows, dtype=object).reshape(rows, 1)
         if extra_dim:

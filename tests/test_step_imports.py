@@ -20,6 +20,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
 from tritongen.containers import CONTAINERS
+from tritongen.contract import carried_by_text_requests
 from tritongen.gates.compat import VENVS
 
 QA_ASSETS = Path(__file__).parent / "assets" / "qa"
@@ -97,7 +98,8 @@ def test_step_initialises_and_runs_with_only_numpy_tokenizers_and_pillow(built, 
     stub = tmp_path / "stub"
     stub.mkdir()
     shutil.copy(Path(__file__).parent / "pb_stub.py", stub / "triton_python_backend_utils.py")
-    inputs = [t.name for t in config.input] if step == "tokenizer" else []
+    texts = [t.name for t in config.input if carried_by_text_requests(t.name, t.optional)]  # the texts, not options
+    inputs = texts if step == "tokenizer" else []
     command = [str(python), "-c", _RUNNER, str(stub), str(folder / "1"), str(tmp_path / "args.json")]
     result = subprocess.run([*command, json.dumps(inputs)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -150,7 +150,7 @@ def test_tokenizer_keeps_a_long_texts_last_tokens_and_its_special_tokens_when_as
 def test_a_model_without_token_ids_asks_for_text(tmp_path, minilm_path):
     model = _tokenizer_model(tmp_path, minilm_path, inputs=("TEXT",))
     (response,) = model.execute([Request({"TOKEN_IDS": _ids([101])})])
-    assert response.error.message() == "give TEXT"
+    assert response.error.message() == "missing input: give TEXT"
 
 
 def test_reranker_counts_its_prompts_prefix_and_suffix_with_each_pair(minilm_path):

@@ -6,10 +6,10 @@ Kubernetes readiness probe runs it::
 
     python3 /opt/tritongen/probe.py --url http://127.0.0.1:8000 minilm
 
-For each named ensemble it reads the inputs from ``/v2/models/<name>/config``, sends one short text in each
-(in ``IMAGE``, a one-pixel plain-text PPM image; a different one every call, so that the response cache cannot
-answer for a broken pipeline) through the KServe v2 JSON API, and needs a 200 with outputs. One line per
-ensemble; exit 0 when all answer, else 1.
+For each named ensemble it reads the inputs from ``/v2/models/<name>/config``, sends one short text in each it
+needs (not in its options, such as ``PROMPT_NAME`` or ``TRUNCATE_LEFT``; in ``IMAGE``, a one-pixel plain-text PPM
+image; a different one every call, so that the response cache cannot answer for a broken pipeline) through the
+KServe v2 JSON API, and needs a 200 with outputs. One line per ensemble; exit 0 when all answer, else 1.
 ``tritongen.serve.health`` is the same check for ``tritongen serve``; this copy must run without tritongen, with the
 contract's module (``tritongen/contract.py``, stdlib only) copied beside it for the public tensor names.
 """
@@ -24,9 +24,9 @@ import urllib.error
 import urllib.request
 
 try:  # in the image: the contract's module beside this file
-    from contract import IMAGE
+    from contract import IMAGE, carried_by_text_requests
 except ImportError:  # in this package
-    from tritongen.contract import IMAGE
+    from tritongen.contract import IMAGE, carried_by_text_requests
 
 
 def _call(url: str, body: dict | None, timeout: float) -> dict:
@@ -52,6 +52,7 @@ def probe(base: str, name: str, timeout: float = 10.0) -> str | None:
         inputs = [
             {"name": tensor["name"], "shape": [1, 1], "datatype": "BYTES", "data": [_payload(tensor["name"], text)]}
             for tensor in config.get("input", [])
+            if carried_by_text_requests(tensor["name"], bool(tensor.get("optional")))  # its options left out
         ]
         answer = _call(f"{base}/v2/models/{name}/infer", {"inputs": inputs}, timeout)
     except urllib.error.HTTPError as exc:

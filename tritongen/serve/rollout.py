@@ -155,9 +155,9 @@ class _Deployment:
         """One request of ``texts`` through the steps of ``version``: the model step's ``output``, or why not."""
         tensors = {name: np.array([[t.encode()] for t in values], dtype=np.object_) for name, values in texts.items()}
         for step in self.configs["ensemble"].steps:
-            outputs = self._infer(
-                step.model_name, version, {key: tensors[value] for key, value in step.input_map.items()}
-            )
+            # the inputs the record holds (an optional one it has no rows of is left out, as a client would)
+            sent = {key: tensors[value] for key, value in step.input_map.items() if value in tensors}
+            outputs = self._infer(step.model_name, version, sent)
             if step.model_name == _model(self.name, "model"):
                 if output not in outputs:
                     return f"`{step.model_name}` version {version} has no output `{output}`"

@@ -320,7 +320,8 @@ class TritonPythonModel:
             if ids is not None:
                 return self.read_ids(request, ids.as_numpy(), left)
         if pb_utils.get_input_tensor_by_name(request, TEXT) is None:
-            raise ValueError(f"give {TEXT}" + (f" or {TOKEN_IDS}" if TOKEN_IDS in self.input_names else ""))
+            ids = f" or {TOKEN_IDS}" if TOKEN_IDS in self.input_names else ""
+            raise ValueError(f"missing input: give {TEXT}{ids}")
         texts = self.texts(request, TEXT)
         if self.prompts:
             texts = self.prompted(request, texts)

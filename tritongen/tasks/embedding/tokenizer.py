@@ -54,7 +54,7 @@ class TritonPythonModel(WindowedTokenizer):
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """All windows of one request's (prompted) texts, padded to a length bucket."""
-        texts, _ = self.read(request)
+        texts = self.read(request).texts
         windows, owners = self.windows(texts, self.stride)
         arrays = self.encoder.pack(windows)
         arrays[WINDOW_EXAMPLE] = owners.reshape(-1, 1)
