@@ -38,6 +38,20 @@ def _run(body):
     return asyncio.run(body())
 
 
+async def _behind_a_call(batcher: Batcher, triton: Scripted, *requests: list[str], check=None) -> list:
+    """``["a"]`` in flight, then ``requests`` (their texts) queued behind it; ``check()`` while they wait; each
+    answer (or error), the first call's first."""
+    triton.gate.clear()
+    first = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["a"]}, ["EMBEDDING"]))
+    await asyncio.sleep(0)  # the first is in flight: the lane is busy
+    waiting = [asyncio.create_task(batcher.infer(MODEL, {"TEXT": texts}, ["EMBEDDING"])) for texts in requests]
+    await asyncio.sleep(0)
+    if check is not None:
+        check()
+    triton.gate.set()
+    return await asyncio.gather(first, *waiting, return_exceptions=True)
+
+
 def test_a_request_goes_at_once_when_triton_is_idle():
     async def body():
         triton = Scripted()
@@ -52,17 +66,12 @@ def test_requests_that_arrive_while_triton_is_busy_go_together_and_get_their_own
     async def body():
         triton, metrics = Scripted(), GatewayMetrics()
         batcher = Batcher(triton.send, limit=1, metrics=metrics)
-        triton.gate.clear()
-        first = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["a"]}, ["EMBEDDING"]))
-        await asyncio.sleep(0)  # the first is in flight: the lane is busy
-        waiting = [
-            asyncio.create_task(batcher.infer(MODEL, {"TEXT": texts}, ["EMBEDDING"]))
-            for texts in (["eeeee", "ffffff"], ["ggggggg"], ["hhhhhhhh", "eeeee"])  # one size class: 5 to 8 characters
-        ]
-        await asyncio.sleep(0)
-        assert triton.calls == [["a"]] and metrics.render().count(b'te_queue_size{model="emb"} 3.0') == 1
-        triton.gate.set()
-        answers = await asyncio.gather(first, *waiting)
+
+        def waiting():
+            assert triton.calls == [["a"]] and metrics.render().count(b'te_queue_size{model="emb"} 3.0') == 1
+
+        requests = (["eeeee", "ffffff"], ["ggggggg"], ["hhhhhhhh", "eeeee"])  # one size class: 5 to 8 characters
+        answers = await _behind_a_call(batcher, triton, *requests, check=waiting)
         assert triton.calls == [["a"], ["eeeee", "ffffff", "ggggggg", "hhhhhhhh", "eeeee"]]  # one merged call
         assert [a["EMBEDDING"].tolist() for a in answers] == [
             [[1, 1]], [[5, 2], [6, 2]], [[7, 2]], [[8, 2], [5, 2]],
@@ -80,16 +89,8 @@ def test_only_requests_of_one_size_go_together_and_the_oldest_goes_first():
     async def body():
         triton = Scripted()
         batcher = Batcher(triton.send, limit=1)
-        triton.gate.clear()
-        first = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["a"]}, ["EMBEDDING"]))
-        await asyncio.sleep(0)
-        waiting = [
-            asyncio.create_task(batcher.infer(MODEL, {"TEXT": [text]}, ["EMBEDDING"]))
-            for text in ("x" * 100, "short", "y" * 120, "tiny!")
-        ]
-        await asyncio.sleep(0)
-        triton.gate.set()
-        answers = await asyncio.gather(first, *waiting)
+        texts = ("x" * 100, "short", "y" * 120, "tiny!")
+        answers = await _behind_a_call(batcher, triton, *([text] for text in texts))
         assert triton.calls == [["a"], ["x" * 100, "y" * 120], ["short", "tiny!"]]
         assert [a["EMBEDDING"][0, 0] for a in answers[1:]] == [100, 5, 120, 5]
 
@@ -99,14 +100,7 @@ def test_only_requests_of_one_size_go_together_and_the_oldest_goes_first():
 def test_a_merged_call_holds_at_most_max_batch_size_rows():
     async def body():
         triton = Scripted()
-        batcher = Batcher(triton.send, limit=1)
-        triton.gate.clear()
-        first = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["a"]}, ["EMBEDDING"]))
-        await asyncio.sleep(0)
-        rest = [asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["x"] * 3}, ["EMBEDDING"])) for _ in range(4)]
-        await asyncio.sleep(0)
-        triton.gate.set()
-        await asyncio.gather(first, *rest)
+        await _behind_a_call(Batcher(triton.send, limit=1), triton, *(["x"] * 3 for _ in range(4)))
         assert [len(call) for call in triton.calls] == [1, 6, 6]  # 3 + 3 fit in 8 rows, a third would not
 
     _run(body)
@@ -115,17 +109,7 @@ def test_a_merged_call_holds_at_most_max_batch_size_rows():
 def test_a_bad_request_in_a_merged_call_fails_alone_and_its_neighbours_are_answered():
     async def body():
         triton = Scripted()
-        batcher = Batcher(triton.send, limit=1)
-        triton.gate.clear()
-        first = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["a"]}, ["EMBEDDING"]))
-        await asyncio.sleep(0)
-        good, bad, other = (
-            asyncio.create_task(batcher.infer(MODEL, {"TEXT": texts}, ["EMBEDDING"]))
-            for texts in (["ok!"], ["bad"], ["fin", "too"])
-        )
-        await asyncio.sleep(0)
-        triton.gate.set()
-        results = await asyncio.gather(first, good, bad, other, return_exceptions=True)
+        results = await _behind_a_call(Batcher(triton.send, limit=1), triton, ["ok!"], ["bad"], ["fin", "too"])
         assert isinstance(results[2], GatewayError) and "TEXT[0] is bad" in results[2].message
         assert results[1]["EMBEDDING"].tolist()[0][0] == 3 and results[3]["EMBEDDING"][:, 0].tolist() == [3, 3]
         assert triton.calls[1] == ["ok!", "bad", "fin", "too"] and ["bad"] in triton.calls[2:]

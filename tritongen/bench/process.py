@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from tritongen.errors import BenchError, PortTakenError, ServerError
 from tritongen.serve.ports import free_port, port_taken, start_on_free_ports
@@ -76,38 +77,24 @@ def start_http_process(
 
 
 @contextlib.contextmanager
-def http_process(
-    command: Callable[[int], Sequence[str]],
-    log: Path,
-    *,
-    what: str,
-    env: Mapping[str, str],
-    timeout: float,
-    ready: str = "/health",
-) -> Iterator[str]:
-    """:func:`start_http_process` for the length of a ``with``; yield its ``host:port``.
-
-    A server that does not start is a BenchError. At exit its whole process group gets SIGTERM, then SIGKILL
-    after 20 s, so no child outlives the bench; a SIGTERM to the bench unwinds it as Ctrl-C does.
-    """
-    with running_http_process(command, log, what=what, env=env, timeout=timeout, ready=ready) as (_, url):
+def http_process(command: Callable[[int], Sequence[str]], log: Path, **options: Any) -> Iterator[str]:
+    """:func:`running_http_process` (``options`` are its own), yielding only the server's ``host:port``."""
+    with running_http_process(command, log, **options) as (_, url):
         yield url
 
 
 @contextlib.contextmanager
 def running_http_process(
-    command: Callable[[int], Sequence[str]],
-    log: Path,
-    *,
-    what: str,
-    env: Mapping[str, str],
-    timeout: float,
-    ready: str = "/health",
+    command: Callable[[int], Sequence[str]], log: Path, **options: Any
 ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """:func:`http_process`, yielding the process too (whose CPU a bench reads)."""
+    """:func:`start_http_process` (``options`` are its own) for the length of a ``with``; yield it and ``host:port``.
+
+    A server that does not start is a BenchError. At exit its whole process group gets SIGTERM, then SIGKILL
+    after 20 s, so no child outlives the bench; a SIGTERM to the bench unwinds it as Ctrl-C does.
+    """
     with _sigterm_unwinds():
         try:
-            process, url = start_http_process(command, log, what=what, env=env, timeout=timeout, ready=ready)
+            process, url = start_http_process(command, log, **options)
         except ServerError as exc:
             raise BenchError(exc.message, log_file=log) from None
         try:

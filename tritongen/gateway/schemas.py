@@ -62,17 +62,25 @@ def body_object(body: bytes) -> dict[str, Any]:
     return data
 
 
-def text_list(data: dict[str, Any], key: str) -> tuple[list[str], bool]:
-    """A string or a non-empty list of strings; also whether it was one string."""
+def _listed(data: dict[str, Any], key: str, kinds: str) -> tuple[list[Any], bool]:
+    """``data[key]``: a string as ``[it]``, else a non-empty list (400s name ``kinds``); whether it was a string."""
     value = data.get(key)
     if isinstance(value, str):
         return [value], True
     if value is None:
         raise bad(f"`{key}` is required", key)
     if not isinstance(value, list):
-        raise bad(f"`{key}` must be a string or a non-empty list of strings", key)
+        raise bad(f"`{key}` must be {kinds}", key)
     if not value:
         raise bad(f"`{key}` cannot be empty: give a string or a non-empty list of strings", key, code="empty")
+    return value, False
+
+
+def text_list(data: dict[str, Any], key: str) -> tuple[list[str], bool]:
+    """A string or a non-empty list of strings; also whether it was one string."""
+    value, single = _listed(data, key, "a string or a non-empty list of strings")
+    if single:
+        return value, True
     if any(isinstance(v, int) or (isinstance(v, list) and v and isinstance(v[0], int)) for v in value):
         raise bad(f"`{key}` holds token ids; this gateway takes text only (the ensemble tokenizes)", key)
     if not all(isinstance(v, str) for v in value):
@@ -84,15 +92,9 @@ def text_list(data: dict[str, Any], key: str) -> tuple[list[str], bool]:
 
 def input_rows(data: dict[str, Any], key: str) -> tuple[list[Row], bool]:
     """TEI's ``Input``: a text or a row of token ids, or a non-empty list of them; also whether one was given."""
-    value = data.get(key)
-    if isinstance(value, str):
-        return [value], True
-    if value is None:
-        raise bad(f"`{key}` is required", key)
-    if not isinstance(value, list):
-        raise bad(f"`{key}` must be a string, a list of token ids, or a non-empty list of those", key)
-    if not value:
-        raise bad(f"`{key}` cannot be empty: give a string or a non-empty list of strings", key, code="empty")
+    value, single = _listed(data, key, "a string, a list of token ids, or a non-empty list of those")
+    if single:
+        return value, True
     if all(_is_id(v) for v in value):
         return [list(value)], True
     rows: list[Row] = []
