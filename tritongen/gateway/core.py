@@ -340,10 +340,9 @@ class Gateway:
         calls = []
         for indices, name in ((texts, TEXT), (ids, TOKEN_IDS)):
             if indices:  # the ids take no prompt (the ids are what the model reads)
-                part = {k: [v[i] for i in indices] for k, v in inputs.items() if k != TEXT and k != PROMPT_NAME}
+                dropped = (TEXT, PROMPT_NAME) if name == TOKEN_IDS else (TEXT,)
+                part = {k: [v[i] for i in indices] for k, v in inputs.items() if k not in dropped}
                 part[name] = [rows[i] for i in indices]
-                if name == TEXT and PROMPT_NAME in inputs:
-                    part[PROMPT_NAME] = [inputs[PROMPT_NAME][i] for i in indices]
                 calls.append((indices, part))
         return calls
 
@@ -375,8 +374,8 @@ class Gateway:
         if counts is not None:
             tokens = int(counts.sum())
         elif model.tokenizer is not None:
-            strings = [t for t in texts if not (isinstance(t, list) and t and isinstance(t[0], int))]
-            ids = sum(len(t) for t in texts if isinstance(t, list) and t and isinstance(t[0], int))
+            ids = sum(len(t) for t in texts if isinstance(t, list))  # token-id rows, counted as sent
+            strings = [t for t in texts if not isinstance(t, list)]  # texts, and pairs as tuples
             tokens = ids + sum(len(e.ids) for e in model.tokenizer.encode_batch(strings))
         else:
             tokens = 0
