@@ -338,6 +338,41 @@ def test_embed_matches_triton_and_normalises_when_asked(gateway, served):
     assert status == 422 and "normalize: false" in _tei_error(answer, "Validation")
 
 
+def _triton_calls(gateway, model: str) -> float:
+    """How many Triton calls the gateway has made for ``model`` (its ``/metrics``)."""
+    with urllib.request.urlopen(f"http://{gateway[0]}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    prefix = f'tritongen_gateway_coalesced_requests_count{{model="{model}"}} '
+    return sum(float(line.removeprefix(prefix)) for line in text.splitlines() if line.startswith(prefix))
+
+
+@pytest.mark.e2e
+def test_a_big_request_is_spread_over_calls_and_its_rows_come_back_in_order(served, gateway, tmp_path):
+    # 300 to 2,200 characters each, of mixed lengths: one request of 1, 7 and 32 of them
+    words = "the quick brown fox jumps over the lazy dog while rain falls on the city at night".split()
+    texts = [" ".join(words[(i + j) % len(words)] for j in range(60 + 47 * (i % 9))) for i in range(32)]
+    serve, repo = served
+    triton = ("--triton-url", serve.grpc_url, "--triton-http-url", serve.http_url)
+    with _gateway(tmp_path / "gateway.log", "--repository", str(repo), *triton, "--spread-calls", "3") as (url, _):
+        spreading = (url, None)
+        for count, calls in ((1, 1), (7, 3), (32, 3)):
+            before = _triton_calls(spreading, EMB)
+            body = {"inputs": texts[:count], "model": EMB, "truncate": True}
+            status, answer = post(spreading, "/embed", body, None)
+            assert status == 200 and _triton_calls(spreading, EMB) - before == calls
+            want = [row["EMBEDDING"] for row in direct(served, EMB, texts[:count])]
+            np.testing.assert_allclose(answer, want, atol=1e-5)
+        # sparse rows differ in width from call to call: padded alike, then each row's own weights
+        before = _triton_calls(spreading, SPARSE)
+        status, spread = post(spreading, "/embed_sparse", {"inputs": texts, "model": SPARSE}, None)
+        assert status == 200 and _triton_calls(spreading, SPARSE) - before == 3
+        _, whole = post(gateway, "/embed_sparse", {"inputs": texts, "model": SPARSE})
+        assert isinstance(spread, list) and isinstance(whole, list) and len(spread) == len(whole) == 32
+        for got, want in zip(spread, whole, strict=True):
+            assert [e["index"] for e in got] == [e["index"] for e in want]
+            np.testing.assert_allclose([e["value"] for e in got], [e["value"] for e in want], atol=1e-5)
+
+
 @pytest.mark.e2e
 def test_embed_sparse_gives_the_ensembles_nonzero_weights_by_index_when_called(gateway, served):
     status, answer = post(gateway, "/embed_sparse", {"inputs": TEXTS, "model": SPARSE})

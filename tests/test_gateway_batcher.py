@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tritongen.errors import GatewayError
-from tritongen.gateway.batcher import Batcher
+from tritongen.gateway.batcher import SPREAD_LENGTH, Batcher, spread
 from tritongen.gateway.metrics import GatewayMetrics
 from tritongen.gateway.models import ModelInfo, Tensor
 
@@ -158,3 +158,25 @@ def test_a_request_is_its_own_call_when_batching_is_off_or_it_fills_a_batch(limi
 
 def test_the_default_limit_is_the_ensembles_steps_instances_and_one_more():
     assert Batcher(Scripted().send).limit(MODEL) == 2
+
+
+# -- a big call spread over the instances ---------------------------------------------------------------------
+
+
+def test_a_big_call_is_cut_into_one_call_per_instance_with_its_rows_sorted_and_lengths_balanced():
+    texts = ["x" * n for n in (3000, 10, 2000, 500, 1500, 40)]  # 7050 characters in all
+    calls = spread([(list(range(6)), {"TEXT": texts, "PROMPT_NAME": list("abcdef")})], 2)
+    assert [rows for rows, _ in calls] == [[1, 5, 3, 4, 2], [0]]  # by length; runs of about equal length
+    assert [len(t) for t in calls[0][1]["TEXT"]] == [10, 40, 500, 1500, 2000]
+    assert calls[0][1]["PROMPT_NAME"] == list("bfdec") and calls[1][1]["PROMPT_NAME"] == ["a"]  # every input cut alike
+    indices, inputs = calls[0]
+    assert all(inputs["TEXT"][i] == texts[row] for i, row in enumerate(indices))
+
+
+def test_a_call_is_not_spread_when_small_alone_or_into_one_part():
+    big = [(list(range(4)), {"TEXT": ["y" * SPREAD_LENGTH] * 4})]
+    small, alone = [(list(range(4)), {"TEXT": ["short"] * 4})], [([0], {"TEXT": ["y" * 2 * SPREAD_LENGTH]})]
+    assert spread(small, 2) == small and spread(alone, 2) == alone and spread(big, 1) == big
+    assert len(spread(big, 2)) == 2
+    ids = [(list(range(4)), {"TOKEN_IDS": [[1] * SPREAD_LENGTH] * 4})]  # token ids count as the length
+    assert [rows for rows, _ in spread(ids, 2)] == [[0, 1], [2, 3]]

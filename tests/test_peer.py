@@ -17,6 +17,7 @@ from tritongen.bench.perf import Sweep
 from tritongen.bench.run import BenchOptions, run_bench
 from tritongen.bench.st_peer import st_executable
 from tritongen.cpu import int8_weights_saturate
+from tritongen.data.datasets import DOCUMENT_WORDS, news_documents, text_set
 from tritongen.errors import BenchError
 from tritongen.serve.client import infer
 
@@ -31,6 +32,17 @@ def _rounds() -> list[tuple[LoadResult, LoadResult]]:
         (LoadResult("a", 1, 1.0, (12.0,) * 4, 0), LoadResult("b", 1, 1.0, (30.0,), 0)),
         (LoadResult("a", 4, 1.0, (6.0,) * 8, 2), LoadResult("b", 4, 1.0, (14.0,) * 4, 0)),
     ]
+
+
+def test_the_texts_are_a_count_or_a_named_set_and_a_document_is_255_words():
+    assert text_set(16) == text_set("16") and len(text_set(16)) == 16
+    documents = text_set("news")
+    assert len(documents) == 512 and max(len(d.split()) for d in documents) == DOCUMENT_WORDS
+    with pytest.raises(ValueError, match="texts must be a count or one of news"):
+        text_set("tweets")
+    batched = [(dataclasses.replace(a, batch=32), dataclasses.replace(b, batch=32)) for a, b in _rounds()]
+    table = PeerComparison("emb", "the peer", batched, 0.99, 0.999, 1.0).to_markdown()
+    assert "(32 texts per request, keep-alive clients)" in table
 
 
 def test_comparisons_render_the_medians_of_their_rounds_one_row_per_concurrency():
@@ -100,6 +112,8 @@ def test_the_load_generator_drives_the_ensemble_over_kserve_json(built, shared_s
     result = drive(target, TEXTS, concurrency=2, seconds=2.0, warmup=0.5)
     assert result.errors == 0 and len(result.latencies_ms) > 0 and result.throughput > 0
     assert result.percentile(99) >= result.percentile(50) > 0
+    documents = drive(target, news_documents(8), concurrency=1, seconds=1.0, warmup=0.2, batch=4)
+    assert documents.errors == 0 and documents.batch == 4 and len(documents.latencies_ms) > 0
 
 
 def test_asking_infinity_for_a_classifier_is_refused(repo, tmp_path):

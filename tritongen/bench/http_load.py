@@ -2,8 +2,9 @@
 
 perf_analyzer speaks only KServe v2, so a peer with its own API (infinity-emb's OpenAI-style ``/embeddings``)
 is driven, together with the ensemble, by this: each client thread keeps one keep-alive connection and sends
-one text per request, as soon as its previous answer arrived. Both sides get the same texts in the same
-order and pay the same client cost (JSON encoding, Python threads) on the same machine.
+one text per request (or ``batch`` of them: a corpus being indexed), as soon as its previous answer arrived.
+Both sides get the same texts in the same order and pay the same client cost (JSON encoding, Python threads) on
+the same machine.
 """
 
 from __future__ import annotations
@@ -42,12 +43,12 @@ class HttpTarget:
     host: str
     port: int
     path: str
-    body: Callable[[str], bytes]
+    body: Callable[[Sequence[str]], bytes]
     embedding: Callable[[dict], list[float]]
 
-    def post(self, connection: http.client.HTTPConnection, text: str) -> dict:
-        """One request on ``connection``; the parsed JSON answer (raises on a non-200 status)."""
-        connection.request("POST", self.path, self.body(text), {"Content-Type": "application/json"})
+    def post(self, connection: http.client.HTTPConnection, texts: Sequence[str]) -> dict:
+        """One request of ``texts`` on ``connection``; the parsed JSON answer (raises on a non-200 status)."""
+        connection.request("POST", self.path, self.body(texts), {"Content-Type": "application/json"})
         response = connection.getresponse()
         data = response.read()
         if response.status != 200:
@@ -58,7 +59,7 @@ class HttpTarget:
         """The embedding of each text, one request each."""
         connection = http.client.HTTPConnection(self.host, self.port, timeout=120)
         try:
-            return np.array([self.embedding(self.post(connection, text)) for text in texts], np.float32)
+            return np.array([self.embedding(self.post(connection, [text])) for text in texts], np.float32)
         finally:
             connection.close()
 
@@ -68,8 +69,8 @@ def kserve_target(label: str, url: str, model: str, output: str | None = EMBEDDI
     host, port = url.rsplit(":", 1)
     outputs = {"outputs": [{"name": output}]} if output else {}
 
-    def body(text: str) -> bytes:
-        tensor = {"name": TEXT, "shape": [1, 1], "datatype": "BYTES", "data": [text]}
+    def body(texts: Sequence[str]) -> bytes:
+        tensor = {"name": TEXT, "shape": [len(texts), 1], "datatype": "BYTES", "data": list(texts)}
         return json.dumps({"inputs": [tensor], **outputs}).encode()
 
     def embedding(answer: dict) -> list[float]:
@@ -82,8 +83,8 @@ def openai_target(label: str, url: str, model: str, path: str = "/embeddings") -
     """An OpenAI-style embeddings API (infinity-emb, TEI's ``/v1/embeddings``)."""
     host, port = url.rsplit(":", 1)
 
-    def body(text: str) -> bytes:
-        return json.dumps({"model": model, "input": [text]}).encode()
+    def body(texts: Sequence[str]) -> bytes:
+        return json.dumps({"model": model, "input": list(texts)}).encode()
 
     def embedding(answer: dict) -> list[float]:
         return answer["data"][0]["embedding"]
@@ -101,6 +102,7 @@ class LoadResult:
     latencies_ms: tuple[float, ...]
     errors: int
     cpu_seconds: Mapping[str, float] = field(default_factory=dict)  # per meter: CPU spent in the window
+    batch: int = 1  # texts per request
 
     @property
     def throughput(self) -> float:
@@ -127,9 +129,11 @@ def drive(
     seconds: float,
     warmup: float | None = None,
     meters: Mapping[str, Callable[[], float]] | None = None,
+    batch: int = 1,
 ) -> LoadResult:
-    """``concurrency`` clients send ``texts`` (round robin) for ``warmup`` + ``seconds``; the window is measured.
+    """``concurrency`` clients send ``texts`` (round robin, ``batch`` per request) for ``warmup`` + ``seconds``.
 
+    The window of ``seconds`` is measured.
     The warm-up defaults to :data:`WARMUP_SECONDS`, but never longer than the window it precedes: a quick look of
     one second per side (``BenchOptions(peer_seconds=1)``) should not spend two thirds of its time warming up.
     ``meters`` (name -> CPU seconds so far of some processes) are read as the window opens and closes.
@@ -147,10 +151,10 @@ def drive(
         try:
             while not halt.is_set():
                 with lock:
-                    text = next(cycle)
+                    sent_texts = [next(cycle) for _ in range(batch)]
                 sent = time.monotonic()
                 try:
-                    target.post(connection, text)
+                    target.post(connection, sent_texts)
                 except Exception:  # a refused or failed request counts as an error, the client reconnects
                     errors[0] += 1
                     connection.close()
@@ -181,16 +185,20 @@ def drive(
             thread.join(timeout=max(1.0, end - time.monotonic() + 130))
     finally:
         halt.set()
-    return LoadResult(target.label, concurrency, seconds, tuple(latencies), errors[0], cpu)
+    return LoadResult(target.label, concurrency, seconds, tuple(latencies), errors[0], cpu, batch)
 
 
 @dataclass(frozen=True)
 class Interleaving:
-    """How two servers are measured side by side: ``rounds`` rounds of ``seconds`` per side at each concurrency."""
+    """How two servers are measured side by side: ``rounds`` rounds of ``seconds`` per side at each concurrency.
+
+    Each request carries ``batch`` texts.
+    """
 
     concurrencies: Sequence[int]
     rounds: int = 3
     seconds: float = 15.0
+    batch: int = 1
 
 
 def interleaved_rounds(
@@ -213,7 +221,7 @@ def interleaved_rounds(
             measured = {}
             for target in order:
                 progress(f"  round {round_index + 1}/{plan.rounds}: {target.label} at concurrency {concurrency}…")
-                measured[id(target)] = drive(target, texts, concurrency, plan.seconds, meters=meters)
+                measured[id(target)] = drive(target, texts, concurrency, plan.seconds, meters=meters, batch=plan.batch)
             results.append((measured[id(first)], measured[id(second)]))
     return results
 
@@ -259,9 +267,11 @@ class InterleavedRounds:
 
     def method(self) -> str:
         """How the rounds were run, for the report's opening sentence."""
+        batch = self.rounds[0][0].batch if self.rounds else 1
+        per_request = "one text" if batch == 1 else f"{batch} texts"
         return (
-            f"one HTTP/JSON load generator (one text per request, keep-alive clients), {self.rounds_per_concurrency()} "
-            f"interleaved rounds of {self.seconds:.0f} s per side and concurrency"
+            f"one HTTP/JSON load generator ({per_request} per request, keep-alive clients), "
+            f"{self.rounds_per_concurrency()} interleaved rounds of {self.seconds:.0f} s per side and concurrency"
         )
 
     def section(self, heading: str, setting: str) -> list[str]:

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from tritongen.bench.http_load import Interleaving, kserve_target, openai_target
+from tritongen.bench.http_load import HttpTarget, Interleaving, openai_target
 from tritongen.bench.peer import PeerComparison, compare_with_peer
 from tritongen.bench.process import http_process, venv_executable
 from tritongen.errors import BenchError
@@ -50,14 +50,13 @@ def infinity_server(checkpoint: str, name: str, log: Path, *, batch_size: int = 
 
 
 def compare_with_infinity(
-    triton_url: str,
+    ours: HttpTarget,
     name: str,
     peer_url: str,
     texts: Sequence[str],
     plan: Interleaving,
     progress: Callable[[str], None] = lambda _: None,
 ) -> PeerComparison:
-    """Drive the ensemble ``name`` at ``triton_url`` and infinity-emb at ``peer_url`` in interleaved rounds."""
-    ours = kserve_target(f"`{name}`", triton_url, name)
+    """Drive the ensemble (``ours``: Triton's API or the gateway's) and infinity-emb serving ``name``, interleaved."""
     peer = openai_target("infinity-emb (torch engine)", peer_url, name)
     return compare_with_peer(ours, peer, texts, plan, progress)

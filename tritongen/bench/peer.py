@@ -61,7 +61,7 @@ class PeerComparison(InterleavedRounds):
     def to_markdown(self) -> str:
         """The summary's section on the peer."""
         lines = [
-            *self.section(f"{self.heading}: `{self.ours}` against {self.peer}", "Both servers up at once"),
+            *self.section(f"{self.heading}: {self.ours} against {self.peer}", "Both servers up at once"),
             "",
             f"Embeddings agree: cosine min {self.cosine_min:.5f}, median {self.cosine_median:.5f} "
             f"(the same texts through both). Failed requests: {self.failed()}.",
@@ -93,6 +93,6 @@ def compare_with_peer(
     cosines = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
     results = interleaved_rounds(ours, peer, texts, plan, progress)
     return PeerComparison(
-        ours.label.strip("`"), peer.label, results, float(cosines.min()), float(np.median(cosines)), plan.seconds,
+        ours.label, peer.label, results, float(cosines.min()), float(np.median(cosines)), plan.seconds,
         heading,
     )  # fmt: skip

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from tritongen.bench.ceiling import ceiling_session, measure_ceiling
 from tritongen.bench.gateway import GatewayComparison, GatewaySetup, compare_with_gateway, gateway_server
-from tritongen.bench.http_load import Interleaving, drive, kserve_target
+from tritongen.bench.http_load import HttpTarget, Interleaving, drive, kserve_target, openai_target
 from tritongen.bench.infinity import (
     INFINITY_VENV,
     compare_with_infinity,
@@ -43,7 +43,7 @@ from tritongen.builder.pipeline import build_repository
 from tritongen.builder.spec import load_spec, recorded_spec
 from tritongen.buildspec import DynamicBatchingSettings
 from tritongen.contract import ATTENTION_MASK, INPUT_IDS, MAX_LENGTH, TOKEN_TYPE_IDS
-from tritongen.data.datasets import bench_texts
+from tritongen.data.datasets import text_set
 from tritongen.errors import BenchError
 from tritongen.repository.layout import step_names
 from tritongen.repository.staging import existing_versions
@@ -67,7 +67,9 @@ class BenchOptions:
     repository: Path = Path("model_repository")
     output: Path = Path("perf_analyzer_configs")
     sweep: Sweep = field(default_factory=Sweep)
-    texts: int = 512
+    texts: int | str = 512  # a count of the mixed texts, or a named set (tritongen.data.datasets.text_set)
+    batch: int = 1  # texts per request in the interleaved HTTP comparisons (d), (e), (f)
+    through_gateway: bool = False  # (d) and (f) drive the ensemble through the gateway's /v1/embeddings
     baselines: tuple[str, ...] = DEFAULT_BASELINES
     compare: tuple[str, ...] = ()  # more ensembles of the same repository, measured in the same server run
     peer_rounds: int = 3  # (d): interleaved rounds per concurrency
@@ -78,7 +80,7 @@ class BenchOptions:
     @property
     def interleaving(self) -> Interleaving:
         """How (d) and (e) interleave their rounds with the ensemble's."""
-        return Interleaving(self.sweep.concurrency, self.peer_rounds, self.peer_seconds)
+        return Interleaving(self.sweep.concurrency, self.peer_rounds, self.peer_seconds, self.batch)
 
 
 def _build_metadata(repository: Path, name: str) -> dict[str, Any]:
@@ -180,7 +182,7 @@ def _peer_skipped(run: _BenchRun, baseline: str, venv: Path, ready: bool) -> boo
     return bool(why)
 
 
-def _measure_peer(run: _BenchRun, triton_url: str) -> PeerComparison | None:
+def _measure_peer(run: _BenchRun, ours: HttpTarget) -> PeerComparison | None:
     """(d) for embedding ensembles: infinity-emb beside the running Triton server, interleaved rounds.
 
     Asked for explicitly, a missing infinity venv or a non-embedding task is an error; in the default set it
@@ -191,10 +193,10 @@ def _measure_peer(run: _BenchRun, triton_url: str) -> PeerComparison | None:
         return None
     console.print("[bold]Measuring baseline (d): infinity-emb on the same checkpoint, interleaved with the ensemble…")
     with infinity_server(meta["checkpoint"], options.name, run.results / "infinity_server.log") as url:
-        return compare_with_infinity(triton_url, options.name, url, run.texts, options.interleaving, console.print)
+        return compare_with_infinity(ours, options.name, url, run.texts, options.interleaving, console.print)
 
 
-def _measure_script(run: _BenchRun, triton_url: str) -> PeerComparison | None:
+def _measure_script(run: _BenchRun, ours: HttpTarget) -> PeerComparison | None:
     """(f) for embedding ensembles: the sentence-transformers ONNX INT8 + FastAPI script, interleaved rounds."""
     options, meta, console = run.options, run.meta, run.console
     if _peer_skipped(run, "script", ST_VENV, st_executable() is not None):
@@ -202,7 +204,7 @@ def _measure_script(run: _BenchRun, triton_url: str) -> PeerComparison | None:
     console.print("[bold]Measuring baseline (f): the sentence-transformers script, interleaved with the ensemble…")
     fp32 = _fp32_check(run)
     with st_server(meta["checkpoint"], run.results / "script_server.log") as url:
-        return compare_with_script(triton_url, options.name, url, run.texts, options.interleaving, console.print, fp32)
+        return compare_with_script(ours, options.name, url, run.texts, options.interleaving, console.print, fp32)
 
 
 def _fp32_check(run: _BenchRun) -> Fp32Check:
@@ -335,6 +337,18 @@ def _triton_configs(run: _BenchRun, tmp: Path) -> tuple[dict[str, tuple[str, Pat
     return configs, [f"--model-repository={spec.repository}"]
 
 
+@contextlib.contextmanager
+def _ours(run: _BenchRun, server: TritonServer) -> Iterator[HttpTarget]:
+    """The ensemble's side of the peer comparisons: Triton's HTTP API, or the gateway in front of it."""
+    name = run.options.name
+    if not run.options.through_gateway or not {"infinity", "script"} & set(run.options.baselines):
+        yield kserve_target(f"`{name}`", server.http_url, name)
+        return
+    log = run.results / "gateway_for_peers.log"
+    with gateway_server(server.grpc_url, server.http_url, run.repository, log, model=name) as (url, _):
+        yield openai_target(f"`{name}` through the gateway", url, name, "/v1/embeddings")
+
+
 def _measure_server(run: _BenchRun, tune_plan: TunePlan | None) -> _ServerFigures:
     """One Triton server: perf_analyzer on every configuration, then (d), (e) and the tuning sweep beside it."""
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
@@ -348,8 +362,9 @@ def _measure_server(run: _BenchRun, tune_plan: TunePlan | None) -> _ServerFigure
         with server:
             points, breakdown, ensembles = _measure_triton(server, configs, run.options.sweep, run.results, run.console)
             tail = _measure_tail(run, server, trace_file)
-            peer = _measure_peer(run, server.http_url)
-            script = _measure_script(run, server.http_url)
+            with _ours(run, server) as ours:
+                peer = _measure_peer(run, ours)
+                script = _measure_script(run, ours)
             gateway = _measure_gateway(run, server)
             tuning = _measure_tuning(run, tune_plan, server)
     return _ServerFigures(points, breakdown, ensembles, peer, gateway, tuning, script, tail, server.backends.to_dict())
@@ -399,7 +414,9 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
     name, repository = options.name, Path(options.repository).resolve()
     meta = _checked_metadata(options, repository)
     tune_plan = TunePlan(repository, name, options.tune) if options.tune else None  # refuses a bad grid up front
-    run = _BenchRun(options, meta, repository, Path(options.output) / name, bench_texts(options.texts), console)
+    if options.batch < 1:
+        raise BenchError(f"--batch must be 1 or more, got {options.batch}")
+    run = _BenchRun(options, meta, repository, Path(options.output) / name, text_set(options.texts), console)
     _write_inputs(run)
     command = " ".join(["python -m tritongen bench", f"--name {name}", f"--repository {options.repository}"])
     served = _measure_server(run, tune_plan)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tritongen.bench.http_load import HttpTarget, Interleaving, kserve_target, openai_target
+from tritongen.bench.http_load import HttpTarget, Interleaving, openai_target
 from tritongen.bench.peer import PeerComparison, compare_with_peer
 from tritongen.bench.process import http_process, venv_executable
 from tritongen.errors import BenchError
@@ -87,7 +87,7 @@ class Fp32Check:
 
 
 def compare_with_script(
-    triton_url: str,
+    ours: HttpTarget,
     name: str,
     script_url: str,
     texts: Sequence[str],
@@ -95,14 +95,13 @@ def compare_with_script(
     progress: Callable[[str], None] = lambda _: None,
     fp32: Fp32Check | None = None,
 ) -> PeerComparison:
-    """Drive the ensemble ``name`` and the script in interleaved rounds, one HTTP/JSON text per request each.
+    """Drive the ensemble (``ours``: Triton's API or the gateway's) and the script serving ``name``, interleaved.
 
     With ``fp32``, each side's embeddings are also set against FP32 PyTorch on every text of its sets.
     """
-    ours = kserve_target(f"`{name}`", triton_url, name)
     script = openai_target("sentence-transformers ONNX INT8 + FastAPI (the script)", script_url, name, path=ST_PATH)
     comparison = compare_with_peer(ours, script, texts, plan, progress, heading="(f) the script")
     if fp32 is None:
         return comparison
     progress("  both sides against FP32 PyTorch…")
-    return replace(comparison, against_fp32=fp32.rows({f"`{name}`": ours, "the script": script}))
+    return replace(comparison, against_fp32=fp32.rows({ours.label: ours, "the script": script}))

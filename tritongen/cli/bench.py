@@ -39,7 +39,21 @@ def _bench_options(bench: argparse.ArgumentParser) -> None:
         default=0,
         help="about N requests per point, stability not judged (smoke runs; default: until stable)",
     )
-    bench.add_argument("--texts", type=int, default=512, help="number of distinct request texts")
+    bench.add_argument(
+        "--texts", type=_texts, default=512,
+        help="the request texts: a count of distinct tweets and news paragraphs (default 512), or `news`: 512 BBC "
+        "articles of 255 words, the documents a corpus indexes",
+    )  # fmt: skip
+    bench.add_argument(
+        "--batch", type=int, default=1,
+        help="texts per request in the HTTP comparisons with the peers and the gateway (perf_analyzer's "
+        "configurations send one)",
+    )  # fmt: skip
+    bench.add_argument(
+        "--through-gateway", action="store_true",
+        help="drive the ensemble's side of the peer comparisons through the gateway's /v1/embeddings, which "
+        "spreads a big request over the model step's instances",
+    )  # fmt: skip
     bench.add_argument("--compare", help="comma-separated other ensembles to measure in the same run")
     bench.add_argument(
         "--baselines",
@@ -71,6 +85,16 @@ def _bench_options(bench: argparse.ArgumentParser) -> None:
     bench.set_defaults(func=_bench)
 
 
+def _texts(text: str) -> int | str:
+    from tritongen.data.datasets import TEXT_SETS
+
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    if text in TEXT_SETS:
+        return text
+    raise argparse.ArgumentTypeError(f"give a count of texts or one of {', '.join(TEXT_SETS)}, not {text!r}")
+
+
 def _bench(args: argparse.Namespace) -> None:
     from tritongen.bench.perf import Sweep
     from tritongen.bench.run import BenchOptions, run_bench
@@ -97,6 +121,8 @@ def _bench(args: argparse.Namespace) -> None:
         output=args.output,
         sweep=sweep,
         texts=args.texts,
+        batch=args.batch,
+        through_gateway=args.through_gateway,
         compare=tuple(n for n in (args.compare or "").split(",") if n),
         tail=args.tail,
         tune=grid,
@@ -109,12 +135,12 @@ def _cpu_side(args: argparse.Namespace, sweep: Any, grid: Any) -> None:
     from rich.console import Console
 
     from tritongen.bench.cpu_side import measure_cpu_side
-    from tritongen.data.datasets import bench_texts
+    from tritongen.data.datasets import text_set
 
     console = Console(stderr=True)
     output = args.output / args.name / "cpu_side"
     report = measure_cpu_side(
-        args.repository.resolve(), args.name, sweep=sweep, texts=bench_texts(args.texts), output=output,
+        args.repository.resolve(), args.name, sweep=sweep, texts=text_set(args.texts), output=output,
         console=console, tune=grid or None,
     )  # fmt: skip
     console.print(report.to_markdown())

@@ -210,6 +210,12 @@ def _gateway_options(gateway: argparse.ArgumentParser) -> None:
         "ensemble, its steps' most instances plus one; 0: every request its own call)",
     )
     gateway.add_argument(
+        "--spread-calls",
+        type=int,
+        help="Triton calls a big request (4096 characters or more) is cut into, its rows sorted by length, so that "
+        "it runs on every instance of the model step (default: per ensemble, its steps' most instances; 1: never)",
+    )
+    gateway.add_argument(
         "--api-key-file",
         type=Path,
         help="file holding the API key clients must send (default: $TRITONGEN_GATEWAY_KEY; none: open)",
@@ -267,11 +273,14 @@ def _gateway(args: argparse.Namespace) -> None:
         served_model_name=args.served_model_name,
         default_prompt_name=args.default_prompt_name,
         max_triton_calls=args.max_triton_calls,
+        spread_calls=args.spread_calls,
         otlp_endpoint=args.otlp_endpoint,
         otlp_service_name=args.otlp_service_name,
     )
     if options.max_triton_calls is not None and options.max_triton_calls < 0:
         raise UsageError("--max-triton-calls must be 0 or more")
+    if options.spread_calls is not None and options.spread_calls < 1:
+        raise UsageError("--spread-calls must be 1 or more")
     if options.served_model_name and not options.model:
         raise UsageError("--served-model-name names the default model: give it with --model")
     if min(options.max_client_batch_size, options.payload_limit, options.max_concurrent_requests) < 1:

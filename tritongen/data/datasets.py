@@ -61,6 +61,28 @@ def news_paragraphs(count: int, seed: int = 0) -> list[tuple[str, str]]:
     return picked
 
 
+DOCUMENT_WORDS = 255  # a document of the bench's ingestion shape: most are cut at a small model's 256 tokens
+
+
+def news_documents(count: int, seed: int = 0, words: int = DOCUMENT_WORDS) -> list[str]:
+    """``count`` BBC articles without their headlines, each cut to its first ``words`` words: documents to index."""
+    articles = list(_all_articles())
+    picked = random.Random(seed).sample(articles, min(count, len(articles)))
+    return [" ".join(" ".join(text.split("\n")[1:]).split()[:words]) for text, _ in picked]
+
+
+TEXT_SETS = ("news",)  # named sets a bench can be given instead of a count of the mixed texts
+
+
+def text_set(spec: str | int) -> list[str]:
+    """The bench's texts: a count of the mixed set (:func:`bench_texts`), or ``news``: 512 documents."""
+    if isinstance(spec, int) or str(spec).isdigit():
+        return bench_texts(int(spec))
+    if spec == "news":
+        return news_documents(512)
+    raise ValueError(f"texts must be a count or one of {', '.join(TEXT_SETS)}, got {spec!r}")
+
+
 def bench_texts(count: int = 512, seed: int = 0, news_share: float = 0.2) -> list[str]:
     """Realistic request texts: mostly short tweets, some news paragraphs (a long tail)."""
     news = int(count * news_share)

@@ -36,11 +36,14 @@ from tritongen.errors import GatewayError
 from tritongen.gateway.metrics import GatewayMetrics
 from tritongen.gateway.models import ModelInfo
 
-__all__ = ["Batcher", "Send", "merged_contexts"]
+__all__ = ["SPREAD_LENGTH", "Batcher", "Call", "Send", "merged_contexts", "row_lengths", "spread"]
 
 # Triton's answer of ``outputs`` to ``inputs`` (name -> one value per row) for the ensemble.
 Send = Callable[[ModelInfo, Mapping[str, Sequence[Any]], Sequence[str]], Awaitable[dict[str, np.ndarray]]]
 
+
+# A call whose rows hold this many characters (or token ids) in all is spread over the ensemble's instances.
+SPREAD_LENGTH = 4096
 
 _MERGED: contextvars.ContextVar[tuple[contextvars.Context, ...]] = contextvars.ContextVar("merged", default=())
 
@@ -50,12 +53,16 @@ def merged_contexts() -> tuple[contextvars.Context, ...]:
     return _MERGED.get()
 
 
-def size_class(inputs: Mapping[str, Sequence[Any]]) -> int:
-    """The power of two at or above the longest row's length: its characters, or its token ids (a pair's summed)."""
+def row_lengths(inputs: Mapping[str, Sequence[Any]]) -> list[int]:
+    """Each row's length: its characters, or its token ids (a pair's two texts summed)."""
     rows = len(next(iter(inputs.values())))
     sized = [values for values in inputs.values() if values and isinstance(values[0], (str, list))]
-    longest = max((sum(len(values[i]) for values in sized) for i in range(rows)), default=0)
-    return max(0, longest - 1).bit_length()
+    return [sum(len(values[i]) for values in sized) for i in range(rows)]
+
+
+def size_class(inputs: Mapping[str, Sequence[Any]]) -> int:
+    """The power of two at or above the longest row's length (:func:`row_lengths`)."""
+    return max(0, max(row_lengths(inputs), default=0) - 1).bit_length()
 
 
 @dataclass
@@ -219,3 +226,36 @@ def _settle(
         answer.set_exception(error)
     else:
         answer.set_result(result if result is not None else {})
+
+
+# The request rows a call answers (their indices in the request), and its inputs.
+Call = tuple[list[int], dict[str, list[Any]]]
+
+
+def spread(calls: Sequence[Call], parts: int) -> list[Call]:
+    """``calls`` with each big one cut into ``parts`` calls, its rows sorted by length.
+
+    One call runs on one instance of the model step, whose threads are a share of the node's cores, so 32 long
+    documents in one call leave the other instances idle. A call of :data:`SPREAD_LENGTH` or more in all goes as
+    ``parts`` calls at once instead (the gateway gives the ensemble's steps' most instances), its rows sorted by
+    length and cut into runs of about equal length, so each call pads only to its own longest row (as
+    sentence-transformers sorts a batch); the caller puts the answers back in the request's order. The gateway
+    gives 1, cutting nothing, where an output is token-level: the widths of different calls' rows differ.
+    """
+    spread_calls: list[Call] = []
+    for indices, inputs in calls:
+        lengths = row_lengths(inputs)
+        total = sum(lengths)
+        if parts < 2 or len(indices) < 2 or total < SPREAD_LENGTH:
+            spread_calls.append((indices, inputs))
+            continue
+        order = sorted(range(len(indices)), key=lengths.__getitem__)
+        count, groups, filled = min(parts, len(indices)), [list[int]()], 0
+        for position in order:
+            if filled >= total * len(groups) / count and len(groups) < count:
+                groups.append([])
+            groups[-1].append(position)
+            filled += lengths[position]
+        for group in groups:
+            spread_calls.append(([indices[i] for i in group], {k: [v[i] for i in group] for k, v in inputs.items()}))
+    return spread_calls

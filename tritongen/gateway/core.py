@@ -39,7 +39,7 @@ from tritongen.contract import (
 )
 from tritongen.errors import GatewayError, describe
 from tritongen.gateway.auth import check_key
-from tritongen.gateway.batcher import Batcher, merged_contexts
+from tritongen.gateway.batcher import Batcher, Call, merged_contexts, spread
 from tritongen.gateway.discovery import local_folder, served_names
 from tritongen.gateway.errors import Family, error_response, unavailable
 from tritongen.gateway.metrics import CONTENT_TYPE, FAILURES, GatewayMetrics
@@ -82,6 +82,9 @@ class GatewayOptions:
     # Triton calls of one kind in flight before requests wait to go together (tritongen.gateway.batcher);
     # None: per ensemble, its steps' most instances plus one; 0: every request its own call, at once.
     max_triton_calls: int | None = None
+    # The calls a big request is cut into (tritongen.gateway.batcher.spread); None: per ensemble, its steps' most
+    # instances; 1: never cut.
+    spread_calls: int | None = None
     # OpenTelemetry: where spans go (an OTLP/HTTP collector; None: no tracing) and the service they name.
     otlp_endpoint: str | None = None
     otlp_service_name: str = DEFAULT_SERVICE
@@ -290,13 +293,15 @@ class Gateway:
         cut = self.options.auto_truncate if truncate is None else truncate
         refuse = not cut and TRUNCATED in model.outputs
         asked = [*outputs, *([TRUNCATED] if refuse else []), *([TOKEN_COUNT] if TOKEN_COUNT in model.outputs else [])]
-        calls = self.calls(model, inputs, left, field)
+        per_row = all(len(model.outputs[name].dims) <= 1 for name in asked if name in model.outputs)
+        parts = model.instances if self.options.spread_calls is None else self.options.spread_calls
+        calls = spread(self.calls(model, inputs, left, field), parts if per_row else 1)
         record = _RECORD.get()
         if record is not None:
             record.model, record.rows = model.name, record.rows + sum(len(rows) for rows, _ in calls)
         if len(calls) == 1:
             result = await self.batcher.infer(model, calls[0][1], asked)
-        else:  # texts and token ids: a call each, their rows back in the request's order
+        else:  # texts and token ids a call each, a big call spread (:func:`spread`): rows back in the request's order
             parts = await asyncio.gather(*(self.batcher.infer(model, part, asked) for _, part in calls))
             order = np.argsort(np.concatenate([rows for rows, _ in calls]), kind="stable")
             result = {name: stack_rows([part[name] for part in parts])[order] for name in parts[0]}
@@ -306,9 +311,7 @@ class Gateway:
             self._refuse_truncated(model, result, field)
         return result
 
-    def calls(
-        self, model: ModelInfo, inputs: dict[str, list], left: bool, field: str
-    ) -> list[tuple[list[int], dict[str, list]]]:
+    def calls(self, model: ModelInfo, inputs: dict[str, list], left: bool, field: str) -> list[Call]:
         """The Triton calls ``inputs`` make, each with the request rows it answers.
 
         Rows of ``TEXT`` that are token ids go as ``TOKEN_IDS`` where the ensemble takes them (checked against the
