@@ -370,8 +370,8 @@ def test_package_reads_the_steps_helper_package_and_refuses_a_fallback_to_triton
     with pytest.raises(DeployError, match="import scipy, which no image installs"):
         write_package("demo", repo, tmp_path / "pkg")
     (helpers / "extra.py").write_text(  # the image has no tritongen to fall back on
-        "try:\n    from _tritongen_step._common import softmax\n"
-        "except ImportError:\n    from tritongen.steps._common import softmax\n"
+        "try:\n    from _tritongen_step.vectors import softmax\n"
+        "except ImportError:\n    from tritongen.vectors import softmax\n"
     )
     with pytest.raises(DeployError, match="import tritongen, which no image installs"):
         write_package("demo", repo, tmp_path / "pkg")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tritongen.errors import GatewayError
-from tritongen.gateway.batcher import SPREAD_LENGTH, Batcher, spread
+from tritongen.gateway.batcher import SPREAD_LENGTH, Batcher, cut_calls
 from tritongen.gateway.metrics import GatewayMetrics
 from tritongen.gateway.models import ModelInfo, Tensor
 
@@ -42,9 +42,9 @@ async def _behind_a_call(batcher: Batcher, triton: Scripted, *requests: list[str
     """``["a"]`` in flight, then ``requests`` (their texts) queued behind it; ``check()`` while they wait; each
     answer (or error), the first call's first."""
     triton.gate.clear()
-    first = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["a"]}, ["EMBEDDING"]))
+    first = asyncio.create_task(batcher.submit(MODEL, {"TEXT": ["a"]}, ["EMBEDDING"]))
     await asyncio.sleep(0)  # the first is in flight: the lane is busy
-    waiting = [asyncio.create_task(batcher.infer(MODEL, {"TEXT": texts}, ["EMBEDDING"])) for texts in requests]
+    waiting = [asyncio.create_task(batcher.submit(MODEL, {"TEXT": texts}, ["EMBEDDING"])) for texts in requests]
     await asyncio.sleep(0)
     if check is not None:
         check()
@@ -56,7 +56,7 @@ def test_a_request_goes_at_once_when_triton_is_idle():
     async def body():
         triton = Scripted()
         batcher = Batcher(triton.send, limit=1)
-        answer = await batcher.infer(MODEL, {"TEXT": ["abc"]}, ["EMBEDDING"])
+        answer = await batcher.submit(MODEL, {"TEXT": ["abc"]}, ["EMBEDDING"])
         assert triton.calls == [["abc"]] and answer["EMBEDDING"].tolist() == [[3, 1]]
 
     _run(body)
@@ -129,9 +129,9 @@ def test_another_failure_of_a_merged_call_is_every_merged_requests():
             raise GatewayError(503, "the Triton server is not reachable", code="unavailable")
 
         batcher = Batcher(down, limit=1)
-        first = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["a"]}, ["EMBEDDING"]))
+        first = asyncio.create_task(batcher.submit(MODEL, {"TEXT": ["a"]}, ["EMBEDDING"]))
         await asyncio.sleep(0)
-        rest = [asyncio.create_task(batcher.infer(MODEL, {"TEXT": [t]}, ["EMBEDDING"])) for t in "bc"]
+        rest = [asyncio.create_task(batcher.submit(MODEL, {"TEXT": [t]}, ["EMBEDDING"])) for t in "bc"]
         results = await asyncio.gather(first, *rest, return_exceptions=True)
         assert not isinstance(results[0], Exception)
         assert all(isinstance(r, GatewayError) and r.status == 503 for r in results[1:])
@@ -146,8 +146,8 @@ def test_a_request_is_its_own_call_when_batching_is_off_or_it_fills_a_batch(limi
         triton = Scripted()
         batcher = Batcher(triton.send, limit=limit)
         triton.gate.clear()
-        first = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["a"] * rows}, ["EMBEDDING"]))
-        second = asyncio.create_task(batcher.infer(MODEL, {"TEXT": ["b"] * rows}, ["EMBEDDING"]))
+        first = asyncio.create_task(batcher.submit(MODEL, {"TEXT": ["a"] * rows}, ["EMBEDDING"]))
+        second = asyncio.create_task(batcher.submit(MODEL, {"TEXT": ["b"] * rows}, ["EMBEDDING"]))
         await asyncio.sleep(0)
         assert len(triton.calls) == 2  # both sent at once, neither waits for the other
         triton.gate.set()
@@ -160,12 +160,12 @@ def test_the_default_limit_is_the_ensembles_steps_instances_and_one_more():
     assert Batcher(Scripted().send).limit(MODEL) == 2
 
 
-# -- a big call spread over the instances ---------------------------------------------------------------------
+# -- a big call spread over the instances, and chunked by the batch size -------------------------------------
 
 
 def test_a_big_call_is_cut_into_one_call_per_instance_with_its_rows_sorted_and_lengths_balanced():
     texts = ["x" * n for n in (3000, 10, 2000, 500, 1500, 40)]  # 7050 characters in all
-    calls = spread([(list(range(6)), {"TEXT": texts, "PROMPT_NAME": list("abcdef")})], 2)
+    calls = cut_calls([(list(range(6)), {"TEXT": texts, "PROMPT_NAME": list("abcdef")})], 2, 0)
     assert [rows for rows, _ in calls] == [[1, 5, 3, 4, 2], [0]]  # by length; runs of about equal length
     assert [len(t) for t in calls[0][1]["TEXT"]] == [10, 40, 500, 1500, 2000]
     assert calls[0][1]["PROMPT_NAME"] == list("bfdec") and calls[1][1]["PROMPT_NAME"] == ["a"]  # every input cut alike
@@ -176,7 +176,16 @@ def test_a_big_call_is_cut_into_one_call_per_instance_with_its_rows_sorted_and_l
 def test_a_call_is_not_spread_when_small_alone_or_into_one_part():
     big = [(list(range(4)), {"TEXT": ["y" * SPREAD_LENGTH] * 4})]
     small, alone = [(list(range(4)), {"TEXT": ["short"] * 4})], [([0], {"TEXT": ["y" * 2 * SPREAD_LENGTH]})]
-    assert spread(small, 2) == small and spread(alone, 2) == alone and spread(big, 1) == big
-    assert len(spread(big, 2)) == 2
+    assert cut_calls(small, 2, 0) == small and cut_calls(alone, 2, 0) == alone and cut_calls(big, 1, 0) == big
+    assert len(cut_calls(big, 2, 0)) == 2
     ids = [(list(range(4)), {"TOKEN_IDS": [[1] * SPREAD_LENGTH] * 4})]  # token ids count as the length
-    assert [rows for rows, _ in spread(ids, 2)] == [[0, 1], [2, 3]]
+    assert [rows for rows, _ in cut_calls(ids, 2, 0)] == [[0, 1], [2, 3]]
+
+
+def test_no_call_holds_more_rows_than_the_ensembles_batch_after_spreading():
+    texts = [str(i) * (1 + i % 3) for i in range(10)]  # short: one run, in the request's order
+    assert [rows for rows, _ in cut_calls([(list(range(10)), {"TEXT": texts})], 2, 4)] == [
+        [0, 1, 2, 3], [4, 5, 6, 7], [8, 9],
+    ]  # fmt: skip
+    big = [(list(range(6)), {"TEXT": ["z" * SPREAD_LENGTH] * 6})]
+    assert [rows for rows, _ in cut_calls(big, 2, 2)] == [[0, 1], [2], [3, 4], [5]]  # two runs of 3, chunked by 2

@@ -120,7 +120,7 @@ def test_tensors_go_as_binary_and_come_back_as_arrays_on_one_kept_alive_connecti
     inputs = [Tensor.column("TEXT", "BYTES", TEXTS), Tensor.column("DIMENSIONS", "INT32", [3, 3])]
 
     async def twice(inference):
-        return [await inference.infer("emb", inputs, ["EMBEDDING", "TRUNCATED", "LABEL"]) for _ in range(2)]
+        return [await inference.post("emb", inputs, ["EMBEDDING", "TRUNCATED", "LABEL"]) for _ in range(2)]
 
     first, second = _run(loop_factory, server, twice)
     np.testing.assert_array_equal(first["EMBEDDING"], vectors)
@@ -146,7 +146,7 @@ def test_a_kept_alive_connection_that_triton_closed_is_replaced_and_the_request_
     inputs = [Tensor.column("TEXT", "BYTES", ["x"])]
 
     async def twice(inference):
-        return [await inference.infer("emb", inputs, ["EMBEDDING"]) for _ in range(2)]
+        return [await inference.post("emb", inputs, ["EMBEDDING"]) for _ in range(2)]
 
     first, second = _run(loop_factory, server, twice)
     assert first["EMBEDDING"].tolist() == [[1, 1]] and second["EMBEDDING"].tolist() == [[0, 0]]
@@ -167,7 +167,7 @@ def test_tritons_error_answers_become_the_gateways_errors(loop_factory, status, 
     server = Scripted(lambda header, raw: _json_answer(status, {"error": message}))
 
     async def once(inference):
-        return await inference.infer("emb", [Tensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
+        return await inference.post("emb", [Tensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
 
     with pytest.raises(GatewayError) as caught:
         _run(loop_factory, server, once)
@@ -177,7 +177,7 @@ def test_tritons_error_answers_become_the_gateways_errors(loop_factory, status, 
 @LOOPS
 def test_no_answer_in_time_is_504_and_malformed_http_is_502(loop_factory):
     async def once(inference):
-        return await inference.infer("emb", [Tensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
+        return await inference.post("emb", [Tensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
 
     with pytest.raises(GatewayError) as caught:
         _run(loop_factory, Scripted(lambda header, raw: None), once, timeout=0.3)
@@ -193,7 +193,7 @@ def test_json_outputs_are_read_where_triton_sends_them_without_binary(loop_facto
     server = Scripted(lambda header, raw: _json_answer(200, payload))
 
     async def once(inference):
-        return await inference.infer("emb", [Tensor.column("TEXT", "BYTES", TEXTS)], ["TOKEN_COUNT"])
+        return await inference.post("emb", [Tensor.column("TEXT", "BYTES", TEXTS)], ["TOKEN_COUNT"])
 
     counts = _run(loop_factory, server, once)["TOKEN_COUNT"]
     assert counts.dtype == np.int32 and counts.tolist() == [[3], [5]]
@@ -204,7 +204,7 @@ def test_an_unreachable_port_names_the_option_and_a_closed_client_refuses(loop_f
     async def unreachable(_):
         inference = HttpInference(f"127.0.0.1:{free_port()}", 5.0)
         with pytest.raises(GatewayError) as caught:
-            await inference.infer("emb", [Tensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
+            await inference.post("emb", [Tensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
         return caught.value
 
     error = _run(loop_factory, Scripted(lambda header, raw: None), unreachable)
@@ -213,7 +213,7 @@ def test_an_unreachable_port_names_the_option_and_a_closed_client_refuses(loop_f
     async def closed(inference):
         await inference.close()
         with pytest.raises(GatewayError) as caught:
-            await inference.infer("emb", [Tensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
+            await inference.post("emb", [Tensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
         return caught.value
 
     assert "shutting down" in _run(loop_factory, Scripted(lambda header, raw: None), closed).message

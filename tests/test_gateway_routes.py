@@ -60,7 +60,7 @@ SERVED = {
 class FakeInfer(FakeGrpc):
     """Triton's answers: each request's rows from ``answer(model, rows, first_row)``, by output name.
 
-    It stands for the gRPC client (the catalogue) and for the HTTP inference path (``infer``) both.
+    It stands for the gRPC client (the catalogue) and for the HTTP inference path (``post``) both.
     """
 
     def __init__(self, answer, served=SERVED) -> None:
@@ -68,7 +68,7 @@ class FakeInfer(FakeGrpc):
         self.answer, self.rows_seen = answer, 0
         self.requests: list[int] = []
 
-    async def infer(self, model_name, inputs, outputs, headers=None):
+    async def post(self, model_name, inputs, outputs, headers=None):
         rows = inputs[0].shape[0]
         self.requests.append(rows)
         arrays = self.answer(model_name, rows, self.rows_seen)

@@ -201,3 +201,29 @@ def test_names_between_steps_are_spelled_only_in_the_contract_module():
         contract.LABELS_FILE,
     }  # fmt: skip
     assert _spelled_outside_the_contract(names, PACKAGE, PACKAGE.parent / "scripts") == []
+
+
+GATEWAY_KEEPS_OFF = ("tritongen.steps", "tritongen.builder", "tritongen.model")  # the build's side of the house
+
+
+def test_the_gateway_imports_nothing_of_the_builds_side_anywhere_in_its_modules():
+    """Not at module level, nor inside a function: the gateway's process runs none of the build's or the steps' code."""
+    found = []
+    for path in sorted((PACKAGE / "gateway").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            found += [
+                f"{path.relative_to(PACKAGE)}:{node.lineno} {name}"
+                for name in names
+                if any(name == f or name.startswith(f + ".") for f in GATEWAY_KEEPS_OFF)
+            ]
+    assert found == []
+    code = (
+        "import json, sys, tritongen.gateway.app\n"
+        "print(json.dumps([sorted(sys.modules), [type(f).__name__ for f in sys.meta_path]]))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded, finders = json.loads(result.stdout)
+    assert [m for m in loaded if m.startswith(GATEWAY_KEEPS_OFF)] == [] and "HelperFinder" not in finders

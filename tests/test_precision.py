@@ -133,7 +133,7 @@ def test_variants_serve_through_real_server_within_gate(variants, minilm_path, s
     from tests.builds import step_alone
     from tests.test_e2e import _sentence_embeddings
     from tritongen.gates.accuracy import default_texts
-    from tritongen.steps._common import l2_normalize
+    from tritongen.vectors import l2_normalize
 
     repo, _, built = variants
     texts = default_texts("validation")[:48]

@@ -222,7 +222,7 @@ def test_postprocess_normalises_embeddings_when_asked(tmp_path):
 
 
 def test_l2_normalize_keeps_float64_for_cosines_and_serves_half_precision_as_float32():
-    from tritongen.steps._common import l2_normalize, matryoshka_cut
+    from tritongen.vectors import l2_normalize, matryoshka_cut
 
     rows = np.array([[3.0, 4.0], [0.0, 0.0]])
     assert l2_normalize(rows).dtype == np.float64 and l2_normalize(rows).tolist() == [[0.6, 0.8], [0.0, 0.0]]

@@ -89,7 +89,7 @@ def paired_latency(direct: HttpTarget, gateway: HttpTarget, texts: Sequence[str]
             text, took = texts[i % len(texts)], {}
             for target in (direct, gateway) if i % 2 == 0 else (gateway, direct):
                 start = time.perf_counter()
-                target.post(connections[target.label], text)
+                target.post(connections[target.label], [text])
                 took[target.label] = (time.perf_counter() - start) * 1e3
             if i >= 20:
                 pairs.append((took[direct.label], took[gateway.label]))

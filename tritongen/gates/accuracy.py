@@ -25,8 +25,8 @@ import numpy as np
 from tritongen.contract import ATTENTION_MASK
 from tritongen.errors import AccuracyError, SpecError
 from tritongen.gates.parity import ReferenceModel
-from tritongen.steps._common import softmax
 from tritongen.steps.postprocess import activate
+from tritongen.vectors import softmax
 
 __all__ = [
     "GATES",

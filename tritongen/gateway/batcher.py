@@ -36,7 +36,7 @@ from tritongen.errors import GatewayError
 from tritongen.gateway.metrics import GatewayMetrics
 from tritongen.gateway.models import ModelInfo
 
-__all__ = ["SPREAD_LENGTH", "Batcher", "Call", "Send", "merged_contexts", "row_lengths", "spread"]
+__all__ = ["SPREAD_LENGTH", "Batcher", "Call", "Send", "cut_calls", "merged_contexts", "row_lengths"]
 
 # Triton's answer of ``outputs`` to ``inputs`` (name -> one value per row) for the ensemble.
 Send = Callable[[ModelInfo, Mapping[str, Sequence[Any]], Sequence[str]], Awaitable[dict[str, np.ndarray]]]
@@ -101,7 +101,7 @@ class Batcher:
         """Calls of one kind in flight at once for ``model``: the steps' instances and one more being assembled."""
         return model.instances + 1 if self._limit is None else self._limit
 
-    async def infer(
+    async def submit(
         self, model: ModelInfo, inputs: Mapping[str, Sequence[Any]], outputs: Sequence[str]
     ) -> dict[str, np.ndarray]:
         """``outputs`` for ``inputs``: at once while Triton has room, else in the next call with what else waits."""
@@ -232,30 +232,35 @@ def _settle(
 Call = tuple[list[int], dict[str, list[Any]]]
 
 
-def spread(calls: Sequence[Call], parts: int) -> list[Call]:
-    """``calls`` with each big one cut into ``parts`` calls, its rows sorted by length.
+def cut_calls(calls: Sequence[Call], parts: int, max_rows: int) -> list[Call]:
+    """``calls`` as Triton takes them: each big one cut into ``parts`` calls, and none of more than ``max_rows`` rows.
 
     One call runs on one instance of the model step, whose threads are a share of the node's cores, so 32 long
     documents in one call leave the other instances idle. A call of :data:`SPREAD_LENGTH` or more in all goes as
     ``parts`` calls at once instead (the gateway gives the ensemble's steps' most instances), its rows sorted by
     length and cut into runs of about equal length, so each call pads only to its own longest row (as
-    sentence-transformers sorts a batch); the caller puts the answers back in the request's order. The gateway
-    gives 1, cutting nothing, where an output is token-level: the widths of different calls' rows differ.
+    sentence-transformers sorts a batch). The gateway gives 1, cutting nothing so, where an output is token-level:
+    the widths of different calls' rows differ. Then a call of more rows than the ensemble's ``max_batch_size``
+    (``max_rows``; 0: no limit) goes in chunks of that many. The caller puts the answers back in the request's order.
     """
-    spread_calls: list[Call] = []
+    cut: list[Call] = []
     for indices, inputs in calls:
-        lengths = row_lengths(inputs)
-        total = sum(lengths)
-        if parts < 2 or len(indices) < 2 or total < SPREAD_LENGTH:
-            spread_calls.append((indices, inputs))
-            continue
-        order = sorted(range(len(indices)), key=lengths.__getitem__)
-        count, groups, filled = min(parts, len(indices)), [list[int]()], 0
-        for position in order:
-            if filled >= total * len(groups) / count and len(groups) < count:
-                groups.append([])
-            groups[-1].append(position)
-            filled += lengths[position]
-        for group in groups:
-            spread_calls.append(([indices[i] for i in group], {k: [v[i] for i in group] for k, v in inputs.items()}))
-    return spread_calls
+        for group in _spread(row_lengths(inputs), parts):
+            for start in range(0, len(group), max_rows or len(group)):
+                chunk = group[start : start + max_rows] if max_rows else group
+                cut.append(([indices[i] for i in chunk], {k: [v[i] for i in chunk] for k, v in inputs.items()}))
+    return cut
+
+
+def _spread(lengths: Sequence[int], parts: int) -> list[list[int]]:
+    """The rows' positions in ``parts`` runs by length, of about equal length in all (one run where small or alone)."""
+    total = sum(lengths)
+    if parts < 2 or len(lengths) < 2 or total < SPREAD_LENGTH:
+        return [list(range(len(lengths)))]
+    count, groups, filled = min(parts, len(lengths)), [list[int]()], 0
+    for position in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if filled >= total * len(groups) / count and len(groups) < count:
+            groups.append([])
+        groups[-1].append(position)
+        filled += lengths[position]
+    return groups

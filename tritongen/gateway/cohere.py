@@ -66,7 +66,7 @@ def parse_rerank_documents(body: bytes) -> DocumentsRerankRequest:
 async def rerank(gateway: Gateway, request: Request) -> Response:
     """``POST /v1/rerank``, ``/v2/rerank``."""
     req = parse_rerank_documents(await request.body())
-    model = await gateway.model_for(request, req.model, "rerank", request.url.path)
+    model = await gateway.model_for(request, req.model, "rerank")
     pairs = {TEXT: [req.query] * len(req.documents), TEXT_PAIR: req.documents}
     result = await gateway.infer(model, pairs, [SCORE])
     scores = result[SCORE].reshape(-1).tolist()
@@ -105,7 +105,7 @@ async def embed(gateway: Gateway, request: Request) -> Response:
     if truncate is not None and truncate.upper() not in (END, START, "NONE"):
         raise bad("`truncate` must be START, END or NONE", "truncate")
     dimensions = dimensions_field({"dimensions": data.get("output_dimension")})
-    model = await gateway.model_for(request, model_name(data), "embeddings", "/v2/embed")
+    model = await gateway.model_for(request, model_name(data), "embeddings")
     cut = None if truncate is None else truncate.upper() != "NONE"  # absent: the gateway's auto_truncate
     left = truncate is not None and truncate.upper() == START  # START cuts a long text's start: its end is kept
     vectors, result = await gateway.embed(model, texts, dimensions, truncate=cut, left=left, field="texts")

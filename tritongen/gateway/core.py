@@ -39,7 +39,7 @@ from tritongen.contract import (
 )
 from tritongen.errors import GatewayError, describe
 from tritongen.gateway.auth import check_key
-from tritongen.gateway.batcher import Batcher, Call, merged_contexts, spread
+from tritongen.gateway.batcher import Batcher, Call, cut_calls, merged_contexts
 from tritongen.gateway.discovery import local_folder, served_names
 from tritongen.gateway.errors import Family, error_response, unavailable
 from tritongen.gateway.metrics import CONTENT_TYPE, FAILURES, GatewayMetrics
@@ -48,7 +48,7 @@ from tritongen.gateway.schemas import Row, bad
 from tritongen.gateway.tokens import check_ids, texts_from_ids
 from tritongen.gateway.tracing import DEFAULT_SERVICE, Tracing
 from tritongen.gateway.triton import TritonClient, stack_rows
-from tritongen.steps._common import matryoshka_cut
+from tritongen.vectors import matryoshka_cut
 
 __all__ = ["Gateway", "GatewayOptions", "json_response"]
 
@@ -193,9 +193,12 @@ class Gateway:
                 422, f"batch size {count} > maximum allowed batch size {limit}", param=field, code="batch_too_large"
             )
 
-    async def model_for(self, request: Request, name: str | None, route: str, label: str) -> ModelInfo:
-        """The ensemble ``name`` (or the default) for ``route``; a route served at ``/models/{model}/...`` names it."""
-        model = await self.catalogue.resolve(request.path_params.get("model") or name, route, label)
+    async def model_for(self, request: Request, name: str | None, route: str) -> ModelInfo:
+        """The ensemble ``name`` (or the default) that can serve ``route``, what ``request``'s path needs.
+
+        A path under ``/models/{model}`` names it; errors name the path called.
+        """
+        model = await self.catalogue.resolve(request.path_params.get("model") or name, route, request.url.path)
         record = _RECORD.get()
         if record is not None:  # the metrics' model label, for its failures too
             record.model = model.name
@@ -295,14 +298,14 @@ class Gateway:
         asked = [*outputs, *([TRUNCATED] if refuse else []), *([TOKEN_COUNT] if TOKEN_COUNT in model.outputs else [])]
         per_row = all(len(model.outputs[name].dims) <= 1 for name in asked if name in model.outputs)
         parts = model.instances if self.options.spread_calls is None else self.options.spread_calls
-        calls = spread(self.calls(model, inputs, left, field), parts if per_row else 1)
+        calls = cut_calls(self.calls(model, inputs, left, field), parts if per_row else 1, model.max_batch_size)
         record = _RECORD.get()
         if record is not None:
             record.model, record.rows = model.name, record.rows + sum(len(rows) for rows, _ in calls)
         if len(calls) == 1:
-            result = await self.batcher.infer(model, calls[0][1], asked)
-        else:  # texts and token ids a call each, a big call spread (:func:`spread`): rows back in the request's order
-            parts = await asyncio.gather(*(self.batcher.infer(model, part, asked) for _, part in calls))
+            result = await self.batcher.submit(model, calls[0][1], asked)
+        else:  # texts and ids apart, big calls cut (:func:`cut_calls`): the rows back in the request's order
+            parts = await asyncio.gather(*(self.batcher.submit(model, part, asked) for _, part in calls))
             order = np.argsort(np.concatenate([rows for rows, _ in calls]), kind="stable")
             result = {name: stack_rows([part[name] for part in parts])[order] for name in parts[0]}
         if TOKEN_COUNT in result:

@@ -157,7 +157,7 @@ class HttpInference:
             connection.close()
         self._idle.clear()
 
-    async def infer(
+    async def post(
         self, model: str, inputs: Sequence[Tensor], outputs: Sequence[str], headers: Mapping[str, str] | None = None
     ) -> dict[str, np.ndarray]:
         """``model`` on ``inputs``; each of ``outputs`` as an array of its datatype and shape.

@@ -19,7 +19,7 @@ __all__ = ["routes"]
 async def embeddings(gateway: Gateway, request: Request) -> Response:
     """``POST /v1/embeddings``: text, or the model's token ids (the ensemble's own where it takes them)."""
     req = parse_embeddings(await request.body())
-    model = await gateway.model_for(request, req.model, "embeddings", "/v1/embeddings")
+    model = await gateway.model_for(request, req.model, "embeddings")
     texts = req.texts
     vectors, result = await gateway.embed(model, texts, req.dimensions, req.prompt_name, field="input")
     if req.base64:

@@ -29,7 +29,7 @@ from tritongen.gateway.schemas import (
     parse_similarity,
     parse_sparse,
 )
-from tritongen.steps._common import l2_normalize
+from tritongen.vectors import l2_normalize
 
 __all__ = ["routes"]
 
@@ -38,7 +38,7 @@ async def embed(gateway: Gateway, request: Request) -> Response:
     """``POST /embed``: ``[[float, ...], ...]``."""
     req = parse_embed(await request.body())
     gateway.client_batch(len(req.texts), "inputs")
-    model = await gateway.model_for(request, req.model, "embeddings", "/embed")
+    model = await gateway.model_for(request, req.model, "embeddings")
     if not req.normalize and model.normalized:
         raise GatewayError(
             400,
@@ -57,7 +57,7 @@ async def embed(gateway: Gateway, request: Request) -> Response:
 async def embed_all(gateway: Gateway, request: Request) -> Response:
     """``POST /embed_all``: per-token embeddings, which no ensemble outputs; TEI's 424 for a model without them."""
     data = body_object(await request.body())
-    model = await gateway.model_for(request, model_name(data), "embeddings", "/embed_all")
+    model = await gateway.model_for(request, model_name(data), "embeddings")
     raise unsupported_route(
         model.name,
         "/embed_all",
@@ -69,7 +69,7 @@ async def embed_sparse(gateway: Gateway, request: Request) -> Response:
     """``POST /embed_sparse``: ``[[{index, value}, ...], ...]``, the non-zero weights of each text, by index."""
     req = parse_sparse(await request.body())
     gateway.client_batch(len(req.texts), "inputs")
-    model = await gateway.model_for(request, req.model, "sparse", "/embed_sparse")
+    model = await gateway.model_for(request, req.model, "sparse")
     inputs: dict[str, list] = {TEXT: list(req.texts)}
     gateway.add_prompt(model, inputs, req.prompt_name, len(req.texts))
     result = await gateway.infer(model, inputs, [SPARSE_INDICES, SPARSE_VALUES], truncate=req.truncate, left=req.left)
@@ -90,7 +90,7 @@ async def similarity(gateway: Gateway, request: Request) -> Response:
     """``POST /similarity``: the cosine of ``source_sentence`` with each of ``sentences``, as TEI computes it."""
     req = parse_similarity(await request.body())
     gateway.client_batch(len(req.sentences), "inputs.sentences")
-    model = await gateway.model_for(request, req.model, "embeddings", "/similarity")
+    model = await gateway.model_for(request, req.model, "embeddings")
     texts = [req.source, *req.sentences]
     vectors, _ = await gateway.embed(model, texts, None, req.prompt_name, truncate=req.truncate, left=req.left)
     unit = l2_normalize(vectors.astype(np.float64))
@@ -101,7 +101,7 @@ async def rerank(gateway: Gateway, request: Request) -> Response:
     """``POST /rerank``: ``[{index, score, text?}]``, best first."""
     req = parse_rerank(await request.body())
     gateway.client_batch(len(req.texts), "texts")
-    model = await gateway.model_for(request, req.model, "rerank", "/rerank")
+    model = await gateway.model_for(request, req.model, "rerank")
     inputs = {TEXT: [req.query] * len(req.texts), TEXT_PAIR: req.texts}
     result = await gateway.infer(model, inputs, [SCORE], truncate=req.truncate, left=req.left, field="texts")
     scores = result[SCORE].reshape(-1).tolist()
@@ -113,7 +113,7 @@ async def rerank(gateway: Gateway, request: Request) -> Response:
 async def predict(gateway: Gateway, request: Request) -> Response:
     """``POST /predict``: every label with its probability, best first (a list of those per input)."""
     req = parse_predict(await request.body())
-    model = await gateway.model_for(request, req.model, "predict", "/predict")
+    model = await gateway.model_for(request, req.model, "predict")
     texts, pairs, single = req.rows(TEXT_PAIR in model.inputs)
     gateway.client_batch(len(texts), "inputs")
     inputs = {TEXT: texts, **({TEXT_PAIR: pairs} if pairs is not None else {})}
@@ -134,7 +134,7 @@ async def root(gateway: Gateway, request: Request) -> Response:
     answers ``/similarity`` when the body is a similarity request (TEI chooses that by its ``TASK`` setting).
     """
     data = body_object(await request.body())
-    model = await gateway.model_for(request, model_name(data), "text", "/")
+    model = await gateway.model_for(request, model_name(data), "text")
     handler = {"reranker": rerank, "classifier": predict, "sparse": embed_sparse}.get(model.kind)
     if handler is None:
         inputs = data.get("inputs")

@@ -67,14 +67,14 @@ def info_of(model: ModelInfo, gateway: Gateway) -> dict[str, object]:
 
 async def info(gateway: Gateway, request: Request) -> Response:
     """``GET /info``."""
-    model = await gateway.model_for(request, request.query_params.get("model") or None, "text", "/info")
+    model = await gateway.model_for(request, request.query_params.get("model") or None, "text")
     return json_response(info_of(model, gateway))
 
 
 async def tokenize(gateway: Gateway, request: Request) -> Response:
     """``POST /tokenize``: the tokens the ensemble's tokenizer step makes of each input."""
     req = parse_tokenize(await request.body())
-    model = await gateway.model_for(request, req.model, "tokenize", "/tokenize")
+    model = await gateway.model_for(request, req.model, "tokenize")
     name = req.prompt_name or model.default_prompt  # as the tokenizer step prompts a text
     if name and name not in model.prompts:
         known = ", ".join(sorted(model.prompts)) or "none"
@@ -105,7 +105,7 @@ async def decode(gateway: Gateway, request: Request) -> Response:
     if rows is None:
         raise bad("`ids` must be a list of token ids or a list of such lists", "ids")
     skip = optional(data, "skip_special_tokens", bool, True)
-    model = await gateway.model_for(request, model_name(data), "tokenize", "/decode")
+    model = await gateway.model_for(request, model_name(data), "tokenize")
     return json_response(decode_ids(model, rows, skip))
 
 

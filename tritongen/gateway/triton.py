@@ -126,30 +126,13 @@ class TritonClient:
         outputs: Sequence[str],
         headers: Mapping[str, str] | None = None,
     ) -> dict[str, np.ndarray]:
-        """Run ``model`` on ``inputs`` (name -> one value per row); the ``outputs`` as ``[N, ...]`` arrays.
+        """One Triton call of ``model`` on ``inputs`` (name -> one value per row, at most its ``max_batch_size``).
 
-        ``headers`` go with each call (the trace context).
+        The ``outputs`` come back as ``[N, ...]`` arrays; ``headers`` go with the call (the trace context). Token-id
+        rows go as one matrix padded to the longest.
         """
-        rows = len(next(iter(inputs.values())))
-        step = model.max_batch_size if model.max_batch_size > 0 else rows
-        if rows <= step:  # the common case: awaited directly, no task to schedule
-            return await self._infer_chunk(model, inputs, outputs, range(rows), headers)
-        chunks = [range(start, min(start + step, rows)) for start in range(0, rows, step)]
-        results = await asyncio.gather(*(self._infer_chunk(model, inputs, outputs, c, headers) for c in chunks))
-        return {name: stack_rows([r[name] for r in results]) for name in outputs}
-
-    async def _infer_chunk(
-        self,
-        model: ModelInfo,
-        inputs: Mapping[str, Sequence[Any]],
-        outputs: Sequence[str],
-        rows: range,
-        headers: Mapping[str, str] | None,
-    ) -> dict[str, np.ndarray]:
-        whole = len(rows) == len(next(iter(inputs.values())))
         tensors = []
         for name, values in inputs.items():
-            part = values if whole else values[rows.start : rows.stop]
-            matrix = bool(part) and isinstance(part[0], list)  # rows of numbers (token ids), padded to one width
-            tensors.append((Tensor.padded if matrix else Tensor.column)(name, model.inputs[name].datatype, part))
-        return await self._inference.infer(model.name, tensors, outputs, headers)
+            matrix = bool(values) and isinstance(values[0], list)  # rows of numbers (token ids), padded to one width
+            tensors.append((Tensor.padded if matrix else Tensor.column)(name, model.inputs[name].datatype, values))
+        return await self._inference.post(model.name, tensors, outputs, headers)

@@ -22,7 +22,7 @@ from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family
 from tritongen.gateway.models import ModelInfo
 from tritongen.gateway.schemas import MAX_INPUTS, bad, body_object, model_name, text_list
-from tritongen.steps._common import l2_normalize
+from tritongen.vectors import l2_normalize
 
 __all__ = ["routes", "score_pairs"]
 
@@ -82,7 +82,7 @@ async def score(gateway: Gateway, request: Request) -> Response:
     """``POST /score``."""
     data = body_object(await request.body())
     left, right = _pairs(data)
-    model = await gateway.model_for(request, model_name(data), "score", "/score")
+    model = await gateway.model_for(request, model_name(data), "score")
     scores, result = await score_pairs(gateway, model, left, right)
     rows = [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)]
     usage = gateway.usage(model, result, list(zip(left, right, strict=True)))
@@ -93,7 +93,7 @@ async def classify(gateway: Gateway, request: Request) -> Response:
     """``POST /classify``: ``{model, input}`` -> ``data: [{index, label, probs, num_classes}]``."""
     data = body_object(await request.body())
     texts, _ = text_list(data, "input")
-    model = await gateway.model_for(request, model_name(data), "predict", "/classify")
+    model = await gateway.model_for(request, model_name(data), "predict")
     if TEXT_PAIR in model.inputs:
         raise bad(f"`{model.name}` classifies text pairs; score them with /score", "model", code="unsupported_model")
     result = await gateway.infer(model, {TEXT: texts}, [PROBABILITIES])

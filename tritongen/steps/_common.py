@@ -1,8 +1,6 @@
 """Helpers shared by the Python-backend models (copied beside them as ``_tritongen_step/_common.py``).
 
-It also owns the vector maths every place that serves embeddings shares: :func:`l2_normalize` and the Matryoshka
-cut (:func:`matryoshka_cut`), which the postprocess steps serve, the gateway applies to vectors it shortens or
-compares, and ``tritongen.pooling.heads`` folds into the graph as ONNX nodes.
+The vector maths they share with the gateway and the gates is :mod:`tritongen.vectors` (``_tritongen_step.vectors``).
 """
 
 from __future__ import annotations
@@ -29,15 +27,12 @@ __all__ = [
     "encode_truncated",
     "encode_windows",
     "input_error",
-    "l2_normalize",
-    "matryoshka_cut",
     "model_parameters",
     "pack_encodings",
     "read_json",
     "resolve_version_file",
     "respond_per_request",
     "settings_kept",
-    "softmax",
     "token_metadata",
 ]
 
@@ -118,40 +113,6 @@ class PerRequestStep:
     def execute(self, requests: list[Any]) -> list[Any]:
         """One response per request."""
         return respond_per_request(pb_utils, requests, self.output_names, self.process_request)
-
-
-def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Numerically stable softmax over ``axis``; float16/bfloat16 (and ints) go to float32, -inf entries to 0.
-
-    The one softmax of the steps and the gate: classification scores, NER token scores, QA span scores.
-    """
-    logits = np.asarray(logits)
-    if logits.dtype not in (np.float32, np.float64):
-        logits = logits.astype(np.float32)
-    exp = np.exp(logits - logits.max(axis=axis, keepdims=True))
-    return exp / exp.sum(axis=axis, keepdims=True)
-
-
-def l2_normalize(vectors: np.ndarray) -> np.ndarray:
-    """Rows at unit length, as sentence-transformers' Normalize module scales them (an all-zero row stays zero).
-
-    In float32 (float16 and bfloat16 outputs too), or in float64 where given float64 (cosines computed exactly).
-    """
-    vectors = vectors.astype(np.promote_types(vectors.dtype, np.float32), copy=False)
-    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
-    return vectors / np.maximum(norms, 1e-12)
-
-
-def matryoshka_cut(values: np.ndarray, dimensions: int, *, normalize: bool) -> np.ndarray:
-    """The first ``dimensions`` values of each row (Matryoshka), renormalised when ``normalize``.
-
-    Raises ValueError for a ``dimensions`` outside 1..width (the request's input error).
-    """
-    width = values.shape[-1]
-    if not 1 <= dimensions <= width:
-        raise ValueError(f"DIMENSIONS must be between 1 and {width}, got {dimensions}")
-    cut = values[..., :dimensions]
-    return l2_normalize(cut) if normalize else cut.astype(np.float32)
 
 
 @contextlib.contextmanager

@@ -46,7 +46,7 @@ PACKAGE_INIT = (
 _STEPS = "tritongen.steps"
 # Last name -> module, besides the steps' own modules (``tritongen.steps.<name>``): the contract, and each helper a
 # task declares (``Task.helper_modules``), added when the task registers.
-_HELPERS: dict[str, str] = {"contract": "tritongen.contract"}
+_HELPERS: dict[str, str] = {"contract": "tritongen.contract", "vectors": "tritongen.vectors"}
 
 
 def helper_file(module: str) -> PurePosixPath:

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from _tritongen_step._common import PerRequestStep, model_parameters, pb_utils, read_json, resolve_version_file, softmax
+from _tritongen_step._common import PerRequestStep, model_parameters, pb_utils, read_json, resolve_version_file
 from _tritongen_step.contract import LABEL, LABELS, LABELS_FILE, PROBABILITIES, SCORE
+from _tritongen_step.vectors import softmax
 
 __all__ = [
     "BatchedPostprocess",

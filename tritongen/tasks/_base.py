@@ -145,7 +145,7 @@ class Task:
         token_tensors = self.modality.tensors(checkpoint, names)
         extra = [t for t in self.tokenizer_outputs(checkpoint) if t.name not in names]
         post_out = self.postprocess_outputs(checkpoint)
-        helpers = (_COMMON, "tritongen.contract", *self.helper_modules)
+        helpers = (_COMMON, "tritongen.contract", "tritongen.vectors", *self.helper_modules)
         return TaskPlan(
             task=self.name,
             settings=settings,

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from _tritongen_step._common import l2_normalize, matryoshka_cut, pb_utils, respond_per_request
+from _tritongen_step._common import pb_utils, respond_per_request
 from _tritongen_step.contract import DIMENSIONS, EMBEDDING, WINDOW_EXAMPLE, WINDOW_TOKENS
 from _tritongen_step.postprocess import BatchedPostprocess, input_array
+from _tritongen_step.vectors import l2_normalize, matryoshka_cut
 
 __all__ = ["TritonPythonModel", "combine_windows"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from _tritongen_step._common import l2_normalize, pb_utils, respond_per_request
+from _tritongen_step._common import pb_utils, respond_per_request
 from _tritongen_step.contract import (
     ATTENTION_MASK,
     COLBERT,
@@ -35,6 +35,7 @@ from _tritongen_step.contract import (
 from _tritongen_step.postprocess import TritonPythonModel as PostprocessBase
 from _tritongen_step.postprocess import input_array
 from _tritongen_step.sparse import pad_rows, token_weights
+from _tritongen_step.vectors import l2_normalize
 
 __all__ = ["TritonPythonModel"]
 

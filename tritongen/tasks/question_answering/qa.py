@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from _tritongen_step._common import pack_encodings, settings_kept, softmax, token_metadata
+from _tritongen_step._common import pack_encodings, settings_kept, token_metadata
 from _tritongen_step.contract import ATTENTION_MASK, INPUT_IDS, OFFSETS, TOKEN_TYPE_IDS, WORD_IDS
+from _tritongen_step.vectors import softmax
 
 if TYPE_CHECKING:  # the module itself needs only numpy; callers hand in a tokenizers.Tokenizer
     from tokenizers import Encoding, Tokenizer

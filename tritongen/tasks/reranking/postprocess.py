@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from _tritongen_step._common import softmax
 from _tritongen_step.contract import SCORE
 from _tritongen_step.postprocess import BatchedPostprocess
+from _tritongen_step.vectors import softmax
 
 __all__ = ["TritonPythonModel"]
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from _tritongen_step._common import softmax
+from _tritongen_step.vectors import softmax
 
 __all__ = ["candidate_labels", "hypotheses", "ranked", "scores"]
 
