@@ -181,7 +181,7 @@ test-repeat: venv compat-venv ## run REPEAT_TESTS ROUNDS times (5), each a fresh
 	$(PY) scripts/repeat_tests.py --rounds $(ROUNDS) --out test_rounds -- \
 		$(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup) $(REPEAT_TESTS)
 
-check: venv ## the inner loop: lint, then the tests that build nothing and start no server (under 2 minutes)
+check: venv ## the inner loop: lint, then the tests that build nothing and start no server (about 40 s)
 	$(VENV)/bin/ruff check tritongen tests scripts
 	TRITONGEN_FAST_TESTS=1 $(PY) -m pytest -m "not e2e and not build" -q $(PYTEST_ARGS)
 

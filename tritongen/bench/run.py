@@ -70,6 +70,7 @@ class BenchOptions:
     texts: int | str = 512  # a count of the mixed texts, or a named set (tritongen.data.datasets.text_set)
     batch: int = 1  # texts per request in the interleaved HTTP comparisons (d), (e), (f)
     through_gateway: bool = False  # (d) and (f) drive the ensemble through the gateway's /v1/embeddings
+    gateway_args: tuple[str, ...] = ()  # more of the gateway's options wherever the bench starts it
     baselines: tuple[str, ...] = DEFAULT_BASELINES
     compare: tuple[str, ...] = ()  # more ensembles of the same repository, measured in the same server run
     peer_rounds: int = 3  # (d): interleaved rounds per concurrency
@@ -244,8 +245,9 @@ def _measure_gateway(run: _BenchRun, server: TritonServer) -> GatewayComparison 
         return None
     run.console.print("[bold]Measuring baseline (e): the OpenAI/TEI gateway in front of the ensemble, interleaved…")
     with gateway_server(
-        server.grpc_url, server.http_url, run.repository, run.results / "gateway.log", model=options.name
-    ) as (url, pid):
+        server.grpc_url, server.http_url, run.repository, run.results / "gateway.log", model=options.name,
+        args=options.gateway_args,
+    ) as (url, pid):  # fmt: skip
         assert server.process is not None
         setup = GatewaySetup(server.http_url, url, (server.process.pid, pid))
         return compare_with_gateway(setup, options.name, run.texts, options.interleaving, progress=run.console.print)
@@ -345,7 +347,8 @@ def _ours(run: _BenchRun, server: TritonServer) -> Iterator[HttpTarget]:
         yield kserve_target(f"`{name}`", server.http_url, name)
         return
     log = run.results / "gateway_for_peers.log"
-    with gateway_server(server.grpc_url, server.http_url, run.repository, log, model=name) as (url, _):
+    args = run.options.gateway_args
+    with gateway_server(server.grpc_url, server.http_url, run.repository, log, model=name, args=args) as (url, _):
         yield openai_target(f"`{name}` through the gateway", url, name, "/v1/embeddings")
 
 

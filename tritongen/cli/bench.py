@@ -7,6 +7,7 @@ latency and memory.
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,10 @@ def _bench_options(bench: argparse.ArgumentParser) -> None:
         "--batch", type=int, default=1,
         help="texts per request in the HTTP comparisons with the peers and the gateway (perf_analyzer's "
         "configurations send one)",
+    )  # fmt: skip
+    bench.add_argument(
+        "--gateway-args", default="",
+        help="more of the gateway's options wherever the bench starts it, as --gateway-args=\"--max-triton-calls 0\"",
     )  # fmt: skip
     bench.add_argument(
         "--through-gateway", action="store_true",
@@ -123,6 +128,7 @@ def _bench(args: argparse.Namespace) -> None:
         texts=args.texts,
         batch=args.batch,
         through_gateway=args.through_gateway,
+        gateway_args=tuple(shlex.split(args.gateway_args)),
         compare=tuple(n for n in (args.compare or "").split(",") if n),
         tail=args.tail,
         tune=grid,
