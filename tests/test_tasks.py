@@ -12,6 +12,7 @@ from tritongen.errors import SpecError
 from tritongen.gates.accuracy import SpanGate
 from tritongen.model.checkpoint import Checkpoint, Pooling
 from tritongen.tasks import TASKS, TaskPlan, get_task
+from tritongen.tasks._registry import DETECTION_ORDER, FALLBACK
 
 
 def _checkpoint(architecture: str) -> Checkpoint:
@@ -40,6 +41,11 @@ def test_registry_holds_one_entry_per_task_folder():
         "token-classification",
         "zero-shot-classification",
     ]
+
+
+def test_detection_names_every_task_once_in_one_table():
+    named = [*DETECTION_ORDER, *FALLBACK]
+    assert sorted(named) == sorted(TASKS) and len(set(named)) == len(named)
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))

@@ -282,7 +282,7 @@ def _served_by(plan: BuildPlan, steps: StepServer | None) -> str:
 def canary(
     plan: BuildPlan, onnx: Export, work: Staging, console: Console, config: mc.ModelConfig, steps: StepServer | None
 ) -> None:
-    """Stage 10: record the served model step's outputs on the parity texts (``canary.json``, for roll-outs).
+    """Stage 9: record the served model step's outputs on the parity texts (``canary.json``, for roll-outs).
 
     The step runs as the node runs it (``config``, the rendered model step): through the native backend where
     ``steps`` serves it, else in process with the session settings the config gives. A roll-out sends the same
@@ -312,7 +312,7 @@ def canary(
 
 
 def fold(plan: BuildPlan, onnx: Export, console: Console) -> FoldReport:
-    """Stage 7: fold the postprocess step into the served graph where the task can and the fold proves itself.
+    """Stage 6: fold the postprocess step into the served graph where the task can and the fold proves itself.
 
     The folded graph must give the Python postprocess step's outputs (on the same run's raw output) on the
     parity texts, in our ONNX Runtime and the container's. The served file is replaced only then.
@@ -388,7 +388,7 @@ def _same_windows(plan: BuildPlan) -> None:
 def size(
     plan: BuildPlan, onnx: Export, console: Console, *, folded: bool = False, steps: StepServer | None = None
 ) -> tuple[BuildPlan, SizingReport | None]:
-    """Stage 8: where the spec leaves the model step's layout open on a CPU node, measure a few and take one.
+    """Stage 7: where the spec leaves the model step's layout open on a CPU node, measure a few and take one.
 
     The layout decided when the spec was loaded (``Runtime.cpu_layout``, ``tritongen.sizing.CpuLayout``) is
     refined: its candidates timed, the rule's pick written into the plan's spec. The plan comes back unchanged,
@@ -450,7 +450,7 @@ class _ServedLayouts:
 
 
 def render(plan: BuildPlan, *, folded: bool = False) -> dict[str, tuple[str, mc.ModelConfig]]:
-    """Stage 9: the configs as ``config.pbtxt`` text, parsed with Triton's schema and wiring-checked."""
+    """Stage 8: the configs as ``config.pbtxt`` text, parsed with Triton's schema and wiring-checked."""
     return render_all(
         step_configs(plan.spec, plan.bound, pad_id=plan.pad_id, tokenizer_facts=plan.tokenizer_facts, folded=folded)
     )

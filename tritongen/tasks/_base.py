@@ -71,7 +71,6 @@ class Task:
 
     name: ClassVar[str]
     onnx_output: ClassVar[str]
-    detect_order: ClassVar[int] = 50  # detection tries the more specific tasks (lower numbers) first
     # The architecture suffix of the checkpoints this task needs (``*ForTokenClassification``); None: any.
     head: ClassVar[str | None] = None
     # False when one request becomes a different number of model rows (QA windows): the tokenizer,

@@ -16,9 +16,26 @@ if TYPE_CHECKING:
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.tasks._base import Task
 
-__all__ = ["TASKS", "detect_task", "get_task", "register_task"]
+__all__ = ["DETECTION_ORDER", "FALLBACK", "TASKS", "detect_task", "get_task", "register_task"]
 
 TASKS: dict[str, Task] = {}
+
+# The order detection tries the tasks in: the more specific first. A registered task not named here (a plug-in)
+# is tried after these and before FALLBACK, in the order it registered.
+DETECTION_ORDER = (
+    "text-pair-classification",  # a cross-encoder's config says so; before classification, which takes it too
+    "image-classification",
+    "image-embedding",
+    "multi-embedding",  # before embedding: BGE-M3 also ships a sentence-transformers layout (its dense side)
+    "sparse-embedding",  # before embedding, which takes every sentence-transformers layout
+    "classification",
+    "question-answering",
+    "reranking",
+    "token-classification",
+    "zero-shot-classification",
+)
+# Tried last: a bare encoder is an embedder; the image side of a text-image model is never detected (ask for it).
+FALLBACK = ("embedding", "image-embedding-text")
 
 
 @section_source
@@ -49,8 +66,10 @@ def get_task(name: str) -> Task:
 
 def detect_task(checkpoint: Checkpoint) -> Task:
     """Pick the task from the checkpoint's architectures and files."""
-    for task in sorted(TASKS.values(), key=lambda t: t.detect_order):
-        if task.matches(checkpoint):
+    plugins = [name for name in TASKS if name not in DETECTION_ORDER + FALLBACK]
+    for name in (*DETECTION_ORDER, *plugins, *FALLBACK):
+        task = TASKS.get(name)
+        if task is not None and task.matches(checkpoint):
             return task
     raise UnsupportedModelError(
         f"cannot tell the task of {{path}} (architectures {checkpoint.architectures}); "

@@ -67,7 +67,6 @@ class Embedding(Task):
 
     name = "embedding"
     onnx_output = SENTENCE_EMBEDDING
-    detect_order = 90  # a bare encoder is the fallback
     gate = CosineGate
     bench_baselines = True
     takes_token_ids = True

@@ -28,7 +28,6 @@ class ImageClassification(Classification):
 
     name = "image-classification"
     head = "ForImageClassification"
-    detect_order = 20
     bench_baselines = False
     truncates = False
     modality = ImageInputs()

@@ -57,7 +57,6 @@ class ImageEmbedding(ImageTextSide):
 
     name = "image-embedding"
     onnx_output = "image_embeds"
-    detect_order = 20
     truncates = False
     modality = ImageInputs()
     tokenizer_step = "tritongen.steps.image"

@@ -51,7 +51,6 @@ class ImageEmbeddingText(ImageTextSide):
 
     name = "image-embedding-text"
     onnx_output = "text_embeds"
-    detect_order = 95  # never detected: the checkpoint's image side is (ask for it with --task)
     modality = TextTowerInputs()
 
     def matches(self, checkpoint: Checkpoint) -> bool:

@@ -42,7 +42,6 @@ class MultiEmbedding(SparseTask):
 
     name = "multi-embedding"
     onnx_output = "token_vectors"
-    detect_order = 20  # before `embedding`: BGE-M3 also ships a sentence-transformers layout (its dense side)
     gate = TokenCosineGate
     postprocess_step = "tritongen.tasks.multi_embedding.postprocess"
 

@@ -43,7 +43,7 @@ def sparse_card_line(settings: SparseSettings) -> str:
 class SparseTask(Task):
     """The base of the tasks that return sparse weights: the ``sparse`` section, the step helper that applies it.
 
-    Not registered itself: each subclass is a task entry, detected in its own ``detect_order``.
+    Not registered itself: each subclass is a task entry, detected where ``DETECTION_ORDER`` names it.
     """
 
     helper_modules = ("tritongen.steps.sparse",)
@@ -66,7 +66,6 @@ class SparseEmbedding(SparseTask):
 
     name = "sparse-embedding"
     onnx_output = "sparse_weights"
-    detect_order = 30  # before `embedding`, which takes every sentence-transformers layout
     head = "ForMaskedLM"
     gate = CosineGate
     postprocess_step = "tritongen.tasks.sparse_embedding.postprocess"

@@ -26,7 +26,6 @@ class TextPairClassification(Classification):
     """Classification of a text pair: detected from NLI labels or a cross-encoder's config."""
 
     name = "text-pair-classification"
-    detect_order = 10
     pair_input = True
     bench_baselines = False
 
