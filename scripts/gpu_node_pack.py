@@ -106,7 +106,7 @@ def _build(carry: Path, repository: Path, name: str, fp32: Path | None) -> None:
     from tritongen.configs.model_config import to_proto
     from tritongen.configs.parser import read_config
     from tritongen.contract import BUCKETS, MAX_LENGTH, PADDING, TOKENIZER_FILE
-    from tritongen.repository.layout import step_names
+    from tritongen.repository.contents import step_names
     from tritongen.repository.staging import existing_versions
 
     (carry / "models").mkdir()

@@ -31,7 +31,7 @@ import numpy as np
 
 from tritongen.contract import ATTENTION_MASK, BUCKETS, INPUT_IDS, TOKEN_TYPE_IDS
 from tritongen.data.datasets import bench_texts
-from tritongen.repository.layout import step_names
+from tritongen.repository.contents import step_names
 from tritongen.repository.staging import existing_versions
 
 

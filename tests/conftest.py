@@ -262,7 +262,7 @@ def tiny_factory(checkpoint_cache):
 @pytest.fixture
 def step_folder(tmp_path: Path):
     """A step's version folder as the build writes it: ``step_folder(*modules)``, each in its helper package."""
-    from tritongen.steps.package import write_helpers
+    from tritongen.steps.helpers import write_helpers
 
     def write(*modules: str) -> Path:
         folder = tmp_path / "step"

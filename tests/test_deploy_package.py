@@ -22,7 +22,7 @@ from tritongen.deploy.gateway import GATEWAY_PACKAGES, GATEWAY_PORT, run_command
 from tritongen.deploy.package import PROBE_PATH
 from tritongen.errors import DeployError
 from tritongen.gates.compat import VENVS
-from tritongen.steps.package import STEP_PACKAGE, write_helpers
+from tritongen.steps.helpers import STEP_PACKAGE, write_helpers
 
 LOCK = Path(__file__).resolve().parents[1] / "requirements.lock"
 SOURCE = Path(__file__).resolve().parents[1] / "tritongen"

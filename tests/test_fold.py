@@ -18,7 +18,7 @@ from tritongen.builder.spec import load_spec
 from tritongen.gates.compat import ContainerSession
 from tritongen.model.fold import FoldProof, classification_tail, fold_graph, fold_served, prove
 from tritongen.pooling.heads import embedding_tail
-from tritongen.repository.layout import served_steps
+from tritongen.repository.contents import served_steps
 from tritongen.serve.client import infer
 from tritongen.tasks import reference_postprocess
 

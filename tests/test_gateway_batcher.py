@@ -10,9 +10,9 @@ import pytest
 from tritongen.errors import GatewayError
 from tritongen.gateway.batcher import SPREAD_LENGTH, Batcher, cut_calls
 from tritongen.gateway.metrics import GatewayMetrics
-from tritongen.gateway.models import ModelInfo, Tensor
+from tritongen.gateway.models import ModelInfo, TensorType
 
-MODEL = ModelInfo("emb", 8, {"TEXT": Tensor("BYTES", (1,))}, {"EMBEDDING": Tensor("FP32", (2,))}, instances=1)
+MODEL = ModelInfo("emb", 8, {"TEXT": TensorType("BYTES", (1,))}, {"EMBEDDING": TensorType("FP32", (2,))}, instances=1)
 
 
 class Scripted:

@@ -16,7 +16,7 @@ import pytest
 import uvloop
 
 from tritongen.errors import GatewayError
-from tritongen.gateway.kserve_http import HttpInference, Tensor
+from tritongen.gateway.kserve_http import HttpInference, WireTensor
 from tritongen.serve.ports import free_port
 
 LOOPS = pytest.mark.parametrize(
@@ -117,7 +117,7 @@ def test_tensors_go_as_binary_and_come_back_as_arrays_on_one_kept_alive_connecti
         [("EMBEDDING", "FP32", vectors), ("TRUNCATED", "BOOL", np.array([[True], [False]])), ("LABEL", "BYTES", labels)]
     )
     server = Scripted(lambda header, raw: answer)
-    inputs = [Tensor.column("TEXT", "BYTES", TEXTS), Tensor.column("DIMENSIONS", "INT32", [3, 3])]
+    inputs = [WireTensor.column("TEXT", "BYTES", TEXTS), WireTensor.column("DIMENSIONS", "INT32", [3, 3])]
 
     async def twice(inference):
         return [await inference.post("emb", inputs, ["EMBEDDING", "TRUNCATED", "LABEL"]) for _ in range(2)]
@@ -143,7 +143,7 @@ def test_a_kept_alive_connection_that_triton_closed_is_replaced_and_the_request_
     server = Scripted(
         lambda header, raw: next(answers, _binary_answer([("EMBEDDING", "FP32", np.zeros((1, 2), np.float32))]))
     )
-    inputs = [Tensor.column("TEXT", "BYTES", ["x"])]
+    inputs = [WireTensor.column("TEXT", "BYTES", ["x"])]
 
     async def twice(inference):
         return [await inference.post("emb", inputs, ["EMBEDDING"]) for _ in range(2)]
@@ -167,7 +167,7 @@ def test_tritons_error_answers_become_the_gateways_errors(loop_factory, status, 
     server = Scripted(lambda header, raw: _json_answer(status, {"error": message}))
 
     async def once(inference):
-        return await inference.post("emb", [Tensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
+        return await inference.post("emb", [WireTensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
 
     with pytest.raises(GatewayError) as caught:
         _run(loop_factory, server, once)
@@ -177,7 +177,7 @@ def test_tritons_error_answers_become_the_gateways_errors(loop_factory, status, 
 @LOOPS
 def test_no_answer_in_time_is_504_and_malformed_http_is_502(loop_factory):
     async def once(inference):
-        return await inference.post("emb", [Tensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
+        return await inference.post("emb", [WireTensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
 
     with pytest.raises(GatewayError) as caught:
         _run(loop_factory, Scripted(lambda header, raw: None), once, timeout=0.3)
@@ -193,7 +193,7 @@ def test_json_outputs_are_read_where_triton_sends_them_without_binary(loop_facto
     server = Scripted(lambda header, raw: _json_answer(200, payload))
 
     async def once(inference):
-        return await inference.post("emb", [Tensor.column("TEXT", "BYTES", TEXTS)], ["TOKEN_COUNT"])
+        return await inference.post("emb", [WireTensor.column("TEXT", "BYTES", TEXTS)], ["TOKEN_COUNT"])
 
     counts = _run(loop_factory, server, once)["TOKEN_COUNT"]
     assert counts.dtype == np.int32 and counts.tolist() == [[3], [5]]
@@ -204,7 +204,7 @@ def test_an_unreachable_port_names_the_option_and_a_closed_client_refuses(loop_f
     async def unreachable(_):
         inference = HttpInference(f"127.0.0.1:{free_port()}", 5.0)
         with pytest.raises(GatewayError) as caught:
-            await inference.post("emb", [Tensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
+            await inference.post("emb", [WireTensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
         return caught.value
 
     error = _run(loop_factory, Scripted(lambda header, raw: None), unreachable)
@@ -213,7 +213,7 @@ def test_an_unreachable_port_names_the_option_and_a_closed_client_refuses(loop_f
     async def closed(inference):
         await inference.close()
         with pytest.raises(GatewayError) as caught:
-            await inference.post("emb", [Tensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
+            await inference.post("emb", [WireTensor.column("TEXT", "BYTES", ["x"])], ["EMBEDDING"])
         return caught.value
 
     assert "shutting down" in _run(loop_factory, Scripted(lambda header, raw: None), closed).message
@@ -222,7 +222,7 @@ def test_an_unreachable_port_names_the_option_and_a_closed_client_refuses(loop_f
 def test_the_bench_baseline_reads_the_texts_of_a_binary_request_as_the_gateway_writes_it():
     from tritongen.bench.pipeline_server import decode_request
 
-    tensor = Tensor.column("TEXT", "BYTES", TEXTS)
+    tensor = WireTensor.column("TEXT", "BYTES", TEXTS)
     header = json.dumps(
         {
             "inputs": [

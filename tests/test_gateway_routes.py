@@ -19,7 +19,7 @@ from tests.test_gateway_discovery import FakeGrpc, _client
 from tritongen.gateway import cohere, openai, tei, tei_info, vllm
 from tritongen.gateway.core import Gateway, GatewayOptions
 from tritongen.gateway.errors import Family
-from tritongen.gateway.models import ModelInfo, Tensor
+from tritongen.gateway.models import ModelInfo, TensorType
 from tritongen.gateway.schemas import parse_embeddings
 from tritongen.gateway.tokens import decode, texts_from_ids
 
@@ -250,15 +250,15 @@ def test_default_prompt_name_is_sent_where_the_model_has_prompts_and_a_request_n
         return _embedding(model_name, rows, first)
 
     gateway = _gateway(answer, default_prompt_name="query")
-    model = ModelInfo("emb", 64, {"TEXT": Tensor("BYTES", (1,)), "PROMPT_NAME": Tensor("BYTES", (1,))},
-                      {"EMBEDDING": Tensor("FP32", (4,))})  # fmt: skip
+    model = ModelInfo("emb", 64, {"TEXT": TensorType("BYTES", (1,)), "PROMPT_NAME": TensorType("BYTES", (1,))},
+                      {"EMBEDDING": TensorType("FP32", (4,))})  # fmt: skip
     inputs: dict[str, list] = {"TEXT": ["a", "b"]}
     gateway.add_prompt(model, inputs, None, 2)
     seen.append(inputs.get("PROMPT_NAME"))
     inputs = {"TEXT": ["a"]}
     gateway.add_prompt(model, inputs, "passage", 1)
     seen.append(inputs.get("PROMPT_NAME"))
-    no_prompts = ModelInfo("emb", 64, {"TEXT": Tensor("BYTES", (1,))}, {"EMBEDDING": Tensor("FP32", (4,))})
+    no_prompts = ModelInfo("emb", 64, {"TEXT": TensorType("BYTES", (1,))}, {"EMBEDDING": TensorType("FP32", (4,))})
     inputs = {"TEXT": ["a"]}
     gateway.add_prompt(no_prompts, inputs, None, 1)  # a model without prompts takes the text as it is
     seen.append(inputs.get("PROMPT_NAME"))
@@ -357,7 +357,7 @@ def _wordpiece() -> Tokenizer:
 
 def _model(tokenizer) -> ModelInfo:
     return ModelInfo(
-        "emb", 64, {"TEXT": Tensor("BYTES", (1,))}, {"EMBEDDING": Tensor("FP32", (4,))}, tokenizer=tokenizer
+        "emb", 64, {"TEXT": TensorType("BYTES", (1,))}, {"EMBEDDING": TensorType("FP32", (4,))}, tokenizer=tokenizer
     )
 
 

@@ -45,7 +45,7 @@ def _module_name(path: Path) -> str:
 def _in_process(name: str) -> str:
     """A served step's helper (``_tritongen_step._common``) as the module it is in process; other names as they are."""
     import tritongen.tasks  # noqa: F401  (registers the tasks' helpers)
-    from tritongen.steps.package import STEP_PACKAGE, served_module
+    from tritongen.steps.helpers import STEP_PACKAGE, served_module
 
     package, _, rest = name.partition(".")
     helper, _, member = rest.partition(".")

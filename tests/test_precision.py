@@ -16,7 +16,7 @@ from tritongen.cli import main
 from tritongen.errors import AccuracyError
 from tritongen.gates.accuracy import measure_accuracy, require_accuracy
 from tritongen.gates.parity import ReferenceModel
-from tritongen.repository.layout import step_names
+from tritongen.repository.contents import step_names
 from tritongen.serve.client import infer
 from tritongen.steps.tokenizer import TextEncoder
 from tritongen.tasks import get_task

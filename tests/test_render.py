@@ -19,7 +19,7 @@ from tritongen.buildspec import (
 from tritongen.configs.render import parse_config, render_all, validate_ensemble
 from tritongen.errors import ConfigValidationError
 from tritongen.model.checkpoint import Checkpoint, Pooling
-from tritongen.repository.layout import step_names
+from tritongen.repository.contents import step_names
 from tritongen.runtimes.onnxruntime import TensorRTSettings
 from tritongen.tasks import get_task
 

@@ -11,7 +11,7 @@ import pytest
 from tritongen.bench.process import http_process
 from tritongen.deploy.s3 import S3Location, parse_s3_url, publish
 from tritongen.errors import RepositoryError
-from tritongen.repository.layout import served_steps, step_names
+from tritongen.repository.contents import served_steps, step_names
 from tritongen.serve.client import infer
 from tritongen.serve.server import running_server
 

@@ -22,7 +22,7 @@ import tritongen.steps.tokenizer
 import tritongen.tasks.question_answering.qa
 import tritongen.tasks.question_answering.tokenizer as qa_tokenizer  # the tasks register their helpers
 from tritongen.sources import module_file
-from tritongen.steps.package import STEP_PACKAGE, register_helpers, served_module
+from tritongen.steps.helpers import STEP_PACKAGE, register_helpers, served_module
 
 ROOT = Path(__file__).resolve().parents[1]
 

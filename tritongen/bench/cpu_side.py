@@ -36,7 +36,7 @@ from tritongen.bench.tune import apply as tune_apply
 from tritongen.configs.parser import read_config
 from tritongen.contract import BUCKETS, MAX_LENGTH, PADDING, TOKENIZER_FILE
 from tritongen.errors import BenchError
-from tritongen.repository.layout import step_names
+from tritongen.repository.contents import step_names
 from tritongen.serve.server import Endpoints, TritonServer
 from tritongen.serve.stats import model_stats, stats_delta
 

@@ -19,7 +19,7 @@ from typing import Any
 from tritongen.configs.model_config import to_proto
 from tritongen.configs.parser import read_config
 from tritongen.errors import BenchError
-from tritongen.repository.layout import step_names
+from tritongen.repository.contents import step_names
 from tritongen.repository.staging import existing_versions
 
 __all__ = ["FREE_STEP_INSTANCES", "free_graph", "free_repository"]

@@ -45,7 +45,7 @@ from tritongen.buildspec import DynamicBatchingSettings
 from tritongen.contract import ATTENTION_MASK, INPUT_IDS, MAX_LENGTH, TOKEN_TYPE_IDS
 from tritongen.data.datasets import text_set
 from tritongen.errors import BenchError
-from tritongen.repository.layout import step_names
+from tritongen.repository.contents import step_names
 from tritongen.repository.staging import existing_versions
 from tritongen.runtimes import get_runtime
 from tritongen.serve.server import Endpoints, TritonServer, server_environment

@@ -19,7 +19,7 @@ from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer
 from tritongen.configs.model_config import InstanceGroup, ModelConfig, to_json
 from tritongen.configs.parser import read_config
 from tritongen.errors import BenchError, RepositoryError
-from tritongen.repository.layout import step_names
+from tritongen.repository.contents import step_names
 from tritongen.runtimes.registry import RUNTIMES, runtime_of_backend
 
 __all__ = ["Setting", "TuneGrid", "TunePlan", "TunePoint", "apply", "best", "ratios", "thread_parameter", "tune"]

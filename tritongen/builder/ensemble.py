@@ -16,7 +16,7 @@ from typing import Any
 from tritongen.buildspec import BuildSpec, bucket_lengths, instance_group
 from tritongen.configs.model_config import EnsembleStep, ModelConfig, Tensor, generated_comment
 from tritongen.contract import ATTENTION_MASK, PADDING
-from tritongen.repository.layout import step_names
+from tritongen.repository.contents import step_names
 from tritongen.runtimes import ModelStep, get_runtime
 from tritongen.tasks import TaskPlan
 

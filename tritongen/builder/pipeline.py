@@ -48,14 +48,14 @@ from tritongen.precision.int8_search import SearchReport
 from tritongen.repository.canary import CANARY_FILE, Recorder
 from tritongen.repository.canary import record as record_canary
 from tritongen.repository.canary import tolerance as canary_tolerance
-from tritongen.repository.layout import served_steps, served_windows
+from tritongen.repository.contents import served_steps, served_windows
 from tritongen.repository.staging import Staging, staging
 from tritongen.runtimes import Export, Runtime, Variant, get_runtime
 from tritongen.serve.backends import installed_release, served_backends
 from tritongen.serve.step_server import StepCall, StepServer, on_cpu
 from tritongen.sizing import Layout, SizingReport
 from tritongen.sources import module_file
-from tritongen.steps.package import write_helpers
+from tritongen.steps.helpers import write_helpers
 from tritongen.tasks import BuildPlan, Task, detect_task, get_task, reference_postprocess
 from tritongen.tasks._base import NO_TOKENIZER_LIMIT
 

@@ -44,7 +44,7 @@ def _publish_options(pub: argparse.ArgumentParser) -> None:
 
 def _publish(args: argparse.Namespace) -> None:
     from tritongen.deploy.s3 import parse_s3_url, publish
-    from tritongen.repository.layout import served_steps, step_names
+    from tritongen.repository.contents import served_steps, step_names
 
     names, steps = step_names(args.name), served_steps(args.repository, args.name)
     if steps is None:
@@ -181,7 +181,7 @@ def _plan_options(plan: argparse.ArgumentParser) -> None:
 def _plan(args: argparse.Namespace) -> None:
     from tritongen.deploy import bench_results_path, plan_capacity
     from tritongen.deploy.plan import CpuSideBound, cpu_side_path, read_cpu_side
-    from tritongen.repository.layout import built_sizing
+    from tritongen.repository.contents import built_sizing
     from tritongen.sizing.cpu_side import REFERENCE_CPU_SIDE
 
     path = args.results or bench_results_path(args.name)

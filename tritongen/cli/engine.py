@@ -30,7 +30,7 @@ def _engine_options(engine: argparse.ArgumentParser) -> None:
 
 def _engine(args: argparse.Namespace) -> None:
     from tritongen.errors import RepositoryError
-    from tritongen.repository.layout import step_names
+    from tritongen.repository.contents import step_names
     from tritongen.repository.staging import existing_versions
     from tritongen.runtimes.tensorrt.engine import build_engine
 

@@ -20,7 +20,7 @@ from typing import Any
 from tritongen.deploy.step_requirements import canonical, read_lock
 from tritongen.deploy.triton_args import TritonArgs
 from tritongen.errors import DeployError
-from tritongen.repository.layout import step_names
+from tritongen.repository.contents import step_names
 
 __all__ = [
     "GATEWAY_IMAGE_BASE",

@@ -28,7 +28,7 @@ from tritongen.deploy.gateway import compose_service as gateway_service
 from tritongen.deploy.step_requirements import requirement_line, step_requirements
 from tritongen.deploy.triton_args import TritonArgs
 from tritongen.errors import DeployError, RepositoryError
-from tritongen.repository.layout import served_steps, step_names
+from tritongen.repository.contents import served_steps, step_names
 from tritongen.repository.pins import configured_version
 from tritongen.sources import module_file
 

@@ -31,13 +31,13 @@ from tritongen.errors import GatewayError
 from tritongen.gateway.errors import from_triton_http
 from tritongen.serve.kserve import read_tensors
 
-__all__ = ["HttpInference", "Tensor"]
+__all__ = ["HttpInference", "WireTensor"]
 
 _IDLE_CONNECTIONS = 128  # kept open between requests; more in flight at once are opened, used and closed
 
 
 @dataclass(frozen=True)
-class Tensor:
+class WireTensor:
     """One input: its name, KServe datatype, shape and raw bytes (BYTES: each element length-prefixed)."""
 
     name: str
@@ -46,7 +46,7 @@ class Tensor:
     raw: bytes
 
     @classmethod
-    def column(cls, name: str, datatype: str, values: Sequence[Any]) -> Tensor:
+    def column(cls, name: str, datatype: str, values: Sequence[Any]) -> WireTensor:
         """An ``[N, 1]`` tensor of ``values``: strings as length-prefixed UTF-8, numbers as ``datatype``."""
         if datatype == "BYTES":
             encoded = [v.encode("utf-8") for v in values]
@@ -56,7 +56,7 @@ class Tensor:
         return cls(name, datatype, (len(values), 1), raw)
 
     @classmethod
-    def padded(cls, name: str, datatype: str, rows: Sequence[Sequence[int]], pad: int = -1) -> Tensor:
+    def padded(cls, name: str, datatype: str, rows: Sequence[Sequence[int]], pad: int = -1) -> WireTensor:
         """An ``[N, L]`` tensor of number ``rows``, each padded at its end with ``pad`` to the longest."""
         array = np.full((len(rows), max(len(row) for row in rows)), pad, dtype=triton_to_np_dtype(datatype))
         for index, row in enumerate(rows):
@@ -158,7 +158,7 @@ class HttpInference:
         self._idle.clear()
 
     async def post(
-        self, model: str, inputs: Sequence[Tensor], outputs: Sequence[str], headers: Mapping[str, str] | None = None
+        self, model: str, inputs: Sequence[WireTensor], outputs: Sequence[str], headers: Mapping[str, str] | None = None
     ) -> dict[str, np.ndarray]:
         """``model`` on ``inputs``; each of ``outputs`` as an array of its datatype and shape.
 
@@ -253,7 +253,7 @@ class HttpInference:
             connection.close()
 
 
-def _header(inputs: Sequence[Tensor], outputs: Sequence[str]) -> bytes:
+def _header(inputs: Sequence[WireTensor], outputs: Sequence[str]) -> bytes:
     """The request's JSON header: the inputs' names, types, shapes and byte sizes, the outputs asked for as binary.
 
     Written as a string, not with ``json.dumps``: the names are quoted once each (:func:`_quoted`), and the rest is

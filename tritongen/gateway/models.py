@@ -90,7 +90,7 @@ _REFRESH_INTERVAL_S = 1.0  # health probes and /v1/models calls share one read o
 
 
 @dataclass(frozen=True)
-class Tensor:
+class TensorType:
     """One input or output: its KServe datatype (``BYTES``, ``FP32``, ...) and dims without the batch."""
 
     datatype: str
@@ -103,8 +103,8 @@ class ModelInfo:
 
     name: str
     max_batch_size: int
-    inputs: Mapping[str, Tensor]
-    outputs: Mapping[str, Tensor]
+    inputs: Mapping[str, TensorType]
+    outputs: Mapping[str, TensorType]
     normalized: bool | None = None  # None: no step says (the gateway then looks at the vectors)
     labels: tuple[str, ...] | None = None
     tokenizer: Any = None  # tokenizers.Tokenizer, truncating as the tokenizer step does
@@ -157,8 +157,8 @@ def _datatype(enum_name: str) -> str:
     return "BYTES" if name == "STRING" else name
 
 
-def _tensors(items: Sequence[ConfigTensor]) -> dict[str, Tensor]:
-    return {t.name: Tensor(_datatype(t.data_type), t.dims) for t in items}
+def _tensors(items: Sequence[ConfigTensor]) -> dict[str, TensorType]:
+    return {t.name: TensorType(_datatype(t.data_type), t.dims) for t in items}
 
 
 def _typed(configs: Mapping[str, Any]) -> dict[str, ModelConfig]:

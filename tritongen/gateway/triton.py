@@ -20,7 +20,7 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tritongen.gateway.errors import from_triton
-from tritongen.gateway.kserve_http import HttpInference, Tensor
+from tritongen.gateway.kserve_http import HttpInference, WireTensor
 from tritongen.gateway.models import ModelInfo
 
 __all__ = ["TritonClient", "stack_rows"]
@@ -134,5 +134,6 @@ class TritonClient:
         tensors = []
         for name, values in inputs.items():
             matrix = bool(values) and isinstance(values[0], list)  # rows of numbers (token ids), padded to one width
-            tensors.append((Tensor.padded if matrix else Tensor.column)(name, model.inputs[name].datatype, values))
+            make = WireTensor.padded if matrix else WireTensor.column
+            tensors.append(make(name, model.inputs[name].datatype, values))
         return await self._inference.post(model.name, tensors, outputs, headers)

@@ -18,7 +18,7 @@ from pathlib import Path
 from tritongen.configs.model_config import ModelConfig, VersionPolicy, to_text
 from tritongen.configs.parser import read_config
 from tritongen.errors import RepositoryError
-from tritongen.repository.layout import served_steps
+from tritongen.repository.contents import served_steps
 from tritongen.repository.staging import existing_versions
 
 __all__ = ["configured_version", "loaded_versions", "pin", "pinned"]

@@ -32,7 +32,7 @@ from tritongen.configs.model_config import ModelConfig, to_json
 from tritongen.configs.parser import read_config
 from tritongen.errors import RepositoryError, RolloutError, describe
 from tritongen.repository.canary import CANARY_FILE, Canary, chunks, compare, join
-from tritongen.repository.layout import served_steps
+from tritongen.repository.contents import served_steps
 from tritongen.repository.pins import pin, pinned
 from tritongen.repository.staging import existing_versions
 

@@ -95,7 +95,7 @@ class Task:
     takes_token_ids: ClassVar[bool] = False
     postprocess_step: ClassVar[str]
     # Modules the task's steps import (``tritongen.tasks.question_answering.qa``), copied into the helper package
-    # beside their ``model.py`` under their last name (``from _tritongen_step import qa``; ``steps/package.py``);
+    # beside their ``model.py`` under their last name (``from _tritongen_step import qa``; ``steps/helpers.py``);
     # ``_common``, ``contract`` and the steps' bases always are.
     helper_modules: ClassVar[tuple[str, ...]] = ()
     # Files the postprocess step reads besides ``labels.json`` (which every build writes).

@@ -16,7 +16,7 @@ from tritongen.buildspec import BuildSpec, bucket_lengths
 from tritongen.buildspec.sections import TaskSettings
 from tritongen.contract import carried_by_text_requests
 from tritongen.gates.accuracy import Gate
-from tritongen.repository.layout import step_names
+from tritongen.repository.contents import step_names
 from tritongen.tasks._tensors import TensorSpec
 
 if TYPE_CHECKING:

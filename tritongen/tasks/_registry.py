@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tritongen.buildspec import plugin_entry, register_plugin, section_source
 from tritongen.errors import UnsupportedModelError
-from tritongen.steps.package import register_helpers
+from tritongen.steps.helpers import register_helpers
 
 if TYPE_CHECKING:
     from tritongen.buildspec.sections import TaskSettings

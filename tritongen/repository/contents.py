@@ -1,4 +1,4 @@
-"""A model repository's layout: the four models of an ensemble, the steps and windows its configs serve.
+"""What a model repository holds: the four models of an ensemble, the steps and windows its configs serve.
 
 Light on purpose: the commands that operate a built repository (serve, rollout, package, manifests, tune, the
 gateway) read it through this module and never import the build. protobuf and tritonclient load when a config

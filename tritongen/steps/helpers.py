@@ -41,7 +41,7 @@ __all__ = [
 STEP_PACKAGE = "_tritongen_step"  # never installed: in a repository only the copy beside model.py answers to it
 # The package's ``__init__.py`` in a step's folder: a regular package, so that no other folder on sys.path adds to it.
 PACKAGE_INIT = (
-    '"""The helpers this step imports, copied from tritongen by the build (``tritongen.steps.package``)."""\n'
+    '"""The helpers this step imports, copied from tritongen by the build (``tritongen.steps.helpers``)."""\n'
 )
 _STEPS = "tritongen.steps"
 # Last name -> module, besides the steps' own modules (``tritongen.steps.<name>``): the contract, and each helper a
