@@ -90,6 +90,12 @@ class GatewayOptions:
     otlp_service_name: str = DEFAULT_SERVICE
 
 
+# Between the calls a big request is cut into (tritongen.gateway.batcher.cut_calls): sent together, they reach the one
+# tokenizer instance together, which batches them, and the model step's dynamic batcher then merges them again into
+# one batch on one instance. A few milliseconds apart, the first is tokenised alone and runs while the next is.
+STAGGER_S = 0.002
+
+
 def json_response(payload: object, status: int = 200) -> Response:
     """``payload`` as a JSON response."""
     # pydantic_core's serialiser (Rust, shortest round-trip floats) writes a 384-float embedding about 10x
@@ -298,14 +304,17 @@ class Gateway:
         asked = [*outputs, *([TRUNCATED] if refuse else []), *([TOKEN_COUNT] if TOKEN_COUNT in model.outputs else [])]
         per_row = all(len(model.outputs[name].dims) <= 1 for name in asked if name in model.outputs)
         parts = model.instances if self.options.spread_calls is None else self.options.spread_calls
-        calls = cut_calls(self.calls(model, inputs, left, field), parts if per_row else 1, model.max_batch_size)
+        whole = self.calls(model, inputs, left, field)
+        calls = cut_calls(whole, parts if per_row else 1, model.max_batch_size)
+        stagger = STAGGER_S if len(calls) > len(whole) else 0.0
         record = _RECORD.get()
         if record is not None:
             record.model, record.rows = model.name, record.rows + sum(len(rows) for rows, _ in calls)
         if len(calls) == 1:
             result = await self.batcher.submit(model, calls[0][1], asked)
         else:  # texts and ids apart, big calls cut (:func:`cut_calls`): the rows back in the request's order
-            parts = await asyncio.gather(*(self.batcher.submit(model, part, asked) for _, part in calls))
+            sent = (self._submit_after(i * stagger, model, part, asked) for i, (_, part) in enumerate(calls))
+            parts = await asyncio.gather(*sent)
             order = np.argsort(np.concatenate([rows for rows, _ in calls]), kind="stable")
             result = {name: stack_rows([part[name] for part in parts])[order] for name in parts[0]}
         if TOKEN_COUNT in result:
@@ -313,6 +322,14 @@ class Gateway:
         if refuse:
             self._refuse_truncated(model, result, field)
         return result
+
+    async def _submit_after(
+        self, delay: float, model: ModelInfo, inputs: Mapping[str, Sequence[Any]], outputs: Sequence[str]
+    ) -> dict[str, np.ndarray]:
+        """One call of a cut request, submitted ``delay`` seconds on (:data:`STAGGER_S`)."""
+        if delay:
+            await asyncio.sleep(delay)
+        return await self.batcher.submit(model, inputs, outputs)
 
     def calls(self, model: ModelInfo, inputs: dict[str, list], left: bool, field: str) -> list[Call]:
         """The Triton calls ``inputs`` make, each with the request rows it answers.
