@@ -18,6 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
+ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}  # the package from this checkout
 # Run here with --help: measurements and the checkpoints they measure, each needing a built repository or minutes.
 MEASUREMENTS = (
     "interleave_bench.py",
@@ -49,7 +50,7 @@ def test_every_script_is_run_by_a_make_target_or_a_test():
 def test_a_measurement_script_loads_and_describes_its_options(name):
     result = subprocess.run(
         [sys.executable, str(SCRIPTS / name), "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+        env=ENV,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage:")
@@ -58,7 +59,7 @@ def test_a_measurement_script_loads_and_describes_its_options(name):
 def test_the_qa_checkpoint_maker_writes_the_committed_test_assets_again(tmp_path):
     subprocess.run(
         [sys.executable, str(SCRIPTS / "make_qa_checkpoints.py"), "--out", str(tmp_path)], check=True,
-        capture_output=True, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+        capture_output=True, timeout=300, env=ENV,
     )  # fmt: skip
     committed = ROOT / "tests" / "assets" / "qa"
     for arch in sorted(p.name for p in committed.iterdir() if p.is_dir()):

@@ -11,6 +11,7 @@ import csv
 import functools
 import importlib.util
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from tritongen.errors import BenchError
@@ -71,15 +72,16 @@ def news_documents(count: int, seed: int = 0, words: int = DOCUMENT_WORDS) -> li
     return [" ".join(" ".join(text.split("\n")[1:]).split()[:words]) for text, _ in picked]
 
 
-TEXT_SETS = ("news",)  # named sets a bench can be given instead of a count of the mixed texts
+# Named sets a bench can be given instead of a count of the mixed texts.
+TEXT_SETS: dict[str, Callable[[], list[str]]] = {"news": lambda: news_documents(512)}
 
 
 def text_set(spec: str | int) -> list[str]:
-    """The bench's texts: a count of the mixed set (:func:`bench_texts`), or ``news``: 512 documents."""
-    if isinstance(spec, int) or str(spec).isdigit():
+    """The bench's texts: a count of the mixed set (:func:`bench_texts`), or a named set (:data:`TEXT_SETS`)."""
+    if isinstance(spec, int) or spec.isdigit():
         return bench_texts(int(spec))
-    if spec == "news":
-        return news_documents(512)
+    if spec in TEXT_SETS:
+        return TEXT_SETS[spec]()
     raise ValueError(f"texts must be a count or one of {', '.join(TEXT_SETS)}, got {spec!r}")
 
 

@@ -245,7 +245,12 @@ def cut_calls(calls: Sequence[Call], parts: int, max_rows: int) -> list[Call]:
     """
     cut: list[Call] = []
     for indices, inputs in calls:
-        for group in _spread(row_lengths(inputs), parts):
+        rows = len(indices)
+        groups = _spread(row_lengths(inputs), parts) if parts > 1 and rows > 1 else [list(range(rows))]
+        if len(groups) == 1 and (not max_rows or rows <= max_rows):  # most requests: the call as it came
+            cut.append((indices, inputs))
+            continue
+        for group in groups:
             for start in range(0, len(group), max_rows or len(group)):
                 chunk = group[start : start + max_rows] if max_rows else group
                 cut.append(([indices[i] for i in chunk], {k: [v[i] for i in chunk] for k, v in inputs.items()}))
@@ -253,9 +258,9 @@ def cut_calls(calls: Sequence[Call], parts: int, max_rows: int) -> list[Call]:
 
 
 def _spread(lengths: Sequence[int], parts: int) -> list[list[int]]:
-    """The rows' positions in ``parts`` runs by length, of about equal length in all (one run where small or alone)."""
+    """The rows' positions in ``parts`` runs by length, of about equal length in all (one run where small)."""
     total = sum(lengths)
-    if parts < 2 or len(lengths) < 2 or total < SPREAD_LENGTH:
+    if total < SPREAD_LENGTH:
         return [list(range(len(lengths)))]
     count, groups, filled = min(parts, len(lengths)), [list[int]()], 0
     for position in sorted(range(len(lengths)), key=lengths.__getitem__):

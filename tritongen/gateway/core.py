@@ -82,7 +82,7 @@ class GatewayOptions:
     # Triton calls of one kind in flight before requests wait to go together (tritongen.gateway.batcher);
     # None: per ensemble, its steps' most instances plus one; 0: every request its own call, at once.
     max_triton_calls: int | None = None
-    # The calls a big request is cut into (tritongen.gateway.batcher.spread); None: per ensemble, its steps' most
+    # The calls a big request is cut into (tritongen.gateway.batcher.cut_calls); None: per ensemble, its steps' most
     # instances; 1: never cut.
     spread_calls: int | None = None
     # OpenTelemetry: where spans go (an OTLP/HTTP collector; None: no tracing) and the service they name.

@@ -60,7 +60,7 @@ async def embed_all(gateway: Gateway, request: Request) -> Response:
     model = await gateway.model_for(request, model_name(data), "embeddings")
     raise unsupported_route(
         model.name,
-        "/embed_all",
+        request.url.path,
         "it outputs one pooled EMBEDDING per text, not per-token embeddings (the ensembles pool inside)",
     )
 
