@@ -252,17 +252,27 @@ def verify(node: Node, out: Path) -> dict[str, Any]:
 # --- 4. the model step alone -------------------------------------------------------------------------------------
 
 
+def _encoder(node: Node) -> Any:
+    """The tokenizer step's encoder, set up from the parameters its config has (``build.json``)."""
+    sys.path.insert(0, str(node.carry / "src"))
+    from tritongen.contract import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
+    from tritongen.parameters import TokenizerParameters
+    from tritongen.steps.tokenizer import TextEncoder
+
+    tokens = TokenizerParameters.from_parameters(json.loads((node.carry / "build.json").read_text()), "the build")
+    buckets = None if tokens.pads_to_longest else list(tokens.buckets)
+    return TextEncoder(
+        str(node.carry / "tokenizer.json"),
+        tokens.max_length,
+        buckets,
+        input_names=(INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS),
+    )
+
+
 def _token_data(node: Node, texts: list[str], path: Path, inputs: list[str]) -> None:
     """perf_analyzer input: one request per text, its token ids bucket-padded as the tokenizer step pads them."""
     sys.path.insert(0, str(node.carry / "src"))
-    from tritongen.contract import ATTENTION_MASK, BUCKETS, INPUT_IDS, MAX_LENGTH, TOKEN_TYPE_IDS
-    from tritongen.steps.tokenizer import TextEncoder
-
-    step_inputs = (INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS)
-    settings = json.loads((node.carry / "build.json").read_text())
-    encoder = TextEncoder(
-        str(node.carry / "tokenizer.json"), settings[MAX_LENGTH], settings[BUCKETS], input_names=step_inputs
-    )
+    encoder = _encoder(node)
     rows = []
     for text in texts:
         feeds = encoder([text])
@@ -408,14 +418,7 @@ def in_process(node: Node, texts: list[str], quick: bool) -> dict[str, Any]:
     sys.path.insert(0, str(node.carry / "src"))
     import onnxruntime as ort
 
-    from tritongen.contract import ATTENTION_MASK, BUCKETS, INPUT_IDS, MAX_LENGTH, TOKEN_TYPE_IDS
-    from tritongen.steps.tokenizer import TextEncoder
-
-    step_inputs = (INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS)
-    settings = json.loads((node.carry / "build.json").read_text())
-    encoder = TextEncoder(
-        str(node.carry / "tokenizer.json"), settings[MAX_LENGTH], settings[BUCKETS], input_names=step_inputs
-    )
+    encoder = _encoder(node)
     seconds = 0.2 if quick else 3.0
     batches = (1, 8) if quick else GPU_BATCHES
     providers = ["CPUExecutionProvider"] if node.cpu else ["CUDAExecutionProvider", "CPUExecutionProvider"]

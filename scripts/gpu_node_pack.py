@@ -105,7 +105,7 @@ def _build(carry: Path, repository: Path, name: str, fp32: Path | None) -> None:
 
     from tritongen.configs.model_config import to_proto
     from tritongen.configs.parser import read_config
-    from tritongen.contract import BUCKETS, MAX_LENGTH, PADDING, TOKENIZER_FILE
+    from tritongen.parameters import TokenizerFileParameters, TokenizerParameters
     from tritongen.repository.contents import step_names
     from tritongen.repository.staging import existing_versions
 
@@ -123,14 +123,10 @@ def _build(carry: Path, repository: Path, name: str, fp32: Path | None) -> None:
             shutil.copy2(source / str(version) / "model.onnx", carry / "models" / "fp16.onnx")
             (carry / "repo" / folder / "1" / "model.onnx").write_bytes(b"")  # the check links the model in
         if role == "tokenizer":
-            shutil.copy2(source / str(version) / (config.parameter(TOKENIZER_FILE) or "tokenizer.json"),
-                         carry / "tokenizer.json")  # fmt: skip
-            buckets = (
-                None
-                if config.parameter(PADDING) == "longest"
-                else [int(b) for b in config.parameters[BUCKETS].split(",") if b]
-            )
-            summary = {"name": name, MAX_LENGTH: config.int_parameter(MAX_LENGTH), BUCKETS: buckets}
+            tokenizer_file = config.read(TokenizerFileParameters).tokenizer_file
+            shutil.copy2(source / str(version) / tokenizer_file, carry / "tokenizer.json")
+            # The tokenizer step's parameters, as its config has them: the check reads them as the step does.
+            summary = {"name": name, **config.read(TokenizerParameters).to_parameters()}
             (carry / "build.json").write_text(json.dumps(summary))
     record = json.loads((repository / name / str(existing_versions(repository / name)[-1]) / "build.json").read_text())
     checkpoint = Path(record["checkpoint"]) / "config.json"

@@ -29,8 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tritongen.contract import ATTENTION_MASK, BUCKETS, INPUT_IDS, TOKEN_TYPE_IDS
+from tritongen.configs.parser import read_config
+from tritongen.contract import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
 from tritongen.data.datasets import bench_texts
+from tritongen.parameters import TokenizerParameters
 from tritongen.repository.contents import step_names
 from tritongen.repository.staging import existing_versions
 
@@ -70,7 +72,9 @@ def main() -> None:
 
     names = step_names(args.name)
     model_dir, tokenizer_dir = (_newest(args.repository / names[s]) for s in ("model", "tokenizer"))
-    buckets = sorted(int(b) for b in _tokenizer_parameter(args.repository / names["tokenizer"], BUCKETS).split(","))
+    buckets = sorted(
+        read_config(args.repository / names["tokenizer"] / "config.pbtxt").read(TokenizerParameters).buckets
+    )
     max_length = buckets[-1]
     tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
     tokenizer.enable_truncation(max_length)
@@ -132,12 +136,6 @@ def main() -> None:
     for strategy in strategies:
         rate = statistics.median(timings[strategy])
         print(f"| {strategy} | {padded[strategy] / real:.2f} | {rate:.1f} | {rate / reference:.2f}x |")
-
-
-def _tokenizer_parameter(folder: Path, key: str) -> str:
-    from tritongen.configs.parser import read_config
-
-    return read_config(folder / "config.pbtxt").parameter(key) or ""
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from tritongen.configs import model_config as typed
 from tritongen.configs.model_config import Kind, to_proto, to_text
 from tritongen.configs.parser import from_proto, read_config
 from tritongen.errors import RepositoryError
+from tritongen.parameters import EmbeddingParameters, TokenizerFileParameters, TokenizerParameters
 
 GOLDEN = Path(__file__).parent / "assets" / "golden"
 STEPS = ("ensemble", "tokenizer", "model", "postprocess")
@@ -78,9 +79,10 @@ def test_read_config_answers_what_readers_ask_when_a_build_renders_every_feature
     assert (model.instances, model.on_gpu, model.instance_group.kind) == (2, True, Kind.GPU)
     assert model.version_policy.latest == 2
     assert model.dynamic_batching.queue_policy.timeout_action == "REJECT"
-    assert tokenizer.int_parameter("max_length") == 128
-    assert tokenizer.parameter("tokenizer_file") == "tokenizer.json"
+    assert tokenizer.read(TokenizerParameters).max_length == 128
+    assert tokenizer.read(TokenizerFileParameters).tokenizer_file == "tokenizer.json"
     assert tokenizer.parameter("no such key") is None and tokenizer.int_parameter("no such key") is None
+    assert not model.sets(TokenizerParameters) and not tokenizer.sets(EmbeddingParameters)
     assert [(t.name, t.data_type, t.dims) for t in ensemble.inputs] == [
         ("TEXT", "TYPE_STRING", (1,)), ("TRUNCATE_LEFT", "TYPE_BOOL", (1,)),
     ]  # fmt: skip
@@ -93,20 +95,29 @@ def test_read_config_gives_dims_without_the_batch_axis_when_the_model_takes_whol
     assert read_config(path).inputs[0].dims == (1,)
 
 
-def test_flag_reads_only_true_as_on_when_a_step_sets_it(tmp_path):
+def test_read_gives_a_switch_as_the_step_reads_it_when_a_step_sets_it(tmp_path):
     path, _ = _rendered("embedding", tmp_path)["postprocess"]
     config = read_config(path)
-    assert config.flag("normalize") is False and config.flag("no such key") is None
+    assert config.sets(EmbeddingParameters) and config.read(EmbeddingParameters).normalize is False
     on = dataclasses.replace(config, parameters={**config.parameters, "normalize": "true"})
-    assert on.flag("normalize") is True
+    assert on.read(EmbeddingParameters).normalize is True
 
 
-def test_int_parameter_raises_naming_the_key_when_the_value_is_no_number(tmp_path):
+def test_read_raises_naming_the_model_and_key_when_a_value_is_no_number(tmp_path):
     path, _ = _rendered("embedding", tmp_path)["tokenizer"]
     config = read_config(path)
     broken = dataclasses.replace(config, parameters={**config.parameters, "max_length": "long"})
-    with pytest.raises(ValueError, match="parameter `max_length` of `emb_tokenizer` is `long`, not a whole number"):
-        broken.int_parameter("max_length")
+    with pytest.raises(ValueError, match="parameter `max_length` of model `emb_tokenizer` is `long`, not a"):
+        broken.read(TokenizerParameters)
+    with pytest.raises(ValueError, match="model `emb_tokenizer`'s config has no parameter `max_length`"):
+        dataclasses.replace(config, parameters={"buckets": "16"}).read(TokenizerParameters)
+
+
+def test_int_parameter_raises_naming_the_key_when_the_value_is_no_number(tmp_path):
+    path, _ = _rendered("embedding", tmp_path)["model"]
+    config = dataclasses.replace(read_config(path), parameters={"intra_op_thread_count": "many"})
+    with pytest.raises(ValueError, match="parameter `intra_op_thread_count` of `emb_model` is `many`, not a whole"):
+        config.int_parameter("intra_op_thread_count")
 
 
 def test_read_config_raises_one_line_naming_the_file_when_it_is_missing(tmp_path):

@@ -56,7 +56,7 @@ def _png(width: int, height: int) -> bytes:
 
 
 def test_image_encoder_refuses_image_undecoded_when_above_max_pixels():
-    encoder = ImageEncoder(ImageSettings(size=(8, 8), max_pixels=400))
+    encoder = ImageEncoder(ImageSettings(size="8x8", max_pixels=400))
     assert encoder([_png(20, 20)])["pixel_values"].shape == (1, 3, 8, 8)
     with pytest.raises(ValueError, match=r"IMAGE\[1\] is 21x20 pixels, more than the 400 pixels"):
         encoder([_png(20, 20), _png(21, 20)])
@@ -69,7 +69,7 @@ def test_image_step_answers_each_request_on_its_own_when_one_image_in_a_batch_is
     monkeypatch.setattr(image, "pb_utils", pb_stub)
     config = {
         "output": [{"name": "pixel_values"}],
-        "parameters": {k: {"string_value": v} for k, v in ImageSettings(size=(8, 8)).to_parameters().items()},
+        "parameters": {k: {"string_value": v} for k, v in ImageSettings(size="8x8").to_parameters().items()},
     }
     step = image.TritonPythonModel()
     step.initialize({"model_config": json.dumps(config)})

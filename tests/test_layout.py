@@ -191,20 +191,69 @@ def test_public_tensor_names_are_spelled_only_in_the_contract_module():
 
 
 def test_names_between_steps_are_spelled_only_in_the_contract_module():
-    """The tensors the steps pass each other and the parameter keys they read: literals only in the contract.
-
-    ``padding``, ``buckets``, ``pad_id`` and ``stride`` are left out: the spec's padding modes, the tokenizers
-    library's padding settings and a task setting spell the same words for other things.
-    """
+    """The tensors the steps pass each other: literals only in the contract."""
     from tritongen import contract
 
     names = {
         contract.INPUT_IDS, contract.ATTENTION_MASK, contract.TOKEN_TYPE_IDS, *contract.TOKEN_METADATA,
         contract.WINDOW_EXAMPLE, contract.WINDOW_TOKENS, contract.PIXEL_VALUES, contract.LOGITS,
-        contract.SENTENCE_EMBEDDING, contract.TOKENIZER_FILE, contract.MAX_LENGTH, contract.PAD_TYPE_ID,
-        contract.LABELS_FILE,
+        contract.SENTENCE_EMBEDDING,
     }  # fmt: skip
     assert _spelled_outside_the_contract(names, PACKAGE, PACKAGE.parent / "scripts") == []
+
+
+def _read_by_key(path: Path, keys: set[str]) -> list[str]:
+    """Where ``path`` reads or writes one of ``keys`` as a parameter literal, not through its declaration.
+
+    ``params["k"]``, ``params.get("k", ...)``, ``config.parameter("k")`` (any receiver whose name says param), and
+    a dict literal keyed ``"k"`` inside a function named for parameters.
+    """
+    found = []
+
+    def literal(node: ast.AST) -> str | None:
+        return node.value if isinstance(node, ast.Constant) and node.value in keys else None
+
+    def named_param(node: ast.AST) -> bool:
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        return "param" in name.lower()
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = node.name
+        key = None
+        if isinstance(node, ast.Subscript) and named_param(node.value):
+            key = literal(node.slice)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            if node.func.attr in ("parameter", "int_parameter") or (
+                node.func.attr == "get" and named_param(node.func.value)
+            ):
+                key = literal(node.args[0])
+        elif isinstance(node, ast.Dict) and "parameters" in function:
+            key = next((k for k in map(literal, filter(None, node.keys)) if k), None)
+        if key is not None:
+            found.append(f"{path.name}:{node.lineno} {key!r}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), "")
+    return found
+
+
+def test_step_parameters_are_read_and_written_only_through_their_declarations():
+    """No step, task, builder or bench spells a parameter key of its own: each is a field of one declaration."""
+    import tritongen.steps.image  # noqa: F401  (the image step declares its own)
+    from tritongen.parameters import DECLARED
+
+    keys = {key for declaration in DECLARED for key in declaration.keys()}
+    declarations = {PACKAGE / "parameters.py", PACKAGE / "steps" / "image.py"}
+    found = [
+        hit
+        for folder in (PACKAGE, PACKAGE.parent / "scripts")
+        for path in sorted(folder.rglob("*.py"))
+        if path not in declarations
+        for hit in _read_by_key(path, keys)
+    ]
+    assert found == []
 
 
 GATEWAY_KEEPS_OFF = ("tritongen.steps", "tritongen.builder", "tritongen.model")  # the build's side of the house

@@ -7,9 +7,9 @@ which of them they need (``tritongen.gateway.models.ROUTE_NEEDS``); the client, 
 table of tensors use them.
 
 Between the steps, not public: the tensors one step hands the next inside an ensemble (the tokenizer step's token
-arrays, the model step's inputs and outputs, a windowing step's owners), and the keys of the ``parameters`` a
-step's config carries. A task that declares a step's tensors, the step that reads or writes them, the builder, the
-gateway and the bench each spell them from here, so a name is changed in one place.
+arrays, the model step's inputs and outputs, a windowing step's owners). A task that declares a step's tensors, the
+step that reads or writes them, the builder, the gateway and the bench each spell them from here, so a name is
+changed in one place. The ``parameters`` a step's config carries are declared in :mod:`tritongen.parameters`.
 
 Nothing here imports anything, so that it runs in any container.
 """
@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
-    "ANSWER", "ATTENTION_MASK", "BUCKETS", "CANDIDATE_LABELS", "COLBERT", "COLBERT_LENGTH", "CONTEXT", "DIMENSIONS",
-    "EMBEDDING", "END", "ENTITIES", "IMAGE", "INPUT_IDS", "LABEL", "LABELS", "LABELS_FILE", "LOGITS", "MAX_LENGTH",
-    "OFFSETS", "PADDING", "PAD_ID", "PAD_TYPE_ID", "PIXEL_VALUES", "PROBABILITIES", "PROMPT_NAME", "PUBLIC",
+    "ANSWER", "ATTENTION_MASK", "CANDIDATE_LABELS", "COLBERT", "COLBERT_LENGTH", "CONTEXT", "DIMENSIONS",
+    "EMBEDDING", "END", "ENTITIES", "IMAGE", "INPUT_IDS", "LABEL", "LABELS", "LOGITS",
+    "OFFSETS", "PIXEL_VALUES", "PROBABILITIES", "PROMPT_NAME", "PUBLIC",
     "QUESTION", "SCORE", "SCORES", "SENTENCE_EMBEDDING", "SPARSE_INDICES", "SPARSE_VALUES", "SPECIAL_MASK", "START",
-    "STRIDE", "TEXT", "TEXT_PAIR", "TOKENIZER_FILE", "TOKEN_COUNT", "TOKEN_IDS", "TOKEN_METADATA", "TOKEN_TYPE_IDS",
+    "TEXT", "TEXT_PAIR", "TOKEN_COUNT", "TOKEN_IDS", "TOKEN_METADATA", "TOKEN_TYPE_IDS",
     "TRUNCATED", "TRUNCATE_LEFT", "WINDOW_EXAMPLE", "WINDOW_TOKENS", "WORD_IDS", "Public", "carried_by_text_requests",
 ]  # fmt: skip
 
@@ -128,13 +128,3 @@ PIXEL_VALUES = "pixel_values"
 # The model step's outputs that a postprocess reads.
 LOGITS = "logits"
 SENTENCE_EMBEDDING = "sentence_embedding"
-
-# Keys of a step config's ``parameters`` (string values).
-TOKENIZER_FILE = "tokenizer_file"  # the tokenizer.json beside the step's version
-MAX_LENGTH = "max_length"  # tokens per row, the truncation length
-BUCKETS = "buckets"  # the padded lengths, comma-separated
-PADDING = "padding"  # "longest": pad each call to its longest row, not to a bucket
-PAD_ID = "pad_id"
-PAD_TYPE_ID = "pad_type_id"
-STRIDE = "stride"  # the tokens two windows share; present: the tokenizer cuts texts into windows
-LABELS_FILE = "labels_file"  # the labels.json a postprocess names its classes from

@@ -34,8 +34,8 @@ from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_inpu
 from tritongen.bench.tune import TuneGrid, TunePlan
 from tritongen.bench.tune import apply as tune_apply
 from tritongen.configs.parser import read_config
-from tritongen.contract import BUCKETS, MAX_LENGTH, PADDING, TOKENIZER_FILE
 from tritongen.errors import BenchError
+from tritongen.parameters import TokenizerFileParameters, TokenizerParameters
 from tritongen.repository.contents import step_names
 from tritongen.serve.server import Endpoints, TritonServer
 from tritongen.serve.stats import model_stats, stats_delta
@@ -177,11 +177,11 @@ def _tokenizer_settings(repository: Path, name: str) -> tuple[Path, int, str]:
     folder = repository / step_names(name)["tokenizer"]
     config = read_config(folder / "config.pbtxt")
     versions = sorted((int(p.name) for p in folder.iterdir() if p.name.isdigit()), reverse=True)
-    max_length = config.int_parameter(MAX_LENGTH)
-    if max_length is None or not versions:
+    if not config.sets(TokenizerParameters) or not versions:
         raise BenchError(f"`{name}` has no text tokenizer step; the CPU-side bench drives text ensembles")
-    tokenizer = folder / str(versions[0]) / (config.parameter(TOKENIZER_FILE) or "tokenizer.json")
-    buckets = "longest" if config.parameter(PADDING) == "longest" else config.parameter(BUCKETS) or ""
+    tokens = config.read(TokenizerParameters)
+    tokenizer = folder / str(versions[0]) / config.read(TokenizerFileParameters).tokenizer_file
+    max_length, buckets = tokens.max_length, "longest" if tokens.pads_to_longest else ",".join(map(str, tokens.buckets))
     return tokenizer, max_length, buckets
 
 

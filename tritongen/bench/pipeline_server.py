@@ -10,7 +10,7 @@ infer with JSON tensors) for perf_analyzer to drive it exactly as it drives Trit
 import argparse
 from typing import Any
 
-from tritongen.contract import EMBEDDING, LABEL, MAX_LENGTH, SCORE, TEXT
+from tritongen.contract import EMBEDDING, LABEL, SCORE, TEXT
 
 __all__ = ["create_app"]
 
@@ -43,7 +43,7 @@ def embedding_predictor(model: str, max_length: int) -> Any:
         rows = []
         # max_length only reaches the tokenizer through tokenize_kwargs (the pipeline drops it as a keyword).
         with torch.no_grad():
-            hiddens = pipe(texts, tokenize_kwargs={"truncation": True, MAX_LENGTH: max_length})
+            hiddens = pipe(texts, tokenize_kwargs={"truncation": True, "max_length": max_length})
         for hidden in hiddens:
             vector = hidden[0].mean(dim=0)  # one unpadded text at a time: mean over its tokens
             rows.append(torch.nn.functional.normalize(vector, dim=0).tolist())

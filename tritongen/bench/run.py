@@ -42,7 +42,7 @@ from tritongen.bench.tune import TuneGrid, TunePlan, TunePoint, tune
 from tritongen.builder.pipeline import build_repository
 from tritongen.builder.spec import load_spec, recorded_spec
 from tritongen.buildspec import DynamicBatchingSettings
-from tritongen.contract import ATTENTION_MASK, INPUT_IDS, MAX_LENGTH, TOKEN_TYPE_IDS
+from tritongen.contract import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
 from tritongen.data.datasets import text_set
 from tritongen.errors import BenchError
 from tritongen.repository.contents import step_names
@@ -122,7 +122,7 @@ def _pipeline_server(meta: Mapping[str, Any], name: str, log: Path) -> Iterator[
     def command(port: int) -> list[str]:
         return [
             sys.executable, "-m", "tritongen.bench.pipeline_server", "--model", meta["checkpoint"],
-            "--task", meta["task"], "--name", name, "--max-length", str(meta[MAX_LENGTH]), "--port", str(port),
+            "--task", meta["task"], "--name", name, "--max-length", str(meta["max_length"]), "--port", str(port),
         ]  # fmt: skip
 
     with http_process(command, log, what="the FastAPI baseline", env=server_environment(), timeout=180) as url:
@@ -231,7 +231,7 @@ def _fp32_check(run: _BenchRun) -> Fp32Check:
         rows = []
         with torch.no_grad():
             for text in texts:
-                batch = tokenizer(text, truncation=True, max_length=run.meta[MAX_LENGTH], return_tensors="pt")
+                batch = tokenizer(text, truncation=True, max_length=run.meta["max_length"], return_tensors="pt")
                 rows.append(module(**{n: batch[n] for n in names}).numpy()[0])
         return np.array(rows, np.float32)
 
@@ -406,7 +406,7 @@ def _measure_in_process(run: _BenchRun) -> list[Any]:
         session,
         tokenizer_dir / str(existing_versions(tokenizer_dir)[-1]) / "tokenizer.json",
         run.meta["inputs"],
-        run.meta[MAX_LENGTH],
+        run.meta["max_length"],
         run.texts,
     )
 

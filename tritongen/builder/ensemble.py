@@ -15,7 +15,6 @@ from typing import Any
 
 from tritongen.buildspec import BuildSpec, bucket_lengths, instance_group
 from tritongen.configs.model_config import EnsembleStep, ModelConfig, Tensor, generated_comment
-from tritongen.contract import ATTENTION_MASK, PADDING
 from tritongen.repository.contents import step_names
 from tritongen.runtimes import ModelStep, get_runtime
 from tritongen.tasks import TaskPlan
@@ -75,8 +74,7 @@ def step_configs(
     model_out = wiring.model_out + wiring.post_out if folded else wiring.model_out
     model_step = ModelStep(spec, names["model"], names["ensemble"], wiring.tokens, model_out, buckets, plan.row_length)
     parameters = {
-        **plan.modality.step_parameters(plan, buckets, pad_id),
-        **_padding(tokenizer_facts, spec.padding if ATTENTION_MASK in plan.inputs else "buckets"),
+        **plan.modality.step_parameters(plan, buckets, pad_id, spec.padding, tokenizer_facts or {}),
         **plan.tokenizer_parameters,
     }
     batching = _python_batching(spec, plan)
@@ -154,18 +152,6 @@ def _ensemble(spec: BuildSpec, wiring: _Wiring, max_batch_size: int, *, folded: 
         response_cache=spec.response_cache,
         steps=steps,
     )
-
-
-def _padding(tokenizer_facts: Mapping[str, str] | None, padding: str) -> dict[str, str]:
-    """``padding_side`` for tokenizers that pad on the left, ``padding`` where requests pad to their longest row.
-
-    Right and buckets, the defaults, are left unsaid. A model that reads no mask pads to its row length.
-    """
-    side = (tokenizer_facts or {}).get("padding_side", "right")
-    return {
-        **({"padding_side": side} if side != "right" else {}),
-        **({PADDING: padding} if padding != "buckets" else {}),
-    }
 
 
 def _tensors(tensors: Iterable) -> tuple[Tensor, ...]:

@@ -36,7 +36,7 @@ from tritongen.builder.ensemble import step_configs
 from tritongen.builder.spec import check_spec
 from tritongen.buildspec import BuildSpec
 from tritongen.configs.render import render_all
-from tritongen.contract import MAX_LENGTH, WINDOW_EXAMPLE
+from tritongen.contract import WINDOW_EXAMPLE
 from tritongen.errors import RepositoryError, SpecError, UnsupportedModelError, stage
 from tritongen.gates.accuracy import AccuracyReport
 from tritongen.gates.compat import ContainerReport, ContainerSession, container_python
@@ -522,7 +522,7 @@ def _build_record(plan: BuildPlan, variant: Variant | None) -> dict[str, Any]:
         "spec": plan.spec.to_dict(),
         "checkpoint": str(plan.checkpoint.path),
         "task": plan.bound.task,
-        MAX_LENGTH: plan.max_length,
+        "max_length": plan.max_length,
         "inputs": plan.inputs,
         "position_limit": plan.facts.position_limit,
         "variant": _runtime(plan).variant_name(plan.spec, variant),

@@ -18,10 +18,12 @@ import enum
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
+
+from tritongen.parameters import StepParameters
 
 __all__ = [
     "DynamicBatching",
@@ -42,6 +44,8 @@ __all__ = [
     "to_proto",
     "to_text",
 ]
+
+P = TypeVar("P", bound=StepParameters)
 
 
 class _Named(str, enum.Enum):
@@ -190,10 +194,13 @@ class ModelConfig:
         except ValueError:
             raise ValueError(f"parameter `{key}` of `{self.name}` is `{value}`, not a whole number") from None
 
-    def flag(self, key: str) -> bool | None:
-        """The parameter ``key`` as a switch (``"true"`` is on, as the steps read it); None when unset."""
-        value = self.parameters.get(key)
-        return None if value is None else value == "true"
+    def sets(self, declaration: type[StepParameters]) -> bool:
+        """Whether the config sets any parameter of ``declaration`` (a step's, ``tritongen.parameters``)."""
+        return any(key in self.parameters for key in declaration.keys())
+
+    def read(self, declaration: type[P]) -> P:
+        """The parameters of ``declaration``, read as the step reads them; ValueError naming this model if bad."""
+        return declaration.from_parameters(self.parameters, f"model `{self.name}`")
 
     @property
     def instances(self) -> int:

@@ -25,19 +25,24 @@ from tritongen.configs.model_config import Tensor as ConfigTensor
 from tritongen.configs.parser import from_proto
 from tritongen.contract import (
     EMBEDDING,
-    LABELS_FILE,
-    MAX_LENGTH,
     PROBABILITIES,
     SCORE,
     SPARSE_INDICES,
     SPARSE_VALUES,
-    STRIDE,
     TEXT,
     TEXT_PAIR,
-    TOKENIZER_FILE,
 )
 from tritongen.errors import GatewayError
 from tritongen.gateway.errors import model_not_found, unsupported_route
+from tritongen.parameters import (
+    EmbeddingParameters,
+    EnsembleParameters,
+    LabelsParameters,
+    PromptParameters,
+    StrideParameters,
+    TokenizerFileParameters,
+    TokenizerParameters,
+)
 
 __all__ = ["ROUTES", "ROUTE_NEEDS", "Catalogue", "Fetch", "ModelInfo", "Names", "Needs", "describe_models"]
 
@@ -215,19 +220,26 @@ def describe_models(
             step, version = typed.get(model), versions.get(model)
             if step is None:
                 continue
-            if step.flag("normalize") is not None:
-                normalized = step.flag("normalize")
-            labels_path = _step_file(repository, model, version, step.parameter(LABELS_FILE) or "")
+            if step.sets(EmbeddingParameters):
+                normalized = step.read(EmbeddingParameters).normalize
+            labels_path = (
+                _step_file(repository, model, version, step.read(LabelsParameters).labels_file)
+                if step.sets(LabelsParameters)
+                else None
+            )
             if labels_path is not None:
                 labels = tuple(json.loads(labels_path.read_text(encoding="utf-8")))
-            length = step.int_parameter(MAX_LENGTH)
+            if not step.sets(TokenizerParameters):
+                continue
+            length = step.read(TokenizerParameters).max_length
             max_length = length if max_length is None else max_length
-            if step.parameter("prompts"):
-                prompts, default_prompt = json.loads(step.parameter("prompts")), step.parameter("default_prompt_name")
-            tokenizer_file = step.parameter(TOKENIZER_FILE)
-            if tokenizer_file is not None and length is not None and tokenizer is None:
+            if step.sets(PromptParameters):
+                prompted = step.read(PromptParameters)
+                prompts, default_prompt = prompted.prompts, prompted.default_prompt_name
+            if tokenizer is None:
                 # A windowed step (a `stride` between windows: long_text chunk, NER) reads every token of a text.
-                cut = None if step.parameter(STRIDE) is not None else length
+                cut = None if step.sets(StrideParameters) else length
+                tokenizer_file = step.read(TokenizerFileParameters).tokenizer_file
                 tokenizer = _load_tokenizer(_step_file(repository, model, version, tokenizer_file), cut)
         models[name] = ModelInfo(
             name,
@@ -239,7 +251,7 @@ def describe_models(
             tokenizer,
             config.step_models,
             max_length,
-            config.parameter("pooling"),
+            config.read(EnsembleParameters).pooling,
             max((typed[m].instances for m in config.step_models if m in typed), default=1),
             prompts,
             default_prompt or "",

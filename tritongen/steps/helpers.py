@@ -1,16 +1,16 @@
 """The one package a served step imports its helpers from: ``_tritongen_step``, in a repository and in process.
 
 In a repository, each Python step's version folder holds its ``model.py`` and a package ``_tritongen_step/`` with
-the helpers the build copies (``_common.py``, ``contract.py``, the steps' bases, the task's own), each under its last
-name (:func:`helper_file`). A step imports them in one line each, ``from _tritongen_step._common import ...``.
-Triton's Python backend puts the version folder on ``sys.path``; no distribution installs a module of that name, so
-the server runs the files the build checked beside the step, never an installed ``tritongen``'s, and a missing one
-fails the load instead of falling back.
+the helpers the build copies (``_common.py``, ``contract.py``, ``parameters.py``, the steps' bases, the task's
+own), each under its last name (:func:`helper_file`). A step imports them in one line each,
+``from _tritongen_step._common import ...``. Triton's Python backend puts the version folder on ``sys.path``; no
+distribution installs a module of that name, so the server runs the files the build checked beside the step, never
+an installed ``tritongen``'s, and a missing one fails the load instead of falling back.
 
 In process (tests, the build's parity check, the gates) :class:`HelperFinder`, first on ``sys.meta_path`` once this
 package is imported, answers the same names with the package's own modules: ``_tritongen_step.<name>`` *is*
-``tritongen.steps.<name>``, ``tritongen.contract`` for ``contract``, or the module a task declared
-(:func:`register_helpers`), so each module, and each class in it, exists once.
+``tritongen.steps.<name>``, ``tritongen.<name>`` for ``contract``, ``parameters`` and ``vectors``, or the module a
+task declared (:func:`register_helpers`), so each module, and each class in it, exists once.
 """
 
 from __future__ import annotations
@@ -46,7 +46,11 @@ PACKAGE_INIT = (
 _STEPS = "tritongen.steps"
 # Last name -> module, besides the steps' own modules (``tritongen.steps.<name>``): the contract, and each helper a
 # task declares (``Task.helper_modules``), added when the task registers.
-_HELPERS: dict[str, str] = {"contract": "tritongen.contract", "vectors": "tritongen.vectors"}
+_HELPERS: dict[str, str] = {
+    "contract": "tritongen.contract",
+    "parameters": "tritongen.parameters",
+    "vectors": "tritongen.vectors",
+}
 
 
 def helper_file(module: str) -> PurePosixPath:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import io
 import json
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,18 +30,11 @@ import numpy as np
 
 from _tritongen_step._common import input_error, model_parameters, pb_utils
 from _tritongen_step.contract import IMAGE, PIXEL_VALUES
+from _tritongen_step.parameters import StepParameters
 
 __all__ = ["DEFAULT_MAX_PIXELS", "ImageEncoder", "ImageSettings", "TritonPythonModel"]
 
 DEFAULT_MAX_PIXELS = 40_000_000  # about 7300 x 5500: beyond any camera photo a classifier needs, far below a bomb
-
-
-def _flag(value: str) -> bool:
-    return value.strip().lower() in ("1", "true", "yes")
-
-
-def _floats(value: str) -> tuple[float, ...]:
-    return tuple(float(v) for v in value.split(",") if v.strip())
 
 
 def _hw(value: str) -> tuple[int, int]:
@@ -50,15 +43,14 @@ def _hw(value: str) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class ImageSettings:
-    """The image processor's settings, as the step reads them from its config parameters."""
+class ImageSettings(StepParameters):
+    """The image processor's settings: the step's config parameters, as the build writes and the step reads them."""
 
     do_resize: bool = True
-    size: tuple[int, int] | None = (224, 224)  # (height, width); None: ``shortest_edge`` resizing
-    shortest_edge: int | None = None
+    size: str = "224x224"  # "HxW", or "shortest_edge=N"
     resample: int = 2  # PIL.Image.Resampling.BILINEAR
     do_center_crop: bool = False
-    crop_size: tuple[int, int] | None = None
+    crop_size: str | None = None  # "HxW"
     do_rescale: bool = True
     rescale_factor: float = 1 / 255
     do_normalize: bool = True
@@ -67,45 +59,21 @@ class ImageSettings:
     do_convert_rgb: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
 
-    @classmethod
-    def from_parameters(cls, params: Mapping[str, str]) -> ImageSettings:
-        """Read the settings from a config's flattened ``parameters``."""
-        size = params.get("size", "224x224")
-        edge = size.startswith("shortest_edge=")
-        return cls(
-            do_resize=_flag(params.get("do_resize", "true")),
-            size=None if edge else _hw(size),
-            shortest_edge=int(size.split("=")[1]) if edge else None,
-            resample=int(params.get("resample", "2")),
-            do_center_crop=_flag(params.get("do_center_crop", "false")),
-            crop_size=_hw(params["crop_size"]) if params.get("crop_size") else None,
-            do_rescale=_flag(params.get("do_rescale", "true")),
-            rescale_factor=float(params.get("rescale_factor", str(1 / 255))),
-            do_normalize=_flag(params.get("do_normalize", "true")),
-            image_mean=_floats(params.get("image_mean", "0.5,0.5,0.5")),
-            image_std=_floats(params.get("image_std", "0.5,0.5,0.5")),
-            do_convert_rgb=_flag(params.get("do_convert_rgb", "false")),
-            max_pixels=int(params.get("max_pixels", str(DEFAULT_MAX_PIXELS))),
-        )
+    @property
+    def height_width(self) -> tuple[int, int] | None:
+        """The fixed (height, width) images are resized to; None where the shortest edge is set instead."""
+        return None if self.shortest_edge is not None else _hw(self.size)
 
-    def to_parameters(self) -> dict[str, str]:
-        """The settings as config parameters (the inverse of :meth:`from_parameters`)."""
-        size = f"shortest_edge={self.shortest_edge}" if self.size is None else f"{self.size[0]}x{self.size[1]}"
-        crop = {} if self.crop_size is None else {"crop_size": f"{self.crop_size[0]}x{self.crop_size[1]}"}
-        return {  # no empty values: protobuf's JSON drops them
-            "do_resize": str(self.do_resize).lower(),
-            "size": size,
-            "resample": str(self.resample),
-            "do_center_crop": str(self.do_center_crop).lower(),
-            **crop,
-            "do_rescale": str(self.do_rescale).lower(),
-            "rescale_factor": repr(self.rescale_factor),
-            "do_normalize": str(self.do_normalize).lower(),
-            "image_mean": ",".join(repr(float(v)) for v in self.image_mean),
-            "image_std": ",".join(repr(float(v)) for v in self.image_std),
-            "do_convert_rgb": str(self.do_convert_rgb).lower(),
-            "max_pixels": str(self.max_pixels),
-        }
+    @property
+    def shortest_edge(self) -> int | None:
+        """The length the shorter edge is resized to, keeping the aspect ratio; None for a fixed size."""
+        prefix = "shortest_edge="
+        return int(self.size[len(prefix) :]) if self.size.startswith(prefix) else None
+
+    @property
+    def crop(self) -> tuple[int, int] | None:
+        """The centre crop's (height, width), if any."""
+        return None if self.crop_size is None else _hw(self.crop_size)
 
 
 class ImageEncoder:
@@ -163,8 +131,8 @@ class ImageEncoder:
             height, width = self._resized_size(image.size[1], image.size[0])
             image = image.resize((width, height), resample=s.resample)
         array = np.moveaxis(np.asarray(image), -1, 0)  # CHW uint8
-        if s.do_center_crop and s.crop_size is not None:
-            array = _center_crop(array, *s.crop_size)
+        if s.do_center_crop and s.crop is not None:
+            array = _center_crop(array, *s.crop)
         values = (array.astype(np.float64) * s.rescale_factor).astype(np.float32) if s.do_rescale else array
         if s.do_normalize:
             values = values.astype(np.float32) if not np.issubdtype(values.dtype, np.floating) else values
@@ -175,8 +143,8 @@ class ImageEncoder:
 
     def _resized_size(self, height: int, width: int) -> tuple[int, int]:
         s = self.settings
-        if s.size is not None:
-            return s.size
+        if s.height_width is not None:
+            return s.height_width
         assert s.shortest_edge is not None
         short, long = (width, height) if width <= height else (height, width)
         new_short, new_long = s.shortest_edge, int(s.shortest_edge * long / short)

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from _tritongen_step._common import PerRequestStep, model_parameters, pb_utils, read_json, resolve_version_file
-from _tritongen_step.contract import LABEL, LABELS, LABELS_FILE, PROBABILITIES, SCORE
+from _tritongen_step.contract import LABEL, LABELS, PROBABILITIES, SCORE
+from _tritongen_step.parameters import LabelsParameters
 from _tritongen_step.vectors import softmax
 
 __all__ = [
@@ -92,7 +93,7 @@ class TritonPythonModel:
 
     def labels(self, params: dict[str, str], args: dict[str, str]) -> list[str]:
         """The label names the build wrote (``labels_file``), in id order."""
-        return read_json(resolve_version_file(args, params.get(LABELS_FILE, "labels.json")))
+        return read_json(resolve_version_file(args, LabelsParameters.from_parameters(params).labels_file))
 
 
 class BatchedPostprocess(TritonPythonModel):

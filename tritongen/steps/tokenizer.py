@@ -47,12 +47,7 @@ from _tritongen_step._common import (
 )
 from _tritongen_step.contract import (
     ATTENTION_MASK,
-    BUCKETS,
     INPUT_IDS,
-    MAX_LENGTH,
-    PAD_ID,
-    PAD_TYPE_ID,
-    PADDING,
     PROMPT_NAME,
     TEXT,
     TEXT_PAIR,
@@ -60,9 +55,15 @@ from _tritongen_step.contract import (
     TOKEN_IDS,
     TOKEN_METADATA,
     TOKEN_TYPE_IDS,
-    TOKENIZER_FILE,
     TRUNCATE_LEFT,
     TRUNCATED,
+)
+from _tritongen_step.parameters import (
+    PromptParameters,
+    StrideParameters,
+    TokenizerFileParameters,
+    TokenizerParameters,
+    WindowsParameters,
 )
 
 __all__ = [
@@ -274,17 +275,19 @@ class TritonPythonModel:
         params = model_parameters(config)
         self.output_names = [out["name"] for out in config["output"]]
         self.input_names = [inp["name"] for inp in config["input"]]
+        tokenizer = TokenizerParameters.from_parameters(params, config.get("name", "the tokenizer step"))
         self.encoder = TextEncoder(
-            str(resolve_version_file(args, params.get(TOKENIZER_FILE, "tokenizer.json"))),
-            int(params[MAX_LENGTH]),
-            None if params.get(PADDING) == "longest" else [int(b) for b in params.get(BUCKETS, "").split(",") if b],
-            pad_id=int(params.get(PAD_ID, "0")),
-            pad_type_id=int(params.get(PAD_TYPE_ID, "0")),
+            str(resolve_version_file(args, TokenizerFileParameters.from_parameters(params).tokenizer_file)),
+            tokenizer.max_length,
+            None if tokenizer.pads_to_longest else list(tokenizer.buckets),
+            pad_id=tokenizer.pad_id,
+            pad_type_id=tokenizer.pad_type_id,
             input_names=[n for n in self.output_names if n in _ENCODER_OUTPUTS],
-            padding_side=params.get("padding_side", "right"),
+            padding_side=tokenizer.padding_side or "right",
         )
-        self.prompts: dict[str, str] = json.loads(params.get("prompts") or "{}")
-        self.default_prompt = params.get("default_prompt_name", "")
+        prompts = PromptParameters.from_parameters(params)
+        self.prompts: dict[str, str] = prompts.prompts
+        self.default_prompt = prompts.default_prompt_name
         self.setup(params)
 
     def setup(self, params: dict[str, str]) -> None:
@@ -419,6 +422,12 @@ class WindowedTokenizer(PerRequestStep, TritonPythonModel):
     """A tokenizer step that turns each request into its own set of windows: one batch for the model step."""
 
     max_windows: int  # the most windows one request may need (the model step's batch), read in ``setup``
+    stride: int  # the tokens neighbouring windows share
+
+    def setup(self, params: dict[str, str]) -> None:
+        """Read the window overlap and the most windows per request."""
+        self.stride = StrideParameters.from_parameters(params).stride
+        self.max_windows = WindowsParameters.from_parameters(params).max_windows
 
     def windows(self, texts: Sequence[str], stride: int, what: str = "texts") -> tuple[list[Any], np.ndarray]:
         """``texts`` as overlapping windows of the model's length sharing ``stride`` tokens, and each one's text.

@@ -23,6 +23,7 @@ from tritongen.buildspec.sections import TaskSettings
 from tritongen.contract import OFFSETS, SPECIAL_MASK, TEXT, TOKEN_TYPE_IDS, WORD_IDS
 from tritongen.errors import CapabilityError, CheckpointError, UnsupportedModelError
 from tritongen.gates.accuracy import Gate, LabelGate
+from tritongen.parameters import LabelsParameters, PostprocessParameters, PromptParameters
 from tritongen.tasks._inputs import TextInputs
 from tritongen.tasks._plan import Modality, TaskPlan
 from tritongen.tasks._tensors import (
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     import torch
 
     from tritongen.buildspec import BuildSpec
-    from tritongen.model.checkpoint import Checkpoint
+    from tritongen.model.checkpoint import Checkpoint, Pooling
     from tritongen.model.fold import GraphTail
 
 __all__ = [
@@ -144,7 +145,7 @@ class Task:
         token_tensors = self.modality.tensors(checkpoint, names)
         extra = [t for t in self.tokenizer_outputs(checkpoint) if t.name not in names]
         post_out = self.postprocess_outputs(checkpoint)
-        helpers = (_COMMON, "tritongen.contract", "tritongen.vectors", *self.helper_modules)
+        helpers = (_COMMON, "tritongen.contract", "tritongen.parameters", "tritongen.vectors", *self.helper_modules)
         return TaskPlan(
             task=self.name,
             settings=settings,
@@ -157,7 +158,11 @@ class Task:
             postprocess_outputs=tuple(post_out),
             ensemble_outputs=tuple(post_out + [t for t in PASSED_THROUGH if t in token_tensors + extra]),
             tokenizer_parameters=tokenizer_settings,
-            postprocess_parameters={"task": self.name, **self.postprocess_parameters(checkpoint), **post_settings},
+            postprocess_parameters={
+                **PostprocessParameters(self.name).to_parameters(),
+                **self.postprocess_parameters(checkpoint),
+                **post_settings,
+            },
             card_lines=tuple(self.card_lines(binding)),
             batched_io=self.batched_io,
             truncates=self.truncates,
@@ -390,9 +395,14 @@ TOKEN_METADATA = [
 WINDOW_EXAMPLE = TensorSpec(contract.WINDOW_EXAMPLE, "TYPE_INT64", (1,))  # the request row each window belongs to
 
 
-def max_windows(spec: BuildSpec) -> dict[str, str]:
+def max_windows(spec: BuildSpec) -> int:
     """One request's windows go to the model step as one batch: at most its max_batch_size."""
-    return {"max_windows": str(spec.max_batch_size or 1 << 30)}
+    return spec.max_batch_size or 1 << 30
+
+
+def prompt_parameters(pooling: Pooling) -> dict[str, str]:
+    """The tokenizer step's prompts: sentence-transformers' ``prompts`` and ``default_prompt_name``."""
+    return PromptParameters(dict(pooling.prompts), pooling.default_prompt_name or "").to_parameters()
 
 
 def reference_postprocess(bound: TaskPlan, labels: Sequence[str]) -> Any:
@@ -401,6 +411,6 @@ def reference_postprocess(bound: TaskPlan, labels: Sequence[str]) -> Any:
     step = module.TritonPythonModel()
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "1").mkdir()
-        (Path(tmp) / "1" / "labels.json").write_text(json.dumps(list(labels)), encoding="utf-8")
+        (Path(tmp) / "1" / LabelsParameters().labels_file).write_text(json.dumps(list(labels)), encoding="utf-8")
         step.setup(dict(bound.postprocess_parameters), {"model_repository": tmp, "model_version": "1"})
     return step

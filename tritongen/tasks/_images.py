@@ -7,6 +7,7 @@ copies into the step's config parameters. Parity runs on Pillow-drawn images (``
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,8 +26,12 @@ if TYPE_CHECKING:
     from tritongen.gates.parity import ParityReport
     from tritongen.model.checkpoint import Checkpoint
     from tritongen.model.facts import ModelFacts
+    from tritongen.tasks._base import Binding
 
-__all__ = ["IMAGE_INPUT", "ImageInputs", "ImagesSettings", "image_settings", "image_size", "pixel_module"]
+__all__ = [
+    "IMAGE_INPUT", "ImageInputs", "ImagesSettings", "image_settings", "image_size", "image_step_parameters",
+    "pixel_module",
+]  # fmt: skip
 
 IMAGE_INPUT = public(IMAGE)  # encoded JPEG/PNG bytes, one image per row
 
@@ -120,8 +125,8 @@ class ImageInputs(Modality):
 
     def card_lines(self, plan: BuildPlan) -> list[str]:
         s = ImageSettings.from_parameters(plan.bound.tokenizer_parameters)
-        resize = f"{s.size[0]}x{s.size[1]}" if s.size else f"shortest edge {s.shortest_edge}"
-        crop = f", centre crop {s.crop_size[0]}x{s.crop_size[1]}" if s.do_center_crop and s.crop_size else ""
+        resize = f"shortest edge {s.shortest_edge}" if s.shortest_edge is not None else s.size
+        crop = f", centre crop {s.crop_size}" if s.do_center_crop and s.crop_size else ""
         return [
             f"- model input: {plan.facts.limit_source}",
             f"- image step: Pillow decode, EXIF orientation, RGB, resize {resize} (PIL filter {s.resample}){crop}, "
@@ -129,6 +134,13 @@ class ImageInputs(Modality):
             "(the checkpoint's image processor, slow PIL path)",
             f"- images above {s.max_pixels} pixels are refused undecoded (`images.max_pixels`)",
         ]
+
+
+def image_step_parameters(bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
+    """An image task's (image step, postprocess) parameters: the processor's settings, with the spec's pixel limit."""
+    assert isinstance(bound.settings, ImagesSettings)
+    step = dataclasses.replace(ImageSettings.from_parameters(bound.facts), max_pixels=bound.settings.max_pixels)
+    return step.to_parameters(), {}
 
 
 def image_settings(processor: Any) -> ImageSettings:
@@ -141,20 +153,19 @@ def image_settings(processor: Any) -> ImageSettings:
     if get("do_pad") or get("do_reduce_labels") or size is None:
         raise UnsupportedModelError(f"image processor `{type(processor).__name__}` pads or has no size; not supported")
     if get("size").height and get("size").width:
-        hw, edge = (int(size.height), int(size.width)), None
+        resize = f"{int(size.height)}x{int(size.width)}"
     elif size.shortest_edge and not size.longest_edge:
-        hw, edge = None, int(size.shortest_edge)
+        resize = f"shortest_edge={int(size.shortest_edge)}"
     else:
         raise UnsupportedModelError(
             f"image processor size {dict(size)} is not supported (height/width or shortest_edge)"
         )
     return ImageSettings(
         do_resize=bool(get("do_resize", True)),
-        size=hw,
-        shortest_edge=edge,
+        size=resize,
         resample=int(get("resample", 2)),
         do_center_crop=bool(get("do_center_crop")),
-        crop_size=(int(crop.height), int(crop.width)) if crop is not None and crop.height else None,
+        crop_size=f"{int(crop.height)}x{int(crop.width)}" if crop is not None and crop.height else None,
         do_rescale=bool(get("do_rescale", True)),
         rescale_factor=float(get("rescale_factor", 1 / 255)),
         do_normalize=bool(get("do_normalize", True)),

@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tritongen.contract import ATTENTION_MASK, BUCKETS, INPUT_IDS, MAX_LENGTH, PAD_ID, PAD_TYPE_ID, TOKENIZER_FILE
+from tritongen.contract import ATTENTION_MASK, INPUT_IDS
 from tritongen.errors import CheckpointError, UnsupportedModelError
+from tritongen.parameters import TokenizerFileParameters, TokenizerParameters, written
 from tritongen.tasks._plan import BuildPlan, Modality, TaskPlan
 from tritongen.tasks._tensors import TensorSpec
 
@@ -63,14 +64,20 @@ class TextInputs(Modality):
     def tensors(self, checkpoint: Checkpoint, names: Sequence[str]) -> list[TensorSpec]:
         return [TensorSpec(n, "TYPE_INT64", (-1,)) for n in names]
 
-    def step_parameters(self, plan: TaskPlan, buckets: Sequence[int], pad_id: int) -> dict[str, str]:
-        return {
-            TOKENIZER_FILE: "tokenizer.json",
-            MAX_LENGTH: str(plan.row_length),
-            BUCKETS: ",".join(str(b) for b in _buckets(plan.inputs, buckets, plan.row_length)),
-            PAD_ID: str(pad_id),
-            PAD_TYPE_ID: "0",
-        }
+    def step_parameters(
+        self, plan: TaskPlan, buckets: Sequence[int], pad_id: int, padding: str, facts: Mapping[str, str]
+    ) -> dict[str, str]:
+        """The tokenizer step's: a model that reads no mask pads every row to its length, whatever ``padding``."""
+        side = facts.get("padding_side", "right")
+        longest = padding == "longest" and ATTENTION_MASK in plan.inputs
+        tokenizer = TokenizerParameters(
+            max_length=plan.row_length,
+            buckets=tuple(_buckets(plan.inputs, buckets, plan.row_length)),
+            padding="longest" if longest else None,
+            pad_id=pad_id,
+            padding_side=None if side == "right" else side,
+        )
+        return written(TokenizerFileParameters(), tokenizer)
 
     def encoder(self, plan: BuildPlan, step_dir: Path) -> Any:
         from tritongen.steps.tokenizer import TextEncoder

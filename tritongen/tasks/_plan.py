@@ -98,8 +98,13 @@ class Modality:
         """The model inputs as tensors (dims without batch)."""
         raise NotImplementedError
 
-    def step_parameters(self, plan: TaskPlan, buckets: Sequence[int], pad_id: int) -> dict[str, str]:
-        """The first step's base parameters; the task's own come after them."""
+    def step_parameters(
+        self, plan: TaskPlan, buckets: Sequence[int], pad_id: int, padding: str, facts: Mapping[str, str]
+    ) -> dict[str, str]:
+        """The first step's base parameters; the task's own come after them.
+
+        ``padding`` is the spec's, ``facts`` the preprocessor's (:meth:`step_facts`).
+        """
         return {}
 
     def encoder(self, plan: BuildPlan, step_dir: Path) -> Any:

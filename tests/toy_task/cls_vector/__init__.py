@@ -44,7 +44,9 @@ class ClsVector(Task):
     section, Settings = ClsVectorSettings.section, ClsVectorSettings
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
-        return {}, {"scale": str(bound.settings.scale)}
+        from tests.toy_task.cls_vector.postprocess import ScaleParameters
+
+        return {}, ScaleParameters(bound.settings.scale).to_parameters()
 
     def onnx_output_dims(self, checkpoint: Any) -> tuple[int, ...]:
         return (checkpoint.hidden_size,)

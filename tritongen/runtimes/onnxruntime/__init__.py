@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from tritongen.buildspec import BuildSpec, RuntimeSettings
 from tritongen.errors import SpecError
 from tritongen.runtimes.base import Export, ModelStep, Runtime, Variant
-from tritongen.runtimes.onnxruntime.settings import OnnxRuntimeSettings, TensorRTSettings
+from tritongen.runtimes.onnxruntime.settings import OnnxRuntimeParameters, OnnxRuntimeSettings, TensorRTSettings
 from tritongen.runtimes.registry import register_runtime
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ class OnnxRuntime(Runtime):
     backend = "onnxruntime"
     model_file = "model.onnx"
     local_backend: ClassVar[str | None] = "tritongen.runtimes.onnxruntime.backend"
-    thread_parameter: ClassVar[str | None] = "intra_op_thread_count"
+    thread_parameter: ClassVar[str | None] = OnnxRuntimeParameters.keys()[0]  # intra_op_thread_count
     settings: ClassVar[tuple[type[RuntimeSettings], ...]] = (OnnxRuntimeSettings, TensorRTSettings)
     thread_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = (OnnxRuntimeSettings, "intra_op_threads")
     serves_onnx = True
@@ -117,14 +117,10 @@ class OnnxRuntime(Runtime):
             default_model_filename=self.model_file,
             instance_group=step.instances(),
             optimization=OnnxRuntimeOptimization(ort.graph_optimization_level, _tensorrt_accelerator(step)),
-            parameters=_parameters(ort),
+            parameters=OnnxRuntimeParameters(
+                ort.intra_op_threads or None, ort.inter_op_threads or None
+            ).to_parameters(),
         )
-
-
-def _parameters(ort: OnnxRuntimeSettings) -> dict[str, str]:
-    """The model step's session ``parameters``: the threads, where set."""
-    threads = (("intra_op_thread_count", ort.intra_op_threads), ("inter_op_thread_count", ort.inter_op_threads))
-    return {key: str(value) for key, value in threads if value}
 
 
 def _tensorrt_accelerator(step: ModelStep) -> TensorRTAccelerator | None:

@@ -7,8 +7,17 @@ from typing import Any, ClassVar, Literal
 
 from tritongen.buildspec.sections import RuntimeSettings
 from tritongen.errors import SpecError
+from tritongen.parameters import StepParameters
 
-__all__ = ["OnnxRuntimeSettings", "TensorRTSettings"]
+__all__ = ["OnnxRuntimeParameters", "OnnxRuntimeSettings", "TensorRTSettings"]
+
+
+@dataclass(frozen=True)
+class OnnxRuntimeParameters(StepParameters):
+    """The model step's ``parameters`` the build writes, in the onnxruntime backend's own words: session threads."""
+
+    intra_op_thread_count: int | None = None  # None: ONNX Runtime decides
+    inter_op_thread_count: int | None = None
 
 
 @dataclass(frozen=True)

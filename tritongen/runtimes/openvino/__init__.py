@@ -15,7 +15,7 @@ from tritongen.errors import SpecError
 from tritongen.runtimes.base import Export, ModelStep, Runtime, Variant
 from tritongen.runtimes.onnxruntime.settings import TensorRTSettings
 from tritongen.runtimes.openvino.ir import CONTAINER_OPENING, IR_FILE, cpu_precisions
-from tritongen.runtimes.openvino.settings import OpenVinoSettings
+from tritongen.runtimes.openvino.settings import OpenVinoParameters, OpenVinoSettings
 from tritongen.runtimes.registry import register_runtime
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class OpenVino(Runtime):
     backend = "openvino"
     model_file = IR_FILE
     local_backend: ClassVar[str | None] = "tritongen.runtimes.openvino.backend"
-    thread_parameter: ClassVar[str | None] = "INFERENCE_NUM_THREADS"
+    thread_parameter: ClassVar[str | None] = OpenVinoParameters.keys()[2]  # INFERENCE_NUM_THREADS
     settings: ClassVar[tuple[type[RuntimeSettings], ...]] = (OpenVinoSettings,)
     thread_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = (OpenVinoSettings, "inference_threads")
     fold_refused = "the openvino runtime serves the model alone, without ai.onnx.ml operators"
@@ -107,12 +107,9 @@ class OpenVino(Runtime):
         from tritongen.configs.model_config import ModelConfig
 
         settings = step.spec.section(OpenVinoSettings)
-        parameters = {
-            "PERFORMANCE_HINT": settings.performance_hint,
-            "NUM_STREAMS": str(settings.num_streams) if settings.num_streams else "AUTO",
-        }
-        if settings.inference_threads:
-            parameters["INFERENCE_NUM_THREADS"] = str(settings.inference_threads)
+        parameters = OpenVinoParameters(
+            settings.performance_hint, str(settings.num_streams or "AUTO"), settings.inference_threads or None
+        )
         # Whole requests, not batches of them: with max_batch_size above 0 the native backend answers only batches of
         # exactly that many rows, and its batch padding (the way around) is broken upstream (r24.10 to main).
         common = {**step.common(), "max_batch_size": 0, "dynamic_batching": None}
@@ -121,5 +118,5 @@ class OpenVino(Runtime):
             backend=self.backend,
             default_model_filename=self.model_file,
             instance_group=step.instances(),
-            parameters=parameters,
+            parameters=parameters.to_parameters(),
         )

@@ -7,8 +7,18 @@ from typing import Any, ClassVar, Literal
 
 from tritongen.buildspec.sections import RuntimeSettings
 from tritongen.errors import SpecError
+from tritongen.parameters import StepParameters
 
-__all__ = ["OpenVinoSettings"]
+__all__ = ["OpenVinoParameters", "OpenVinoSettings"]
+
+
+@dataclass(frozen=True)
+class OpenVinoParameters(StepParameters):
+    """The model step's ``parameters`` the build writes, in the openvino backend's own words (its properties)."""
+
+    PERFORMANCE_HINT: str | None = None  # the backend's own spelling
+    NUM_STREAMS: str | None = None  # a number, or AUTO
+    INFERENCE_NUM_THREADS: int | None = None  # None: every core
 
 
 @dataclass(frozen=True)

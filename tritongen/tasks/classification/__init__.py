@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tritongen.contract import LABEL, LABELS, LABELS_FILE, LOGITS, PROBABILITIES, SCORE
+from tritongen.contract import LABEL, LABELS, LOGITS, PROBABILITIES, SCORE
+from tritongen.parameters import ClassifierParameters, LabelsParameters, SelectionParameters, written
 from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, labels_line, load_pretrained
 from tritongen.tasks._registry import register_task
 from tritongen.tasks._tensors import public
@@ -49,13 +50,13 @@ class Classification(Task):
         return "sigmoid" if _multi_label(checkpoint) or len(checkpoint.id2label) == 1 else "softmax"
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
-        return {"function": self.gate_function(checkpoint), LABELS_FILE: "labels.json"}
+        return written(ClassifierParameters(self.gate_function(checkpoint)), LabelsParameters())
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         settings, checkpoint = bound.settings, bound.checkpoint
         if not _multi_label(checkpoint):
             return {}, {}
-        return {}, {"threshold": str(settings.multi_label_threshold), "top_k": str(settings.multi_label_top_k)}
+        return {}, SelectionParameters(settings.multi_label_threshold, settings.multi_label_top_k).to_parameters()
 
     def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
         if _multi_label(checkpoint):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from _tritongen_step.parameters import ClassifierParameters, SelectionParameters
 from _tritongen_step.postprocess import BatchedPostprocess, classify
 
 __all__ = ["TritonPythonModel"]
@@ -19,11 +20,11 @@ class TritonPythonModel(BatchedPostprocess):
 
     def setup(self, params: dict[str, str], args: dict[str, str]) -> None:
         """Read the activation, the labels and the multi-label selection."""
-        self.function = params.get("function", "softmax")
+        self.function = ClassifierParameters.from_parameters(params).function
         self.label_names = self.labels(params, args)
-        self.threshold = float(params.get("threshold", "0.5"))
-        self.top_k = int(params.get("top_k", "0"))
+        self.selection = SelectionParameters.from_parameters(params)
 
     def process(self, values: np.ndarray) -> dict[str, np.ndarray]:
         """Scores, best label and best score per row."""
-        return classify(values, self.function, self.label_names, threshold=self.threshold, top_k=self.top_k)
+        selection = self.selection
+        return classify(values, self.function, self.label_names, threshold=selection.threshold, top_k=selection.top_k)

@@ -11,14 +11,20 @@ postprocess step averages, weighted by the text tokens of each window, before it
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tritongen import contract
 from tritongen.buildspec.sections import TaskSettings
-from tritongen.contract import DIMENSIONS, EMBEDDING, PROMPT_NAME, SENTENCE_EMBEDDING, STRIDE
+from tritongen.contract import DIMENSIONS, EMBEDDING, PROMPT_NAME, SENTENCE_EMBEDDING
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import CosineGate
+from tritongen.parameters import (
+    EmbeddingParameters,
+    EnsembleParameters,
+    StrideParameters,
+    WindowsParameters,
+    written,
+)
 from tritongen.pooling.methods import pooling_method
 from tritongen.tasks._base import (
     TOKEN_COUNT_OUTPUT,
@@ -30,6 +36,7 @@ from tritongen.tasks._base import (
     exportable,
     load_pretrained,
     max_windows,
+    prompt_parameters,
 )
 from tritongen.tasks._registry import register_task
 from tritongen.tasks._tensors import public
@@ -120,11 +127,12 @@ class Embedding(Task):
         return [public(EMBEDDING, (width,))]
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
-        return {"normalize": "true" if checkpoint.pooling.normalize else "false"}
+        return EmbeddingParameters(normalize=checkpoint.pooling.normalize).to_parameters()
 
     def ensemble_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
         """The pooling, by Text Embeddings Inference's name for it where it has one (``last_token``)."""
-        return {"pooling": {"lasttoken": "last_token"}.get(checkpoint.pooling.mode, checkpoint.pooling.mode)}
+        pooling = {"lasttoken": "last_token"}.get(checkpoint.pooling.mode, checkpoint.pooling.mode)
+        return EnsembleParameters(pooling=pooling).to_parameters()
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         checkpoint = bound.checkpoint
@@ -134,13 +142,7 @@ class Embedding(Task):
                 "this checkpoint is a sparse (SPLADE) encoder: it has no dense pooling to serve as embeddings; "
                 "build it with --task sparse-embedding"
             )
-        tokenizer = {}
-        if pooling.prompts:
-            tokenizer = {
-                "prompts": json.dumps(dict(pooling.prompts)),
-                "default_prompt_name": pooling.default_prompt_name or "",
-            }
-        return tokenizer, {}
+        return (prompt_parameters(pooling) if pooling.prompts else {}), {}
 
     def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
         if self.matryoshka(checkpoint):
@@ -223,7 +225,8 @@ class ChunkedEmbedding(Embedding):
                 f"{bound.row_length}-token window; lower it"
             )
         tokenizer, postprocess = super().step_parameters(bound)
-        return {**tokenizer, STRIDE: str(overlap), **max_windows(bound.spec)}, postprocess
+        windows = written(StrideParameters(overlap), WindowsParameters(max_windows(bound.spec)))
+        return {**tokenizer, **windows}, postprocess
 
     def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
         return None  # combining a text's windows is per-request logic

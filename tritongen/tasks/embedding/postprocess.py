@@ -18,6 +18,7 @@ import numpy as np
 
 from _tritongen_step._common import pb_utils, respond_per_request
 from _tritongen_step.contract import DIMENSIONS, EMBEDDING, WINDOW_EXAMPLE, WINDOW_TOKENS
+from _tritongen_step.parameters import EmbeddingParameters
 from _tritongen_step.postprocess import BatchedPostprocess, input_array
 from _tritongen_step.vectors import l2_normalize, matryoshka_cut
 
@@ -56,7 +57,7 @@ class TritonPythonModel(BatchedPostprocess):
 
     def setup(self, params: dict[str, str], args: dict[str, str]) -> None:
         """Read whether to normalise, whether requests may carry ``DIMENSIONS``, and whether texts come in windows."""
-        self.normalize = params.get("normalize", "false") == "true"
+        self.normalize = EmbeddingParameters.from_parameters(params).normalize
         names = getattr(self, "input_names", ())  # the fold proof calls setup alone
         self.dimensions = DIMENSIONS in names
         self.windowed = WINDOW_EXAMPLE in names

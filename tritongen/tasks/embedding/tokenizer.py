@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from _tritongen_step.contract import STRIDE, TOKEN_COUNT, TRUNCATED, WINDOW_EXAMPLE, WINDOW_TOKENS
+from _tritongen_step.contract import TOKEN_COUNT, TRUNCATED, WINDOW_EXAMPLE, WINDOW_TOKENS
 from _tritongen_step.tokenizer import WindowedTokenizer
 
 __all__ = ["TritonPythonModel", "text_tokens", "whole_counts"]
@@ -47,9 +47,8 @@ class TritonPythonModel(WindowedTokenizer):
     """The chunked-embedding tokenizer step of the ensemble."""
 
     def setup(self, params: dict[str, str]) -> None:
-        """Read the window overlap and the most windows per request."""
-        self.stride = int(params[STRIDE])
-        self.max_windows = int(params["max_windows"])
+        """Read the window overlap and the most windows per request, and count the tokens around each window."""
+        super().setup(params)
         self.specials = self.encoder.tokenizer.num_special_tokens_to_add(False)  # around each window
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:

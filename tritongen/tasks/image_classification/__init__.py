@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tritongen.tasks._base import Binding, load_pretrained
-from tritongen.tasks._images import IMAGE_INPUT, ImageInputs, ImagesSettings, pixel_module
+from tritongen.tasks._images import IMAGE_INPUT, ImageInputs, ImagesSettings, image_step_parameters, pixel_module
 from tritongen.tasks._registry import register_task
 from tritongen.tasks.classification import Classification
 
@@ -38,8 +38,7 @@ class ImageClassification(Classification):
         return [IMAGE_INPUT]
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
-        settings, facts = bound.settings, bound.facts
-        return {**facts, "max_pixels": str(settings.max_pixels)}, {}
+        return image_step_parameters(bound)
 
     def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
         return None  # the fold's proof feeds texts

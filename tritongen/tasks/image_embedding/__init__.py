@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 from tritongen.contract import EMBEDDING
 from tritongen.gates.accuracy import CosineGate
+from tritongen.parameters import EmbeddingParameters
 from tritongen.tasks._base import Binding, Task, TensorSpec, load_pretrained
-from tritongen.tasks._images import IMAGE_INPUT, ImageInputs, ImagesSettings, pixel_module
+from tritongen.tasks._images import IMAGE_INPUT, ImageInputs, ImagesSettings, image_step_parameters, pixel_module
 from tritongen.tasks._registry import register_task
 from tritongen.tasks._tensors import public
 
@@ -48,7 +49,7 @@ class ImageTextSide(Task):
         return [public(EMBEDDING, (self.embedding_size(checkpoint),))]
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
-        return {"normalize": "false"}
+        return EmbeddingParameters(normalize=False).to_parameters()
 
 
 @register_task
@@ -76,8 +77,7 @@ class ImageEmbedding(ImageTextSide):
         return int((config.get("vision_config") or {}).get("hidden_size", 768))
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
-        settings, facts = bound.settings, bound.facts
-        return {**facts, "max_pixels": str(settings.max_pixels)}, {}
+        return image_step_parameters(bound)
 
     def card_lines(self, bound: Binding) -> list[str]:
         spec, checkpoint = bound.spec, bound.checkpoint

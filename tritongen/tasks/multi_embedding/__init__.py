@@ -9,7 +9,6 @@ state dict. The exported graph runs the encoder and both heads and returns one p
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tritongen.contract import ATTENTION_MASK, COLBERT, COLBERT_LENGTH, EMBEDDING, INPUT_IDS
 from tritongen.errors import CheckpointError
 from tritongen.gates.accuracy import TokenCosineGate
+from tritongen.parameters import MultiVectorParameters
 from tritongen.tasks._base import Binding, TensorSpec, exportable, load_pretrained
 from tritongen.tasks._registry import register_task
 from tritongen.tasks._tensors import public
@@ -66,12 +66,8 @@ class MultiEmbedding(SparseTask):
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         checkpoint = bound.checkpoint
         assert isinstance(bound.settings, SparseSettings)
-        return {}, {
-            "hidden_size": str(checkpoint.hidden_size),
-            "colbert_dim": str(_colbert_dim(checkpoint)),
-            "unused_token_ids": json.dumps(_unused_ids(checkpoint)),
-            **sparse_parameters(bound.settings),
-        }
+        heads = MultiVectorParameters(checkpoint.hidden_size, _colbert_dim(checkpoint), _unused_ids(checkpoint))
+        return {}, {**heads.to_parameters(), **sparse_parameters(bound.settings)}
 
     def card_lines(self, bound: Binding) -> list[str]:
         assert isinstance(bound.settings, SparseSettings)

@@ -17,7 +17,6 @@ its own request names; Triton's ensemble names every output it maps, so there it
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -32,6 +31,7 @@ from _tritongen_step.contract import (
     SPARSE_INDICES,
     SPARSE_VALUES,
 )
+from _tritongen_step.parameters import MultiVectorParameters, SelectionParameters
 from _tritongen_step.postprocess import TritonPythonModel as PostprocessBase
 from _tritongen_step.postprocess import input_array
 from _tritongen_step.sparse import pad_rows, token_weights
@@ -48,11 +48,9 @@ class TritonPythonModel(PostprocessBase):
 
     def setup(self, params: dict[str, str], args: dict[str, str]) -> None:
         """Read the widths, the token ids the sparse side leaves out, and which weights to keep."""
-        self.hidden = int(params["hidden_size"])
-        self.colbert_dim = int(params["colbert_dim"])
-        self.unused = tuple(json.loads(params.get("unused_token_ids", "[]")))
-        self.top_k = int(params.get("top_k", "0"))
-        self.threshold = float(params.get("threshold", "0"))
+        heads = MultiVectorParameters.from_parameters(params)
+        self.hidden, self.colbert_dim, self.unused = heads.hidden_size, heads.colbert_dim, tuple(heads.unused_token_ids)
+        self.selection = SelectionParameters.from_parameters(params)
 
     def process(self, packed: np.ndarray, ids: np.ndarray, mask: np.ndarray, wanted: set[str]) -> dict[str, np.ndarray]:
         """The ``wanted`` outputs of one request's texts."""
@@ -65,8 +63,8 @@ class TritonPythonModel(PostprocessBase):
         if wanted & set(SPARSE):
             ids = np.asarray(ids)[:, :tokens]
             rows = [
-                token_weights(packed[i, real[i], 0], ids[i, real[i]], self.unused, top_k=self.top_k,
-                              threshold=self.threshold)
+                token_weights(packed[i, real[i], 0], ids[i, real[i]], self.unused, top_k=self.selection.top_k,
+                              threshold=self.selection.threshold)
                 for i in range(len(packed))
             ]  # fmt: skip
             outputs[SPARSE_INDICES], outputs[SPARSE_VALUES] = pad_rows(rows)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from tritongen.contract import ANSWER, ATTENTION_MASK, CONTEXT, END, QUESTION, SCORE, START
 from tritongen.errors import UnsupportedModelError
 from tritongen.gates.accuracy import SpanGate
+from tritongen.parameters import QaAnswerParameters, QaWindowParameters, WindowsParameters, written
 from tritongen.tasks import _base as base
 from tritongen.tasks._base import Binding, Task, TensorSpec
 from tritongen.tasks._registry import register_task
@@ -96,18 +97,11 @@ class QuestionAnswering(Task):
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         spec, settings, row_length, facts = bound.spec, bound.settings, bound.row_length, bound.facts
-        tokenizer = {
-            "mode": "qa",
-            "max_seq_len": str(row_length),
-            "doc_stride": str(_doc_stride(settings, row_length)),
-            "cls_id": facts.get("cls_id", ""),
-            **base.max_windows(spec),
-        }
-        postprocess = {
-            "max_answer_len": str(settings.max_answer_len),
-            "handle_impossible_answer": "true" if settings.handle_impossible_answer else "false",
-        }
-        return tokenizer, postprocess
+        cls_id = facts.get("cls_id", "")
+        windows = QaWindowParameters(row_length, _doc_stride(settings, row_length), int(cls_id) if cls_id else None)
+        tokenizer = written(windows, WindowsParameters(base.max_windows(spec), mode="qa"))
+        answers = QaAnswerParameters(settings.max_answer_len, settings.handle_impossible_answer)
+        return tokenizer, answers.to_parameters()
 
     def card_lines(self, bound: Binding) -> list[str]:
         settings, row_length = bound.settings, bound.row_length

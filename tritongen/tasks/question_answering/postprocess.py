@@ -24,6 +24,7 @@ from _tritongen_step.contract import (
     WINDOW_EXAMPLE,
     WORD_IDS,
 )
+from _tritongen_step.parameters import QaAnswerParameters
 from _tritongen_step.postprocess import RequestPostprocess, input_array
 
 __all__ = ["TritonPythonModel", "answer_arrays"]
@@ -45,9 +46,9 @@ class TritonPythonModel(RequestPostprocess):
 
     def setup(self, params: dict[str, str], args: dict[str, str]) -> None:
         """Read the longest answer and whether "no answer" may win."""
+        answers = QaAnswerParameters.from_parameters(params)
         self.answers = qa.AnswerSettings(
-            max_answer_len=int(params.get("max_answer_len", "15")),
-            handle_impossible_answer=params.get("handle_impossible_answer", "false") == "true",
+            max_answer_len=answers.max_answer_len, handle_impossible_answer=answers.handle_impossible_answer
         )
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:

@@ -32,6 +32,7 @@ import numpy as np
 
 from _tritongen_step._common import pack_encodings, settings_kept, token_metadata
 from _tritongen_step.contract import ATTENTION_MASK, INPUT_IDS, OFFSETS, TOKEN_TYPE_IDS, WORD_IDS
+from _tritongen_step.parameters import QaAnswerParameters
 from _tritongen_step.vectors import softmax
 
 if TYPE_CHECKING:  # the module itself needs only numpy; callers hand in a tokenizers.Tokenizer
@@ -56,7 +57,7 @@ __all__ = [
 DEFAULT_MAX_SEQ_LEN = 384
 DEFAULT_DOC_STRIDE = 128
 DEFAULT_MAX_QUESTION_LEN = 64
-DEFAULT_MAX_ANSWER_LEN = 15
+DEFAULT_MAX_ANSWER_LEN = QaAnswerParameters.max_answer_len
 
 # v4 pushes the logits of tokens that cannot be part of an answer to this value before the softmax.
 _MASKED_LOGIT = -10000.0

@@ -8,8 +8,11 @@ from typing import Any, ClassVar
 
 from tritongen.buildspec.sections import TaskSettings
 from tritongen.errors import SpecError
+from tritongen.parameters import QaAnswerParameters
 
 __all__ = ["QuestionAnsweringSettings"]
+
+_ANSWER_LEN = QaAnswerParameters().max_answer_len  # the step's default, declared with its parameter
 
 
 @dataclass(frozen=True)
@@ -20,7 +23,7 @@ class QuestionAnsweringSettings(TaskSettings):
 
     max_seq_len: int | None = None  # window length; None: min(model max length, 384) as in transformers
     doc_stride: int | None = None  # window overlap; None: min(window // 2, 128) as in transformers
-    max_answer_len: int = 15  # longest answer, in tokens
+    max_answer_len: int = _ANSWER_LEN  # longest answer, in tokens
     handle_impossible_answer: bool = False  # the empty answer may win ("no answer")
 
     flat_names: ClassVar[dict[str, str]] = {
@@ -33,7 +36,7 @@ class QuestionAnsweringSettings(TaskSettings):
     cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
         "qa_max_seq_len": {"type": int, "help": "QA window length in tokens (default min(max, 384))"},
         "qa_doc_stride": {"type": int, "help": "QA tokens shared by neighbouring windows (default 128)"},
-        "qa_max_answer_len": {"type": int, "help": "QA longest answer in tokens (default 15)"},
+        "qa_max_answer_len": {"type": int, "help": f"QA longest answer in tokens (default {_ANSWER_LEN})"},
         "qa_handle_impossible_answer": {
             "action": argparse.BooleanOptionalAction,
             "help": 'QA: allow the empty "no answer" to win',

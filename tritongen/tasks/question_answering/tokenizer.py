@@ -14,6 +14,7 @@ import numpy as np
 
 from _tritongen_step import qa
 from _tritongen_step.contract import CONTEXT, OFFSETS, QUESTION, WINDOW_EXAMPLE, WORD_IDS
+from _tritongen_step.parameters import QaWindowParameters, WindowsParameters
 from _tritongen_step.tokenizer import WindowedTokenizer, check_windows
 
 __all__ = ["TritonPythonModel"]
@@ -24,12 +25,12 @@ class TritonPythonModel(WindowedTokenizer):
 
     def setup(self, params: dict[str, str]) -> None:
         """Read the window length and overlap, the CLS id and the most windows per request."""
+        windows = QaWindowParameters.from_parameters(params)
         self.windowing = qa.WindowSettings(
-            max_seq_len=int(params["max_seq_len"]), doc_stride=int(params["doc_stride"]),
-            pad_id=self.encoder.pad_id, pad_type_id=self.encoder.pad_type_id,
-            cls_id=int(params["cls_id"]) if params.get("cls_id", "") != "" else None,
+            max_seq_len=windows.max_seq_len, doc_stride=windows.doc_stride,
+            pad_id=self.encoder.pad_id, pad_type_id=self.encoder.pad_type_id, cls_id=windows.cls_id,
         )  # fmt: skip
-        self.max_windows = int(params["max_windows"])
+        self.max_windows = WindowsParameters.from_parameters(params).max_windows
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """All windows of one request, padded to a length bucket."""

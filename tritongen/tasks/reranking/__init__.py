@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritongen.contract import SCORE, TEXT, TEXT_PAIR
 from tritongen.errors import CheckpointError, UnsupportedModelError
+from tritongen.parameters import RerankPromptParameters
 from tritongen.tasks._base import Binding, Task, TensorSpec, load_pretrained
 from tritongen.tasks._registry import register_task
 from tritongen.tasks._tensors import public
@@ -110,12 +111,7 @@ class Reranking(Task):
                 f"the reranker prompt takes {len(tokens.prefix) + len(tokens.suffix)} of the {row_length} tokens a "
                 "row holds, too few are left for the query and document"
             )
-        tokenizer = {
-            "instruction": settings.instruction,
-            "prefix_ids": ",".join(map(str, tokens.prefix)),
-            "suffix_ids": ",".join(map(str, tokens.suffix)),
-        }
-        return tokenizer, {}
+        return RerankPromptParameters(settings.instruction, tokens.prefix, tokens.suffix).to_parameters(), {}
 
     def card_lines(self, bound: Binding) -> list[str]:
         settings, checkpoint = bound.settings, bound.checkpoint

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from _tritongen_step.contract import ATTENTION_MASK, INPUT_IDS
+from _tritongen_step.parameters import RerankPromptParameters
 from _tritongen_step.tokenizer import TextEncoder
 from _tritongen_step.tokenizer import TritonPythonModel as TextTokenizer
 
@@ -64,9 +65,5 @@ class TritonPythonModel(TextTokenizer):
 
     def setup(self, params: dict[str, str]) -> None:
         """Wrap the text encoder in the reranker's prompt."""
-        self.encoder = PromptEncoder(
-            self.encoder,
-            params["instruction"],
-            [int(i) for i in params["prefix_ids"].split(",") if i],
-            [int(i) for i in params["suffix_ids"].split(",") if i],
-        )
+        prompt = RerankPromptParameters.from_parameters(params)
+        self.encoder = PromptEncoder(self.encoder, prompt.instruction, list(prompt.prefix_ids), list(prompt.suffix_ids))

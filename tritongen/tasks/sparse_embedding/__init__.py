@@ -7,12 +7,12 @@ vocabulary-sized row of weights per text. The postprocess step keeps the non-zer
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from tritongen.contract import PROMPT_NAME, SPARSE_INDICES, SPARSE_VALUES
 from tritongen.gates.accuracy import CosineGate
-from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, load_pretrained
+from tritongen.parameters import EnsembleParameters, SelectionParameters
+from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, load_pretrained, prompt_parameters
 from tritongen.tasks._registry import register_task
 from tritongen.tasks._tensors import public
 from tritongen.tasks.sparse_embedding.settings import SparseSettings
@@ -31,7 +31,7 @@ PROMPT_INPUT = public(PROMPT_NAME)
 
 def sparse_parameters(settings: SparseSettings) -> dict[str, str]:
     """The ``sparse`` section as the postprocess step's parameters."""
-    return {"top_k": str(settings.top_k), "threshold": repr(float(settings.threshold))}
+    return SelectionParameters(threshold=settings.threshold, top_k=settings.top_k).to_parameters()
 
 
 def sparse_card_line(settings: SparseSettings) -> str:
@@ -84,13 +84,7 @@ class SparseEmbedding(SparseTask):
         return list(SPARSE_OUTPUTS)
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
-        pooling = bound.checkpoint.pooling
-        tokenizer = {}
-        if _prompts(bound.checkpoint):
-            tokenizer = {
-                "prompts": json.dumps(dict(pooling.prompts)),
-                "default_prompt_name": pooling.default_prompt_name or "",
-            }
+        tokenizer = prompt_parameters(bound.checkpoint.pooling) if _prompts(bound.checkpoint) else {}
         assert isinstance(bound.settings, SparseSettings)
         return tokenizer, sparse_parameters(bound.settings)
 
@@ -103,7 +97,7 @@ class SparseEmbedding(SparseTask):
         ]
 
     def ensemble_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
-        return {"pooling": "splade"}
+        return EnsembleParameters(pooling="splade").to_parameters()
 
     def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
         from transformers import AutoModelForMaskedLM

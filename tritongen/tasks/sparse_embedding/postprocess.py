@@ -12,6 +12,7 @@ import numpy as np
 
 from _tritongen_step._common import pb_utils
 from _tritongen_step.contract import SPARSE_INDICES, SPARSE_VALUES
+from _tritongen_step.parameters import SelectionParameters
 from _tritongen_step.postprocess import TritonPythonModel as PostprocessBase
 from _tritongen_step.postprocess import input_array
 from _tritongen_step.sparse import pad_rows, vocabulary_rows
@@ -24,12 +25,11 @@ class TritonPythonModel(PostprocessBase):
 
     def setup(self, params: dict[str, str], args: dict[str, str]) -> None:
         """Read which weights to keep."""
-        self.top_k = int(params.get("top_k", "0"))
-        self.threshold = float(params.get("threshold", "0"))
+        self.selection = SelectionParameters.from_parameters(params)
 
     def process(self, weights: np.ndarray, sizes: list[int]) -> list[dict[str, np.ndarray]]:
         """The padded (indices, values) of each request, ``sizes`` texts each, from all requests' rows."""
-        rows = vocabulary_rows(weights, top_k=self.top_k, threshold=self.threshold)
+        rows = vocabulary_rows(weights, top_k=self.selection.top_k, threshold=self.selection.threshold)
         outputs, start = [], 0
         for size in sizes:
             indices, values = pad_rows(rows[start : start + size])

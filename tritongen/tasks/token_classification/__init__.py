@@ -7,9 +7,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tritongen.contract import ENTITIES, INPUT_IDS, LABELS_FILE, LOGITS, STRIDE, TEXT, TOKENIZER_FILE
+from tritongen.contract import ENTITIES, INPUT_IDS, LOGITS, TEXT
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import TokenLabelGate
+from tritongen.parameters import (
+    LabelsParameters,
+    NerParameters,
+    StrideParameters,
+    TokenizerFileParameters,
+    WindowsParameters,
+    written,
+)
 from tritongen.tasks._base import (
     TOKEN_METADATA,
     WINDOW_EXAMPLE,
@@ -82,7 +90,7 @@ class TokenClassification(Task):
         return [public(ENTITIES)]  # JSON list of entities
 
     def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
-        return {LABELS_FILE: "labels.json", TOKENIZER_FILE: "tokenizer.json"}
+        return written(LabelsParameters(), TokenizerFileParameters())
 
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         spec, settings, row_length, facts = bound.spec, bound.settings, bound.row_length, bound.facts
@@ -92,9 +100,9 @@ class TokenClassification(Task):
             raise SpecError(
                 f"ner_stride {stride} must be below the {room} text tokens of a {row_length}-token window; lower it"
             )
-        tokenizer = {"mode": "windows", STRIDE: str(stride), **max_windows(spec)}
-        postprocess = {"aggregation_strategy": settings.aggregation_strategy, "unk_token": facts.get("unk_token", "")}
-        return tokenizer, postprocess
+        tokenizer = written(StrideParameters(stride), WindowsParameters(max_windows(spec), mode="windows"))
+        postprocess = NerParameters(settings.aggregation_strategy, facts.get("unk_token") or None)
+        return tokenizer, postprocess.to_parameters()
 
     def card_lines(self, bound: Binding) -> list[str]:
         settings, checkpoint, row_length = bound.settings, bound.checkpoint, bound.row_length

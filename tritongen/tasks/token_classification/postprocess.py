@@ -21,10 +21,10 @@ from _tritongen_step.contract import (
     OFFSETS,
     SPECIAL_MASK,
     TEXT,
-    TOKENIZER_FILE,
     WINDOW_EXAMPLE,
     WORD_IDS,
 )
+from _tritongen_step.parameters import NerParameters, TokenizerFileParameters
 from _tritongen_step.postprocess import RequestPostprocess, input_array
 
 __all__ = ["TritonPythonModel"]
@@ -37,10 +37,10 @@ class TritonPythonModel(RequestPostprocess):
         """Read the labels, the strategy and the tokenizer's vocabulary."""
         from tokenizers import Tokenizer
 
-        path = resolve_version_file(args, params.get(TOKENIZER_FILE, "tokenizer.json"))
-        unk_token = params.get("unk_token") or None
-        vocab = ner.TokenVocab.from_tokenizer(Tokenizer.from_file(str(path)), unk_token=unk_token)
-        strategy = params.get("aggregation_strategy", "simple")
+        path = resolve_version_file(args, TokenizerFileParameters.from_parameters(params).tokenizer_file)
+        settings = NerParameters.from_parameters(params)
+        vocab = ner.TokenVocab.from_tokenizer(Tokenizer.from_file(str(path)), unk_token=settings.unk_token)
+        strategy = settings.aggregation_strategy
         self.aggregation = ner.Aggregation.of(self.labels(params, args), strategy=strategy, tokenizer=vocab)
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from _tritongen_step import ner
-from _tritongen_step.contract import STRIDE, TEXT, WINDOW_EXAMPLE
+from _tritongen_step.contract import TEXT, WINDOW_EXAMPLE
 from _tritongen_step.tokenizer import WindowedTokenizer
 
 __all__ = ["TritonPythonModel"]
@@ -21,11 +21,6 @@ __all__ = ["TritonPythonModel"]
 
 class TritonPythonModel(WindowedTokenizer):
     """The token-classification tokenizer step of the ensemble."""
-
-    def setup(self, params: dict[str, str]) -> None:
-        """Read the window overlap and the most windows per request."""
-        self.stride = int(params[STRIDE])
-        self.max_windows = int(params["max_windows"])
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """All windows of one request (long texts split with ``stride``), padded to a length bucket."""

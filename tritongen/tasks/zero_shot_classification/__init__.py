@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from tritongen.contract import CANDIDATE_LABELS, LABELS, LOGITS, SCORES, TEXT
 from tritongen.errors import UnsupportedModelError
+from tritongen.parameters import WindowsParameters, ZeroShotParameters, ZeroShotWindowParameters, written
 from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, labels_line, load_pretrained, max_windows
 from tritongen.tasks._registry import register_task
 from tritongen.tasks._tensors import public
@@ -88,13 +89,10 @@ class ZeroShotClassification(Task):
     def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
         spec, settings, checkpoint = bound.spec, bound.settings, bound.checkpoint
         entailment, contradiction = entailment_ids(checkpoint)
-        tokenizer = {"hypothesis_template": settings.hypothesis_template, **max_windows(spec)}
-        postprocess = {
-            "entailment_id": str(entailment),
-            "contradiction_id": str(contradiction),
-            "multi_label": "true" if settings.multi_label else "false",
-        }
-        return tokenizer, postprocess
+        tokenizer = written(
+            ZeroShotWindowParameters(settings.hypothesis_template), WindowsParameters(max_windows(spec))
+        )
+        return tokenizer, ZeroShotParameters(entailment, contradiction, settings.multi_label).to_parameters()
 
     def card_lines(self, bound: Binding) -> list[str]:
         settings, checkpoint = bound.settings, bound.checkpoint

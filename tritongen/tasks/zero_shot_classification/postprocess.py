@@ -14,6 +14,7 @@ import numpy as np
 from _tritongen_step import zero_shot
 from _tritongen_step._common import decode_texts
 from _tritongen_step.contract import CANDIDATE_LABELS, LABELS, LOGITS, SCORES
+from _tritongen_step.parameters import ZeroShotParameters
 from _tritongen_step.postprocess import RequestPostprocess, input_array
 
 __all__ = ["TritonPythonModel"]
@@ -24,9 +25,9 @@ class TritonPythonModel(RequestPostprocess):
 
     def setup(self, params: dict[str, str], args: dict[str, str]) -> None:
         """Read which logits are entailment and contradiction, and how scores normalise."""
-        self.entailment = int(params["entailment_id"])
-        self.contradiction = int(params["contradiction_id"])
-        self.multi_label = params.get("multi_label", "false") == "true"
+        classes = ZeroShotParameters.from_parameters(params)
+        self.entailment, self.contradiction = classes.entailment_id, classes.contradiction_id
+        self.multi_label = classes.multi_label
 
     def process_request(self, request: Any) -> dict[str, np.ndarray]:
         """Each text's labels ranked by score (the tokenizer step already checked the request)."""

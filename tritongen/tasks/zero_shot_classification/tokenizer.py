@@ -16,6 +16,7 @@ import numpy as np
 from _tritongen_step import zero_shot
 from _tritongen_step._common import input_error
 from _tritongen_step.contract import CANDIDATE_LABELS, TEXT
+from _tritongen_step.parameters import WindowsParameters, ZeroShotWindowParameters
 from _tritongen_step.tokenizer import TritonPythonModel as TextTokenizer
 from _tritongen_step.tokenizer import pb_utils
 
@@ -54,8 +55,8 @@ class TritonPythonModel(TextTokenizer):
 
     def setup(self, params: dict[str, str]) -> None:
         """Read the hypothesis template and the most rows per request; truncate only the text, as the pipeline."""
-        self.template = params["hypothesis_template"]
-        self.max_rows = int(params["max_windows"])
+        self.template = ZeroShotWindowParameters.from_parameters(params).hypothesis_template
+        self.max_rows = WindowsParameters.from_parameters(params).max_windows
         self.encoder.tokenizer.enable_truncation(self.encoder.max_length, strategy="only_first")
 
     def _pairs(self, request: Any) -> tuple[list[tuple[str, str]], list[int]]:
