@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -278,3 +279,44 @@ def test_the_gateway_imports_nothing_of_the_builds_side_anywhere_in_its_modules(
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded, finders = json.loads(result.stdout)
     assert [m for m in loaded if _under(m, GATEWAY_KEEPS_OFF)] == [] and "HelperFinder" not in finders
+
+
+def _floors() -> dict[str, int]:
+    """The architecture page's floors table: each top-level module or folder (and ``scripts``) -> its floor."""
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = page.split("## The floors", 1)[1].split("\n\n")[2]
+    floors = {}
+    for row in table.splitlines()[2:]:
+        cells = row.split("|")
+        for name in re.findall(r"`([^`]+)`", cells[2]):
+            floors[name.removesuffix("/").removesuffix(".py")] = int(cells[1])
+    return floors
+
+
+def test_no_import_runs_up_a_floor_of_the_architecture_page_when_any_module_imports():
+    """The page's floors are the code's: a module imports only from its own floor or below, function-level included."""
+    floors = _floors()
+    mine = {
+        p.name.removesuffix(".py")
+        for p in PACKAGE.iterdir()
+        if not p.name.startswith((".", "_")) or p.name == "__main__.py"
+    }
+    assert mine - {"py.typed"} <= set(floors), sorted(mine - set(floors))
+    up = []
+    for folder, prefix in ((PACKAGE, ""), (PACKAGE.parent / "scripts", "scripts")):
+        for path in sorted(folder.rglob("*.py")):
+            top = prefix or path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+            if top not in floors:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                for name in names:
+                    parts = name.split(".")
+                    target = parts[1] if parts[0] == "tritongen" and len(parts) > 1 else None
+                    if target in floors and floors[target] > floors[top]:
+                        up.append(
+                            f"{path.relative_to(PACKAGE.parent)}: {top} ({floors[top]}) -> {target} ({floors[target]})"
+                        )
+    assert sorted(set(up)) == []
