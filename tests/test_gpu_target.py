@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from tritongen.builder.spec import load_spec
+from tritongen.builder.spec import check_spec, load_spec
 from tritongen.cli import main
 from tritongen.configs.parser import read_config
 from tritongen.errors import SpecError
@@ -57,7 +57,7 @@ def test_gpu_accelerator_cuda_drops_tensorrt_and_a_conflict_is_refused():
     assert spec.model_instances.kind == "KIND_GPU" and spec.precision == "fp16"
     assert not spec.section(TensorRTSettings).enabled
     with pytest.raises(SpecError, match=r"gpu_accelerator cuda runs the CUDA provider alone, but tensorrt\.enabled"):
-        load_spec(model="m", device="gpu", gpu_accelerator="cuda", tensorrt={"enabled": True})
+        check_spec(load_spec(model="m", device="gpu", gpu_accelerator="cuda", tensorrt={"enabled": True}))
     with pytest.raises(SpecError, match=r"gpu_accelerator must be tensorrt or cuda"):
         load_spec(model="m", device="gpu", gpu_accelerator="rocm")
 

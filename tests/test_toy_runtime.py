@@ -19,7 +19,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from tests.toy_runtime.single_thread import MARKER, SingleThread, SingleThreadSettings
 from tritongen.bench.ceiling import ceiling_session, measure_ceiling
-from tritongen.builder.spec import load_spec
+from tritongen.builder.spec import check_spec, load_spec
 from tritongen.cli import main
 from tritongen.configs.parser import read_config
 from tritongen.containers import CONTAINERS, DEFAULT_CONTAINER, container
@@ -51,7 +51,7 @@ def test_spec_accepts_toy_runtime_only_while_registered(toy_runtime):
     assert "onnx-single-thread" in runtime_names()
     assert load_spec(None, model="m", runtime="onnx-single-thread").runtime == "onnx-single-thread"
     with pytest.raises(SpecError, match="serves the FP32 export as it is"):
-        load_spec(None, model="m", runtime="onnx-single-thread", precision="int8")
+        check_spec(load_spec(None, model="m", runtime="onnx-single-thread", precision="int8"))
     RUNTIMES.pop(SingleThread.name)
     with pytest.raises(SpecError, match="runtime must be one of onnx, openvino, tensorrt, got onnx-single-thread"):
         load_spec(None, model="m", runtime="onnx-single-thread")

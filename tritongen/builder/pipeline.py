@@ -154,7 +154,7 @@ def _row_cap(spec: BuildSpec, checkpoint: Checkpoint, preprocessor: Any, task: T
 
 def inspect(spec: BuildSpec, console: Console) -> BuildPlan:
     """Stage 1: read the checkpoint, choose its task, load its tokenizer and model; refuse bad settings early."""
-    check_spec(spec)  # a spec made in code has not met its runtime's checks yet
+    check_spec(spec)  # the runtime's checks, once, before anything is read
     with console.status("Inspecting checkpoint…"):
         checkpoint = inspect_checkpoint(spec.model, trust_remote_code=spec.trust_remote_code)
         task = _choose_task(spec, checkpoint)

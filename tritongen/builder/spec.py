@@ -46,6 +46,9 @@ def flat_names() -> dict[str, tuple[str, str]]:
 def load_spec(path: Path | None = None, **overrides: Any) -> BuildSpec:
     """Build a :class:`BuildSpec` from an optional YAML file plus keyword overrides.
 
+    The spec checks its own fields and sections; its runtime's checks (:func:`check_spec`) run once, in the
+    build's first stage, for a loaded spec and one made in code alike.
+
     Overrides whose value is ``None`` are ignored, so CLI options that were not given leave the file's (or the
     default) value in place. A section may be given whole (``question_answering={"doc_stride": 64}``) or by its
     flat names (``qa_doc_stride=64``).
@@ -54,9 +57,7 @@ def load_spec(path: Path | None = None, **overrides: Any) -> BuildSpec:
     data = with_overrides(read_spec_file(path), overrides, sections)
     if "model" not in data:
         raise SpecError("no model given: name a checkpoint directory or a hub id")
-    spec = _laid_out(spec_from_mapping(_device_defaults(data), sections), data)
-    check_spec(spec)
-    return spec
+    return _laid_out(spec_from_mapping(_device_defaults(data), sections), data)
 
 
 def recorded_spec(data: dict[str, Any]) -> dict[str, Any]:
