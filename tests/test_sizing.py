@@ -13,6 +13,7 @@ import pytest
 
 from tritongen.builder.spec import load_spec
 from tritongen.buildspec import usable_cores
+from tritongen.errors import SpecError
 from tritongen.runtimes import get_runtime
 from tritongen.runtimes.onnxruntime import OnnxRuntimeSettings
 from tritongen.sizing import (
@@ -120,6 +121,30 @@ def test_every_layout_runs_every_text_alone_and_in_batches_of_one_bucket_over_it
     # Each instance on its own thread, one requests alone in turn, as Triton hands them to the next instance.
     two = [c for c in recorder.calls if c[0] == Layout(2, 1)]
     assert len({c[3] for c in two if c[1] == 1}) == 2 * measuring.ROUNDS and "MainThread" not in {c[3] for c in two}
+
+
+def test_documents_run_each_request_whole_alone_and_drained_over_the_instances_when_timed_on_documents():
+    texts = measuring.documents_of(["one two three", "four five", ""], count=8, words=12)
+    assert len(texts) == 8 and all(len(t.split()) == 12 for t in texts)  # the texts taken again where they run out
+    recorder, layouts = _Recorder(), [Layout(1, 2), Layout(2, 1)]
+    measured = measuring.measure_layouts(layouts, recorder.open, _encode, texts, per_request=4)
+    assert [m.layout for m in measured] == layouts and all(m.texts_per_s > 0 for m in measured)
+    assert {rows for _, rows, _, _ in recorder.calls} == {4}  # every call one whole request of 4 documents
+    two = [c for c in recorder.calls if c[0] == Layout(2, 1)]
+    assert len({c[3] for c in two}) == 2 * measuring.ROUNDS  # both instances, each on its own thread
+
+
+def test_documents_give_an_instance_threads_on_every_core_when_the_workload_says_so():
+    spec = load_spec(model="m", cpu_cores=2, model_layout={"workload": "documents"})
+    decided = get_runtime("onnx").cpu_layout(spec)
+    assert decided.workload == "documents"
+    assert decided.candidates() == [Layout(1, 1), Layout(2, 1), Layout(1, 2)]  # beside the queries' one-thread ones
+    assert get_runtime("onnx").cpu_layout(load_spec(model="m", cpu_cores=2)).candidates() == candidates(2, reserved=2)
+    chosen, why = choose(MEASURED, "balanced")
+    card = "\n".join(SizingReport("balanced", 2, MEASURED, chosen, why, 128, 3.0, workload="documents").card_lines())
+    assert "workload `documents`: 128 documents" in card and "| texts/s, 4 requests in flight |" in card
+    with pytest.raises(SpecError, match="model_layout.workload must be queries or documents, got pages"):
+        load_spec(model="m", model_layout={"workload": "pages"})
 
 
 def test_a_session_that_fails_fails_the_measuring():

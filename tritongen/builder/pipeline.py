@@ -53,7 +53,7 @@ from tritongen.repository.staging import Staging, staging
 from tritongen.runtimes import Export, Runtime, Variant, get_runtime
 from tritongen.serve.backends import installed_release, served_backends
 from tritongen.serve.step_server import StepCall, StepServer, on_cpu
-from tritongen.sizing import Layout, SizingReport
+from tritongen.sizing import DOCUMENT_REQUESTS, DOCUMENTS_PER_REQUEST, Layout, SizingReport
 from tritongen.sources import module_file
 from tritongen.steps.helpers import write_helpers
 from tritongen.tasks import BuildPlan, Task, detect_task, get_task, reference_postprocess
@@ -401,11 +401,16 @@ def size(
     decided = runtime.cpu_layout(spec)
     if not decided.measure or plan.bound.modality.name != "text":
         return plan, None
+    from tritongen.data.datasets import DOCUMENT_WORDS
     from tritongen.gates.accuracy import read_texts
-    from tritongen.sizing.measure import measure_layouts
+    from tritongen.sizing.measure import documents_of, measure_layouts
 
     texts = read_texts(spec.validation, "validation")
-    texts = texts[:: max(1, len(texts) // SIZING_TEXTS)][:SIZING_TEXTS]
+    per_request = DOCUMENTS_PER_REQUEST if decided.workload == "documents" else 1
+    if per_request > 1:  # long texts, as a corpus is indexed
+        texts = documents_of(texts, DOCUMENTS_PER_REQUEST * DOCUMENT_REQUESTS, DOCUMENT_WORDS)
+    else:
+        texts = texts[:: max(1, len(texts) // SIZING_TEXTS)][:SIZING_TEXTS]
 
     def laid_out(layout: Layout) -> BuildPlan:
         return dataclasses.replace(plan, spec=runtime.with_layout(spec, dataclasses.replace(decided, layout=layout)))
@@ -426,10 +431,12 @@ def size(
             lambda batch: onnx.encoder(list(batch), plan.pairs(list(batch))),
             texts,
             progress=lambda message: status.update(f"Measuring the {message}…"),
+            per_request=per_request,
         )
     refined, chosen, why = decided.refined(measured)
     report = SizingReport(decided.prefer, decided.cores, measured, chosen, why, len(texts),
-                          time.perf_counter() - start, measured_on=_served_by(plan, steps))  # fmt: skip
+                          time.perf_counter() - start, measured_on=_served_by(plan, steps),
+                          workload=decided.workload)  # fmt: skip
     console.print(f"[green]Model step layout[/]: {chosen.layout.label}, because {why} ({report.seconds:.0f} s)")
     return dataclasses.replace(plan, spec=runtime.with_layout(spec, refined)), report
 

@@ -111,10 +111,16 @@ class ModelLayoutSettings:
     ``measure``: the build times a few layouts on the served model and takes the one ``prefer`` picks
     (``tritongen.sizing``); the loader sets it where the spec leaves the layout open and the runtime can be
     measured. ``false`` keeps the runtime's fixed CPU default.
+
+    ``workload``: the requests the layouts are timed with. ``queries``, one short text per request, is most
+    traffic, and where the gateway cuts a big request over the instances it serves documents too; ``documents``,
+    32 long texts per request, sizes a node that indexes a corpus sent straight to Triton, where one request
+    should have every core.
     """
 
     prefer: Literal["balanced", "latency", "throughput"] = "balanced"
     measure: bool = False
+    workload: Literal["queries", "documents"] = "queries"
 
 
 @dataclass(frozen=True)
@@ -318,6 +324,8 @@ def _check_precision(spec: BuildSpec) -> None:
 def _check_layout(spec: BuildSpec) -> None:
     if spec.model_layout.prefer not in ("balanced", "latency", "throughput"):
         raise SpecError(f"model_layout.prefer must be balanced, latency or throughput, got {spec.model_layout.prefer}")
+    if spec.model_layout.workload not in ("queries", "documents"):
+        raise SpecError(f"model_layout.workload must be queries or documents, got {spec.model_layout.workload}")
 
 
 def _check_max_length(spec: BuildSpec) -> None:

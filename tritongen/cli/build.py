@@ -43,7 +43,7 @@ def _spec_overrides(args: argparse.Namespace) -> dict[str, Any]:
         warmup=args.warmup,
         dynamic_batching=_dynamic_batching(args),
         model_instances={"count": args.model_instances, "kind": args.model_kind},
-        model_layout={"prefer": args.layout_prefer},
+        model_layout={"prefer": args.layout_prefer, "workload": args.workload},
         tokenizer_instances={"count": args.tokenizer_instances},
         precision=args.precision,
         optimize=args.optimize,
@@ -194,6 +194,13 @@ def _add_variant_options(build: argparse.ArgumentParser) -> None:
         help="how a CPU build picks the model step's instances and threads where the spec leaves them open: the "
         "most texts/s within 10%% of the best one-request latency (balanced, the default), the best one-request "
         "latency, or the most texts/s; the card shows every layout measured",
+    )
+    build.add_argument(
+        "--workload",
+        choices=["queries", "documents"],
+        help="the requests a CPU build times its layouts with: one short text each (queries, the default), or "
+        "32 long texts each (documents: a node that indexes a corpus straight through Triton, where one request "
+        "should have every core)",
     )
     build.add_argument(
         "--container",

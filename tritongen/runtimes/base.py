@@ -252,6 +252,7 @@ class Runtime:
             Layout(spec.model_instances.count, self.threads(spec)),
             spec.model_layout.measure,
             spec.model_layout.prefer,
+            spec.model_layout.workload,
         )
 
     def with_layout(self, spec: BuildSpec, cpu: CpuLayout) -> BuildSpec:

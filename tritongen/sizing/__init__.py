@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "DOCUMENTS_PER_REQUEST",
+    "DOCUMENT_REQUESTS",
     "LATENCY_SLACK",
     "PREFERENCES",
     "SATURATION",
@@ -41,6 +43,10 @@ PREFERENCES = ("balanced", "latency", "throughput")
 LATENCY_SLACK = 0.10  # balanced: one-request latency within 10% of the best
 TIE = 0.03  # differences this small are noise on a busy build machine
 SATURATION = 16  # requests in flight for the throughput figure (the bench's c16)
+# The documents workload: requests of this many long texts (the bench's ``--batch 32 --texts news``), this many of
+# them timed one at a time and then in flight together.
+DOCUMENTS_PER_REQUEST = 32
+DOCUMENT_REQUESTS = 4
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class CpuLayout:
     layout: Layout  # threads 0: the runtime's own default
     measure: bool = False
     prefer: str = "balanced"
+    workload: str = "queries"  # what the layouts are timed with (``ModelLayoutSettings.workload``)
 
     def decided(self, *, left_open: bool, measure: bool | None, usable: int) -> CpuLayout:
         """What the loader writes: where the spec leaves the layout open (``left_open``), :func:`fixed_layout`.
@@ -84,8 +91,14 @@ class CpuLayout:
         return dataclasses.replace(self, layout=fixed, measure=self.cores <= usable if measure is None else measure)
 
     def candidates(self, *, folded: bool = False) -> list[Layout]:
-        """The layouts the size stage times (:func:`candidates`): the postprocess step keeps no core once ``folded``."""
+        """The layouts the size stage times (:func:`candidates`): the postprocess step keeps no core once ``folded``.
+
+        Timed on documents, the Python steps keep none: next to a request of 32 long texts their work is small, so
+        an instance may have threads on every core.
+        """
         tokenizers, postprocessors = self.python_instances
+        if self.workload == "documents":
+            return candidates(self.cores, reserved=0)
         return candidates(self.cores, reserved=tokenizers + (0 if folded else postprocessors))
 
     def refined(self, measurements: Sequence[Measurement]) -> tuple[CpuLayout, Measurement, str]:
@@ -99,8 +112,8 @@ class Measurement:
     """One layout's figures in process: one request alone, and :data:`SATURATION` requests in flight."""
 
     layout: Layout
-    one_ms: float  # median latency of one request alone (one text)
-    texts_per_s: float  # with SATURATION one-text requests in flight, batched over the instances
+    one_ms: float  # median latency of one request alone (one text; or, timed on documents, 32 of them)
+    texts_per_s: float  # with SATURATION one-text requests in flight, batched over the instances (or documents')
 
     def to_dict(self) -> dict[str, Any]:
         """For ``build.json``."""
@@ -123,6 +136,7 @@ class SizingReport:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     measured_on: str = ""  # what ran the step: "onnxruntime r24.10 native, ONNX Runtime 1.28.0", or in process
+    workload: str = "queries"  # what the layouts were timed with
 
     def to_dict(self) -> dict[str, Any]:
         """For ``build.json``."""
@@ -130,18 +144,26 @@ class SizingReport:
             "prefer": self.prefer, "cores": self.cores, "chosen": self.chosen.to_dict(), "why": self.why,
             "measured": [m.to_dict() for m in self.measurements], "texts": self.texts,
             "seconds": round(self.seconds, 1), "notes": self.notes, "measured_on": self.measured_on,
+            "workload": self.workload,
         }  # fmt: skip
 
     def card_lines(self) -> list[str]:
         """The model card's section: every layout measured, and why the chosen one won."""
         best_one = min(m.one_ms for m in self.measurements)
         best_rate = max(m.texts_per_s for m in self.measurements)
+        documents = self.workload == "documents"
+        shape = (
+            f"{self.texts} documents from the validation texts in requests of {DOCUMENTS_PER_REQUEST}, one request "
+            f"at a time and {DOCUMENT_REQUESTS} in flight"
+            if documents
+            else f"{self.texts} validation texts one at a time and {SATURATION} in flight"
+        )
+        in_flight = f"{DOCUMENT_REQUESTS} requests" if documents else f"{SATURATION}"
         lines = [
             f"Measured on the served model ({self.measured_on or 'in process'}) for a {self.cores}-core node, "
-            f"{self.texts} validation texts one at a time and {SATURATION} in flight, in {self.seconds:.0f} s; "
-            f"preference `{self.prefer}`.",
+            f"workload `{self.workload}`: {shape}, in {self.seconds:.0f} s; preference `{self.prefer}`.",
             "",
-            "| layout | one request ms | vs best | texts/s, 16 in flight | vs best | |",
+            f"| layout | one request ms | vs best | texts/s, {in_flight} in flight | vs best | |",
             "|---|---:|---:|---:|---:|---|",
         ]
         for m in self.measurements:

@@ -9,6 +9,11 @@ as Triton runs one session per instance. A layout's figures:
   batches of ``SATURATION // instances`` texts, as Triton's dynamic batcher forms them; texts per second while
   the instances drain every text from one queue, the costliest batches first.
 
+Timed on documents (``per_request`` texts in each request), a request is one call: its latency alone, each
+request once, and texts per second while the instances drain every request from one queue, as Triton gives each
+instance the next whole request (requests of long rows rarely share a padded shape, so the batcher does not merge
+them).
+
 Layouts are measured in interleaved rounds and each keeps its best figures, so that a burst of load on the build
 machine costs one round of one layout, not the choice.
 """
@@ -24,7 +29,7 @@ from typing import Any
 
 from tritongen.sizing import SATURATION, Layout, Measurement
 
-__all__ = ["Feeds", "Session", "measure_layouts"]
+__all__ = ["Feeds", "Session", "documents_of", "measure_layouts"]
 
 Feeds = dict[str, Any]  # one call's inputs, as the session takes them
 Session = Callable[[Feeds], Any]  # runs one call
@@ -37,28 +42,48 @@ def measure_layouts(
     encode: Callable[[Sequence[str]], Feeds],
     texts: Sequence[str],
     progress: Callable[[str], None] = lambda message: None,
+    per_request: int = 1,
 ) -> list[Measurement]:
     """Every layout's best figures over :data:`ROUNDS` interleaved rounds, in the order given.
 
-    ``open_session(layout)`` opens one instance's session; ``encode(texts)`` gives one call's inputs.
+    ``open_session(layout)`` opens one instance's session; ``encode(texts)`` gives one call's inputs. Each request
+    holds ``per_request`` of the ``texts`` (one: queries, batched as Triton's batcher merges them; more: documents,
+    each request its own call).
     """
+    if per_request > 1:
+        requests = [encode(texts[i : i + per_request]) for i in range(0, len(texts), per_request)]
+        return _measure(layouts, open_session, requests, lambda layout: list(requests), len(texts), progress)
     ones = [encode([text]) for text in texts]
     # Requests padded to different buckets differ in shape, and Triton batches only equal shapes: a batch holds
     # the texts of one bucket.
     buckets: dict[int, list[str]] = {}
     for text, feeds in zip(texts, ones, strict=True):
         buckets.setdefault(_width(feeds), []).append(text)
+
+    def batched(layout: Layout) -> list[Feeds]:
+        batch = max(1, SATURATION // layout.instances)
+        return [  # every text once
+            encode(group[start : start + batch]) for group in buckets.values() for start in range(0, len(group), batch)
+        ]
+
+    return _measure(layouts, open_session, ones, batched, len(texts), progress)
+
+
+def _measure(
+    layouts: Sequence[Layout],
+    open_session: Callable[[Layout], Session],
+    ones: Sequence[Feeds],
+    batched: Callable[[Layout], list[Feeds]],
+    texts: int,
+    progress: Callable[[str], None],
+) -> list[Measurement]:
+    """Each layout's best (one request's median latency, texts/s draining ``batched(layout)``) over the rounds."""
     best: dict[Layout, tuple[float, float]] = {}
     for round_index in range(ROUNDS):
         for index, layout in enumerate(layouts):
             progress(f"model step layout {layout.label} (round {round_index + 1} of {ROUNDS}, "
                      f"{index + 1} of {len(layouts)})")  # fmt: skip
-            batch = max(1, SATURATION // layout.instances)
-            batches = [  # every text once
-                encode(group[start : start + batch])
-                for group in buckets.values()
-                for start in range(0, len(group), batch)
-            ]
+            batches = batched(layout)
             # The costliest first: a server under steady load never sees the end of a drain, where an instance
             # that took a long batch last would still be computing while the others wait.
             batches.sort(key=_cost, reverse=True)
@@ -66,10 +91,23 @@ def measure_layouts(
                 instances.each(ones[0])  # warm-up, one text
                 one = statistics.median(instances.one_at_a_time(ones)) * 1000
                 instances.each(batches[0])  # warm-up at this batch size
-                rate = len(texts) / instances.drain(batches)
+                rate = texts / instances.drain(batches)
             was = best.get(layout, (float("inf"), 0.0))
             best[layout] = (min(was[0], one), max(was[1], rate))
     return [Measurement(layout, *best[layout]) for layout in layouts]
+
+
+def documents_of(texts: Sequence[str], count: int, words: int) -> list[str]:
+    """``count`` documents of about ``words`` words each, made of ``texts`` in turn (taken again where they run out)."""
+    pool = [text.split() for text in texts if text.strip()]
+    documents, index = [], 0
+    for _ in range(count):
+        document: list[str] = []
+        while len(document) < words:
+            document += pool[index % len(pool)]
+            index += 1
+        documents.append(" ".join(document[:words]))
+    return documents
 
 
 def _width(feeds: Feeds) -> int:
