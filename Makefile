@@ -30,9 +30,9 @@ BENCH_ARGS ?=
 # make test-repeat: the rounds, and the tests (with pytest options) each round runs: every server-starting
 # infrastructure test and every test whose verdict rests on INT8 or BF16 numerics.
 ROUNDS ?= 5
-REPEAT_TESTS ?= tests/test_ports.py tests/test_build.py tests/test_openvino.py tests/test_precision.py \
-	tests/test_int8_search.py tests/test_cpu.py tests/test_compat.py tests/test_rollout_precisions.py \
-	tests/test_st_peer.py tests/test_supervision.py tests/test_gateway.py
+REPEAT_TESTS ?= tests/serve/test_ports.py tests/builder/test_build.py tests/runtimes/test_openvino.py tests/precision/test_precision.py \
+	tests/precision/test_int8_search.py tests/sizing/test_cpu.py tests/gates/test_compat.py tests/serve/test_rollout_precisions.py \
+	tests/bench/test_st_peer.py tests/serve/test_supervision.py tests/gateway/test_gateway.py
 PRECISION ?=
 OPTIMIZE ?=
 CALIBRATION ?=

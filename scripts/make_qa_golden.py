@@ -1,7 +1,7 @@
 """Write ``tests/assets/qa/golden.json``: the transformers 4.57 question-answering pipeline's answers.
 
 transformers 5 has no ``QuestionAnsweringPipeline``; ``tritongen/tasks/question_answering/qa.py`` re-implements it and
-``tests/test_qa_decode.py`` checks it against the answers recorded here. Run this with a Python that has
+``tests/tasks/test_qa_decode.py`` checks it against the answers recorded here. Run this with a Python that has
 transformers 4.57 (not the project venv), e.g.::
 
     python3 -m venv /tmp/qa_v4_venv

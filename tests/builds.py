@@ -9,8 +9,8 @@ A test asks for what it needs and gets what an earlier test already made where i
   returns a :class:`Built` whose ``repository`` holds that one ensemble. Two tests that ask for the same
   build share it; the build's folders must then stay as they are (a test that adds versions or files
   copies them first with :meth:`Builds.copy`). The container-runtime check is off unless the test asks
-  for it (``container_check=True``): it runs where it is under test (tests/test_compat.py,
-  tests/test_build.py).
+  for it (``container_check=True``): it runs where it is under test (tests/gates/test_compat.py,
+  tests/builder/test_build.py).
 * :class:`SharedServer` is one tritonserver for the read-only end-to-end modules: ``shared_server.serve(
   built, ...)`` links the builds into its repository and loads them through the repository API. Modules
   that change server state (stubs killed, configs reloaded, versions rolled out, a soak's memory rule)
@@ -272,7 +272,7 @@ def memoized_exports(root: Path) -> Iterator[None]:
     An export is keyed by everything it is made from: the checkpoint, the task bound to it, the row length and
     inputs, the exported module's class, the output name, the dynamic axes and the sample's own bytes. The
     ONNX export itself (and its capability check at a second shape) is proven by every first build of a
-    checkpoint, tests/test_build.py's for every architecture.
+    checkpoint, tests/builder/test_build.py's for every architecture.
     """
     import numpy as np
 

@@ -27,7 +27,7 @@ if _WORKERS > 1:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    """The CPU and the branch each instruction-set choice takes on it (tests/test_cpu.py runs the others)."""
+    """The CPU and the branch each instruction-set choice takes on it (tests/sizing/test_cpu.py runs the others)."""
     from tritongen.cpu import describe
 
     return describe()
@@ -361,7 +361,7 @@ def variant_containers(name: str) -> tuple[str, ...]:
 def minilm_variant(builds, minilm_path, gate_texts):
     """``minilm_variant(name)``: one of :data:`MINILM_VARIANTS`, built once, checked in :func:`variant_containers`.
 
-    tests/test_compat.py reads that check; ``container_check`` is accepted for the callers that say so.
+    tests/gates/test_compat.py reads that check; ``container_check`` is accepted for the callers that say so.
     """
 
     def get(name: str, *, container_check: bool = True):

@@ -60,7 +60,7 @@ def int8_weights_saturate(cpuinfo: str | None = None) -> bool:
 
     On x86 without VNNI, ONNX Runtime multiplies uint8 activations by int8 weights with VPMADDUBSW, whose
     pairwise int16 sums saturate (255 * 127 * 2 > 32767): a MatMulInteger of 64 such pairs gives 1,048,544
-    instead of 2,072,640 on AVX2 kernels (``tests/test_cpu.py`` runs it on an emulated AVX2-only CPU). Weights
+    instead of 2,072,640 on AVX2 kernels (``tests/sizing/test_cpu.py`` runs it on an emulated AVX2-only CPU). Weights
     of 7 bits (ONNX Runtime's ``reduce_range``) keep the sums in range (255 * 64 * 2 = 32640) and the result
     exact. With VNNI (int32 sums), on ARM and on GPUs there is no such limit. ``cpuinfo`` is the text of
     ``/proc/cpuinfo`` (None: this machine's flags, or ``TRITONGEN_CPU_FLAGS``; none known counts as no VNNI).

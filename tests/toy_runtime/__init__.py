@@ -1,1 +1,1 @@
-"""A toy model-step runtime, registered from the tests: ``tests/test_toy_runtime.py``."""
+"""A toy model-step runtime, registered from the tests: ``tests/runtimes/test_toy_runtime.py``."""

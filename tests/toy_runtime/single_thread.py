@@ -1,7 +1,7 @@
 """A toy runtime, ``onnx-single-thread``: the FP32 export as it is, on one thread per instance, and nothing else.
 
 The whole runtime is this module: its spec section (with its command-line flag) and its entry below.
-``tests/test_toy_runtime.py`` registers it with one line, ``register_runtime(SingleThread)``; no file of the
+``tests/runtimes/test_toy_runtime.py`` registers it with one line, ``register_runtime(SingleThread)``; no file of the
 package changes. It serves through Triton's onnxruntime backend (the one the local server has), so the real
 server runs what it builds; its pip package is ``onnxruntime``, so the container table already holds its release
 in every container, and the container check and the bench's ceiling run it on one thread as well.

@@ -1,1 +1,1 @@
-"""Task folders that exist only for the tests (``tests/test_toy_task.py``)."""
+"""Task folders that exist only for the tests (``tests/tasks/test_toy_task.py``)."""

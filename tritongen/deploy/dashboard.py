@@ -1,9 +1,9 @@
 """The Grafana dashboard of one deployment: per ensemble and per step, from Triton's own metrics.
 
-Metric names are Triton 2.51's, as its metrics port serves them (``tests/test_dashboard.py``
+Metric names are Triton 2.51's, as its metrics port serves them (``tests/deploy/test_dashboard.py``
 scrapes a real server with Prometheus and runs every expression here). The GPU panels use the
 names Triton documents for GPU metrics, which a CPU-only server does not export. A deployment with the
-gateway gets its panels too, from the gateway's ``te_*`` metrics (``tests/test_gateway_telemetry.py`` scrapes a
+gateway gets its panels too, from the gateway's ``te_*`` metrics (``tests/gateway/test_gateway_telemetry.py`` scrapes a
 real gateway and runs them).
 """
 

@@ -40,7 +40,7 @@ GATEWAY_IMAGE_BASE = "python:3.11-slim"
 MODELS_PATH = "/models"  # in the gateway's image: the ensemble's folders but the model step's
 SOURCE_PATH = "/opt/tritongen"
 KEY_ENV = "TRITONGEN_GATEWAY_KEY"  # tritongen.gateway.auth.KEY_ENV, not imported: that pulls in starlette
-# What `python -m tritongen gateway` imports (tests/test_deploy_package.py checks it against a real start-up).
+# What `python -m tritongen gateway` imports (tests/deploy/test_deploy_package.py checks it against a real start-up).
 GATEWAY_PACKAGES = (
     "tritonclient[grpc]", "numpy", "protobuf", "pyyaml", "tokenizers",
     "starlette", "uvicorn", "pydantic-core", "uvloop", "httptools", "prometheus-client", "opentelemetry-sdk",

@@ -1,7 +1,7 @@
 """A toy task, ``cls-vector``: the encoder's first-token vector, scaled, and its L2 norm.
 
 The whole task is this folder: its spec section (with its command-line flag), the entry below and its
-postprocess step (``postprocess.py``); the tokenizer step is the shared plain one. ``tests/test_toy_task.py``
+postprocess step (``postprocess.py``); the tokenizer step is the shared plain one. ``tests/tasks/test_toy_task.py``
 registers it with one line, ``register_task(ClsVector)``.
 """
 

@@ -12,7 +12,8 @@ shape; should widths differ, the narrower are widened with padding on the side t
 (``padding_side: left`` checkpoints: masks that start with zeros and end with ones).
 Session settings come from the config exactly as the native backend reads them (:func:`session_options`), so
 that what is measured here is what the container runs, and a config the native backend refuses at load is refused
-here too, with its words (:func:`native_refusal`; ``tests/test_backend_conformance.py`` holds both to one table).
+here too, with its words (:func:`native_refusal`; ``tests/runtimes/test_backend_conformance.py`` holds both to
+one table).
 What still differs: each execute is one more process hop (the Python stub), and its ONNX Runtime is the
 project's own release, not the container's.
 """
