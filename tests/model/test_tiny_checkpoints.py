@@ -177,7 +177,7 @@ def test_tokenizers_identical_across_processes() -> None:
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "HF_HUB_OFFLINE": "1"}
     out = subprocess.run(
-        [sys.executable, "-c", code, str(Path(__file__).parent)],
+        [sys.executable, "-c", code, str(Path(__file__).parents[1])],
         env=env,
         check=True,
         capture_output=True,
