@@ -135,3 +135,18 @@ def test_a_cpu_build_is_sized_for_its_cores_where_the_spec_leaves_it_open():
 def test_cpu_cores_must_be_a_whole_number():
     with pytest.raises(SpecError, match="cpu_cores must be a whole number >= 1"):
         load_spec(None, model="m", cpu_cores=0)
+
+
+def test_each_flag_of_every_section_is_declared_once_on_its_field():
+    """A flat key, its field and its command-line flag are one ``setting(...)``: the section's maps are read from it."""
+    import dataclasses
+
+    from tritongen.builder.spec import spec_sections
+
+    for name, cls in spec_sections().items():
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        assert set(cls.flat_names) == set(cls.cli_flags), name
+        for flat, field_name in cls.flat_names.items():
+            assert fields[field_name].metadata["flag"] == flat
+            assert cls.cli_flags[flat] == dict(fields[field_name].metadata["cli"])
+    assert spec_sections()["question_answering"].flat_names["qa_doc_stride"] == "doc_stride"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tritongen.buildspec import BuildSpec, RuntimeSettings
+from tritongen.buildspec.sections import setting
 from tritongen.configs.model_config import ModelConfig
 from tritongen.containers import container
 from tritongen.errors import ParityError, SpecError
@@ -43,10 +44,7 @@ class SingleThreadSettings(RuntimeSettings):
 
     section: ClassVar[str] = "single_thread"
 
-    marker: str = "one thread"
-
-    flat_names: ClassVar[dict[str, str]] = {"toy_marker": "marker"}
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {"toy_marker": {"help": "toy runtime: the marker's words"}}
+    marker: str = setting("one thread", flag="toy_marker", help="toy runtime: the marker's words")
 
     def validate(self) -> None:
         if not self.marker:

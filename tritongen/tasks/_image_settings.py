@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from tritongen.buildspec.sections import TaskSettings
+from tritongen.buildspec.sections import TaskSettings, setting
 from tritongen.errors import SpecError
 from tritongen.steps.image import DEFAULT_MAX_PIXELS
 
@@ -18,12 +18,12 @@ class ImagesSettings(TaskSettings):
 
     section: ClassVar[str] = "images"
 
-    max_pixels: int = DEFAULT_MAX_PIXELS
-
-    flat_names: ClassVar[dict[str, str]] = {"max_pixels": "max_pixels"}  # the flat key the CLI flag sets
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "max_pixels": {"type": int, "help": f"images: refuse larger images undecoded (default {DEFAULT_MAX_PIXELS})"},
-    }
+    max_pixels: int = setting(
+        DEFAULT_MAX_PIXELS,
+        flag="max_pixels",
+        type=int,
+        help=f"images: refuse larger images undecoded (default {DEFAULT_MAX_PIXELS})",
+    )
 
     def validate(self) -> None:
         if self.max_pixels < 1:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tritongen.buildspec import TaskSettings
+from tritongen.buildspec.sections import setting
 from tritongen.errors import SpecError
 from tritongen.gates.accuracy import CosineGate
 from tritongen.tasks._base import Binding, Task, TensorSpec, exportable, load_pretrained
@@ -22,12 +23,7 @@ class ClsVectorSettings(TaskSettings):
 
     section: ClassVar[str] = "cls_vector"
 
-    scale: float = 1.0
-
-    flat_names: ClassVar[dict[str, str]] = {"cls_scale": "scale"}
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "cls_scale": {"type": float, "help": "cls-vector: the vector's scale (default 1)"}
-    }
+    scale: float = setting(1.0, flag="cls_scale", type=float, help="cls-vector: the vector's scale (default 1)")
 
     def validate(self) -> None:
         if self.scale <= 0:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from tritongen.buildspec.sections import RuntimeSettings
+from tritongen.buildspec.sections import RuntimeSettings, setting
 from tritongen.errors import SpecError
 from tritongen.parameters import StepParameters
 
@@ -26,31 +26,27 @@ class OnnxRuntimeSettings(RuntimeSettings):
 
     section: ClassVar[str] = "onnxruntime"
 
-    intra_op_threads: int = 0  # 0 lets ONNX Runtime decide
-    inter_op_threads: int = 0
+    intra_op_threads: int = setting(  # 0 lets ONNX Runtime decide
+        0, flag="intra_op_threads", type=int, help="ONNX Runtime intra-op threads (0: default)"
+    )
+    inter_op_threads: int = setting(
+        0, flag="inter_op_threads", type=int, help="ONNX Runtime inter-op threads (0: default)"
+    )
     # Triton's scale, as the native backend reads it: 0 all optimisations, -1 basic, 1 extended, 2 none.
     graph_optimization_level: Literal[-1, 0, 1, 2] = 1
     # On a GPU node (``device: gpu``): ONNX Runtime's TensorRT provider at FP16, as the container has it, or its
     # CUDA provider alone (for a node without TensorRT's libraries).
-    gpu_accelerator: Literal["tensorrt", "cuda"] = "tensorrt"
+    gpu_accelerator: Literal["tensorrt", "cuda"] = setting(
+        "tensorrt",
+        flag="gpu_accelerator",
+        choices=("tensorrt", "cuda"),
+        help="on a GPU node (--device gpu): ONNX Runtime's TensorRT provider at FP16 (default), or its CUDA "
+        "provider alone",
+    )
 
     retired: ClassVar[dict[str, str]] = {
         "allow_spinning": "Triton's onnxruntime backend has no switch for it (its intra-op threads spin between "
         "operators, ONNX Runtime's default), so the container never honoured it",
-    }
-    flat_names: ClassVar[dict[str, str]] = {
-        "intra_op_threads": "intra_op_threads",
-        "inter_op_threads": "inter_op_threads",
-        "gpu_accelerator": "gpu_accelerator",
-    }
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "intra_op_threads": {"type": int, "help": "ONNX Runtime intra-op threads (0: default)"},
-        "inter_op_threads": {"type": int, "help": "ONNX Runtime inter-op threads (0: default)"},
-        "gpu_accelerator": {
-            "choices": ("tensorrt", "cuda"),
-            "help": "on a GPU node (--device gpu): ONNX Runtime's TensorRT provider at FP16 (default), or its CUDA "
-            "provider alone",
-        },
     }
 
     def validate(self) -> None:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from tritongen.buildspec.sections import RuntimeSettings
+from tritongen.buildspec.sections import RuntimeSettings, setting
 from tritongen.errors import SpecError
 from tritongen.parameters import StepParameters
 
@@ -31,20 +31,15 @@ class OpenVinoSettings(RuntimeSettings):
 
     section: ClassVar[str] = "openvino"
 
-    performance_hint: Literal["LATENCY", "THROUGHPUT"] = "LATENCY"
-    num_streams: int = 1  # executor streams per instance; 0: AUTO
-    inference_threads: int = 0  # INFERENCE_NUM_THREADS; 0: OpenVINO's default (every core)
-
-    flat_names: ClassVar[dict[str, str]] = {
-        "openvino_hint": "performance_hint",
-        "openvino_streams": "num_streams",
-        "openvino_threads": "inference_threads",
-    }
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "openvino_hint": {"choices": ("LATENCY", "THROUGHPUT"), "help": "openvino PERFORMANCE_HINT"},
-        "openvino_streams": {"type": int, "help": "openvino NUM_STREAMS per instance (0: AUTO; default 1)"},
-        "openvino_threads": {"type": int, "help": "openvino INFERENCE_NUM_THREADS (0: default)"},
-    }
+    performance_hint: Literal["LATENCY", "THROUGHPUT"] = setting(
+        "LATENCY", flag="openvino_hint", choices=("LATENCY", "THROUGHPUT"), help="openvino PERFORMANCE_HINT"
+    )
+    num_streams: int = setting(  # executor streams per instance; 0: AUTO
+        1, flag="openvino_streams", type=int, help="openvino NUM_STREAMS per instance (0: AUTO; default 1)"
+    )
+    inference_threads: int = setting(  # INFERENCE_NUM_THREADS; 0: OpenVINO's default (every core)
+        0, flag="openvino_threads", type=int, help="openvino INFERENCE_NUM_THREADS (0: default)"
+    )
 
     def validate(self) -> None:
         """A hint the backend knows, and counts it takes."""

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from tritongen.buildspec.sections import TaskSettings
+from tritongen.buildspec.sections import TaskSettings, setting
 from tritongen.errors import SpecError
 
 __all__ = ["LONG_TEXT", "EmbeddingSettings"]
@@ -24,21 +24,19 @@ class EmbeddingSettings(TaskSettings):
 
     section: ClassVar[str] = "embedding"
 
-    long_text: str = "truncate"
-    chunk_overlap: int | None = None  # tokens neighbouring windows share; None: a quarter window, at most 128
-
-    flat_names: ClassVar[dict[str, str]] = {"long_text": "long_text", "chunk_overlap": "chunk_overlap"}
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "long_text": {
-            "choices": LONG_TEXT,
-            "help": "embedding: a text longer than the model is cut there (truncate, the default) or embedded in "
-            "overlapping windows whose embeddings are averaged (chunk)",
-        },
-        "chunk_overlap": {
-            "type": int,
-            "help": "embedding, long text chunk: tokens neighbouring windows share (default window/4, at most 128)",
-        },
-    }
+    long_text: str = setting(
+        "truncate",
+        flag="long_text",
+        choices=LONG_TEXT,
+        help="embedding: a text longer than the model is cut there (truncate, the default) or embedded in "
+        "overlapping windows whose embeddings are averaged (chunk)",
+    )
+    chunk_overlap: int | None = setting(  # tokens neighbouring windows share; None: a quarter window, at most 128
+        None,
+        flag="chunk_overlap",
+        type=int,
+        help="embedding, long text chunk: tokens neighbouring windows share (default window/4, at most 128)",
+    )
 
     def validate(self) -> None:
         if self.long_text not in LONG_TEXT:

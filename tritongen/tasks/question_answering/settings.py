@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from tritongen.buildspec.sections import TaskSettings
+from tritongen.buildspec.sections import TaskSettings, setting
 from tritongen.errors import SpecError
 from tritongen.parameters import QaAnswerParameters
 
@@ -21,27 +21,21 @@ class QuestionAnsweringSettings(TaskSettings):
 
     section: ClassVar[str] = "question_answering"
 
-    max_seq_len: int | None = None  # window length; None: min(model max length, 384) as in transformers
-    doc_stride: int | None = None  # window overlap; None: min(window // 2, 128) as in transformers
-    max_answer_len: int = _ANSWER_LEN  # longest answer, in tokens
-    handle_impossible_answer: bool = False  # the empty answer may win ("no answer")
-
-    flat_names: ClassVar[dict[str, str]] = {
-        "qa_max_seq_len": "max_seq_len",
-        "qa_doc_stride": "doc_stride",
-        "qa_max_answer_len": "max_answer_len",
-        "qa_handle_impossible_answer": "handle_impossible_answer",
-    }
-
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "qa_max_seq_len": {"type": int, "help": "QA window length in tokens (default min(max, 384))"},
-        "qa_doc_stride": {"type": int, "help": "QA tokens shared by neighbouring windows (default 128)"},
-        "qa_max_answer_len": {"type": int, "help": f"QA longest answer in tokens (default {_ANSWER_LEN})"},
-        "qa_handle_impossible_answer": {
-            "action": argparse.BooleanOptionalAction,
-            "help": 'QA: allow the empty "no answer" to win',
-        },
-    }
+    max_seq_len: int | None = setting(  # window length; None: min(model max length, 384) as in transformers
+        None, flag="qa_max_seq_len", type=int, help="QA window length in tokens (default min(max, 384))"
+    )
+    doc_stride: int | None = setting(  # window overlap; None: min(window // 2, 128) as in transformers
+        None, flag="qa_doc_stride", type=int, help="QA tokens shared by neighbouring windows (default 128)"
+    )
+    max_answer_len: int = setting(  # longest answer, in tokens
+        _ANSWER_LEN, flag="qa_max_answer_len", type=int, help=f"QA longest answer in tokens (default {_ANSWER_LEN})"
+    )
+    handle_impossible_answer: bool = setting(  # the empty answer may win ("no answer")
+        False,
+        flag="qa_handle_impossible_answer",
+        action=argparse.BooleanOptionalAction,
+        help='QA: allow the empty "no answer" to win',
+    )
 
     def validate(self) -> None:
         if self.max_answer_len < 1:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from tritongen.buildspec.sections import TaskSettings
+from tritongen.buildspec.sections import TaskSettings, setting
 from tritongen.errors import SpecError
 
 __all__ = ["DEFAULT_INSTRUCTION", "RerankingSettings"]
@@ -19,12 +19,11 @@ class RerankingSettings(TaskSettings):
 
     section: ClassVar[str] = "reranking"
 
-    instruction: str = DEFAULT_INSTRUCTION
-
-    flat_names: ClassVar[dict[str, str]] = {"rerank_instruction": "instruction"}
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "rerank_instruction": {"help": f'reranking: the instruction (default "{DEFAULT_INSTRUCTION}")'},
-    }
+    instruction: str = setting(
+        DEFAULT_INSTRUCTION,
+        flag="rerank_instruction",
+        help=f'reranking: the instruction (default "{DEFAULT_INSTRUCTION}")',
+    )
 
     def validate(self) -> None:
         if not self.instruction.strip():

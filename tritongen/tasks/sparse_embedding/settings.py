@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from tritongen.buildspec.sections import TaskSettings
+from tritongen.buildspec.sections import TaskSettings, setting
 from tritongen.errors import SpecError
 
 __all__ = ["SparseSettings"]
@@ -20,14 +20,12 @@ class SparseSettings(TaskSettings):
 
     section: ClassVar[str] = "sparse"
 
-    top_k: int = 0  # at most this many weights per text, the largest (0: no limit)
-    threshold: float = 0.0  # only weights above this
-
-    flat_names: ClassVar[dict[str, str]] = {"sparse_top_k": "top_k", "sparse_threshold": "threshold"}
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "sparse_top_k": {"type": int, "help": "sparse embeddings: at most this many weights per text (default 0: all)"},
-        "sparse_threshold": {"type": float, "help": "sparse embeddings: only weights above this (default 0)"},
-    }
+    top_k: int = setting(  # at most this many weights per text, the largest (0: no limit)
+        0, flag="sparse_top_k", type=int, help="sparse embeddings: at most this many weights per text (default 0: all)"
+    )
+    threshold: float = setting(  # only weights above this
+        0.0, flag="sparse_threshold", type=float, help="sparse embeddings: only weights above this (default 0)"
+    )
 
     def validate(self) -> None:
         if self.top_k < 0:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from tritongen.buildspec.sections import TaskSettings
+from tritongen.buildspec.sections import TaskSettings, setting
 from tritongen.errors import SpecError
 from tritongen.tasks.token_classification.ner import STRATEGIES
 
@@ -18,21 +18,18 @@ class TokenClassificationSettings(TaskSettings):
 
     section: ClassVar[str] = "token_classification"
 
-    aggregation_strategy: str = "simple"  # none, simple, first, average or max (the transformers pipeline's)
-    stride: int | None = None  # tokens neighbouring windows share; None: window/4 (<= 128), 0 for `none`
-
-    flat_names: ClassVar[dict[str, str]] = {"aggregation_strategy": "aggregation_strategy", "ner_stride": "stride"}
-
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "aggregation_strategy": {
-            "choices": STRATEGIES,
-            "help": "token classification: how tokens are grouped into entities (default simple)",
-        },
-        "ner_stride": {
-            "type": int,
-            "help": "token classification: tokens neighbouring windows share (default window/4)",
-        },
-    }
+    aggregation_strategy: str = setting(  # none, simple, first, average or max (the transformers pipeline's)
+        "simple",
+        flag="aggregation_strategy",
+        choices=STRATEGIES,
+        help="token classification: how tokens are grouped into entities (default simple)",
+    )
+    stride: int | None = setting(  # tokens neighbouring windows share; None: window/4 (<= 128), 0 for `none`
+        None,
+        flag="ner_stride",
+        type=int,
+        help="token classification: tokens neighbouring windows share (default window/4)",
+    )
 
     def validate(self) -> None:
         if self.aggregation_strategy not in STRATEGIES:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from tritongen.buildspec.sections import TaskSettings
+from tritongen.buildspec.sections import TaskSettings, setting
 from tritongen.errors import SpecError
 
 __all__ = ["ZeroShotSettings"]
@@ -18,21 +18,17 @@ class ZeroShotSettings(TaskSettings):
 
     section: ClassVar[str] = "zero_shot_classification"
 
-    hypothesis_template: str = "This example is {}."
-    multi_label: bool = False  # each label on its own (entailment vs contradiction), not a softmax across labels
-
-    flat_names: ClassVar[dict[str, str]] = {
-        "hypothesis_template": "hypothesis_template",
-        "zero_shot_multi_label": "multi_label",
-    }
-
-    cli_flags: ClassVar[dict[str, dict[str, Any]]] = {
-        "hypothesis_template": {"help": 'zero-shot: the hypothesis a label becomes (default "This example is {}.")'},
-        "zero_shot_multi_label": {
-            "action": argparse.BooleanOptionalAction,
-            "help": "zero-shot: score each label on its own (entailment vs contradiction) instead of across labels",
-        },
-    }
+    hypothesis_template: str = setting(
+        "This example is {}.",
+        flag="hypothesis_template",
+        help='zero-shot: the hypothesis a label becomes (default "This example is {}.")',
+    )
+    multi_label: bool = setting(  # each label on its own (entailment vs contradiction), not a softmax across labels
+        False,
+        flag="zero_shot_multi_label",
+        action=argparse.BooleanOptionalAction,
+        help="zero-shot: score each label on its own (entailment vs contradiction) instead of across labels",
+    )
 
     def validate(self) -> None:
         template = self.hypothesis_template
