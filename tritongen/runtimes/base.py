@@ -1,19 +1,21 @@
-"""What every model-step runtime provides: the one interface the build, the configs and the bench call.
+"""What every model-step runtime provides: small parts, each for the callers that use it.
 
 As Text Embeddings Inference's ``Backend`` trait, with one implementation per folder (``onnxruntime/``,
-``openvino/``, ``tensorrt/``): nothing outside this package asks which runtime it has. A runtime says
+``openvino/``, ``tensorrt/``): nothing outside this package asks which runtime it has. A :class:`Runtime` entry
+names itself (name, title, backend, model file) and inherits its parts, each a base of at most six members that a
+runtime overrides where it differs:
 
-* what the spec may ask of it (:meth:`Runtime.check_spec`), what a GPU build fills in, and where a CPU build's
-  layout is written (:meth:`Runtime.with_layout`, :meth:`Runtime.cpu_layout`);
-* what it serves and how it is gated (:meth:`Runtime.optimise`, stage 4 of the build) and checked in each
-  target container (:meth:`Runtime.container_check`, stage 5);
-* its model step's config (:meth:`Runtime.model_config`, from the :class:`ModelStep` every runtime shares) and
-  the files it writes beside it (:meth:`Runtime.write_files`);
-* its tuning parameter (:attr:`Runtime.thread_parameter`) and the spec lines that set it;
-* its pip package and the release of it each container links (:meth:`Runtime.container_release`, from the
-  container table's releases keyed by :attr:`Runtime.package`): what ``make compat-venv`` installs;
-* how the compat gate's worker opens a model file in a container's release (:meth:`Runtime.container_opening`,
-  :meth:`Runtime.container_session`), and how the bench's ceiling opens it here (:meth:`Runtime.ceiling_session`).
+* :class:`SpecRules`: what the spec may ask of it (its sections, :meth:`~SpecRules.check_spec`), what a GPU build
+  fills in, the INT8 schemes it takes, its variants in words;
+* :class:`Threads` and :class:`Layouts`: the model step's threads and a CPU build's layout, where the spec writes
+  it (:meth:`~Layouts.with_layout`) and how the size stage times it (:meth:`~Layouts.served_session`);
+* :class:`BuildStages`: what it serves (:meth:`~BuildStages.optimise`, stage 4), its model step's config
+  (:meth:`~BuildStages.model_config`, from the :class:`ModelStep` every runtime shares) and files, and how the
+  bench's ceiling opens the served file here;
+* :class:`ContainerCheck`: stage 5, the served model opened in each target container's release
+  (:meth:`~ContainerCheck.container_opening`, :meth:`~ContainerCheck.container_session`);
+* :class:`Releases`: its pip package and the release of it each container links (what ``make compat-venv``
+  installs), and the release a native backend here links.
 
 The entry is light: the spec validates with it and the CLI lists it. Its build stages load their modules (ONNX
 Runtime, OpenVINO, NNCF) only when the build calls them.
@@ -41,7 +43,10 @@ if TYPE_CHECKING:
     from tritongen.precision.optimize import OptimizeReport
     from tritongen.tasks import BuildPlan
 
-__all__ = ["Export", "ModelStep", "Runtime", "Variant"]
+__all__ = [
+    "BuildStages", "ContainerCheck", "Export", "Layouts", "ModelStep", "Releases", "Runtime", "SpecRules", "Threads",
+    "Variant",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -120,39 +125,18 @@ class Variant:
         return self.search.chosen.candidate.label
 
 
-class Runtime:
-    """Base of a runtime entry: declarative class attributes, and hooks for the spec, the build, the configs."""
+class Releases:
+    """Which release of the runtime each target container's native backend links, and its pip requirement.
 
-    name: ClassVar[str]  # the spec's ``runtime`` value
-    title: ClassVar[str]  # for people: "ONNX Runtime"
-    backend: ClassVar[str]  # what the model step's config names (``backend``, or ``platform`` for a plan)
-    # Whether a config naming ``backend`` is this runtime's (its thread setting, the tuning sweep's); a runtime
-    # that serves through another's backend says False.
-    owns_backend: ClassVar[bool] = True
-    model_file: ClassVar[str]  # the served file in the model step's version folder
-    # The module the local server installs as the container's native backend (its ``model.py``); None: none needed.
-    local_backend: ClassVar[str | None] = None
-    # The runtime's sections of the build spec (``onnxruntime: {intra_op_threads: 2}``), with their flags.
-    settings: ClassVar[tuple[type[RuntimeSettings], ...]] = ()
-    # The model step's parameter for threads per instance, and the spec section and field that set it.
-    thread_parameter: ClassVar[str | None] = None
-    thread_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = None
-    # Whether the served file is the exported ONNX graph itself (or an optimisation of it), so that graph-level
-    # work (folding the postprocess in, the canary record, image models exported as they are) applies.
-    serves_onnx: ClassVar[bool] = False
-    # Why the container check does not apply to this runtime's model ("": it does).
-    container_check_skipped: ClassVar[str] = ""
-    # Why the postprocess cannot be folded into what this runtime serves ("": it can).
-    fold_refused: ClassVar[str] = ""
-    symmetric_int8: ClassVar[bool] = False  # whether INT8 activations must be symmetric (TensorRT's explicit QDQ)
-    # A native backend built against another release of the runtime sits beside the container's own folder, named
-    # ``<backend>-<native_tag><release>`` (``onnxruntime-ort1.28.0``); "": this runtime has no such folders.
-    native_tag: ClassVar[str] = ""
+    Asked by ``make compat-venv`` (the requirements), the model card and the local server (the native backends here).
+    """
+
     # The runtime's pip distribution: what the stand-in and the ceiling run here, and the key of its releases in
     # the container table (``Container.runtimes``), which ``make compat-venv`` installs per container.
     package: ClassVar[str] = ""
-
-    # --- the native backend and the containers ----------------------------------------------------------------
+    # A native backend built against another release of the runtime sits beside the container's own folder, named
+    # ``<backend>-<native_tag><release>`` (``onnxruntime-ort1.28.0``); "": this runtime has no such folders.
+    native_tag: ClassVar[str] = ""
 
     def container_release(self, target: Container) -> str:
         """The release of this runtime that ``target``'s native backend links ("": none that matters here)."""
@@ -162,6 +146,18 @@ class Runtime:
         """The pip requirement that reproduces ``target``'s release of this runtime ("": it has none there)."""
         release = self.container_release(target)
         return f"{self.package}=={release}" if release else ""
+
+    def native_release(self, folder: Path) -> str:
+        """The runtime release the native backend in ``folder`` links, read from its libraries ("": unknown)."""
+        return ""
+
+
+class ContainerCheck:
+    """Build stage 5: the served model run in each target container's release of the runtime, from here."""
+
+    name: ClassVar[str]
+    # Why the container check does not apply to this runtime's model ("": it does).
+    container_check_skipped: ClassVar[str] = ""
 
     def container_opening(self) -> str:
         """The compat gate's worker opening (``tritongen.gates.compat``); "": this runtime has no container check.
@@ -182,18 +178,19 @@ class Runtime:
             raise NotImplementedError(f"runtime `{self.name}` has no container check: {self.container_check_skipped}")
         return ContainerSession(model, python, precision, opening=opening)
 
-    def ceiling_session(self, path: Path) -> Callable[[dict[str, Any]], object] | None:
-        """The served file ``path`` in process with the runtime's defaults, as the bench's ceiling runs it.
+    def container_check(
+        self, plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console, release: str, python: Path
+    ) -> ContainerReport | dict[str, str]:
+        """Build stage 5 in one container (``release``, its venv's ``python``): its report, or why it was skipped."""
+        raise NotImplementedError
 
-        It answers a batch's feeds (its outputs are not read). None: the runtime cannot run it in process here.
-        """
-        return None
 
-    def native_release(self, folder: Path) -> str:
-        """The runtime release the native backend in ``folder`` links, read from its libraries ("": unknown)."""
-        return ""
+class SpecRules:
+    """What the spec may ask of the runtime: its sections, its checks, what a GPU build fills in, its variants."""
 
-    # --- the spec ------------------------------------------------------------------------------------------
+    # The runtime's sections of the build spec (``onnxruntime: {intra_op_threads: 2}``), with their flags.
+    settings: ClassVar[tuple[type[RuntimeSettings], ...]] = ()
+    symmetric_int8: ClassVar[bool] = False  # whether INT8 activations must be symmetric (TensorRT's explicit QDQ)
 
     def check_spec(self, spec: BuildSpec) -> None:
         """Raise :class:`~tritongen.errors.SpecError` for settings this runtime cannot serve."""
@@ -218,6 +215,14 @@ class Runtime:
             name += f" {spec.quantization}"
         return name + (" optimised" if spec.optimize else "")
 
+
+class Threads:
+    """The model step's threads per instance: the config parameter, and the spec setting that gives it."""
+
+    # The model step's parameter for threads per instance, and the spec section and field that set it.
+    thread_parameter: ClassVar[str | None] = None
+    thread_setting: ClassVar[tuple[type[RuntimeSettings], str] | None] = None
+
     def threads(self, spec: BuildSpec) -> int:
         """Threads per model-step instance the spec sets (0: the runtime's default, or none to set)."""
         if self.thread_setting is None:
@@ -231,6 +236,10 @@ class Runtime:
             return []
         section, key = self.thread_setting
         return [f"{section.section}:", f"  {key}: {threads}"]
+
+
+class Layouts(Threads):
+    """A CPU build's model-step layout: whether the spec leaves it open, where it is written, how it is timed."""
 
     def layout_open(self, data: Mapping[str, Any]) -> bool:
         """Whether the spec mapping ``data``, as written, leaves the model step's instances and threads to the build.
@@ -266,12 +275,10 @@ class Runtime:
         layout = dataclasses.replace(spec.model_layout, measure=cpu.measure)
         return spec.replace(model_instances=instances, runtime_settings=runtime_settings, model_layout=layout)
 
-    # --- the build -----------------------------------------------------------------------------------------
-
     @property
     def measures_layout(self) -> bool:
         """Whether the build times this runtime's layouts (it overrides :meth:`served_session`)."""
-        return type(self).served_session is not Runtime.served_session
+        return type(self).served_session is not Layouts.served_session
 
     def served_session(self, path: Path, spec: BuildSpec) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
         """One model-step instance of ``path`` in process, with the session settings ``spec``'s config gives it.
@@ -282,19 +289,50 @@ class Runtime:
         """
         return None
 
+
+class BuildStages:
+    """What the runtime serves: the model from the export (stage 4), its config and files, the bench's ceiling."""
+
+    # Whether the served file is the exported ONNX graph itself (or an optimisation of it), so that graph-level
+    # work (folding the postprocess in, the canary record, image models exported as they are) applies.
+    serves_onnx: ClassVar[bool] = False
+    # Why the postprocess cannot be folded into what this runtime serves ("": it can).
+    fold_refused: ClassVar[str] = ""
+
     def optimise(self, plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
         """Build stage 4: the served model from the FP32 export, gated; None when the export is served as is."""
         raise NotImplementedError
 
-    def container_check(
-        self, plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console, release: str, python: Path
-    ) -> ContainerReport | dict[str, str]:
-        """Build stage 5 in one container (``release``, its venv's ``python``): its report, or why it was skipped."""
+    def model_config(self, step: ModelStep) -> ModelConfig:
+        """The model step's typed config."""
         raise NotImplementedError
 
     def write_files(self, plan: BuildPlan, version_dir: Path) -> None:
         """Files the model step needs beside its model (the TensorRT engine's build plan)."""
 
-    def model_config(self, step: ModelStep) -> ModelConfig:
-        """The model step's typed config."""
-        raise NotImplementedError
+    def ceiling_session(self, path: Path) -> Callable[[dict[str, Any]], object] | None:
+        """The served file ``path`` in process with the runtime's defaults, as the bench's ceiling runs it.
+
+        It answers a batch's feeds (its outputs are not read). None: the runtime cannot run it in process here.
+        """
+        return None
+
+
+class Runtime(SpecRules, Layouts, BuildStages, ContainerCheck, Releases):
+    """A runtime entry: who it is, and the parts its callers use, each a small base of its own.
+
+    :class:`SpecRules` (the spec and its loader), :class:`Layouts` and :class:`Threads` (the size stage, the tuning
+    sweep), :class:`BuildStages` (stages 4 and 8, the bench's ceiling), :class:`ContainerCheck` (stage 5) and
+    :class:`Releases` (``make compat-venv``, the card, the local server). A caller that needs one part takes it by
+    that type.
+    """
+
+    name: ClassVar[str]  # the spec's ``runtime`` value
+    title: ClassVar[str]  # for people: "ONNX Runtime"
+    backend: ClassVar[str]  # what the model step's config names (``backend``, or ``platform`` for a plan)
+    model_file: ClassVar[str]  # the served file in the model step's version folder
+    # The module the local server installs as the container's native backend (its ``model.py``); None: none needed.
+    local_backend: ClassVar[str | None] = None
+    # Whether a config naming ``backend`` is this runtime's (its thread setting, the tuning sweep's); a runtime
+    # that serves through another's backend says False.
+    owns_backend: ClassVar[bool] = True
