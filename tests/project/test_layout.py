@@ -320,3 +320,19 @@ def test_no_import_runs_up_a_floor_of_the_architecture_page_when_any_module_impo
                             f"{path.relative_to(PACKAGE.parent)}: {top} ({floors[top]}) -> {target} ({floors[target]})"
                         )
     assert sorted(set(up)) == []
+
+
+def test_the_runtime_and_task_interfaces_are_small_parts_of_at_most_six_members():
+    """A plug-in's interface is as small as its callers need: each base of the two entries declares six members or
+    fewer (class attributes and methods it defines itself), and the entries themselves as few."""
+    from tritongen.runtimes.base import Runtime
+    from tritongen.tasks._base import Task
+
+    wide = []
+    for entry in (Runtime, Task):
+        for part in entry.__mro__[:-1]:
+            own = {n for n in vars(part) if not n.startswith("__")} | set(vars(part).get("__annotations__", {}))
+            if len(own) > 6:
+                wide.append(f"{part.__name__}: {sorted(own)}")
+    assert wide == []
+    assert len(Runtime.__mro__) > 5 and len(Task.__mro__) > 5  # the parts are there

@@ -67,33 +67,47 @@ class Binding:
     facts: Mapping[str, str]  # the tokenizer's facts (``cls_id``, ``unk_token``, ``padding_side``...)
 
 
-class Task:
-    """Base class of a task entry: declarative class attributes, and hooks :meth:`bind` calls once."""
+class TaskDetection:
+    """How detection finds the task's checkpoints (the registry's order is ``tasks._registry``'s)."""
 
-    name: ClassVar[str]
-    onnx_output: ClassVar[str]
     # The architecture suffix of the checkpoints this task needs (``*ForTokenClassification``); None: any.
     head: ClassVar[str | None] = None
-    # False when one request becomes a different number of model rows (QA windows): the tokenizer,
-    # postprocess and ensemble then take whole requests (max_batch_size 0); the model step still batches.
-    batched_io: ClassVar[bool] = True
-    # Whether the model reads two segments (so parity and the accuracy gate feed text pairs).
-    pair_input: ClassVar[bool] = False
-    # The accuracy gate's measure (``tritongen.gates.accuracy``): LabelGate (argmax per text), CosineGate,
-    # TokenLabelGate (argmax per token) or SpanGate (the argmax start and end token per text).
-    gate: ClassVar[type[Gate]] = LabelGate
-    # Whether a text longer than the model loses its tail (classification and embeddings, as the transformers
-    # pipeline and sentence-transformers do): the ensemble then says so per text in ``TRUNCATED``. The ensemble
-    # has ``TRUNCATED`` and ``TOKEN_COUNT`` wherever the tokenizer step emits them (chunked embeddings: TRUNCATED
-    # always false).
-    truncates: ClassVar[bool] = True
-    # Whether ``tritongen bench`` can compare it with its baselines (one TEXT in, a pipeline to compare with).
-    bench_baselines: ClassVar[bool] = False
+
+    def matches(self, checkpoint: Checkpoint) -> bool:
+        """Whether ``checkpoint`` looks like a model for this task (detection)."""
+        return self.has_head(checkpoint)
+
+    def has_head(self, checkpoint: Checkpoint) -> bool:
+        """Whether ``checkpoint`` has the head this task needs (asking for the task by name)."""
+        return self.head is None or any(a.endswith(self.head) for a in checkpoint.architectures)
+
+
+class TaskSection:
+    """The task's section of the build spec, and the entry that builds with it."""
+
+    # The spec section the task reads (``question_answering``) and its settings class; None: no settings.
+    section: ClassVar[str | None] = None
+    Settings: ClassVar[type[TaskSettings]] = TaskSettings
+
+    def settings(self, spec: BuildSpec) -> TaskSettings:
+        """The task's section of ``spec`` (its defaults when the spec has none)."""
+        if self.section is None:
+            return self.Settings()
+        return spec.section(self.Settings)
+
+    def for_settings(self, settings: TaskSettings) -> Task:
+        """The entry that builds with ``settings``: this one, or a variant of it (embeddings of long texts in windows).
+
+        :meth:`bind` binds the variant, so its class attributes and hooks shape the plan.
+        """
+        return self
+
+
+class TaskSteps:
+    """The Python steps the task serves, what they copy beside them, and how requests batch."""
+
     # The step modules served as each step's ``model.py``.
     tokenizer_step: ClassVar[str] = _TOKENIZER_STEP
-    # Whether the ensemble takes the model's token ids (``TOKEN_IDS``) in place of ``TEXT``, where the plain
-    # tokenizer step serves the task (the embedders, as Text Embeddings Inference's embedding routes take ids).
-    takes_token_ids: ClassVar[bool] = False
     postprocess_step: ClassVar[str]
     # Modules the task's steps import (``tritongen.tasks.question_answering.qa``), copied into the helper package
     # beside their ``model.py`` under their last name (``from _tritongen_step import qa``; ``steps/helpers.py``);
@@ -101,13 +115,168 @@ class Task:
     helper_modules: ClassVar[tuple[str, ...]] = ()
     # Files the postprocess step reads besides ``labels.json`` (which every build writes).
     postprocess_files: ClassVar[tuple[str, ...]] = ()
+    # False when one request becomes a different number of model rows (QA windows): the tokenizer,
+    # postprocess and ensemble then take whole requests (max_batch_size 0); the model step still batches.
+    batched_io: ClassVar[bool] = True
+
+
+class TaskInputs:
+    """What the ensemble and its first step take."""
+
     # What the model reads and the first step serves (``tritongen.tasks._inputs``): text by default.
     modality: ClassVar[Modality] = TextInputs()
-    # The spec section the task reads (``question_answering``) and its settings class; None: no settings.
-    section: ClassVar[str | None] = None
-    Settings: ClassVar[type[TaskSettings]] = TaskSettings
+    # Whether the model reads two segments (so parity and the accuracy gate feed text pairs).
+    pair_input: ClassVar[bool] = False
+    # Whether the ensemble takes the model's token ids (``TOKEN_IDS``) in place of ``TEXT``, where the plain
+    # tokenizer step serves the task (the embedders, as Text Embeddings Inference's embedding routes take ids).
+    takes_token_ids: ClassVar[bool] = False
 
-    # --- binding ---------------------------------------------------------------------------------------------
+    def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """The ensemble's (and tokenizer step's) inputs: one text by default, and the plain tokenizer's options."""
+        return self.text_inputs(public(TEXT))
+
+    def text_inputs(self, *texts: TensorSpec) -> list[TensorSpec]:
+        """``texts``, and where the plain tokenizer step serves the task its optional per-row inputs.
+
+        ``TRUNCATE_LEFT``; and where the task takes token ids, ``TOKEN_IDS``, the first text then optional (a row is
+        one or the other). A task whose first step is its own (windows, prompts, images) takes ``texts`` alone.
+        """
+        if self.tokenizer_step != _TOKENIZER_STEP:
+            return list(texts)
+        if self.takes_token_ids:
+            first = dataclasses.replace(texts[0], optional=True)
+            return [first, *texts[1:], TOKEN_IDS_INPUT, TRUNCATE_LEFT_INPUT]
+        return [*texts, TRUNCATE_LEFT_INPUT]
+
+    def tokenizer_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """The ensemble inputs the tokenizer step reads: all of them by default."""
+        return self.ensemble_inputs(checkpoint)
+
+
+class TaskOutputs:
+    """What the model, the steps and the ensemble give."""
+
+    onnx_output: ClassVar[str]
+    # Whether a text longer than the model loses its tail (classification and embeddings, as the transformers
+    # pipeline and sentence-transformers do): the ensemble then says so per text in ``TRUNCATED``. The ensemble
+    # has ``TRUNCATED`` and ``TOKEN_COUNT`` wherever the tokenizer step emits them (chunked embeddings: TRUNCATED
+    # always false).
+    truncates: ClassVar[bool] = True
+
+    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
+        """Dims (without batch) of the ONNX model's output."""
+        raise NotImplementedError
+
+    def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """Tensors the tokenizer step emits besides the model inputs (for the postprocess step or the client).
+
+        By default ``TRUNCATED`` where the task truncates, and ``TOKEN_COUNT`` where its input is text.
+        """
+        counted = [TOKEN_COUNT_OUTPUT] if self.modality.counts_tokens else []
+        return ([TRUNCATED_OUTPUT] if self.truncates else []) + counted
+
+    def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """Ensemble tensors the postprocess step reads: the model output by default."""
+        return [TensorSpec(self.onnx_output, "TYPE_FP32", self.onnx_output_dims(checkpoint))]
+
+    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
+        """The postprocess step's outputs (the ensemble's, but ``TRUNCATED`` and ``TOKEN_COUNT``)."""
+        raise NotImplementedError
+
+
+class TaskBinding:
+    """The hooks :meth:`Task.bind` asks once: the row length, the steps' parameters, the card's lines."""
+
+    def row_length(
+        self,
+        spec: BuildSpec,
+        settings: TaskSettings,
+        checkpoint: Checkpoint,
+        position_limit: int,
+        tokenizer_max: int | None,
+    ) -> int:
+        """Tokens per model row: the truncation length (:meth:`max_length`), or the spec's shorter ``max_length``."""
+        limit = self.max_length(checkpoint, position_limit, tokenizer_max)
+        if spec.max_length is None:
+            return limit
+        if spec.max_length > limit:
+            raise UnsupportedModelError(f"max_length {spec.max_length} is above the model's limit of {limit} tokens")
+        return spec.max_length
+
+    def max_length(self, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None) -> int:
+        """The number of tokens inputs are truncated to.
+
+        ``position_limit`` is the longest input the model runs (``tritongen.model.facts``); a tokenizer
+        that declares a shorter ``model_max_length`` lowers it, as the transformers pipeline truncates there
+        (transformers writes 1e30 when none was declared: no limit).
+        """
+        limits = [int(position_limit)]
+        if tokenizer_max and tokenizer_max < NO_TOKENIZER_LIMIT:
+            limits.append(int(tokenizer_max))
+        return min(limits)
+
+    def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
+        """The task's settings as (tokenizer, postprocess) parameters."""
+        return {}, {}
+
+    def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        """Parameters the postprocess model reads at initialise time (from the checkpoint)."""
+        return {}
+
+    def ensemble_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
+        """What the ensemble's config tells its readers of the model (the gateway's ``/info``); none by default."""
+        return {}
+
+    def card_lines(self, bound: Binding) -> list[str]:
+        """Task-specific lines of the model card."""
+        return []
+
+
+class TaskModel:
+    """The model the build exports and how the gates compare it."""
+
+    # The accuracy gate's measure (``tritongen.gates.accuracy``): LabelGate (argmax per text), CosineGate,
+    # TokenLabelGate (argmax per token) or SpanGate (the argmax start and end token per text).
+    gate: ClassVar[type[Gate]] = LabelGate
+    # Whether ``tritongen bench`` can compare it with its baselines (one TEXT in, a pipeline to compare with).
+    bench_baselines: ClassVar[bool] = False
+
+    def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
+        """The module to export: ``forward(<the model inputs>)`` -> one tensor; ``module.model`` is the model.
+
+        Text tasks take ``(input_ids, attention_mask, token_type_ids=None)`` (:func:`exportable`), image tasks
+        ``(pixel_values)`` (``tritongen.tasks._images.pixel_module``); the build feeds what ``forward`` takes.
+        """
+        raise NotImplementedError
+
+    def gate_function(self, checkpoint: Checkpoint) -> str:
+        """The activation the ``labels`` gate compares outputs under."""
+        return "softmax"
+
+    def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
+        """The postprocess step as ONNX operators appended to the model (``tritongen.model.fold``); None: not foldable.
+
+        Its outputs must be exactly the postprocess step's outputs, so the ensemble can drop that step.
+        """
+        return None
+
+    def parity_pairs(self, settings: Any, texts: Sequence[str]) -> list[str]:
+        """The second segments that parity and the accuracy gate pair ``texts`` with (for ``pair_input`` tasks).
+
+        By default each text with the next one: varied lengths and scripts on both sides.
+        """
+        return [texts[(i + 1) % len(texts)] for i in range(len(texts))]
+
+
+class Task(TaskDetection, TaskSection, TaskSteps, TaskInputs, TaskOutputs, TaskBinding, TaskModel):
+    """A task entry: its name, and :meth:`bind`, which binds it to a checkpoint and a spec once.
+
+    The rest is its parts, each a small base that a task overrides where it differs: :class:`TaskDetection`,
+    :class:`TaskSection`, :class:`TaskSteps`, :class:`TaskInputs`, :class:`TaskOutputs`, :class:`TaskBinding`
+    and :class:`TaskModel`.
+    """
+
+    name: ClassVar[str]
 
     def bind(
         self,
@@ -180,142 +349,6 @@ class Task:
             parity_pairs=functools.partial(self.parity_pairs, settings) if self.pair_input else None,
             graph_tail=self.graph_tail(checkpoint),
         )
-
-    def for_settings(self, settings: TaskSettings) -> Task:
-        """The entry that builds with ``settings``: this one, or a variant of it (embeddings of long texts in windows).
-
-        :meth:`bind` binds the variant, so its class attributes and hooks shape the plan.
-        """
-        return self
-
-    def settings(self, spec: BuildSpec) -> TaskSettings:
-        """The task's section of ``spec`` (its defaults when the spec has none)."""
-        if self.section is None:
-            return self.Settings()
-        return spec.section(self.Settings)
-
-    def parity_pairs(self, settings: Any, texts: Sequence[str]) -> list[str]:
-        """The second segments that parity and the accuracy gate pair ``texts`` with (for ``pair_input`` tasks).
-
-        By default each text with the next one: varied lengths and scripts on both sides.
-        """
-        return [texts[(i + 1) % len(texts)] for i in range(len(texts))]
-
-    # --- detection -------------------------------------------------------------------------------------------
-
-    def matches(self, checkpoint: Checkpoint) -> bool:
-        """Whether ``checkpoint`` looks like a model for this task (detection)."""
-        return self.has_head(checkpoint)
-
-    def has_head(self, checkpoint: Checkpoint) -> bool:
-        """Whether ``checkpoint`` has the head this task needs (asking for the task by name)."""
-        return self.head is None or any(a.endswith(self.head) for a in checkpoint.architectures)
-
-    # --- hooks bind calls ------------------------------------------------------------------------------------
-
-    def onnx_output_dims(self, checkpoint: Checkpoint) -> tuple[int, ...]:
-        """Dims (without batch) of the ONNX model's output."""
-        raise NotImplementedError
-
-    def ensemble_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        """The ensemble's (and tokenizer step's) inputs: one text by default, and the plain tokenizer's options."""
-        return self.text_inputs(public(TEXT))
-
-    def text_inputs(self, *texts: TensorSpec) -> list[TensorSpec]:
-        """``texts``, and where the plain tokenizer step serves the task its optional per-row inputs.
-
-        ``TRUNCATE_LEFT``; and where the task takes token ids, ``TOKEN_IDS``, the first text then optional (a row is
-        one or the other). A task whose first step is its own (windows, prompts, images) takes ``texts`` alone.
-        """
-        if self.tokenizer_step != _TOKENIZER_STEP:
-            return list(texts)
-        if self.takes_token_ids:
-            first = dataclasses.replace(texts[0], optional=True)
-            return [first, *texts[1:], TOKEN_IDS_INPUT, TRUNCATE_LEFT_INPUT]
-        return [*texts, TRUNCATE_LEFT_INPUT]
-
-    def tokenizer_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        """The ensemble inputs the tokenizer step reads: all of them by default."""
-        return self.ensemble_inputs(checkpoint)
-
-    def postprocess_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        """The postprocess step's outputs (the ensemble's, but ``TRUNCATED`` and ``TOKEN_COUNT``)."""
-        raise NotImplementedError
-
-    def postprocess_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
-        """Parameters the postprocess model reads at initialise time (from the checkpoint)."""
-        return {}
-
-    def ensemble_parameters(self, checkpoint: Checkpoint) -> dict[str, str]:
-        """What the ensemble's config tells its readers of the model (the gateway's ``/info``); none by default."""
-        return {}
-
-    def gate_function(self, checkpoint: Checkpoint) -> str:
-        """The activation the ``labels`` gate compares outputs under."""
-        return "softmax"
-
-    def row_length(
-        self,
-        spec: BuildSpec,
-        settings: TaskSettings,
-        checkpoint: Checkpoint,
-        position_limit: int,
-        tokenizer_max: int | None,
-    ) -> int:
-        """Tokens per model row: the truncation length (:meth:`max_length`), or the spec's shorter ``max_length``."""
-        limit = self.max_length(checkpoint, position_limit, tokenizer_max)
-        if spec.max_length is None:
-            return limit
-        if spec.max_length > limit:
-            raise UnsupportedModelError(f"max_length {spec.max_length} is above the model's limit of {limit} tokens")
-        return spec.max_length
-
-    def step_parameters(self, bound: Binding) -> tuple[dict[str, str], dict[str, str]]:
-        """The task's settings as (tokenizer, postprocess) parameters."""
-        return {}, {}
-
-    def card_lines(self, bound: Binding) -> list[str]:
-        """Task-specific lines of the model card."""
-        return []
-
-    def tokenizer_outputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        """Tensors the tokenizer step emits besides the model inputs (for the postprocess step or the client).
-
-        By default ``TRUNCATED`` where the task truncates, and ``TOKEN_COUNT`` where its input is text.
-        """
-        counted = [TOKEN_COUNT_OUTPUT] if self.modality.counts_tokens else []
-        return ([TRUNCATED_OUTPUT] if self.truncates else []) + counted
-
-    def postprocess_inputs(self, checkpoint: Checkpoint) -> list[TensorSpec]:
-        """Ensemble tensors the postprocess step reads: the model output by default."""
-        return [TensorSpec(self.onnx_output, "TYPE_FP32", self.onnx_output_dims(checkpoint))]
-
-    def graph_tail(self, checkpoint: Checkpoint) -> GraphTail | None:
-        """The postprocess step as ONNX operators appended to the model (``tritongen.model.fold``); None: not foldable.
-
-        Its outputs must be exactly the postprocess step's outputs, so the ensemble can drop that step.
-        """
-        return None
-
-    def load_module(self, checkpoint: Checkpoint) -> torch.nn.Module:
-        """The module to export: ``forward(<the model inputs>)`` -> one tensor; ``module.model`` is the model.
-
-        Text tasks take ``(input_ids, attention_mask, token_type_ids=None)`` (:func:`exportable`), image tasks
-        ``(pixel_values)`` (``tritongen.tasks._images.pixel_module``); the build feeds what ``forward`` takes.
-        """
-        raise NotImplementedError
-
-    def max_length(self, checkpoint: Checkpoint, position_limit: int, tokenizer_max: int | None) -> int:
-        """The number of tokens inputs are truncated to.
-
-        ``position_limit`` is the longest input the model runs (``tritongen.model.facts``); a tokenizer
-        that declares a shorter ``model_max_length`` lowers it, as the transformers pipeline truncates there
-        (transformers writes 1e30 when none was declared: no limit).
-        """
-        limits = [int(position_limit)]
-        if tokenizer_max and tokenizer_max < NO_TOKENIZER_LIMIT:
-            limits.append(int(tokenizer_max))
-        return min(limits)
 
 
 NO_TOKENIZER_LIMIT = 1_000_000  # tokenizers that declare no limit report int(1e30)
