@@ -36,12 +36,13 @@ from tritongen.deploy.gateway import run_command
 from tritongen.errors import BenchError
 from tritongen.gateway.errors import from_triton
 from tritongen.gateway.schemas import (
+    EmbeddingsRequest,
+    EmbedRequest,
+    PredictRequest,
+    RerankRequest,
+    SimilarityRequest,
     SparseRequest,
-    parse_embed,
-    parse_embeddings,
-    parse_predict,
-    parse_rerank,
-    parse_sparse,
+    TokenizeRequest,
 )
 from tritongen.serve.admin import ENV, default_key_file
 from tritongen.serve.client import infer
@@ -777,37 +778,57 @@ def test_from_triton_maps_grpc_status_to_http():
 
 
 @pytest.mark.parametrize(
-    ("parse", "body", "param"),
+    ("body_type", "body", "param"),
     [
-        (parse_embeddings, b"[1]", None),
-        (parse_embeddings, b'{"input": ["a", 2]}', "input"),
-        (parse_embeddings, b'{"input": "a", "dimensions": 0}', "dimensions"),
-        (parse_embeddings, b'{"input": "a", "dimensions": true}', "dimensions"),
-        (parse_rerank, b'{"texts": ["a"]}', "query"),
-        (parse_predict, b'{"inputs": "a", "truncation_direction": "middle"}', "truncation_direction"),
-        (parse_embed, b'{"inputs": "a", "truncation_direction": "LEFT"}', "truncation_direction"),
-        (parse_embed, b'{"inputs": "a", "normalize": 1}', "normalize"),
-        (parse_embed, b'{"inputs": ["a", [1, -2]]}', "inputs"),
-        (parse_embed, b'{"inputs": ["a", []]}', "inputs"),
-        (parse_sparse, b'{"truncate": true}', "inputs"),
-        (parse_sparse, b'{"inputs": ["a"], "truncation_direction": 1}', "truncation_direction"),
-        (parse_sparse, b'{"inputs": ["a"], "prompt_name": 3}', "prompt_name"),
+        (EmbeddingsRequest, b"[1]", None),
+        (EmbeddingsRequest, b"{not json", None),
+        (EmbeddingsRequest, b'{"input": ["a", 2]}', "input"),
+        (EmbeddingsRequest, b'{"input": "a", "dimensions": 0}', "dimensions"),
+        (EmbeddingsRequest, b'{"input": "a", "dimensions": true}', "dimensions"),
+        (EmbeddingsRequest, b'{"input": "a", "encoding_format": "hex"}', "encoding_format"),
+        (EmbeddingsRequest, b'{"input": "a", "model": 7}', "model"),
+        (RerankRequest, b'{"texts": ["a"]}', "query"),
+        (RerankRequest, b'{"query": "q", "texts": ["a"], "raw_scores": true}', "raw_scores"),
+        (PredictRequest, b'{"inputs": "a", "truncation_direction": "middle"}', "truncation_direction"),
+        (EmbedRequest, b'{"inputs": "a", "truncation_direction": "LEFT"}', "truncation_direction"),
+        (EmbedRequest, b'{"inputs": "a", "normalize": 1}', "normalize"),
+        (EmbedRequest, b'{"inputs": ["a", [1, -2]]}', "inputs"),
+        (EmbedRequest, b'{"inputs": ["a", []]}', "inputs"),
+        (SparseRequest, b'{"truncate": true}', "inputs"),
+        (SparseRequest, b'{"inputs": ["a"], "truncation_direction": 1}', "truncation_direction"),
+        (SparseRequest, b'{"inputs": ["a"], "prompt_name": 3}', "prompt_name"),
+        (SimilarityRequest, b'{"inputs": {"source_sentence": "a", "sentences": []}}', "inputs.sentences"),
+        (SimilarityRequest, b'{"inputs": {"source_sentence": "a", "sentences": ["b"]}, "parameters": 2}', "parameters"),
+        (TokenizeRequest, b'{"inputs": [[1, 2]]}', "inputs"),
     ],
 )
-def test_schemas_refuse_with_param_when_body_is_invalid(parse, body, param):
+def test_bodies_refuse_with_the_field_named_when_a_body_is_invalid(body_type, body, param):
     from tritongen.errors import GatewayError
 
     with pytest.raises(GatewayError) as caught:
-        parse(body)
+        body_type.parse(body)
     assert caught.value.status == 400 and caught.value.param == param
 
 
 def test_sparse_and_embed_read_inputs_and_truncation_alike():
-    body = b'{"inputs": "a", "truncate": true, "truncation_direction": "Right", "prompt_name": "query"}'
-    assert parse_sparse(body) == SparseRequest(None, ["a"], True, "query")
-    embed = parse_embed(body)
+    body = b'{"inputs": "a", "truncate": true, "truncation_direction": "Right", "prompt_name": "query", "x": null}'
+    sparse = SparseRequest.parse(body)
+    assert (sparse.texts, sparse.truncate, sparse.prompt_name, sparse.left, sparse.model) == (
+        ["a"],
+        True,
+        "query",
+        False,
+        None,
+    )
+    embed = EmbedRequest.parse(body)
     assert (embed.texts, embed.single, embed.truncate, embed.prompt_name) == (["a"], True, True, "query")
-    ids = b'{"inputs": [101, 7592, 102], "truncation_direction": "left"}'
-    assert parse_sparse(ids) == SparseRequest(None, [[101, 7592, 102]], None, None, left=True)
-    embed = parse_embed(ids)
-    assert (embed.texts, embed.single, embed.left) == ([[101, 7592, 102]], True, True)
+    assert (embed.normalize, embed.dimensions) == (True, None)
+    ids = b'{"inputs": [101, 7592, 102], "truncation_direction": "left", "normalize": null, "model": ""}'
+    sparse = SparseRequest.parse(ids)
+    assert (sparse.texts, sparse.truncate, sparse.left, sparse.model) == ([[101, 7592, 102]], None, True, None)
+    embed = EmbedRequest.parse(ids)
+    assert (embed.texts, embed.single, embed.left, embed.normalize) == ([[101, 7592, 102]], True, True, True)
+    similar = SimilarityRequest.parse(
+        b'{"inputs": {"source_sentence": "a", "sentences": ["b", "c"]}, "parameters": {"truncation_direction": "Left"}}'
+    )
+    assert (similar.source, similar.sentences, similar.left, similar.truncate) == ("a", ["b", "c"], True, None)

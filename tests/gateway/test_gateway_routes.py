@@ -20,7 +20,7 @@ from tritongen.gateway import cohere, openai, tei, tei_info, vllm
 from tritongen.gateway.core import Gateway, GatewayOptions
 from tritongen.gateway.errors import Family
 from tritongen.gateway.models import ModelInfo, TensorType
-from tritongen.gateway.schemas import parse_embeddings
+from tritongen.gateway.schemas import EmbeddingsRequest
 from tritongen.gateway.tokens import decode, texts_from_ids
 
 _TYPES = {
@@ -385,6 +385,6 @@ def test_token_ids_are_refused_when_they_are_not_this_tokenizers(ids, message):
 
 
 def test_embeddings_parse_token_ids_as_rows_when_given_ints_or_lists_of_ints():
-    assert parse_embeddings(b'{"input": [4, 5]}').texts == [[4, 5]]
-    assert parse_embeddings(b'{"input": [[4], [5, 4]]}').texts == [[4], [5, 4]]
-    assert parse_embeddings(b'{"input": ["hello", [5, 4]]}').texts == ["hello", [5, 4]]
+    assert EmbeddingsRequest.parse(b'{"input": [4, 5]}').input.items == [[4, 5]]
+    assert EmbeddingsRequest.parse(b'{"input": [[4], [5, 4]]}').input.items == [[4], [5, 4]]
+    assert EmbeddingsRequest.parse(b'{"input": ["hello", [5, 4]]}').input.items == ["hello", [5, 4]]

@@ -43,7 +43,8 @@ KEY_ENV = "TRITONGEN_GATEWAY_KEY"  # tritongen.gateway.auth.KEY_ENV, not importe
 # What `python -m tritongen gateway` imports (tests/deploy/test_deploy_package.py checks it against a real start-up).
 GATEWAY_PACKAGES = (
     "tritonclient[grpc]", "numpy", "protobuf", "pyyaml", "tokenizers",
-    "starlette", "uvicorn", "pydantic-core", "uvloop", "httptools", "prometheus-client", "opentelemetry-sdk",
+    "starlette", "uvicorn", "pydantic", "pydantic-core", "uvloop", "httptools", "prometheus-client",
+    "opentelemetry-sdk",
     "opentelemetry-exporter-otlp-proto-http",
 )  # fmt: skip
 _LOCK = Path(__file__).resolve().parents[2] / "requirements.lock"

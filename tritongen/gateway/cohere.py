@@ -9,8 +9,7 @@ vLLM's shape, ``/v2/...`` errors Cohere's ``{"message"}`` (:mod:`tritongen.gatew
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,58 +18,86 @@ from starlette.routing import Route
 from tritongen.contract import END, SCORE, START, TEXT, TEXT_PAIR
 from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family
-from tritongen.gateway.schemas import MAX_INPUTS, bad, body_object, dimensions_field, model_name, optional, text_list
+from tritongen.gateway.schemas import MAX_INPUTS, Body, bad, dimensions, field_reader, one_of, text_list
 
 __all__ = ["routes"]
 
 _INPUT_TYPES = ("search_document", "search_query", "classification", "clustering")
 
 
-@dataclass(frozen=True)
-class DocumentsRerankRequest:
-    """``{model, query, documents, top_n, return_documents}``."""
-
-    model: str | None
-    query: str
-    documents: list[str]
-    top_n: int | None
-    return_documents: bool
-
-
-def _documents(value: Any) -> list[str]:
+def _documents(value: Any, key: str) -> list[str]:
     if not isinstance(value, list) or not value:
-        raise bad("`documents` must be a non-empty list of strings or of {text: string}", "documents", code="empty")
+        raise bad(f"`{key}` must be a non-empty list of strings or of {{text: string}}", key, code="empty")
     texts = [d if isinstance(d, str) else d.get("text") if isinstance(d, dict) else None for d in value]
     if not all(isinstance(t, str) for t in texts):
-        raise bad("each of `documents` must be a string or {text: string}", "documents")
+        raise bad(f"each of `{key}` must be a string or {{text: string}}", key)
     if len(texts) > MAX_INPUTS:
-        raise bad(f"`documents` has {len(texts)} items; at most {MAX_INPUTS} per request", "documents")
+        raise bad(f"`{key}` has {len(texts)} items; at most {MAX_INPUTS} per request", key)
     return texts  # type: ignore[return-value]
 
 
-def parse_rerank_documents(body: bytes) -> DocumentsRerankRequest:
-    """Parse the Cohere/Jina/vLLM rerank body; ``top_n`` 0 or absent means all; ``return_documents`` defaults on."""
-    data = body_object(body)
-    query = data.get("query")
-    if not isinstance(query, str):
-        raise bad("`query` is required and must be a string", "query")
-    top_n = optional(data, "top_n", int, 0)
-    if top_n < 0:
-        raise bad("`top_n` must be at least 1 (or 0 for all)", "top_n")
-    return_documents = optional(data, "return_documents", bool, True)
-    return DocumentsRerankRequest(
-        model_name(data), query, _documents(data.get("documents")), top_n or None, return_documents
-    )
+def _top_n(value: Any, key: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise bad(f"`{key}` must be of type int", key)
+    if value < 0:
+        raise bad(f"`{key}` must be at least 1 (or 0 for all)", key)
+    return value
+
+
+class DocumentsRerankRequest(Body):
+    """The Cohere/Jina/vLLM rerank body; ``top_n`` 0 or absent means all; ``return_documents`` defaults on."""
+
+    query: str
+    documents: Annotated[list[str], field_reader("documents", _documents)]
+    top_n: Annotated[int, field_reader("top_n", _top_n)] = 0
+    return_documents: bool = True
+
+    @property
+    def top(self) -> int | None:
+        """How many results to answer; None: all."""
+        return self.top_n or None
+
+
+def _float_only(value: Any, key: str) -> list[str]:
+    if not isinstance(value, list) or any(t != "float" for t in value):
+        raise bad(f'`{key}` must be ["float"]: the ensemble gives float embeddings only', key)
+    return value
+
+
+def _cut(value: Any, key: str) -> str:
+    if not isinstance(value, str):
+        raise bad(f"`{key}` must be of type str", key)
+    if value.upper() not in (END, START, "NONE"):
+        raise bad(f"`{key}` must be START, END or NONE", key)
+    return value.upper()
+
+
+def _text_only(value: Any, key: str) -> Any:
+    if value:
+        raise bad("only `texts` are served: the ensemble embeds text", "texts")
+    return value
+
+
+class EmbedV2Request(Body):
+    """Cohere's ``POST /v2/embed``: ``{texts, input_type, embedding_types, truncate, output_dimension}``."""
+
+    images: Annotated[Any, field_reader("images", _text_only)] = None
+    inputs: Annotated[Any, field_reader("inputs", _text_only)] = None
+    texts: Annotated[list[str], field_reader("texts", lambda v, k: text_list(v, k)[0])]
+    input_type: Annotated[str, field_reader("input_type", lambda v, k: one_of(v, k, _INPUT_TYPES))] = "search_document"
+    embedding_types: Annotated[list[str], field_reader("embedding_types", _float_only)] = ["float"]  # noqa: RUF012
+    truncate: Annotated[str | None, field_reader("truncate", _cut)] = None  # START, END or NONE; None: auto
+    output_dimension: Annotated[int | None, field_reader("output_dimension", dimensions)] = None
 
 
 async def rerank(gateway: Gateway, request: Request) -> Response:
     """``POST /v1/rerank``, ``/v2/rerank``."""
-    req = parse_rerank_documents(await request.body())
+    req = DocumentsRerankRequest.parse(await request.body())
     model = await gateway.model_for(request, req.model, "rerank")
     pairs = {TEXT: [req.query] * len(req.documents), TEXT_PAIR: req.documents}
     result = await gateway.infer(model, pairs, [SCORE])
     scores = result[SCORE].reshape(-1).tolist()
-    order = sorted(range(len(scores)), key=lambda i: -scores[i])[: req.top_n]
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])[: req.top]
     results = [
         {
             "index": i,
@@ -85,30 +112,14 @@ async def rerank(gateway: Gateway, request: Request) -> Response:
     return json_response(answer)
 
 
-def _embedding_types(data: dict[str, Any]) -> None:
-    types = data.get("embedding_types") or ["float"]
-    if not isinstance(types, list) or any(t != "float" for t in types):
-        raise bad('`embedding_types` must be ["float"]: the ensemble gives float embeddings only', "embedding_types")
-
-
 async def embed(gateway: Gateway, request: Request) -> Response:
     """``POST /v2/embed``: ``{texts, input_type, embedding_types, truncate, output_dimension}``."""
-    data = body_object(await request.body())
-    if data.get("images") or data.get("inputs"):
-        raise bad("only `texts` are served: the ensemble embeds text", "texts")
-    texts, _ = text_list(data, "texts")
-    input_type = optional(data, "input_type", str, "search_document")
-    if input_type not in _INPUT_TYPES:
-        raise bad(f"`input_type` must be one of {', '.join(_INPUT_TYPES)}", "input_type")
-    _embedding_types(data)
-    truncate = optional(data, "truncate", str, None)
-    if truncate is not None and truncate.upper() not in (END, START, "NONE"):
-        raise bad("`truncate` must be START, END or NONE", "truncate")
-    dimensions = dimensions_field({"dimensions": data.get("output_dimension")})
-    model = await gateway.model_for(request, model_name(data), "embeddings")
-    cut = None if truncate is None else truncate.upper() != "NONE"  # absent: the gateway's auto_truncate
-    left = truncate is not None and truncate.upper() == START  # START cuts a long text's start: its end is kept
-    vectors, result = await gateway.embed(model, texts, dimensions, truncate=cut, left=left, field="texts")
+    req = EmbedV2Request.parse(await request.body())
+    texts, truncate = req.texts, req.truncate
+    model = await gateway.model_for(request, req.model, "embeddings")
+    cut = None if truncate is None else truncate != "NONE"  # absent: the gateway's auto_truncate
+    left = truncate == START  # START cuts a long text's start: its end is kept
+    vectors, result = await gateway.embed(model, texts, req.output_dimension, truncate=cut, left=left, field="texts")
     tokens = gateway.usage(model, result, texts)["prompt_tokens"]
     meta = {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}}
     body = {

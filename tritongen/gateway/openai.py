@@ -11,16 +11,16 @@ from starlette.routing import Route
 from tritongen.contract import TEXT
 from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family, model_not_found
-from tritongen.gateway.schemas import parse_embeddings
+from tritongen.gateway.schemas import EmbeddingsRequest
 
 __all__ = ["routes"]
 
 
 async def embeddings(gateway: Gateway, request: Request) -> Response:
     """``POST /v1/embeddings``: text, or the model's token ids (the ensemble's own where it takes them)."""
-    req = parse_embeddings(await request.body())
+    req = EmbeddingsRequest.parse(await request.body())
     model = await gateway.model_for(request, req.model, "embeddings")
-    texts = req.texts
+    texts = req.input.items
     vectors, result = await gateway.embed(model, texts, req.dimensions, req.prompt_name, field="input")
     if req.base64:
         little = vectors.astype("<f4", copy=False)

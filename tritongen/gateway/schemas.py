@@ -1,44 +1,40 @@
-"""Request bodies of the OpenAI and Text Embeddings Inference routes, parsed and checked by hand.
+"""Request bodies of the OpenAI and Text Embeddings Inference routes: one pydantic model per body.
 
-Each ``parse_*`` takes the raw body and returns a frozen request, or raises a 400 :class:`GatewayError` that names
-the field (OpenAI's ``param``). Parsing by hand, with the standard ``json`` module, keeps the per-request cost
-to what the route needs.
+Each body is a frozen model of the API's own field names, strict JSON types, unknown fields ignored and null as
+absent (:class:`Body`); a field TEI and OpenAI shape loosely (a text, token ids, or a list of either) reads through
+one validator of its own. :meth:`Body.parse` takes the raw body and returns the model, or raises a 400
+:class:`GatewayError` that names the field (OpenAI's ``param``) in the route family's words (:func:`bad`). The
+value checks the Cohere, vLLM and decode routes share (:func:`text_list`, :func:`token_ids`) are here too.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError, model_validator
 
 from tritongen.errors import GatewayError
 
 __all__ = [
     "MAX_INPUTS",
+    "Body",
     "EmbedRequest",
     "EmbeddingsRequest",
     "PredictRequest",
     "RerankRequest",
     "Row",
+    "Rows",
     "SimilarityRequest",
     "SparseRequest",
+    "TeiBody",
     "TokenizeRequest",
     "bad",
-    "body_object",
-    "dimensions_field",
-    "input_rows",
-    "model_name",
-    "optional",
-    "parse_embed",
-    "parse_embeddings",
-    "parse_predict",
-    "parse_rerank",
-    "parse_similarity",
-    "parse_sparse",
-    "parse_tokenize",
+    "dimensions",
+    "field_reader",
+    "one_of",
     "text_list",
     "token_ids",
-    "truncation_direction",
 ]
 
 MAX_INPUTS = 2048  # OpenAI's limit on inputs per embeddings request
@@ -51,20 +47,8 @@ def bad(message: str, param: str | None = None, code: str = "invalid_request") -
     return GatewayError(400, message, param=param, code=code)
 
 
-def body_object(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object."""
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise bad(f"the request body is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise bad("the request body must be a JSON object")
-    return data
-
-
-def _listed(data: dict[str, Any], key: str, kinds: str) -> tuple[list[Any], bool]:
-    """``data[key]``: a string as ``[it]``, else a non-empty list (400s name ``kinds``); whether it was a string."""
-    value = data.get(key)
+def _listed(value: Any, key: str, kinds: str) -> tuple[list[Any], bool]:
+    """Field ``key``'s ``value``: a string as ``[it]``, else a non-empty list (400s name ``kinds``); and which."""
     if isinstance(value, str):
         return [value], True
     if value is None:
@@ -76,9 +60,9 @@ def _listed(data: dict[str, Any], key: str, kinds: str) -> tuple[list[Any], bool
     return value, False
 
 
-def text_list(data: dict[str, Any], key: str) -> tuple[list[str], bool]:
-    """A string or a non-empty list of strings; also whether it was one string."""
-    value, single = _listed(data, key, "a string or a non-empty list of strings")
+def text_list(value: Any, key: str) -> tuple[list[str], bool]:
+    """Field ``key``: a string or a non-empty list of strings; also whether it was one string."""
+    value, single = _listed(value, key, "a string or a non-empty list of strings")
     if single:
         return value, True
     if any(isinstance(v, int) or (isinstance(v, list) and v and isinstance(v[0], int)) for v in value):
@@ -90,9 +74,9 @@ def text_list(data: dict[str, Any], key: str) -> tuple[list[str], bool]:
     return value, False
 
 
-def input_rows(data: dict[str, Any], key: str) -> tuple[list[Row], bool]:
-    """TEI's ``Input``: a text or a row of token ids, or a non-empty list of them; also whether one was given."""
-    value, single = _listed(data, key, "a string, a list of token ids, or a non-empty list of those")
+def input_rows(value: Any, key: str) -> tuple[list[Row], bool]:
+    """TEI's ``Input`` (field ``key``): a text or a row of token ids, or a non-empty list; and whether one was."""
+    value, single = _listed(value, key, "a string, a list of token ids, or a non-empty list of those")
     if single:
         return value, True
     if all(_is_id(v) for v in value):
@@ -112,41 +96,6 @@ def input_rows(data: dict[str, Any], key: str) -> tuple[list[Row], bool]:
     return rows, False
 
 
-def optional(data: dict[str, Any], key: str, kind: type, default: Any) -> Any:
-    """``data[key]`` if it is of ``kind``, ``default`` if absent or null; a 400 otherwise."""
-    value = data.get(key, default)
-    if value is None:
-        return default
-    # bool is an int in Python: a bool where an int is wanted (or the reverse) is refused
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise bad(f"`{key}` must be {'a boolean' if kind is bool else f'of type {kind.__name__}'}", key)
-    return value
-
-
-def model_name(data: dict[str, Any]) -> str | None:
-    """The ``model`` field, None if absent or empty."""
-    model = optional(data, "model", str, None)
-    return model or None
-
-
-def dimensions_field(data: dict[str, Any]) -> int | None:
-    """``dimensions``: at least 1 where given."""
-    dimensions = optional(data, "dimensions", int, None)
-    if dimensions is not None and dimensions < 1:
-        raise bad("`dimensions` must be at least 1", "dimensions")
-    return dimensions
-
-
-def truncation_direction(data: dict[str, Any]) -> bool:
-    """Whether TEI's ``truncation_direction`` (``Left``, ``left``, ``Right``, ``right``) keeps a long row's end."""
-    direction = optional(data, "truncation_direction", str, "right")
-    if direction not in _DIRECTIONS:
-        raise bad(
-            f"`truncation_direction`: unknown variant `{direction}`, expected `Left` or `Right`", "truncation_direction"
-        )
-    return _DIRECTIONS[direction]
-
-
 def token_ids(value: Any, key: str) -> list[list[int]] | None:
     """OpenAI's token-id input, ``[int, ...]`` or ``[[int, ...], ...]``, as rows; None for any other value."""
     if not isinstance(value, list) or not value:
@@ -163,109 +112,197 @@ def _is_id(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+B = TypeVar("B", bound="Body")
+
+
 @dataclass(frozen=True)
-class EmbeddingsRequest:
+class Rows:
+    """A loosely shaped input read into rows: each a text or token ids, and whether one input was given."""
+
+    items: list[Row]
+    single: bool
+
+
+def field_reader(key: str, read: Any) -> Any:
+    """A field read by ``read(value, key)`` alone: its checks and their words are the route's, not pydantic's."""
+    return PlainValidator(lambda value: read(value, key))
+
+
+def dimensions(value: Any, key: str = "dimensions") -> int:
+    """A ``dimensions`` field (OpenAI's, TEI's, Cohere's ``output_dimension``): a whole number, at least 1."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise bad(f"`{key}` must be of type int", key)
+    if value < 1:
+        raise bad(f"`{key}` must be at least 1", key)
+    return value
+
+
+def _keeps_end(value: Any, key: str) -> bool:
+    """TEI's ``truncation_direction`` (``Left``, ``left``, ``Right``, ``right``): whether a long row keeps its end."""
+    if not isinstance(value, str):
+        raise bad(f"`{key}` must be of type str", key)
+    if value not in _DIRECTIONS:
+        raise bad(f"`{key}`: unknown variant `{value}`, expected `Left` or `Right`", key)
+    return _DIRECTIONS[value]
+
+
+def _input_rows(value: Any, key: str) -> Rows:
+    return Rows(*input_rows(value, key))
+
+
+def _texts(value: Any, key: str) -> Rows:
+    texts, single = text_list(value, key)
+    return Rows(list(texts), single)
+
+
+Model = Annotated[str | None, PlainValidator(lambda value: _model(value))]
+Dimensions = Annotated[int | None, field_reader("dimensions", dimensions)]
+Direction = Annotated[bool, field_reader("truncation_direction", _keeps_end)]  # True: Left, a long row keeps its end
+
+_TYPES = {"bool_type": "a boolean", "string_type": "of type str", "int_type": "of type int", "float_type": "a number"}
+
+
+def _model(value: Any) -> str | None:
+    """The ``model`` field: None if empty."""
+    if not isinstance(value, str):
+        raise bad("`model` must be of type str", "model")
+    return value or None
+
+
+class Body(BaseModel):
+    """A request body: the API's field names, strict JSON types, unknown fields ignored, null as absent."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore", arbitrary_types_allowed=True)
+
+    model: Model = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise bad("the request body must be a JSON object")
+        return {key: value for key, value in data.items() if value is not None}
+
+    @classmethod
+    def parse(cls: type[B], body: bytes) -> B:
+        """The body as this model; a 400 naming the field (in the route's words) where it is not."""
+        try:
+            return cls.model_validate_json(body)
+        except ValidationError as exc:
+            raise _bad_from(exc) from None
+
+
+class TeiBody(Body):
+    """A TEI body's options for long rows: whether to cut them (``truncate``) and which end to keep."""
+
+    truncate: bool | None = None  # None: the gateway's auto_truncate
+    truncation_direction: Direction = False
+
+    @property
+    def left(self) -> bool:
+        """Whether a long row keeps its end (``truncation_direction: Left``)."""
+        return self.truncation_direction
+
+
+def _bad_from(exc: ValidationError, within: str = "") -> GatewayError:
+    """A pydantic error as the gateway words it: the first one, naming its field (inside ``within``, if given)."""
+    error = exc.errors(include_url=False)[0]
+    kind, where = error["type"], (within,) * bool(within) + tuple(error["loc"])
+    if kind == "json_invalid":
+        return bad(f"the request body is not valid JSON ({error['ctx']['error']})")
+    if kind == "model_type" and within:
+        return bad(f"`{within}` must be an object", within)
+    if not where:
+        return bad("the request body must be a JSON object")
+    key = ".".join(str(part) for part in where)
+    if kind == "missing":
+        return bad(f"`{key}` is required", key)
+    if kind in _TYPES:
+        return bad(f"`{key}` must be {_TYPES[kind]}", key)
+    return bad(f"`{key}` is invalid: {error['msg']}", key)
+
+
+class EmbeddingsRequest(Body):
     """OpenAI ``POST /v1/embeddings``: each row a text or token ids (as TEI's ``Input`` mixes them)."""
 
-    model: str | None
-    texts: list[Row]
-    dimensions: int | None
-    base64: bool
-    prompt_name: str | None
-
-
-def parse_embeddings(body: bytes) -> EmbeddingsRequest:
-    """Parse ``{input, model, dimensions, encoding_format, user}`` (``user`` is ignored)."""
-    data = body_object(body)
-    rows, _ = input_rows(data, "input")
-    encoding = optional(data, "encoding_format", str, "float")
-    if encoding not in ("float", "base64"):
-        raise bad("`encoding_format` must be `float` or `base64`", "encoding_format")
-    prompt_name = optional(data, "prompt_name", str, None)
-    return EmbeddingsRequest(model_name(data), rows, dimensions_field(data), encoding == "base64", prompt_name)
-
-
-@dataclass(frozen=True)
-class EmbedRequest:
-    """TEI ``POST /embed``: its rows are texts or token ids."""
-
-    model: str | None
-    texts: list[Row]
-    single: bool
-    normalize: bool
-    truncate: bool | None  # None: the gateway's auto_truncate
-    dimensions: int | None
-    prompt_name: str | None
-    left: bool = False  # truncation_direction Left: a long row keeps its end
-
-
-def _tei_inputs(body: bytes) -> tuple[dict[str, Any], list[Row], bool, bool]:
-    """A TEI body with rows in ``inputs``: the object, its rows, whether one was given, and whether to keep ends.
-
-    ``truncation_direction`` is read here, after ``inputs``: the routes' other fields are their own.
-    """
-    data = body_object(body)
-    rows, single = input_rows(data, "inputs")
-    return data, rows, single, truncation_direction(data)
-
-
-def parse_embed(body: bytes) -> EmbedRequest:
-    """Parse ``{inputs, normalize, truncate, truncation_direction, dimensions, prompt_name}``."""
-    data, rows, single, left = _tei_inputs(body)
-    return EmbedRequest(
-        model_name(data),
-        rows,
-        single,
-        optional(data, "normalize", bool, True),
-        optional(data, "truncate", bool, None),
-        dimensions_field(data),
-        optional(data, "prompt_name", str, None),
-        left,
+    input: Annotated[Rows, field_reader("input", _input_rows)]
+    dimensions: Dimensions = None
+    encoding_format: Annotated[str, field_reader("encoding_format", lambda v, k: one_of(v, k, ("float", "base64")))] = (
+        "float"
     )
+    prompt_name: str | None = None
+
+    @property
+    def base64(self) -> bool:
+        """Whether the embeddings go back base64-encoded."""
+        return self.encoding_format == "base64"
 
 
-@dataclass(frozen=True)
-class RerankRequest:
-    """TEI ``POST /rerank``."""
+def one_of(value: Any, key: str, choices: tuple[str, ...]) -> str:
+    """A string field that takes one of ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        named = " or ".join(f"`{c}`" for c in choices) if len(choices) == 2 else f"one of {', '.join(choices)}"
+        raise bad(f"`{key}` must be {named}", key)
+    return value
 
-    model: str | None
+
+class _TeiRows(TeiBody):
+    """A TEI body with rows in ``inputs``: texts or token ids, one or a list."""
+
+    inputs: Annotated[Rows, field_reader("inputs", _input_rows)]
+    prompt_name: str | None = None
+
+    @property
+    def texts(self) -> list[Row]:
+        """The rows."""
+        return self.inputs.items
+
+    @property
+    def single(self) -> bool:
+        """Whether one input was given (TEI then answers one row, not a list)."""
+        return self.inputs.single
+
+
+class EmbedRequest(_TeiRows):
+    """TEI ``POST /embed``."""
+
+    normalize: bool = True
+    dimensions: Dimensions = None
+
+
+class SparseRequest(_TeiRows):
+    """TEI ``POST /embed_sparse``."""
+
+
+_SCORE = "the model's activated score, not its logit"
+
+
+class RerankRequest(TeiBody):
+    """TEI ``POST /rerank``: ``raw_scores`` is refused (the ensemble gives the activated score)."""
+
     query: str
-    texts: list[str]
-    return_text: bool
-    truncate: bool | None  # None: the gateway's auto_truncate
-    left: bool = False  # truncation_direction Left
+    texts: Annotated[list[str], field_reader("texts", lambda v, k: _texts(v, k).items)]
+    return_text: bool = False
+    raw_scores: Annotated[
+        bool, field_reader("raw_scores", lambda v, k: _not_raw(v, k, "the model's activated score"))
+    ] = False
 
 
-def parse_rerank(body: bytes) -> RerankRequest:
-    """Parse ``{query, texts, raw_scores, return_text, truncate}``."""
-    data = body_object(body)
-    query = data.get("query")
-    if not isinstance(query, str):
-        raise bad("`query` is required and must be a string", "query")
-    texts, _ = text_list(data, "texts")
-    left = truncation_direction(data)
-    if optional(data, "raw_scores", bool, False):
-        raise bad(
-            "`raw_scores` is not served: the ensemble returns the model's activated score, not its logit", "raw_scores"
-        )
-    return RerankRequest(
-        model_name(data),
-        query,
-        texts,
-        optional(data, "return_text", bool, False),
-        optional(data, "truncate", bool, None),
-        left,
-    )
+def _not_raw(value: Any, key: str, served: str) -> bool:
+    if not isinstance(value, bool):
+        raise bad(f"`{key}` must be a boolean", key)
+    if value:
+        raise bad(f"`{key}` is not served: the ensemble returns {served}", key)
+    return value
 
 
-@dataclass(frozen=True)
-class PredictRequest:
+class PredictRequest(TeiBody):
     """TEI ``POST /predict``: texts, or (text, pair) rows for a text-pair classifier."""
 
-    model: str | None
-    inputs: Any
-    truncate: bool | None  # None: the gateway's auto_truncate
-    left: bool = False  # truncation_direction Left
+    inputs: Any = None
+    raw_scores: Annotated[
+        bool, field_reader("raw_scores", lambda v, k: _not_raw(v, k, "probabilities, not logits"))
+    ] = False
 
     def rows(self, pair_model: bool) -> tuple[list[str], list[str] | None, bool]:
         """The texts, their pairs (None for a single-text model) and whether one input was given.
@@ -303,78 +340,86 @@ def _row(item: Any) -> tuple[str, str | None]:
     raise bad("each item of `inputs` must be a string, [text] or [text, text_pair]", "inputs")
 
 
-def parse_predict(body: bytes) -> PredictRequest:
-    """Parse ``{inputs, raw_scores, truncate}``."""
-    data = body_object(body)
-    left = truncation_direction(data)
-    if optional(data, "raw_scores", bool, False):
-        raise bad("`raw_scores` is not served: the ensemble returns probabilities, not logits", "raw_scores")
-    return PredictRequest(model_name(data), data.get("inputs"), optional(data, "truncate", bool, None), left)
+class SimilarityParameters(TeiBody):
+    """TEI ``/similarity``'s ``parameters``: ``truncate``, ``truncation_direction``, ``prompt_name``."""
 
-
-@dataclass(frozen=True)
-class SparseRequest:
-    """TEI ``POST /embed_sparse``."""
-
-    model: str | None
-    texts: list[Row]
-    truncate: bool | None  # None: the gateway's auto_truncate
-    prompt_name: str | None
-    left: bool = False  # truncation_direction Left
-
-
-def parse_sparse(body: bytes) -> SparseRequest:
-    """Parse ``{inputs, truncate, truncation_direction, prompt_name}``."""
-    data, rows, _, left = _tei_inputs(body)
-    return SparseRequest(
-        model_name(data), rows, optional(data, "truncate", bool, None), optional(data, "prompt_name", str, None), left
-    )
-
-
-@dataclass(frozen=True)
-class SimilarityRequest:
-    """TEI ``POST /similarity``: ``source_sentence`` set against each of ``sentences``."""
-
-    model: str | None
-    source: str
-    sentences: list[str]
-    truncate: bool | None  # None: the gateway's auto_truncate
-    prompt_name: str | None
-    left: bool = False  # truncation_direction Left
-
-
-def parse_similarity(body: bytes) -> SimilarityRequest:
-    """Parse ``{inputs: {source_sentence, sentences}, parameters: {truncate, truncation_direction, prompt_name}}``."""
-    data = body_object(body)
-    inputs = data.get("inputs")
-    if not isinstance(inputs, dict) or not isinstance(inputs.get("source_sentence"), str):
-        raise bad("`inputs` must be {source_sentence: string, sentences: [string, ...]}", "inputs")
-    sentences, _ = text_list({"inputs.sentences": inputs.get("sentences")}, "inputs.sentences")
-    parameters = data.get("parameters") or {}
-    if not isinstance(parameters, dict):
-        raise bad("`parameters` must be an object", "parameters")
-    return SimilarityRequest(
-        model_name(data), inputs["source_sentence"], sentences, optional(parameters, "truncate", bool, None),
-        optional(parameters, "prompt_name", str, None), truncation_direction(parameters),
-    )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class TokenizeRequest:
-    """TEI ``POST /tokenize``."""
-
-    model: str | None
-    texts: list[str]
-    single: bool
-    add_special_tokens: bool
     prompt_name: str | None = None
 
 
-def parse_tokenize(body: bytes) -> TokenizeRequest:
-    """Parse ``{inputs, add_special_tokens, prompt_name}``."""
-    data = body_object(body)
-    texts, single = text_list(data, "inputs")
-    return TokenizeRequest(
-        model_name(data), texts, single, optional(data, "add_special_tokens", bool, True),
-        optional(data, "prompt_name", str, None),
-    )  # fmt: skip
+class _Similarity(BaseModel):
+    """``{source_sentence, sentences}``."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+
+    source_sentence: str
+    sentences: Annotated[list[str], field_reader("inputs.sentences", lambda v, k: _texts(v, k).items)]
+
+
+def _similarity_inputs(value: Any, key: str) -> _Similarity:
+    if not isinstance(value, dict) or not isinstance(value.get("source_sentence"), str):
+        raise bad("`inputs` must be {source_sentence: string, sentences: [string, ...]}", key)
+    try:
+        return _Similarity.model_validate(value)
+    except ValidationError as exc:
+        raise _bad_from(exc, key) from None
+
+
+def _similarity_parameters(value: Any, key: str) -> SimilarityParameters:
+    if not isinstance(value, dict):
+        raise bad("`parameters` must be an object", key)
+    try:
+        return SimilarityParameters.model_validate({k: v for k, v in value.items() if v is not None})
+    except ValidationError as exc:
+        raise _bad_from(exc, key) from None
+
+
+class SimilarityRequest(Body):
+    """TEI ``POST /similarity``: ``source_sentence`` against each of ``sentences``; options in ``parameters``."""
+
+    inputs: Annotated[_Similarity, field_reader("inputs", _similarity_inputs)]
+    parameters: Annotated[SimilarityParameters, field_reader("parameters", _similarity_parameters)] = (
+        SimilarityParameters()
+    )
+
+    @property
+    def source(self) -> str:
+        """The sentence the others are set against."""
+        return self.inputs.source_sentence
+
+    @property
+    def sentences(self) -> list[str]:
+        """The sentences set against it."""
+        return self.inputs.sentences
+
+    @property
+    def truncate(self) -> bool | None:
+        """``parameters.truncate``; None: the gateway's auto_truncate."""
+        return self.parameters.truncate
+
+    @property
+    def left(self) -> bool:
+        """``parameters.truncation_direction`` is Left."""
+        return self.parameters.left
+
+    @property
+    def prompt_name(self) -> str | None:
+        """``parameters.prompt_name``."""
+        return self.parameters.prompt_name
+
+
+class TokenizeRequest(Body):
+    """TEI ``POST /tokenize``."""
+
+    inputs: Annotated[Rows, field_reader("inputs", _texts)]
+    add_special_tokens: bool = True
+    prompt_name: str | None = None
+
+    @property
+    def texts(self) -> list[str]:
+        """The texts."""
+        return [str(t) for t in self.inputs.items]
+
+    @property
+    def single(self) -> bool:
+        """Whether one text was given."""
+        return self.inputs.single

@@ -21,13 +21,12 @@ from tritongen.errors import GatewayError
 from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family, unsupported_route
 from tritongen.gateway.schemas import (
-    body_object,
-    model_name,
-    parse_embed,
-    parse_predict,
-    parse_rerank,
-    parse_similarity,
-    parse_sparse,
+    Body,
+    EmbedRequest,
+    PredictRequest,
+    RerankRequest,
+    SimilarityRequest,
+    SparseRequest,
 )
 from tritongen.vectors import l2_normalize
 
@@ -36,7 +35,7 @@ __all__ = ["routes"]
 
 async def embed(gateway: Gateway, request: Request) -> Response:
     """``POST /embed``: ``[[float, ...], ...]``."""
-    req = parse_embed(await request.body())
+    req = EmbedRequest.parse(await request.body())
     gateway.client_batch(len(req.texts), "inputs")
     model = await gateway.model_for(request, req.model, "embeddings")
     if not req.normalize and model.normalized:
@@ -56,8 +55,8 @@ async def embed(gateway: Gateway, request: Request) -> Response:
 
 async def embed_all(gateway: Gateway, request: Request) -> Response:
     """``POST /embed_all``: per-token embeddings, which no ensemble outputs; TEI's 424 for a model without them."""
-    data = body_object(await request.body())
-    model = await gateway.model_for(request, model_name(data), "embeddings")
+    req = Body.parse(await request.body())
+    model = await gateway.model_for(request, req.model, "embeddings")
     raise unsupported_route(
         model.name,
         request.url.path,
@@ -67,7 +66,7 @@ async def embed_all(gateway: Gateway, request: Request) -> Response:
 
 async def embed_sparse(gateway: Gateway, request: Request) -> Response:
     """``POST /embed_sparse``: ``[[{index, value}, ...], ...]``, the non-zero weights of each text, by index."""
-    req = parse_sparse(await request.body())
+    req = SparseRequest.parse(await request.body())
     gateway.client_batch(len(req.texts), "inputs")
     model = await gateway.model_for(request, req.model, "sparse")
     inputs: dict[str, list] = {TEXT: list(req.texts)}
@@ -88,7 +87,7 @@ def sparse_rows(indices: np.ndarray, values: np.ndarray) -> list[list[dict[str, 
 
 async def similarity(gateway: Gateway, request: Request) -> Response:
     """``POST /similarity``: the cosine of ``source_sentence`` with each of ``sentences``, as TEI computes it."""
-    req = parse_similarity(await request.body())
+    req = SimilarityRequest.parse(await request.body())
     gateway.client_batch(len(req.sentences), "inputs.sentences")
     model = await gateway.model_for(request, req.model, "embeddings")
     texts = [req.source, *req.sentences]
@@ -99,7 +98,7 @@ async def similarity(gateway: Gateway, request: Request) -> Response:
 
 async def rerank(gateway: Gateway, request: Request) -> Response:
     """``POST /rerank``: ``[{index, score, text?}]``, best first."""
-    req = parse_rerank(await request.body())
+    req = RerankRequest.parse(await request.body())
     gateway.client_batch(len(req.texts), "texts")
     model = await gateway.model_for(request, req.model, "rerank")
     inputs = {TEXT: [req.query] * len(req.texts), TEXT_PAIR: req.texts}
@@ -112,7 +111,7 @@ async def rerank(gateway: Gateway, request: Request) -> Response:
 
 async def predict(gateway: Gateway, request: Request) -> Response:
     """``POST /predict``: every label with its probability, best first (a list of those per input)."""
-    req = parse_predict(await request.body())
+    req = PredictRequest.parse(await request.body())
     model = await gateway.model_for(request, req.model, "predict")
     texts, pairs, single = req.rows(TEXT_PAIR in model.inputs)
     gateway.client_batch(len(texts), "inputs")
@@ -127,17 +126,23 @@ async def predict(gateway: Gateway, request: Request) -> Response:
     return json_response(rows[0] if single else rows)
 
 
+class _RootRequest(Body):
+    """What ``POST /`` reads to choose its route: the model, and whether ``inputs`` is a similarity request's."""
+
+    inputs: Any = None
+
+
 async def root(gateway: Gateway, request: Request) -> Response:
     """``POST /`` (and ``/models/{model}``): TEI's root, by the model's type.
 
     A reranker reranks, a classifier predicts, a sparse model embeds sparsely, and an embedder embeds, or
     answers ``/similarity`` when the body is a similarity request (TEI chooses that by its ``TASK`` setting).
     """
-    data = body_object(await request.body())
-    model = await gateway.model_for(request, model_name(data), "text")
+    req = _RootRequest.parse(await request.body())
+    model = await gateway.model_for(request, req.model, "text")
     handler = {"reranker": rerank, "classifier": predict, "sparse": embed_sparse}.get(model.kind)
     if handler is None:
-        inputs = data.get("inputs")
+        inputs = req.inputs
         handler = similarity if isinstance(inputs, dict) and "source_sentence" in inputs else embed
     return await handler(gateway, request)
 

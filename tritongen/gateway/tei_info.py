@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+from typing import Annotated, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -16,7 +17,7 @@ from tritongen.contract import EMBEDDING, PROBABILITIES, SCORE, SPARSE_VALUES
 from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family
 from tritongen.gateway.models import ModelInfo
-from tritongen.gateway.schemas import bad, body_object, model_name, optional, parse_tokenize, token_ids
+from tritongen.gateway.schemas import Body, TokenizeRequest, bad, field_reader, token_ids
 from tritongen.gateway.tokens import decode as decode_ids
 
 __all__ = ["routes"]
@@ -73,7 +74,7 @@ async def info(gateway: Gateway, request: Request) -> Response:
 
 async def tokenize(gateway: Gateway, request: Request) -> Response:
     """``POST /tokenize``: the tokens the ensemble's tokenizer step makes of each input."""
-    req = parse_tokenize(await request.body())
+    req = TokenizeRequest.parse(await request.body())
     model = await gateway.model_for(request, req.model, "tokenize")
     name = req.prompt_name or model.default_prompt  # as the tokenizer step prompts a text
     if name and name not in model.prompts:
@@ -96,17 +97,27 @@ async def tokenize(gateway: Gateway, request: Request) -> Response:
     return json_response(out)
 
 
+def _id_rows(value: Any, key: str) -> list[list[int]]:
+    if value == []:
+        raise bad(f"`{key}` cannot be empty", key, code="empty")
+    rows = token_ids(value, key)
+    if rows is None:
+        raise bad(f"`{key}` must be a list of token ids or a list of such lists", key)
+    return rows
+
+
+class DecodeRequest(Body):
+    """TEI's ``POST /decode``: ``{ids, skip_special_tokens}``."""
+
+    ids: Annotated[list[list[int]], field_reader("ids", _id_rows)]
+    skip_special_tokens: bool = True
+
+
 async def decode(gateway: Gateway, request: Request) -> Response:
     """``POST /decode``: ``{ids, skip_special_tokens}`` -> ``[text, ...]`` with the build's tokenizer."""
-    data = body_object(await request.body())
-    if data.get("ids") == []:
-        raise bad("`ids` cannot be empty", "ids", code="empty")
-    rows = token_ids(data.get("ids"), "ids")
-    if rows is None:
-        raise bad("`ids` must be a list of token ids or a list of such lists", "ids")
-    skip = optional(data, "skip_special_tokens", bool, True)
-    model = await gateway.model_for(request, model_name(data), "tokenize")
-    return json_response(decode_ids(model, rows, skip))
+    req = DecodeRequest.parse(await request.body())
+    model = await gateway.model_for(request, req.model, "tokenize")
+    return json_response(decode_ids(model, req.ids, req.skip_special_tokens))
 
 
 def routes(gateway: Gateway) -> list[Route]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import ConfigDict
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -21,7 +22,7 @@ from tritongen.contract import PROBABILITIES, SCORE, TEXT, TEXT_PAIR, TOKEN_COUN
 from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family
 from tritongen.gateway.models import ModelInfo
-from tritongen.gateway.schemas import MAX_INPUTS, bad, body_object, model_name, text_list
+from tritongen.gateway.schemas import MAX_INPUTS, Body, bad, field_reader, text_list
 from tritongen.vectors import l2_normalize
 
 __all__ = ["routes", "score_pairs"]
@@ -29,12 +30,28 @@ __all__ = ["routes", "score_pairs"]
 _PAIR_FIELDS = (("text_1", "text_2"), ("queries", "documents"), ("data_1", "data_2"))
 
 
+class ScoreRequest(Body):
+    """vLLM's ``POST /score``: ``text_1`` against ``text_2`` (or ``queries``/``documents``, ``data_1``/``data_2``)."""
+
+    model_config = ConfigDict(extra="allow")  # the pairs' fields, in any of vLLM's three spellings
+
+    def pairs(self) -> tuple[list[str], list[str]]:
+        """The (left, right) texts."""
+        return _pairs(self.model_extra or {})
+
+
+class ClassifyRequest(Body):
+    """vLLM's ``POST /classify``: ``{model, input}``."""
+
+    input: Annotated[list[str], field_reader("input", lambda v, k: text_list(v, k)[0])]
+
+
 def _pairs(data: dict[str, Any]) -> tuple[list[str], list[str]]:
     """The (left, right) texts, one left text broadcast to every right one, as vLLM reads them."""
     for left_key, right_key in _PAIR_FIELDS:
         if left_key in data or right_key in data:
-            left, _ = text_list(data, left_key)
-            right, _ = text_list(data, right_key)
+            left, _ = text_list(data.get(left_key), left_key)
+            right, _ = text_list(data.get(right_key), right_key)
             if len(left) == 1:
                 left = left * len(right)
             if len(left) != len(right):
@@ -80,9 +97,9 @@ def _envelope(prefix: str, model: ModelInfo, data: list[dict], usage: dict[str, 
 
 async def score(gateway: Gateway, request: Request) -> Response:
     """``POST /score``."""
-    data = body_object(await request.body())
-    left, right = _pairs(data)
-    model = await gateway.model_for(request, model_name(data), "score")
+    req = ScoreRequest.parse(await request.body())
+    left, right = req.pairs()
+    model = await gateway.model_for(request, req.model, "score")
     scores, result = await score_pairs(gateway, model, left, right)
     rows = [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)]
     usage = gateway.usage(model, result, list(zip(left, right, strict=True)))
@@ -91,9 +108,9 @@ async def score(gateway: Gateway, request: Request) -> Response:
 
 async def classify(gateway: Gateway, request: Request) -> Response:
     """``POST /classify``: ``{model, input}`` -> ``data: [{index, label, probs, num_classes}]``."""
-    data = body_object(await request.body())
-    texts, _ = text_list(data, "input")
-    model = await gateway.model_for(request, model_name(data), "predict")
+    req = ClassifyRequest.parse(await request.body())
+    texts = req.input
+    model = await gateway.model_for(request, req.model, "predict")
     if TEXT_PAIR in model.inputs:
         raise bad(f"`{model.name}` classifies text pairs; score them with /score", "model", code="unsupported_model")
     result = await gateway.infer(model, {TEXT: texts}, [PROBABILITIES])

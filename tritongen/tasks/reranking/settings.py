@@ -13,17 +13,16 @@ __all__ = ["DEFAULT_INSTRUCTION", "RerankingSettings"]
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 
 
+_INSTRUCTION_HELP = f'reranking: the instruction (default "{DEFAULT_INSTRUCTION}")'
+
+
 @dataclass(frozen=True)
 class RerankingSettings(TaskSettings):
     """The ``reranking`` section: the instruction every (query, document) pair is judged under."""
 
     section: ClassVar[str] = "reranking"
 
-    instruction: str = setting(
-        DEFAULT_INSTRUCTION,
-        flag="rerank_instruction",
-        help=f'reranking: the instruction (default "{DEFAULT_INSTRUCTION}")',
-    )
+    instruction: str = setting(DEFAULT_INSTRUCTION, flag="rerank_instruction", help=_INSTRUCTION_HELP)
 
     def validate(self) -> None:
         if not self.instruction.strip():
