@@ -9,7 +9,7 @@ vLLM's shape, ``/v2/...`` errors Cohere's ``{"message"}`` (:mod:`tritongen.gatew
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -18,7 +18,7 @@ from starlette.routing import Route
 from tritongen.contract import END, SCORE, START, TEXT, TEXT_PAIR
 from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family
-from tritongen.gateway.schemas import MAX_INPUTS, Body, bad, dimensions, field_reader, one_of, text_list
+from tritongen.gateway.schemas import MAX_INPUTS, QUERY_REFUSED, Body, bad, dimensions, field_reader, one_of, text_list
 
 __all__ = ["routes"]
 
@@ -46,6 +46,8 @@ def _top_n(value: Any, key: str) -> int:
 
 class DocumentsRerankRequest(Body):
     """The Cohere/Jina/vLLM rerank body; ``top_n`` 0 or absent means all; ``return_documents`` defaults on."""
+
+    refusals: ClassVar[dict[str, str]] = {"query": QUERY_REFUSED}
 
     query: str
     documents: Annotated[list[str], field_reader("documents", _documents)]

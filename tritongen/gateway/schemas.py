@@ -10,7 +10,7 @@ value checks the Cohere, vLLM and decode routes share (:func:`text_list`, :func:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError, model_validator
 
@@ -18,6 +18,7 @@ from tritongen.errors import GatewayError
 
 __all__ = [
     "MAX_INPUTS",
+    "QUERY_REFUSED",
     "Body",
     "EmbedRequest",
     "EmbeddingsRequest",
@@ -174,6 +175,9 @@ class Body(BaseModel):
 
     model_config = ConfigDict(strict=True, frozen=True, extra="ignore", arbitrary_types_allowed=True)
 
+    # A field's own words where it is absent or of the wrong type (``query``: "is required and must be a string").
+    refusals: ClassVar[dict[str, str]] = {}
+
     model: Model = None
 
     @model_validator(mode="before")
@@ -189,7 +193,7 @@ class Body(BaseModel):
         try:
             return cls.model_validate_json(body)
         except ValidationError as exc:
-            raise _bad_from(exc) from None
+            raise _bad_from(exc, said=cls.refusals) from None
 
 
 class TeiBody(Body):
@@ -204,10 +208,15 @@ class TeiBody(Body):
         return self.truncation_direction
 
 
-def _bad_from(exc: ValidationError, within: str = "") -> GatewayError:
-    """A pydantic error as the gateway words it: the first one, naming its field (inside ``within``, if given)."""
+def _bad_from(exc: ValidationError, within: str = "", said: dict[str, str] | None = None) -> GatewayError:
+    """A pydantic error as the gateway words it: the first one, naming its field (inside ``within``, if given).
+
+    ``said``: a field's own words for it (:attr:`Body.refusals`).
+    """
     error = exc.errors(include_url=False)[0]
     kind, where = error["type"], (within,) * bool(within) + tuple(error["loc"])
+    if said and where and str(where[0]) in said:
+        return bad(said[str(where[0])], str(where[0]))
     if kind == "json_invalid":
         return bad(f"the request body is not valid JSON ({error['ctx']['error']})")
     if kind == "model_type" and within:
@@ -275,10 +284,13 @@ class SparseRequest(_TeiRows):
 
 
 _SCORE = "the model's activated score, not its logit"
+QUERY_REFUSED = "`query` is required and must be a string"
 
 
 class RerankRequest(TeiBody):
     """TEI ``POST /rerank``: ``raw_scores`` is refused (the ensemble gives the activated score)."""
+
+    refusals: ClassVar[dict[str, str]] = {"query": QUERY_REFUSED}
 
     query: str
     texts: Annotated[list[str], field_reader("texts", lambda v, k: _texts(v, k).items)]
