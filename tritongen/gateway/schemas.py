@@ -9,6 +9,7 @@ value checks the Cohere, vLLM and decode routes share (:func:`text_list`, :func:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeVar
 
@@ -193,6 +194,8 @@ class Body(BaseModel):
         try:
             return cls.model_validate_json(body)
         except ValidationError as exc:
+            if exc.errors(include_url=False)[0]["type"] == "json_invalid":
+                raise _not_json(body) from None
             raise _bad_from(exc, said=cls.refusals) from None
 
 
@@ -206,6 +209,15 @@ class TeiBody(Body):
     def left(self) -> bool:
         """Whether a long row keeps its end (``truncation_direction: Left``)."""
         return self.truncation_direction
+
+
+def _not_json(body: bytes) -> GatewayError:
+    """The 400 for a body that is no JSON, in the standard parser's words (what the gateway always said)."""
+    try:
+        json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return bad(f"the request body is not valid JSON ({exc})")
+    return bad("the request body is not valid JSON")
 
 
 def _bad_from(exc: ValidationError, within: str = "", said: dict[str, str] | None = None) -> GatewayError:
@@ -295,9 +307,7 @@ class RerankRequest(TeiBody):
     query: str
     texts: Annotated[list[str], field_reader("texts", lambda v, k: _texts(v, k).items)]
     return_text: bool = False
-    raw_scores: Annotated[
-        bool, field_reader("raw_scores", lambda v, k: _not_raw(v, k, "the model's activated score"))
-    ] = False
+    raw_scores: Annotated[bool, field_reader("raw_scores", lambda v, k: _not_raw(v, k, _SCORE))] = False
 
 
 def _not_raw(value: Any, key: str, served: str) -> bool:
@@ -382,7 +392,7 @@ def _similarity_parameters(value: Any, key: str) -> SimilarityParameters:
     try:
         return SimilarityParameters.model_validate({k: v for k, v in value.items() if v is not None})
     except ValidationError as exc:
-        raise _bad_from(exc, key) from None
+        raise _bad_from(exc) from None  # named as TEI names them: `truncate`, not `parameters.truncate`
 
 
 class SimilarityRequest(Body):
