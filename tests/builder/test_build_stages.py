@@ -13,6 +13,7 @@ from tritongen.builder.pipeline import size as size_stage
 from tritongen.buildspec import BuildSpec
 from tritongen.errors import ParityError
 from tritongen.repository.staging import staging
+from tritongen.runtimes import get_runtime
 from tritongen.tasks import BuildPlan
 
 
@@ -58,11 +59,11 @@ def test_stages_publish_nothing_until_publish(plan, quiet):
         with exported(plan, work, quiet) as onnx:
             assert onnx.fp32_path.is_file() and not onnx.fp32_path.is_relative_to(work.root)
             report = parity(plan, onnx, quiet)
-            variant = optimise(plan, onnx, quiet)
+            variant = optimise(plan, get_runtime(plan.spec.runtime), onnx, quiet)
         assert not onnx.fp32_path.exists()
         assert report.passed and variant is None
         assert onnx.target.is_file()  # fp32 served as is
-        write(plan, work, render(plan), Findings(report, variant))
+        write(plan, get_runtime(plan.spec.runtime), work, render(plan), Findings(report, variant))
         assert _published(repo) == []
         assert json.loads((work.root / "clf" / "1" / "build.json").read_text())["max_length"] == 64
         assert publish(plan, work, quiet) == 1
@@ -80,9 +81,11 @@ def test_size_stage_lays_out_the_model_step_only_where_the_spec_leaves_it_open(p
     )
     with staging(plan.spec.repository, list(plan.names.values())) as work:
         with exported(open_plan, work, quiet) as onnx:
-            optimise(open_plan, onnx, quiet)  # the served file, as the stage measures it
-            sized, report = size_stage(open_plan, onnx, quiet)
-            unchanged, none = size_stage(plan, onnx, quiet)  # measure off: the spec's layout stands
+            optimise(open_plan, get_runtime("onnx"), onnx, quiet)  # the served file, as the stage measures it
+            sized, report = size_stage(open_plan, get_runtime("onnx"), onnx, quiet)
+            unchanged, none = size_stage(
+                plan, get_runtime("onnx"), onnx, quiet
+            )  # measure off: the spec's layout stands
     assert none is None and unchanged is plan
     assert report is not None and report.prefer == "latency" and report.cores == 2
     assert [m.layout for m in report.measurements] == candidates(2, reserved=2)  # the tokenizer's and postprocess's

@@ -21,6 +21,7 @@ from tritongen.errors import CheckpointError, UnsupportedModelError
 from tritongen.gates.parity import ReferenceModel, check_parity
 from tritongen.model.checkpoint import inspect_checkpoint
 from tritongen.repository.staging import staging
+from tritongen.runtimes import get_runtime
 from tritongen.runtimes.onnxruntime import backend as ort_model
 from tritongen.steps import postprocess, tokenizer
 from tritongen.steps.tokenizer import TextEncoder
@@ -203,7 +204,8 @@ def test_parity_passes_on_both_padding_sides_when_mixed_lengths_share_one_batch(
         )  # fmt: skip
         model = ReferenceModel(plan.module, plan.hf_tokenizer, other, plan.max_length)
         flipped = check_parity(model, onnx.fp32_path, tolerance=1e-4)
-        folding = fold(dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, fold=True)), onnx, quiet)
+        folded_plan = dataclasses.replace(plan, spec=dataclasses.replace(plan.spec, fold=True))
+        folding = fold(folded_plan, get_runtime(plan.spec.runtime), onnx, quiet)
     lengths = {row.tokens for row in served.rows}
     assert min(lengths) <= 3 and max(lengths) == plan.max_length and len(lengths) >= 8
     assert served.passed and flipped.passed, (served.max_abs_diff, flipped.max_abs_diff)

@@ -93,11 +93,6 @@ class BuildResult:
     int8_search: SearchReport | None = None
 
 
-def _runtime(plan: BuildPlan) -> Runtime:
-    """The model step's runtime: the registry's entry for the spec's."""
-    return get_runtime(plan.spec.runtime)
-
-
 def _choose_task(spec: BuildSpec, checkpoint: Checkpoint) -> Task:
     if spec.task is None:
         return detect_task(checkpoint)
@@ -122,17 +117,18 @@ def build_repository(spec: BuildSpec, *, console: Console | None = None) -> Buil
     console = console or Console(stderr=True)
     _quiet_transformers()
     plan = inspect(spec, console)
+    runtime = get_runtime(spec.runtime)  # checked in stage 1; the stages below are handed it, not a name
     with staging(spec.repository, list(plan.names.values())) as work:
         with exported(plan, work, console) as onnx:
             report = parity(plan, onnx, console)
-            variant = optimise(plan, onnx, console)
-            checks = container_check(plan, onnx, variant, console)
-            folding = fold(plan, onnx, console)
-            with served_step(plan) as steps:
-                plan, sizing = size(plan, onnx, console, folded=folding.folded, steps=steps)
+            variant = optimise(plan, runtime, onnx, console)
+            checks = container_check(plan, runtime, onnx, variant, console)
+            folding = fold(plan, runtime, onnx, console)
+            with served_step(plan, runtime) as steps:
+                plan, sizing = size(plan, runtime, onnx, console, folded=folding.folded, steps=steps)
                 configs = render(plan, folded=folding.folded)
-                canary(plan, onnx, work, console, configs["model"][1], steps)
-        write(plan, work, configs, Findings(report, variant, checks, folding, sizing))
+                canary(plan, runtime, onnx, work, console, configs["model"][1], steps)
+        write(plan, runtime, work, configs, Findings(report, variant, checks, folding, sizing))
         version = publish(plan, work, console)
     accuracy = None if variant is None else variant.accuracy
     search = None if variant is None else variant.search
@@ -225,15 +221,17 @@ def parity(plan: BuildPlan, onnx: Export, console: Console) -> ParityReport:
     return report
 
 
-def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant | None:
+def optimise(plan: BuildPlan, runtime: Runtime, onnx: Export, console: Console) -> Variant | None:
     """Stage 4: the runtime makes the served model from the FP32 export and gates it; None when served as is.
 
     ONNX Runtime's INT8 searches for the fastest quantisation that passes the gate (``tritongen.precision``).
     """
-    return _runtime(plan).optimise(plan, onnx, console)
+    return runtime.optimise(plan, onnx, console)
 
 
-def container_check(plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console) -> ContainerChecks:
+def container_check(
+    plan: BuildPlan, runtime: Runtime, onnx: Export, variant: Variant | None, console: Console
+) -> ContainerChecks:
     """Stage 5: the served model in the runtimes of every container the spec targets (``tritongen.gates.compat``).
 
     Lossless models (FP32, fusions) must give our runtime's outputs within the parity tolerance there; FP16
@@ -242,7 +240,6 @@ def container_check(plan: BuildPlan, onnx: Export, variant: Variant | None, cons
     model cannot run here (a TensorRT plan), when the spec turns it off, or for a container without a venv.
     """
     checks: ContainerChecks = {}
-    runtime = _runtime(plan)
     for release in plan.spec.containers:
         python = container_python(release)
         why = (
@@ -259,9 +256,8 @@ def container_check(plan: BuildPlan, onnx: Export, variant: Variant | None, cons
 
 
 @contextlib.contextmanager
-def served_step(plan: BuildPlan) -> Iterator[StepServer | None]:
+def served_step(plan: BuildPlan, runtime: Runtime) -> Iterator[StepServer | None]:
     """A server for the model step alone where a native backend serves the build's runtime; else None."""
-    runtime = _runtime(plan)
     backends = served_backends(plan.spec.containers[0])
     if backends.of(runtime.backend) is None:
         yield None
@@ -270,9 +266,8 @@ def served_step(plan: BuildPlan) -> Iterator[StepServer | None]:
         yield steps
 
 
-def _served_by(plan: BuildPlan, steps: StepServer | None) -> str:
+def _served_by(runtime: Runtime, steps: StepServer | None) -> str:
     """What runs the model step for the layout timings and the canary, in words."""
-    runtime = _runtime(plan)
     if steps is not None:
         return steps.backends.describe(runtime.backend)
     release = installed_release(runtime.package)
@@ -280,7 +275,13 @@ def _served_by(plan: BuildPlan, steps: StepServer | None) -> str:
 
 
 def canary(
-    plan: BuildPlan, onnx: Export, work: Staging, console: Console, config: mc.ModelConfig, steps: StepServer | None
+    plan: BuildPlan,
+    runtime: Runtime,
+    onnx: Export,
+    work: Staging,
+    console: Console,
+    config: mc.ModelConfig,
+    steps: StepServer | None,
 ) -> None:
     """Stage 9: record the served model step's outputs on the parity texts (``canary.json``, for roll-outs).
 
@@ -290,7 +291,7 @@ def canary(
     tolerance, before traffic moves (``tritongen.serve.rollout``). Per-request tasks (NER, QA windows) and
     TensorRT plans (built on the GPU node) record none; their roll-out canaries only need an answer.
     """
-    bound, runtime = plan.bound, _runtime(plan)
+    bound = plan.bound
     if not bound.batched_io or not runtime.serves_onnx or not bound.modality.records_canary:
         return
     with console.status("Recording the canary outputs…"), stage("canary record"):
@@ -302,7 +303,7 @@ def canary(
         segments = (PARITY_TEXTS, plan.pairs(PARITY_TEXTS))
         record_canary(
             work.version_dir(plan.names["ensemble"]) / CANARY_FILE,
-            Recorder(run, _served_by(plan, steps), plan.spec.max_batch_size),
+            Recorder(run, _served_by(runtime, steps), plan.spec.max_batch_size),
             onnx.encoder,
             output=bound.onnx_output.name,
             # segments is (texts, pairs): a one-text task requires one input, so its second (None) goes unused.
@@ -311,7 +312,7 @@ def canary(
         )
 
 
-def fold(plan: BuildPlan, onnx: Export, console: Console) -> FoldReport:
+def fold(plan: BuildPlan, runtime: Runtime, onnx: Export, console: Console) -> FoldReport:
     """Stage 6: fold the postprocess step into the served graph where the task can and the fold proves itself.
 
     The folded graph must give the Python postprocess step's outputs (on the same run's raw output) on the
@@ -319,7 +320,7 @@ def fold(plan: BuildPlan, onnx: Export, console: Console) -> FoldReport:
     """
     spec, bound = plan.spec, plan.bound
     served = served_steps(spec.repository, spec.name)  # a name keeps one ensemble shape across its versions
-    refused = _runtime(plan).fold_refused
+    refused = runtime.fold_refused
     tail = bound.graph_tail if spec.fold and not refused else None
     why = (
         "not asked for (`--fold`, spec `fold: true`)" if not spec.fold
@@ -386,7 +387,13 @@ def _same_windows(plan: BuildPlan) -> None:
 
 
 def size(
-    plan: BuildPlan, onnx: Export, console: Console, *, folded: bool = False, steps: StepServer | None = None
+    plan: BuildPlan,
+    runtime: Runtime,
+    onnx: Export,
+    console: Console,
+    *,
+    folded: bool = False,
+    steps: StepServer | None = None,
 ) -> tuple[BuildPlan, SizingReport | None]:
     """Stage 7: where the spec leaves the model step's layout open on a CPU node, measure a few and take one.
 
@@ -397,7 +404,7 @@ def size(
     The Python steps' instances (the postprocess step's unless ``folded``) keep a core each from threads that spin.
     Each layout is served by the native backend where ``steps`` serves it, with its config as rendered.
     """
-    spec, runtime = plan.spec, _runtime(plan)
+    spec = plan.spec
     decided = runtime.cpu_layout(spec)
     if not decided.measure or plan.bound.modality.name != "text":
         return plan, None
@@ -435,7 +442,7 @@ def size(
         )
     refined, chosen, why = decided.refined(measured)
     report = SizingReport(decided.prefer, decided.cores, measured, chosen, why, len(texts),
-                          time.perf_counter() - start, measured_on=_served_by(plan, steps),
+                          time.perf_counter() - start, measured_on=_served_by(runtime, steps),
                           workload=decided.workload)  # fmt: skip
     console.print(f"[green]Model step layout[/]: {chosen.layout.label}, because {why} ({report.seconds:.0f} s)")
     return dataclasses.replace(plan, spec=runtime.with_layout(spec, refined)), report
@@ -463,13 +470,19 @@ def render(plan: BuildPlan, *, folded: bool = False) -> dict[str, tuple[str, mc.
     )
 
 
-def write(plan: BuildPlan, work: Staging, configs: Mapping[str, tuple[str, mc.ModelConfig]], found: Findings) -> None:
+def write(
+    plan: BuildPlan,
+    runtime: Runtime,
+    work: Staging,
+    configs: Mapping[str, tuple[str, mc.ModelConfig]],
+    found: Findings,
+) -> None:
     """Stage 10: write everything else into the staging area: configs, Python steps, engine plan, card, reports."""
     spec, names = plan.spec, plan.names
     report, variant, container, folding = found.parity, found.variant, found.container, found.folding
     for step, (text, _) in configs.items():
         work.write_config(names[step], text)
-    _runtime(plan).write_files(plan, work.version_dir(names["model"]))
+    runtime.write_files(plan, work.version_dir(names["model"]))
     folding = folding or FoldReport(False, "not tried")
     _write_python_steps(plan, work, folded=folding.folded)
     card_dir = work.version_dir(names["ensemble"])
@@ -484,7 +497,7 @@ def write(plan: BuildPlan, work: Staging, configs: Mapping[str, tuple[str, mc.Mo
         "rows": [row.__dict__ for row in report.rows],
     }
     (card_dir / "parity.json").write_text(json.dumps(parity_json, ensure_ascii=False, indent=1), encoding="utf-8")
-    record = _build_record(plan, variant)
+    record = _build_record(plan, runtime, variant)
     checks = {
         release: check.to_dict() if isinstance(check, ContainerReport) else check
         for release, check in (container or {}).items()
@@ -523,7 +536,7 @@ def _step_file(name: str) -> Path:
         raise RepositoryError(f"step module `{name}` cannot be found ({exc})") from None
 
 
-def _build_record(plan: BuildPlan, variant: Variant | None) -> dict[str, Any]:
+def _build_record(plan: BuildPlan, runtime: Runtime, variant: Variant | None) -> dict[str, Any]:
     """``build.json``: the spec and what the build decided and measured."""
     return {
         "spec": plan.spec.to_dict(),
@@ -532,7 +545,7 @@ def _build_record(plan: BuildPlan, variant: Variant | None) -> dict[str, Any]:
         "max_length": plan.max_length,
         "inputs": plan.inputs,
         "position_limit": plan.facts.position_limit,
-        "variant": _runtime(plan).variant_name(plan.spec, variant),
+        "variant": runtime.variant_name(plan.spec, variant),
         "model_step_backend": backend_record(plan.spec),
         "accuracy": None if variant is None else variant.accuracy.__dict__,
         "int8_search": None if variant is None or variant.search is None else variant.search.to_dict(),
