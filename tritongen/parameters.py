@@ -125,11 +125,12 @@ class StepParameters:
         for name, kind in cls._field_types().items():
             text = params.get(name)
             inner = _optional(kind)
-            if text is None or (inner is not None and text == ""):
-                if name not in defaults and inner is None:
+            if text is None or (inner is not None and text == ""):  # absent: its default, or None where optional
+                if name in defaults:
+                    continue
+                if inner is None:
                     raise ValueError(f"{model}'s config has no parameter `{name}`: rebuild the repository")
-                if inner is not None and name not in defaults:
-                    values[name] = None
+                values[name] = None
                 continue
             try:
                 values[name] = _decode(inner or kind, text)

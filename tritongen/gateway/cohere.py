@@ -18,7 +18,16 @@ from starlette.routing import Route
 from tritongen.contract import END, SCORE, START, TEXT, TEXT_PAIR
 from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family
-from tritongen.gateway.schemas import MAX_INPUTS, QUERY_REFUSED, Body, bad, dimensions, field_reader, one_of, text_list
+from tritongen.gateway.schemas import (
+    MAX_INPUTS,
+    QUERY_REFUSED,
+    Body,
+    bad,
+    dimensions,
+    field_reader,
+    one_of,
+    texts_field,
+)
 
 __all__ = ["routes"]
 
@@ -85,7 +94,7 @@ class EmbedV2Request(Body):
 
     images: Annotated[Any, field_reader("images", _text_only)] = None
     inputs: Annotated[Any, field_reader("inputs", _text_only)] = None
-    texts: Annotated[list[str], field_reader("texts", lambda v, k: text_list(v, k)[0])]
+    texts: Annotated[list[str], texts_field("texts")]
     input_type: Annotated[str, field_reader("input_type", lambda v, k: one_of(v, k, _INPUT_TYPES))] = "search_document"
     embedding_types: Annotated[list[str], field_reader("embedding_types", _float_only)] = ["float"]  # noqa: RUF012
     truncate: Annotated[str | None, field_reader("truncate", _cut)] = None  # START, END or NONE; None: auto

@@ -36,6 +36,7 @@ __all__ = [
     "field_reader",
     "one_of",
     "text_list",
+    "texts_field",
     "token_ids",
 ]
 
@@ -153,11 +154,14 @@ def _input_rows(value: Any, key: str) -> Rows:
 
 
 def _texts(value: Any, key: str) -> Rows:
-    texts, single = text_list(value, key)
-    return Rows(list(texts), single)
+    return Rows(*text_list(value, key))
 
 
-Model = Annotated[str | None, PlainValidator(lambda value: _model(value))]
+def texts_field(key: str) -> Any:
+    """A field that is a string or a non-empty list of strings (:func:`text_list`), read as the list."""
+    return field_reader(key, lambda value, name: text_list(value, name)[0])
+
+
 Dimensions = Annotated[int | None, field_reader("dimensions", dimensions)]
 Direction = Annotated[bool, field_reader("truncation_direction", _keeps_end)]  # True: Left, a long row keeps its end
 
@@ -171,10 +175,13 @@ def _model(value: Any) -> str | None:
     return value or None
 
 
+Model = Annotated[str | None, PlainValidator(_model)]
+
+
 class Body(BaseModel):
     """A request body: the API's field names, strict JSON types, unknown fields ignored, null as absent."""
 
-    model_config = ConfigDict(strict=True, frozen=True, extra="ignore", arbitrary_types_allowed=True)
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
 
     # A field's own words where it is absent or of the wrong type (``query``: "is required and must be a string").
     refusals: ClassVar[dict[str, str]] = {}
@@ -229,8 +236,6 @@ def _bad_from(exc: ValidationError, within: str = "", said: dict[str, str] | Non
     kind, where = error["type"], (within,) * bool(within) + tuple(error["loc"])
     if said and where and str(where[0]) in said:
         return bad(said[str(where[0])], str(where[0]))
-    if kind == "json_invalid":
-        return bad(f"the request body is not valid JSON ({error['ctx']['error']})")
     if kind == "model_type" and within:
         return bad(f"`{within}` must be an object", within)
     if not where:
@@ -305,7 +310,7 @@ class RerankRequest(TeiBody):
     refusals: ClassVar[dict[str, str]] = {"query": QUERY_REFUSED}
 
     query: str
-    texts: Annotated[list[str], field_reader("texts", lambda v, k: _texts(v, k).items)]
+    texts: Annotated[list[str], texts_field("texts")]
     return_text: bool = False
     raw_scores: Annotated[bool, field_reader("raw_scores", lambda v, k: _not_raw(v, k, _SCORE))] = False
 
@@ -374,7 +379,7 @@ class _Similarity(BaseModel):
     model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
 
     source_sentence: str
-    sentences: Annotated[list[str], field_reader("inputs.sentences", lambda v, k: _texts(v, k).items)]
+    sentences: Annotated[list[str], texts_field("inputs.sentences")]
 
 
 def _similarity_inputs(value: Any, key: str) -> _Similarity:

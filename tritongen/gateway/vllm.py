@@ -22,7 +22,7 @@ from tritongen.contract import PROBABILITIES, SCORE, TEXT, TEXT_PAIR, TOKEN_COUN
 from tritongen.gateway.core import Gateway, json_response
 from tritongen.gateway.errors import Family
 from tritongen.gateway.models import ModelInfo
-from tritongen.gateway.schemas import MAX_INPUTS, Body, bad, field_reader, text_list
+from tritongen.gateway.schemas import MAX_INPUTS, Body, bad, text_list, texts_field
 from tritongen.vectors import l2_normalize
 
 __all__ = ["routes", "score_pairs"]
@@ -43,7 +43,7 @@ class ScoreRequest(Body):
 class ClassifyRequest(Body):
     """vLLM's ``POST /classify``: ``{model, input}``."""
 
-    input: Annotated[list[str], field_reader("input", lambda v, k: text_list(v, k)[0])]
+    input: Annotated[list[str], texts_field("input")]
 
 
 def _pairs(data: dict[str, Any]) -> tuple[list[str], list[str]]:
