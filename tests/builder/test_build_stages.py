@@ -86,7 +86,14 @@ def test_size_stage_lays_out_the_model_step_only_where_the_spec_leaves_it_open(p
             unchanged, none = size_stage(
                 plan, get_runtime("onnx"), onnx, quiet
             )  # measure off: the spec's layout stands
+            left = ModelLayoutSettings(left_open=True, measure=False)
+            fixed, unmeasured = size_stage(
+                dataclasses.replace(plan, spec=plan.spec.replace(cpu_cores=2, model_layout=left)),
+                get_runtime("onnx"), onnx, quiet,
+            )  # fmt: skip
     assert none is None and unchanged is plan
+    assert unmeasured is None and fixed.spec.model_instances.count == 2  # left open, not measured: the fixed default
+    assert fixed.spec.section(OnnxRuntimeSettings).intra_op_threads == 1
     assert report is not None and report.prefer == "latency" and report.cores == 2
     assert [m.layout for m in report.measurements] == candidates(2, reserved=2)  # the tokenizer's and postprocess's
     chosen = report.chosen.layout

@@ -6,6 +6,7 @@ import yaml
 from tritongen.builder.spec import load_spec, recorded_spec
 from tritongen.buildspec import DEFAULT_NAME, BuildSpec, DynamicBatchingSettings, InstanceGroup
 from tritongen.errors import SpecError
+from tritongen.runtimes import get_runtime
 from tritongen.runtimes.onnxruntime import OnnxRuntimeSettings
 
 
@@ -64,6 +65,16 @@ def test_a_retired_setting_is_refused_with_why():
     recorded = load_spec(model="m").to_dict()
     recorded["onnxruntime"]["allow_spinning"] = False
     assert load_spec(None, **recorded_spec(recorded)) == load_spec(model="m")
+    # a layout the build decided is still open in the record, for the rebuild to decide; one the spec gave is kept
+    runtime = get_runtime("onnx")
+    opened = load_spec(model="m", cpu_cores=2, model_layout={"measure": False})
+    sized = runtime.with_layout(opened, runtime.decided_layout(opened, usable=2)).to_dict()
+    assert (sized["model_instances"]["count"], sized["onnxruntime"]["intra_op_threads"]) == (2, 1)
+    again = load_spec(None, **recorded_spec(sized))
+    assert again.model_layout.left_open
+    assert runtime.decided_layout(again, usable=2).layout == runtime.decided_layout(opened, usable=2).layout
+    given = load_spec(model="m", model_instances={"count": 3}).to_dict()
+    assert load_spec(None, **recorded_spec(given)).model_instances.count == 3
 
 
 def test_load_spec_raises_when_file_missing(tmp_path):
@@ -117,16 +128,19 @@ def test_the_batcher_waits_by_default_only_where_the_model_step_is_a_gpu():
 
 
 def test_a_cpu_build_is_sized_for_its_cores_where_the_spec_leaves_it_open():
+    runtime = get_runtime("onnx")
+
+    def laid_out(**given):  # as the size stage writes it, where nothing is measured
+        spec = load_spec(None, model="m", model_layout={"measure": False}, **given)
+        spec = runtime.with_layout(spec, runtime.decided_layout(spec, usable=16))
+        return spec.model_instances.count, spec.section(OnnxRuntimeSettings).intra_op_threads
+
     # Two instances sharing the cores the two Python steps leave (threads beyond one spin), one thread at least.
     for cores, threads in ((1, 1), (2, 1), (4, 1), (16, 7)):
-        spec = load_spec(None, model="m", cpu_cores=cores)
-        assert spec.model_instances.count == (1 if cores == 1 else 2)
-        assert spec.section(OnnxRuntimeSettings).intra_op_threads == threads
+        assert laid_out(cpu_cores=cores) == (1 if cores == 1 else 2, threads)
     # An explicit count or thread setting is the user's sizing: nothing is filled in beside it.
-    spec = load_spec(None, model="m", cpu_cores=16, model_instances={"count": 3})
-    assert (spec.model_instances.count, spec.section(OnnxRuntimeSettings).intra_op_threads) == (3, 0)
-    spec = load_spec(None, model="m", cpu_cores=16, onnxruntime={"intra_op_threads": 4})
-    assert (spec.model_instances.count, spec.section(OnnxRuntimeSettings).intra_op_threads) == (1, 4)
+    assert laid_out(cpu_cores=16, model_instances={"count": 3}) == (3, 0)
+    assert laid_out(cpu_cores=16, onnxruntime={"intra_op_threads": 4}) == (1, 4)
     # A GPU build and the other runtimes keep their own defaults.
     assert load_spec(None, model="m", device="gpu").model_instances.count == 1
     assert load_spec(None, model="m", runtime="openvino").model_instances.count == 1

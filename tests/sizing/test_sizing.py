@@ -167,10 +167,12 @@ def test_a_layout_reaches_every_setting_of_its_runtime_section_at_once():
     assert spec.model_layout.measure and runtime.cpu_layout(spec).layout == Layout(1, 2)
 
 
-def test_the_layout_decided_at_load_is_the_one_the_size_stage_refines():
+def test_the_loader_records_an_open_layout_and_the_size_stage_decides_it_once():
     runtime = get_runtime("onnx")
     spec = load_spec(model="m", cpu_cores=2, tokenizer_instances={"count": 2}, model_layout={"prefer": "latency"})
-    decided = runtime.cpu_layout(spec)
+    assert spec.model_layout.left_open and spec.model_layout.measure is None  # recorded, not decided
+    assert runtime.cpu_layout(spec).layout == Layout(1, 0)  # as loaded: nothing written yet
+    decided = runtime.decided_layout(spec, usable=usable_cores())
     assert decided == CpuLayout(2, (2, 1), fixed_layout(2, reserved=3), measure=usable_cores() >= 2, prefer="latency")
     assert decided.candidates() == candidates(2, reserved=3)
     assert decided.candidates(folded=True) == candidates(2, reserved=2)  # a folded postprocess keeps no core
@@ -181,7 +183,7 @@ def test_the_layout_decided_at_load_is_the_one_the_size_stage_refines():
     assert laid_out.to_dict()["onnxruntime"]["intra_op_threads"] == 2 and laid_out.model_instances.count == 1
 
 
-def test_the_loader_writes_the_fixed_default_only_where_the_spec_leaves_the_layout_open():
+def test_the_fixed_default_is_written_only_where_the_spec_leaves_the_layout_open():
     given = CpuLayout(8, (1, 1), Layout(1, 0))
     open_here = given.decided(left_open=True, measure=None, usable=8)
     assert open_here.layout == fixed_layout(8, reserved=2) == Layout(2, 3) and open_here.measure
@@ -192,18 +194,22 @@ def test_the_loader_writes_the_fixed_default_only_where_the_spec_leaves_the_layo
     assert given.decided(left_open=False, measure=True, usable=8).measure  # measured only where asked
 
 
-def test_the_build_measures_the_layout_only_where_the_spec_leaves_it_open():
-    assert load_spec(model="m").model_layout.measure
-    assert not load_spec(model="m", model_instances={"count": 1}).model_layout.measure
-    assert not load_spec(model="m", onnxruntime={"intra_op_threads": 2}).model_layout.measure
-    assert not load_spec(model="m", device="gpu").model_layout.measure
-    assert not load_spec(model="m", runtime="openvino").model_layout.measure  # not measured: OpenVINO's own default
-    fixed = load_spec(model="m", cpu_cores=2, model_layout={"measure": False})
-    assert not fixed.model_layout.measure and fixed.model_instances.count == 2  # the fixed CPU default
+def test_the_loader_records_the_layout_open_only_where_the_spec_leaves_it_open():
+    assert load_spec(model="m").model_layout.left_open
+    assert not load_spec(model="m", model_instances={"count": 1}).model_layout.left_open
+    assert not load_spec(model="m", onnxruntime={"intra_op_threads": 2}).model_layout.left_open
+    assert not load_spec(model="m", device="gpu").model_layout.left_open
+    assert not load_spec(model="m", runtime="openvino").model_layout.left_open  # not measured: OpenVINO's own default
+    assert not load_spec(model="m", model_layout={"left_open": False}).model_layout.left_open  # written, it stands
+    runtime = get_runtime("onnx")
+    fixed = runtime.decided_layout(load_spec(model="m", cpu_cores=2, model_layout={"measure": False}), usable=2)
+    assert not fixed.measure and fixed.layout == Layout(2, 1)  # the fixed CPU default
     assert load_spec(model="m", model_layout={"prefer": "latency"}).model_layout.prefer == "latency"
     # A node bigger than this machine cannot be measured here: the fixed default, sized for its cores.
-    bigger = load_spec(model="m", cpu_cores=usable_cores() + 1)
-    assert not bigger.model_layout.measure and bigger.model_instances.count == 2
+    bigger = runtime.decided_layout(load_spec(model="m", cpu_cores=3), usable=2)
+    assert not bigger.measure and bigger.layout == Layout(2, 1)
+    given = runtime.decided_layout(load_spec(model="m", cpu_cores=2, model_instances={"count": 3}), usable=2)
+    assert not given.measure and given.layout == Layout(3, 0)  # as the spec sets it
 
 
 def test_the_card_says_how_every_cpu_build_got_its_layout():
@@ -217,4 +223,6 @@ def test_the_card_says_how_every_cpu_build_got_its_layout():
     assert "OpenVINO's layout is not measured" in _sizing_line(load_spec(model="m", runtime="openvino"))
     bigger = _sizing_line(load_spec(model="m", cpu_cores=usable_cores() + 1))
     assert bigger.endswith("the fixed default, not measured (the node has more cores than the build machine)")
+    asked = _sizing_line(load_spec(model="m", cpu_cores=1, model_layout={"measure": False}))
+    assert asked.endswith("the fixed default, not measured (`model_layout: {measure: false}`)")
     assert "measured" not in _sizing_line(load_spec(model="m", device="gpu"))

@@ -121,9 +121,11 @@ def _sizing_line(spec: Any, sizing: SizingReport | None = None) -> str:
         return line + f"; measured and chosen at build time ({sizing.prefer}, [below](#model-step-layout))"
     if not runtime.measures_layout:
         return line + f"; not measured ({runtime.title}'s layout is not measured at build time)"
+    if not spec.model_layout.left_open:
+        return line + "; as the spec sets it, not measured"
     if spec.cpu_cores and spec.cpu_cores > usable_cores():
         return line + "; the fixed default, not measured (the node has more cores than the build machine)"
-    return line + "; as the spec sets it, not measured"
+    return line + "; the fixed default, not measured (`model_layout: {measure: false}`)"
 
 
 def _cpu_side_line(spec: Any, *, folded: bool) -> str:

@@ -34,7 +34,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritongen.builder.card import SEARCH_PLOT, backend_record, model_card
 from tritongen.builder.ensemble import step_configs
 from tritongen.builder.spec import check_spec
-from tritongen.buildspec import BuildSpec
+from tritongen.buildspec import BuildSpec, usable_cores
 from tritongen.configs.render import render_all
 from tritongen.contract import WINDOW_EXAMPLE
 from tritongen.errors import RepositoryError, SpecError, UnsupportedModelError, stage
@@ -395,19 +395,24 @@ def size(
     folded: bool = False,
     steps: StepServer | None = None,
 ) -> tuple[BuildPlan, SizingReport | None]:
-    """Stage 7: where the spec leaves the model step's layout open on a CPU node, measure a few and take one.
+    """Stage 7: the model step's layout on a CPU node, decided once; where it is measured, a few timed and one taken.
 
-    The layout decided when the spec was loaded (``Runtime.cpu_layout``, ``tritongen.sizing.CpuLayout``) is
-    refined: its candidates timed, the rule's pick written into the plan's spec. The plan comes back unchanged,
-    with no report, where the spec sizes the step itself (or ``model_layout.measure`` is off) or the task's inputs
-    are not text.
+    Where the spec leaves the layout open (``model_layout.left_open``), the fixed default
+    (:meth:`~tritongen.sizing.CpuLayout.decided`); where this machine can stand in for the node (or
+    ``model_layout.measure`` asks), its candidates are timed and the rule's pick taken instead. The plan's spec
+    holds the layout decided, which rendering reads; the report is None where nothing was measured (the spec sizes
+    the step itself, ``measure`` is off, or the task's inputs are not text).
     The Python steps' instances (the postprocess step's unless ``folded``) keep a core each from threads that spin.
     Each layout is served by the native backend where ``steps`` serves it, with its config as rendered.
     """
     spec = plan.spec
-    decided = runtime.cpu_layout(spec)
+    decided = runtime.decided_layout(spec, usable=usable_cores())
     if not decided.measure or plan.bound.modality.name != "text":
-        return plan, None
+        if not spec.model_layout.left_open:
+            return plan, None  # the spec's own layout, as given
+        return dataclasses.replace(
+            plan, spec=runtime.with_layout(spec, dataclasses.replace(decided, measure=False))
+        ), None
     from tritongen.data.datasets import DOCUMENT_WORDS
     from tritongen.gates.accuracy import read_texts
     from tritongen.sizing.measure import documents_of, measure_layouts

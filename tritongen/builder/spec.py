@@ -8,6 +8,7 @@ runtime declares its section, its flags and its checks in its own folder and the
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def _device_defaults(data: dict[str, Any]) -> dict[str, Any]:
 
     ``device: gpu``: KIND_GPU instances, FP16 and the runtime's GPU settings. A CPU build (``device: cpu``, or
     none and no KIND_GPU model instances): each request padded to its longest row, and the node's cores recorded
-    (``cpu_cores``), for which :func:`_laid_out` lays out the model step.
+    (``cpu_cores``), for which the build lays out the model step.
     """
     runtime = get_runtime(data.get("runtime", BuildSpec.runtime))
     check_cpu_cores(data.get("cpu_cores"))
@@ -106,17 +107,10 @@ def _cpu_build(data: dict[str, Any]) -> bool:
 
 
 def _laid_out(spec: BuildSpec, data: dict[str, Any]) -> BuildSpec:
-    """A CPU build's spec with its model step's layout decided, once (:class:`~tritongen.sizing.CpuLayout`).
+    """``spec`` with what its mapping ``data`` says of the model step's layout: left open to the build, or given.
 
-    Where the spec mapping ``data`` leaves the instances and threads open and the runtime can be measured, the
-    fixed default is written, and the build measures the layout (``model_layout.measure``) where this machine can
-    stand in for a node of that many cores; the size stage then refines it.
+    Only the fact is recorded (``model_layout.left_open``); the build's size stage decides the layout from it, once.
+    Written (``build.json`` records it), it stands: a rebuild from the record decides the layout again.
     """
-    if not _cpu_build(data):
-        return spec
-    runtime = get_runtime(spec.runtime)
-    given = (data.get("model_layout") or {}).get("measure")
-    decided = runtime.cpu_layout(spec).decided(
-        left_open=runtime.layout_open(data), measure=given, usable=usable_cores()
-    )
-    return runtime.with_layout(spec, decided)
+    left_open = _cpu_build(data) and get_runtime(spec.runtime).layout_open(data)
+    return spec.replace(model_layout=dataclasses.replace(spec.model_layout, left_open=left_open))

@@ -108,9 +108,15 @@ class VersionPolicySettings:
 class ModelLayoutSettings:
     """How a CPU build lays out the model step where the spec leaves its instances and threads open.
 
+    ``left_open``: the spec leaves the instances and threads to the build. The loader records it from what the
+    spec file and flags give (neither the model step's ``count`` nor its runtime's threads), a spec made in code
+    says it itself, and one written stands (``build.json`` records it, so a rebuild decides again); the build's
+    size stage decides the layout from it, once.
+
     ``measure``: the build times a few layouts on the served model and takes the one ``prefer`` picks
-    (``tritongen.sizing``); the loader sets it where the spec leaves the layout open and the runtime can be
-    measured. ``false`` keeps the runtime's fixed CPU default.
+    (``tritongen.sizing``). Unset, a layout left open is measured where this machine can stand in for the node
+    (no more ``cpu_cores`` than it has); ``false`` keeps the runtime's fixed CPU default, ``true`` measures a
+    layout the spec gives too.
 
     ``workload``: the requests the layouts are timed with. ``queries``, one short text per request, is most
     traffic, and where the gateway cuts a big request over the instances it serves documents too; ``documents``,
@@ -119,7 +125,8 @@ class ModelLayoutSettings:
     """
 
     prefer: Literal["balanced", "latency", "throughput"] = "balanced"
-    measure: bool = False
+    measure: bool | None = None
+    left_open: bool = False
     workload: Literal["queries", "documents"] = "queries"
 
 

@@ -245,10 +245,13 @@ class Layouts(Threads):
         """Whether the spec mapping ``data``, as written, leaves the model step's instances and threads to the build.
 
         Only for a runtime whose layout the build can measure (a thread setting, and :meth:`served_session`); for
-        others their own default stands.
+        others their own default stands. A ``model_layout.left_open`` written in ``data`` (a record) stands.
         """
         if self.thread_setting is None or not self.measures_layout:
             return False
+        written = (data.get("model_layout") or {}).get("left_open")
+        if written is not None:
+            return bool(written)
         section, key = self.thread_setting
         threads = (data.get(section.section) or {}).get(key)
         return (data.get("model_instances") or {}).get("count") is None and not threads
@@ -259,10 +262,20 @@ class Layouts(Threads):
             spec.cpu_cores or 1,
             (spec.tokenizer_instances.count, spec.postprocess_instances.count),
             Layout(spec.model_instances.count, self.threads(spec)),
-            spec.model_layout.measure,
+            bool(spec.model_layout.measure),
             spec.model_layout.prefer,
             spec.model_layout.workload,
         )
+
+    def decided_layout(self, spec: BuildSpec, *, usable: int) -> CpuLayout:
+        """The layout the size stage starts from, decided once (:meth:`~tritongen.sizing.CpuLayout.decided`).
+
+        The fixed default where ``spec`` leaves it open, else the spec's own; measured where
+        ``model_layout.measure`` says, or, unset, where an open layout's node has no more cores than this
+        machine's ``usable``.
+        """
+        given = spec.model_layout
+        return self.cpu_layout(spec).decided(left_open=given.left_open, measure=given.measure, usable=usable)
 
     def with_layout(self, spec: BuildSpec, cpu: CpuLayout) -> BuildSpec:
         """``spec`` with the model step laid out as ``cpu`` says: instances, threads per instance, whether measured."""

@@ -11,9 +11,10 @@ and chooses by a stated rule (:func:`choose`):
 * ``latency``: the best one-request latency (the better throughput within :data:`TIE`);
 * ``throughput``: the best throughput (the better one-request latency within :data:`TIE`).
 
-The layout is decided once, where the spec is loaded (:meth:`CpuLayout.decided`), and refined by the build's size
-stage (:meth:`CpuLayout.refined`); the spec holds it, which rendering reads and ``build.json`` records. This module
-is the plain data and the rule; it imports no runtime.
+The layout is decided once, in the build's size stage: the fixed default or the spec's own
+(:meth:`CpuLayout.decided`), then, where it is measured, the rule's pick (:meth:`CpuLayout.refined`). The spec holds
+it, which rendering reads and ``build.json`` records. This module is the plain data and the rule; it imports no
+runtime.
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ class Layout:
 class CpuLayout:
     """The model step's layout on a CPU node of ``cores`` cores, and how the build comes to it.
 
-    ``layout`` is what the model step's config gets. Where the spec leaves its instances and threads open, the
-    loader decides it once (:meth:`decided`): the fixed default, which the size stage replaces with what it
-    measures where ``measure`` is set (:meth:`candidates`, :meth:`refined`). A runtime writes it into the spec
+    ``layout`` is what the model step's config gets. The build's size stage decides it once (:meth:`decided`):
+    where the spec leaves its instances and threads open, the fixed default, replaced with what it measures where
+    ``measure`` is set (:meth:`candidates`, :meth:`refined`). A runtime writes it into the spec
     (``Runtime.with_layout``) and reads it back (``Runtime.cpu_layout``).
     """
 
@@ -80,7 +81,7 @@ class CpuLayout:
     workload: str = "queries"  # what the layouts are timed with (``ModelLayoutSettings.workload``)
 
     def decided(self, *, left_open: bool, measure: bool | None, usable: int) -> CpuLayout:
-        """What the loader writes: where the spec leaves the layout open (``left_open``), :func:`fixed_layout`.
+        """The layout before any is measured: where the spec leaves it open (``left_open``), :func:`fixed_layout`.
 
         An open layout is measured unless ``measure`` says otherwise, where this machine can stand in for the node
         (no more cores than its ``usable``); one the spec sets is kept, and measured only where ``measure`` asks.
