@@ -181,3 +181,27 @@ def test_the_pipeline_baseline_cuts_texts_at_the_builds_length(checkpoint_cache)
     long, short = "word " * 40, "hi"  # longer than 8 tokens; 3 tokens
     assert not np.allclose(at_8([long])["EMBEDDING"][0], at_64([long])["EMBEDDING"][0], atol=1e-3)
     np.testing.assert_allclose(at_8([short])["EMBEDDING"][0], at_64([short])["EMBEDDING"][0], atol=1e-6)
+
+
+def test_interleaved_rounds_need_embedding_ensembles_to_compare(repo, tmp_path):
+    options = BenchOptions(
+        name="peer_emb", repository=repo, output=tmp_path, baselines=("interleaved",),
+        sweep=Sweep(concurrency=(1,), fixed_requests=8), texts=16,
+    )  # fmt: skip
+    with pytest.raises(BenchError, match="baseline interleaved: name the ensembles to set beside `peer_emb`"):
+        run_bench(options)
+    with pytest.raises(BenchError, match="baseline interleaved: `clf` is a classification ensemble"):
+        run_bench(dataclasses.replace(options, compare=("clf",)))
+
+
+@pytest.mark.e2e
+def test_bench_sets_a_compared_ensemble_beside_the_ensemble_in_interleaved_rounds(repo, tmp_path):
+    options = BenchOptions(
+        name="peer_emb", repository=repo, output=tmp_path, baselines=("interleaved",), compare=("peer_emb",),
+        sweep=Sweep(concurrency=(2,), fixed_requests=8), texts=16, peer_rounds=2, peer_seconds=0.5,
+    )  # fmt: skip
+    report, paths = run_bench(options)
+    (rounds,) = report.interleaved
+    assert rounds.concurrencies() == [2] and len(rounds.rounds) == 2 and rounds.at(2)["errors"] == 0
+    assert rounds.cosine_min == pytest.approx(1.0, abs=1e-6)  # the same ensemble on both sides
+    assert "## (g) interleaved: `peer_emb` against `peer_emb`" in paths["summary"].read_text()

@@ -21,7 +21,6 @@ SCRIPTS = ROOT / "scripts"
 ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}  # the package from this checkout
 # Run here with --help: measurements and the checkpoints they measure, each needing a built repository or minutes.
 MEASUREMENTS = (
-    "interleave_bench.py",
     "make_base_checkpoint.py",
     "make_finetuned_classifier.py",
     "overload.py",

@@ -37,6 +37,7 @@ class BenchReport:
     peer: PeerComparison | None = None  # (d) infinity-emb, interleaved rounds
     gateway: GatewayComparison | None = None  # (e) the OpenAI/TEI gateway against Triton's HTTP API
     script: PeerComparison | None = None  # (f) the sentence-transformers ONNX INT8 + FastAPI script
+    interleaved: list[PeerComparison] = field(default_factory=list)  # (g) each --compare ensemble, interleaved
     tuning: list[TunePoint] = field(default_factory=list)  # the instance/thread sweep, the built setting first
     tail: TailReport | None = None  # the slowest 1% of traced requests against the median (tritongen.bench.tail)
     tuned_backend: str = ""  # the model step's backend (which spec section holds its threads)
@@ -204,8 +205,9 @@ def summary_markdown(report: BenchReport) -> str:
         lines += ["", report.peer.to_markdown().rstrip("\n")]
     if report.gateway is not None:
         lines += ["", report.gateway.to_markdown().rstrip("\n")]
-    if report.script is not None:
-        lines += ["", report.script.to_markdown().rstrip("\n")]
+    for comparison in [report.script, *report.interleaved]:
+        if comparison is not None:
+            lines += ["", comparison.to_markdown().rstrip("\n")]
     if report.tail is not None:
         lines += ["", report.tail.to_markdown().rstrip("\n")]
     for budget in report.budgets(1):

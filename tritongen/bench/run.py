@@ -7,6 +7,8 @@ the same model file. (d), for embedding models, is infinity-emb on the same chec
 the same time as Triton and driven with the ensemble by one HTTP/JSON load generator in
 interleaved rounds (:mod:`tritongen.bench.infinity`). (e), for embedding models, is the OpenAI/TEI gateway in
 front of the same server, driven the same way against Triton's own HTTP API (:mod:`tritongen.bench.gateway`).
+(f) is the sentence-transformers script (:mod:`tritongen.bench.st_peer`); (g), ``interleaved``, sets each
+``--compare`` embedding ensemble beside the ensemble in the same interleaved rounds, on the same server.
 Results go to ``perf_analyzer_configs/<NAME>/results/``.
 """
 
@@ -32,7 +34,7 @@ from tritongen.bench.infinity import (
     infinity_executable,
     infinity_server,
 )
-from tritongen.bench.peer import PeerComparison
+from tritongen.bench.peer import PeerComparison, compare_with_peer
 from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_input_data
 from tritongen.bench.process import http_process
 from tritongen.bench.report import BenchReport, write_report
@@ -54,7 +56,7 @@ from tritongen.tasks import TASKS
 
 __all__ = ["BenchOptions", "run_bench"]
 
-BASELINES = ("pipeline", "nobatch", "ceiling", "infinity", "gateway", "script")
+BASELINES = ("pipeline", "nobatch", "ceiling", "infinity", "gateway", "script", "interleaved")
 # (e), the gateway, only when asked: it measures the gateway, not the ensemble.
 DEFAULT_BASELINES = ("pipeline", "nobatch", "ceiling", "infinity", "script")
 
@@ -164,6 +166,7 @@ class _ServerFigures:
     script: PeerComparison | None = None
     tail: TailReport | None = None
     served_by: dict[str, str] = field(default_factory=dict)  # backend -> what served its steps
+    interleaved: list[PeerComparison] = field(default_factory=list)  # (g) each --compare ensemble against ours
 
 
 def _peer_skipped(run: _BenchRun, baseline: str, venv: Path, ready: bool) -> bool:
@@ -236,6 +239,28 @@ def _fp32_check(run: _BenchRun) -> Fp32Check:
         return np.array(rows, np.float32)
 
     return Fp32Check(reference, {"bench": run.texts, "validation (built-in)": read_texts(None, "validation")})
+
+
+def _measure_interleaved(run: _BenchRun, server: TritonServer) -> list[PeerComparison]:
+    """(g): each ``--compare`` embedding ensemble against the ensemble, both over Triton's HTTP API, interleaved."""
+    options = run.options
+    if "interleaved" not in options.baselines:
+        return []
+    if not options.compare:
+        raise BenchError(f"baseline interleaved: name the ensembles to set beside `{options.name}` with --compare")
+    for name in (options.name, *options.compare):
+        task = _build_metadata(run.repository, name)["task"]
+        if task != "embedding":
+            raise BenchError(f"baseline interleaved: `{name}` is a {task} ensemble; the rounds compare embeddings")
+    ours = kserve_target(f"`{options.name}`", server.http_url, options.name)
+    compared = []
+    for other in options.compare:
+        run.console.print(f"[bold]Measuring (g): `{other}` interleaved with `{options.name}`…")
+        theirs = kserve_target(f"`{other}`", server.http_url, other)
+        compared.append(
+            compare_with_peer(ours, theirs, run.texts, options.interleaving, run.console.print, "(g) interleaved")
+        )
+    return compared
 
 
 def _measure_gateway(run: _BenchRun, server: TritonServer) -> GatewayComparison | None:
@@ -368,9 +393,12 @@ def _measure_server(run: _BenchRun, tune_plan: TunePlan | None) -> _ServerFigure
             with _ours(run, server) as ours:
                 peer = _measure_peer(run, ours)
                 script = _measure_script(run, ours)
+            interleaved = _measure_interleaved(run, server)
             gateway = _measure_gateway(run, server)
             tuning = _measure_tuning(run, tune_plan, server)
-    return _ServerFigures(points, breakdown, ensembles, peer, gateway, tuning, script, tail, server.backends.to_dict())
+    return _ServerFigures(
+        points, breakdown, ensembles, peer, gateway, tuning, script, tail, server.backends.to_dict(), interleaved
+    )
 
 
 def _measure_pipeline(run: _BenchRun) -> list[PerfPoint]:
@@ -427,7 +455,7 @@ def run_bench(options: BenchOptions, *, console: Console | None = None) -> tuple
     report = BenchReport(
         name=name, points=points, breakdown=served.breakdown, ceiling=_measure_in_process(run), command=command,
         ensembles=served.ensembles, peer=served.peer, gateway=served.gateway, tuning=served.tuning,
-        script=served.script, tail=served.tail,
+        script=served.script, tail=served.tail, interleaved=served.interleaved,
         tuned_backend=tune_plan.backend if tune_plan else "", served_by=served.served_by,
     )  # fmt: skip
     paths = write_report(report, run.results)

@@ -59,11 +59,15 @@ def _bench_options(bench: argparse.ArgumentParser) -> None:
         help="drive the ensemble's side of the peer comparisons through the gateway's /v1/embeddings, which "
         "spreads a big request over the model step's instances",
     )  # fmt: skip
-    bench.add_argument("--compare", help="comma-separated other ensembles to measure in the same run")
+    bench.add_argument(
+        "--compare",
+        help="comma-separated other ensembles to measure in the same run (with the baseline interleaved, embedding "
+        "ensembles also in interleaved HTTP/JSON rounds against --name)",
+    )
     bench.add_argument(
         "--baselines",
-        help="comma-separated subset of pipeline,nobatch,ceiling,infinity,gateway,script "
-        "(default: all available but gateway)",
+        help="comma-separated subset of pipeline,nobatch,ceiling,infinity,gateway,script,interleaved "
+        "(default: all available but gateway and interleaved)",
     )
     bench.add_argument(
         "--free-model-step",
