@@ -148,7 +148,8 @@ def test_search_keeps_exactly_the_sensitive_layers_in_float_when_the_gate_needs_
         assert f"agreement {trial.accuracy.label_agreement:.2%}" in line
     # balancing does not help this gate, so the layer search starts from the plain model
     assert labels == [
-        "dynamic", "dynamic, smoothed", "dynamic, 1 float", "dynamic, 2 float", "dynamic, 4 float", "dynamic, 3 float"
+        "dynamic", "dynamic, smoothed except down projections", "dynamic, smoothed", "dynamic, 1 float",
+        "dynamic, 2 float", "dynamic, 4 float", "dynamic, 3 float",
     ]  # fmt: skip
     assert report.chosen is report.trials[-1] and report.chosen.passed
     # Only the layer search's candidates, judged by their verdict alone, may stop their gate early.
@@ -408,7 +409,7 @@ def test_a_candidate_the_serving_runtime_fails_is_not_chosen(tiny, tmp_path):
         gate, tiny["encoder"], TEXTS, schemes=("dynamic",), curve=False, served=ServedGate(served_gate)
     )
     report = search_int8(tiny["fp32"], tmp_path / "model.onnx", settings)
-    assert there[:2] == ["INT8 dynamic", "INT8 dynamic, smoothed"]
+    assert there[:2] == ["INT8 dynamic", "INT8 dynamic, smoothed except down projections"]
     first = report.trials[0]
     assert not first.passed and first.gated.label_agreement == 0.9  # the verdict stands on the worse runtime
     assert first.accuracy.label_agreement == 1.0 and first.container.label_agreement == 0.9  # each kept
@@ -450,3 +451,33 @@ def test_the_trade_off_curve_is_measured_by_default_only_for_small_models_and_th
         "candidates cost more than the search; `--int8-curve` measures it."
     ]
     assert _wants_curve(True, big, SearchReport(layers=[])) and not _wants_curve(False, small, SearchReport(layers=[]))
+
+
+class _BalancedGate:
+    """A gate that passes only a model whose activations are balanced (a ``_Smooth`` Mul in the graph)."""
+
+    count = 32
+
+    def measure(self, model, variant, *, batch_dependent=False, feeds=None, until_failed=False):
+        graph = onnx.load(str(model), load_external_data=False).graph
+        balanced = any(n.op_type == "Mul" and n.name.endswith("_Smooth") for n in graph.node)
+        return _report(1.0 if balanced else 0.9, 0.001 if balanced else 0.05, texts=self.count)
+
+    def subset(self, count):
+        return self
+
+
+def test_the_cheaper_balancing_leaves_the_down_projections_inputs_and_is_tried_first(tiny, tmp_path):
+    layers = tiny["layers"]
+    assert {layer.down_projection for layer in layers} == {True, False}  # the premise: both kinds are here
+    settings = SearchSettings(_BalancedGate(), tiny["encoder"], TEXTS, schemes=("dynamic",), curve=False)
+    report = search_int8(tiny["fp32"], tmp_path / "model.onnx", settings)
+    assert [t.candidate.label for t in report.trials] == ["dynamic", "dynamic, smoothed except down projections"]
+    assert report.chosen is report.trials[1]
+    graph = onnx.load(str(tiny["prepared"])).graph
+    inputs = {n.name: n.input[0] for n in graph.node}
+    narrow = {inputs[layer.node] for layer in layers if not layer.down_projection}
+    wide = {inputs[layer.node] for layer in layers if layer.down_projection}
+    served = onnx.load(str(tmp_path / "model.onnx")).graph
+    balanced = {n.input[0] for n in served.node if n.op_type == "Mul" and n.name.endswith("_Smooth")}
+    assert balanced == narrow and not balanced & wide

@@ -188,7 +188,11 @@ def test_int8_search_passes_the_gate_on_a_fine_tuned_classifier(finetuned_checkp
     wholes = [t for t in search.trials if not t.candidate.float_nodes]
     card = (repo / "s8" / "1" / "model_card.md").read_text()
     if search.chosen.candidate.float_nodes:  # every whole model failed: the layer search chose
-        assert [t.candidate.label for t in wholes] == ["dynamic", "dynamic, smoothed"]
+        assert [t.candidate.label for t in wholes] == [
+            "dynamic",
+            "dynamic, smoothed except down projections",
+            "dynamic, smoothed",
+        ]
         assert len(record["sensitivity"]) == 36 and "Most sensitive weight MatMuls, each quantised alone" in card
     else:
         assert not record["sensitivity"]
@@ -245,9 +249,17 @@ def test_int8_search_refuses_with_figures_when_no_candidate_passes(tiny_factory,
     assert len(announced) == tried  # each printed as it was decided, with its figures
     assert announced[0].startswith("INT8 candidate 1: dynamic fails (agreement ") and ", FAIL; " in announced[0]
     # Unpinned, every lever of both schemes' whole models was tried before the layer search, in expected speed order.
-    wholes = [line.split(": ", 1)[1].split(" fails (")[0] for line in announced[:5]]
-    assert wholes[:4] == ["dynamic", "dynamic, smoothed", "static", "static, smoothed"], wholes
-    assert wholes[4].startswith("static, percentile") and " float" in announced[5], announced
+    wholes = [line.split(": ", 1)[1].split(" fails (")[0] for line in announced[:7]]
+    narrow = "smoothed except down projections"
+    assert wholes[:6] == [
+        "dynamic",
+        f"dynamic, {narrow}",
+        "dynamic, smoothed",
+        "static",
+        f"static, {narrow}",
+        "static, smoothed",
+    ], wholes
+    assert wholes[6].startswith("static, percentile") and " float" in announced[7], announced
     assert not repo.exists() or not any(repo.iterdir())
 
 

@@ -25,7 +25,9 @@ class Candidate:
 
     scheme: str  # dynamic or static
     float_nodes: tuple[str, ...] = ()
-    smooth: bool = False  # SmoothQuant-style activation balancing
+    # SmoothQuant-style activation balancing: "" none, "narrow" every weight MatMul's input but the down
+    # projections' (whose wide inputs make the balancing Mul cost most), "all" every one
+    smooth: str = ""
     calibration: str = "minmax"  # static only
     why: str = field(default="every weight MatMul in int8", compare=False)  # for the report
 
@@ -36,7 +38,7 @@ class Candidate:
         if self.scheme == "static" and self.calibration != "minmax":
             parts.append(self.calibration)
         if self.smooth:
-            parts.append("smoothed")
+            parts.append("smoothed" if self.smooth == "all" else "smoothed except down projections")
         if self.float_nodes:
             parts.append(f"{len(self.float_nodes)} float")
         return ", ".join(parts)

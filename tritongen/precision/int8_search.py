@@ -207,7 +207,7 @@ class _Search:
             f"INT8 search: {len(self.report.layers)} weight MatMuls; candidates in expected speed order, each gated "
             f"on {settings.reference.count} validation texts; the first that passes is served"
         )
-        self._smoothed: Path | None = None
+        self._smoothed: dict[str, Path] = {}
 
     def notes(self) -> list[str]:
         """How the levers that were used were set up, for the report."""
@@ -251,18 +251,22 @@ class _Search:
                 return passed
         return self.mixed(schemes[0])
 
-    def float_model(self, smooth: bool) -> Path:
-        """The float model a candidate quantises: the prepared one, or its balanced version (made once)."""
+    def float_model(self, smooth: str) -> Path:
+        """The float model a candidate quantises: the prepared one, or a balanced version (each made once).
+
+        ``smooth`` ``all`` balances every weight MatMul's input; ``narrow`` all but the down projections'.
+        """
         if not smooth:
             return self.prepared
-        if self._smoothed is None:
+        if smooth not in self._smoothed:
             self.feedback.status("INT8 search: balancing activations (SmoothQuant)…")
-            self._smoothed = self.work / "smoothed.onnx"
+            nodes = [layer.node for layer in self.report.layers if smooth == "all" or not layer.down_projection]
+            self._smoothed[smooth] = self.work / f"smoothed_{smooth}.onnx"
             smooth_activations(
-                self.prepared, self._smoothed, nodes=self.nodes, encoder=self.settings.encoder, texts=self.calibration,
-                alpha=SMOOTHING_ALPHA,
+                self.prepared, self._smoothed[smooth], nodes=nodes, encoder=self.settings.encoder,
+                texts=self.calibration, alpha=SMOOTHING_ALPHA,
             )  # fmt: skip
-        return self._smoothed
+        return self._smoothed[smooth]
 
     def attempt(self, candidate: Candidate, *, until_failed: bool = False) -> Trial:
         """Build ``candidate`` for real and gate it on the full validation set; announce its figures.
@@ -300,10 +304,18 @@ class _Search:
         plain = self.attempt(Candidate(scheme))
         if plain.passed:
             return plain
-        smoothed = self.attempt(Candidate(scheme, smooth=True, why="every weight MatMul in int8, activations balanced"))
+        downs = {layer.down_projection for layer in self.report.layers}
+        if downs == {True, False}:  # the cheaper balancing first: the down projections' wide inputs left as they are
+            why = "every weight MatMul in int8, activations balanced but the down projections' inputs"
+            narrow = self.attempt(Candidate(scheme, smooth="narrow", why=why))
+            if narrow.passed:
+                return narrow
+        smoothed = self.attempt(
+            Candidate(scheme, smooth="all", why="every weight MatMul in int8, activations balanced")
+        )
         if smoothed.passed or scheme != "static":
             return smoothed if smoothed.passed else None
-        smooth = (smoothed.gated.loss or 0.0) < (plain.gated.loss or 0.0)
+        smooth = "all" if (smoothed.gated.loss or 0.0) < (plain.gated.loss or 0.0) else ""
         why = "every weight MatMul in int8, percentile calibration" + (", activations balanced" if smooth else "")
         percentile = self.attempt(Candidate(scheme, smooth=smooth, calibration="percentile", why=why))
         return percentile if percentile.passed else None
