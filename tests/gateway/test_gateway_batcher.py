@@ -189,3 +189,26 @@ def test_no_call_holds_more_rows_than_the_ensembles_batch_after_spreading():
     ]  # fmt: skip
     big = [(list(range(6)), {"TEXT": ["z" * SPREAD_LENGTH] * 6})]
     assert [rows for rows, _ in cut_calls(big, 2, 2)] == [[0, 1], [2], [3, 4], [5]]  # two runs of 3, chunked by 2
+
+
+def test_a_requests_figures_are_recorded_after_its_task_yields_and_every_scrape_has_them():
+    def count(metrics: GatewayMetrics) -> float:
+        value = metrics.registry.get_sample_value(
+            "te_request_count_total", {"model": "emb", "route": "/embed", "method": "single"}
+        )
+        return value or 0.0
+
+    async def main() -> None:
+        metrics = GatewayMetrics()
+        metrics.answered("emb", "/embed", 1, 0.004)
+        metrics.answered("emb", "/embed", 1, 0.005)
+        assert count(metrics) == 0  # not on the request's path: its answer is written first
+        await asyncio.sleep(0)
+        assert count(metrics) == 2
+        metrics.answered("emb", "/embed", 1, 0.006)
+        assert b'te_request_count_total{method="single",model="emb",route="/embed"} 3.0' in metrics.render()
+
+    asyncio.run(main())
+    metrics = GatewayMetrics()  # off the event loop, at once
+    metrics.answered("emb", "/embed", 1, 0.004)
+    assert count(metrics) == 1

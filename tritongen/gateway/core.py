@@ -204,7 +204,7 @@ class Gateway:
 
         A path under ``/models/{model}`` names it; errors name the path called.
         """
-        model = await self.catalogue.resolve(request.path_params.get("model") or name, route, request.url.path)
+        model = await self.catalogue.resolve(request.path_params.get("model") or name, route, request.scope["path"])
         record = _RECORD.get()
         if record is not None:  # the metrics' model label, for its failures too
             record.model = model.name

@@ -18,7 +18,8 @@ TEI counterpart: ``tritongen_gateway_coalesced_requests``, the client requests e
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -51,7 +52,12 @@ FAILURES = {
 
 
 class GatewayMetrics:
-    """One gateway's metrics in a registry of its own; :meth:`render` is the scrape."""
+    """One gateway's metrics in a registry of its own; :meth:`render` is the scrape.
+
+    On the event loop, a request's figures are recorded just after its task yields, which is after its answer was
+    written: they cost the node the same CPU, but not the client its latency. :meth:`render` records whatever is
+    still pending first.
+    """
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -82,6 +88,23 @@ class GatewayMetrics:
             buckets=_BATCH_BUCKETS, registry=self.registry,
         )  # fmt: skip
         self._children: dict[tuple[object, ...], Any] = {}
+        self._pending: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+
+    def _later(self, record: Callable[..., None], *args: Any) -> None:
+        """``record(*args)`` once the running task yields (at once, off the event loop)."""
+        self._pending.append((record, args))
+        if len(self._pending) > 1:
+            return  # a flush is already scheduled
+        try:
+            asyncio.get_running_loop().call_soon(self.flush)
+        except RuntimeError:
+            self.flush()
+
+    def flush(self) -> None:
+        """Record the figures still pending."""
+        pending, self._pending = self._pending, []
+        for record, args in pending:
+            record(*args)
 
     def _of(self, metric: Any, *labels: str) -> Any:
         """``metric`` for ``labels``, looked up once (prometheus_client's own lookup takes a lock every time)."""
@@ -93,6 +116,9 @@ class GatewayMetrics:
 
     def answered(self, model: str, route: str, rows: int, seconds: float) -> None:
         """A request of ``rows`` inputs answered in ``seconds``."""
+        self._later(self._answered, model, route, rows, seconds)
+
+    def _answered(self, model: str, route: str, rows: int, seconds: float) -> None:
         method = "single" if rows <= 1 else "batch"
         self._of(self.count, model, route, method).inc()
         self._of(self.success, model, route, method).inc()
@@ -100,11 +126,17 @@ class GatewayMetrics:
 
     def failed(self, model: str, route: str, rows: int, err: str) -> None:
         """A request that failed with TEI's kind of error ``err``."""
+        self._later(self._failed, model, route, rows, err)
+
+    def _failed(self, model: str, route: str, rows: int, err: str) -> None:
         self._of(self.count, model, route, "single" if rows <= 1 else "batch").inc()
         self._of(self.failure, model, route, err).inc()
 
     def call(self, model: str, rows: int, requests: int, waits: Iterable[float], seconds: float) -> None:
         """One Triton call: its rows, the requests it answered, how long each waited for it, and how long it took."""
+        self._later(self._call, model, rows, requests, waits, seconds)
+
+    def _call(self, model: str, rows: int, requests: int, waits: Iterable[float], seconds: float) -> None:
         self._of(self.batch_size, model).observe(rows)
         self._of(self.coalesced, model).observe(requests)
         queue, inference = self._of(self.queue_duration, model), self._of(self.inference_duration, model)
@@ -118,10 +150,14 @@ class GatewayMetrics:
 
     def lengths(self, model: str, counts: Iterable[int]) -> None:
         """The tokens the model read of each input."""
+        self._later(self._lengths, model, counts)
+
+    def _lengths(self, model: str, counts: Iterable[int]) -> None:
         histogram = self._of(self.input_length, model)
         for count in counts:
             histogram.observe(count)
 
     def render(self) -> bytes:
         """The scrape, in Prometheus's text format."""
+        self.flush()
         return generate_latest(self.registry)

@@ -59,7 +59,7 @@ async def embed_all(gateway: Gateway, request: Request) -> Response:
     model = await gateway.model_for(request, req.model, "embeddings")
     raise unsupported_route(
         model.name,
-        request.url.path,
+        request.scope["path"],
         "it outputs one pooled EMBEDDING per text, not per-token embeddings (the ensembles pool inside)",
     )
 
