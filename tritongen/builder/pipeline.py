@@ -61,8 +61,8 @@ from tritongen.tasks import BuildPlan, Task, detect_task, get_task, reference_po
 from tritongen.tasks._base import NO_TOKENIZER_LIMIT
 
 __all__ = [
-    "BuildResult", "Findings", "build_repository", "canary", "container_check", "documents_hint", "export", "exported", "fold", "inspect",
-    "optimise", "parity", "publish", "render", "served_step", "size", "write",
+    "BuildResult", "Findings", "build_repository", "canary", "container_check", "documents_hint", "export",
+    "exported", "fold", "inspect", "optimise", "parity", "publish", "render", "served_step", "size", "write",
 ]  # fmt: skip
 
 SIZING_TEXTS = 32  # validation texts the layout stage times, spread over the file
