@@ -116,13 +116,18 @@ def test_the_load_generator_drives_the_ensemble_over_kserve_json(built, shared_s
     assert documents.errors == 0 and documents.batch == 4 and len(documents.latencies_ms) > 0
 
 
-def test_asking_infinity_for_a_classifier_is_refused(repo, tmp_path):
+def test_the_baselines_that_compare_embeddings_refuse_a_classifier(repo, tmp_path):
     options = BenchOptions(
         name="clf", repository=repo, output=tmp_path, baselines=("infinity",),
         sweep=Sweep(concurrency=(1,), fixed_requests=8), texts=16,
     )  # fmt: skip
     with pytest.raises(BenchError, match="baseline infinity: `clf` is a classification ensemble"):
         run_bench(options)
+    interleaved = dataclasses.replace(options, name="peer_emb", baselines=("interleaved",))
+    with pytest.raises(BenchError, match="baseline interleaved: name the ensembles to set beside `peer_emb`"):
+        run_bench(interleaved)
+    with pytest.raises(BenchError, match="baseline interleaved: `clf` is a classification ensemble"):
+        run_bench(dataclasses.replace(interleaved, compare=("clf",)))
 
 
 @pytest.mark.e2e
@@ -181,17 +186,6 @@ def test_the_pipeline_baseline_cuts_texts_at_the_builds_length(checkpoint_cache)
     long, short = "word " * 40, "hi"  # longer than 8 tokens; 3 tokens
     assert not np.allclose(at_8([long])["EMBEDDING"][0], at_64([long])["EMBEDDING"][0], atol=1e-3)
     np.testing.assert_allclose(at_8([short])["EMBEDDING"][0], at_64([short])["EMBEDDING"][0], atol=1e-6)
-
-
-def test_interleaved_rounds_need_embedding_ensembles_to_compare(repo, tmp_path):
-    options = BenchOptions(
-        name="peer_emb", repository=repo, output=tmp_path, baselines=("interleaved",),
-        sweep=Sweep(concurrency=(1,), fixed_requests=8), texts=16,
-    )  # fmt: skip
-    with pytest.raises(BenchError, match="baseline interleaved: name the ensembles to set beside `peer_emb`"):
-        run_bench(options)
-    with pytest.raises(BenchError, match="baseline interleaved: `clf` is a classification ensemble"):
-        run_bench(dataclasses.replace(options, compare=("clf",)))
 
 
 @pytest.mark.e2e
