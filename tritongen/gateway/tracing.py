@@ -62,7 +62,7 @@ class Tracing:
         """
         from opentelemetry.trace import Link
 
-        attributes = {"tritongen.model": model, "tritongen.rows": rows}
+        attributes = {"tritongen.ensemble": model, "tritongen.rows": rows}
         with self._tracer.start_as_current_span(
             f"triton infer {model}", kind=self._client, attributes=attributes, links=[Link(c) for c in links]
         ):
