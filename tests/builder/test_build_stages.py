@@ -115,13 +115,14 @@ def test_parity_stage_raises_and_export_cleans_up_when_tolerance_is_impossible(p
     assert _published(strict.spec.repository) == []
 
 
-def test_a_documents_build_on_a_bf16_cpu_points_at_openvino():
+def test_a_documents_build_on_a_vnni_cpu_points_at_openvino_int8():
     from tritongen.builder.pipeline import documents_hint
 
-    bf16 = frozenset({"avx2", "avx512f", "avx512_bf16"})
-    hint = documents_hint("documents", "onnx", bf16)
-    assert hint is not None and "`--runtime openvino`" in hint
-    assert documents_hint("documents", "onnx", frozenset({"amx_bf16"})) is not None
-    assert documents_hint("queries", "onnx", bf16) is None  # short texts stay faster on ONNX Runtime INT8
-    assert documents_hint("documents", "openvino", bf16) is None
-    assert documents_hint("documents", "onnx", frozenset({"avx2", "avx512f", "avx512_vnni"})) is None
+    vnni = frozenset({"avx2", "avx512f", "avx512_vnni"})
+    hint = documents_hint("documents", "onnx", "int8", vnni)
+    assert hint is not None and "`--runtime openvino --precision int8`" in hint
+    assert documents_hint("documents", "onnx", "fp32", frozenset({"amx_int8"})) is not None
+    assert documents_hint("documents", "openvino", "fp32", vnni) is not None  # INT8 computes long texts faster still
+    assert documents_hint("queries", "onnx", "int8", vnni) is None  # short texts stay faster on ONNX Runtime INT8
+    assert documents_hint("documents", "openvino", "int8", vnni) is None
+    assert documents_hint("documents", "onnx", "int8", frozenset({"avx2", "avx512f"})) is None

@@ -25,7 +25,6 @@ __all__ = [
     "convert_to_ir",
     "cpu_precisions",
     "openvino_version",
-    "quantize_ir",
 ]
 
 IR_FILE = "model.xml"  # the native backend's default model file; its weights are model.bin beside it
@@ -57,31 +56,6 @@ def convert_to_ir(onnx_path: Path, xml_path: Path) -> None:
 
     model = ov.convert_model(str(onnx_path))
     ov.save_model(model, str(xml_path), compress_to_fp16=False)
-
-
-def quantize_ir(xml_path: Path, target: Path, feeds: Sequence[Mapping[str, np.ndarray]]) -> str:
-    """Post-training INT8 of the IR at ``xml_path`` into ``target`` with NNCF; return NNCF's version.
-
-    NNCF's transformer preset: MatMul weights per channel and activations calibrated on ``feeds`` (model
-    inputs, one text each), with the ops that lose accuracy in INT8 (softmax, layer norms...) left in float.
-    The result is IR with FakeQuantize nodes, which the CPU plugin runs as INT8 kernels (VNNI/AMX where the
-    CPU has them) and which any OpenVINO since 2022 reads.
-    """
-    import logging
-
-    import nncf
-    import openvino as ov
-
-    nncf.set_log_level(logging.ERROR)
-    model = ov.Core().read_model(str(xml_path))
-    quantized = nncf.quantize(
-        model,
-        nncf.Dataset(list(feeds)),
-        model_type=nncf.ModelType.TRANSFORMER,
-        subset_size=len(feeds),
-    )
-    ov.save_model(quantized, str(target), compress_to_fp16=False)
-    return str(nncf.__version__)
 
 
 def cpu_precisions() -> tuple[str, ...]:

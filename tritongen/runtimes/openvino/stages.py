@@ -6,6 +6,7 @@ The same gate runs again in each target container's OpenVINO (stage 5).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -13,18 +14,18 @@ from rich.markdown import Markdown
 
 from tritongen.containers import container
 from tritongen.errors import AccuracyError, stage
-from tritongen.gates.accuracy import worst_of
+from tritongen.gates.accuracy import AccuracyReport, worst_of
 from tritongen.gates.compat import ContainerReport
 from tritongen.precision.optimize import OptimizeReport
 from tritongen.runtimes.base import Export, Runtime, Variant
 from tritongen.runtimes.gating import gate_reference, gate_texts
+from tritongen.runtimes.openvino.int8 import Int8Candidate, search_int8_ir
 from tritongen.runtimes.openvino.ir import (
     IR_FILE,
     OpenVinoSession,
     convert_to_ir,
     cpu_precisions,
     openvino_version,
-    quantize_ir,
 )
 from tritongen.tasks import BuildPlan
 
@@ -41,44 +42,82 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant:
     xml = onnx.target.with_name(IR_FILE)
     version = openvino_version()
     validation, calibration, calibration_source = gate_texts(spec)
-    fp32_xml = onnx.fp32_path.with_suffix(".xml") if spec.precision == "int8" else xml  # outside the staged tree
+    int8 = spec.precision == "int8"
+    fp32_xml = onnx.fp32_path.with_suffix(".xml") if int8 else xml  # outside the staged tree
     with console.status(f"Converting to OpenVINO {version} IR…"), stage("OpenVINO conversion"):
         convert_to_ir(onnx.fp32_path, fp32_xml)
     steps = [f"converted to OpenVINO {version} IR (`{IR_FILE}`, FP32 weights); the precision is OpenVINO's choice"]
-    if spec.precision == "int8":
-        pairs = plan.pairs(calibration)
-        feeds = [onnx.encoder([t], None if pairs is None else [pairs[i]]) for i, t in enumerate(calibration)]
-        with console.status(f"INT8: NNCF calibration on {len(feeds)} texts…"), stage("OpenVINO INT8"):
-            nncf_version = quantize_ir(fp32_xml, xml, feeds)
-        steps.append(
-            f"int8 by NNCF {nncf_version} post-training quantisation (transformer preset: weights per channel, "
-            f"activations calibrated on {len(feeds)} texts from {calibration_source}; softmax and norms in float)"
-        )
     reference, gate_line = gate_reference(plan, onnx, console, validation)
-    steps.append(gate_line)
     precisions = cpu_precisions()
-    reports = []
-    int8 = spec.precision == "int8"
-    for precision in precisions:
-        name = f"OpenVINO {'INT8+' if int8 else ''}{precision.upper()}"
-        with console.status(f"Accuracy gate: {name}…"), stage("accuracy gate"):
-            session = OpenVinoSession(xml, {"INFERENCE_PRECISION_HINT": precision, "NUM_STREAMS": 1})
-            report = reference.measure(session, name)
+
+    def gate(path: Path, prefix: str) -> list[AccuracyReport]:
+        reports = []
+        for precision in precisions:
+            name = f"OpenVINO {prefix}{precision.upper()}"
+            with console.status(f"Accuracy gate: {name}…"), stage("accuracy gate"):
+                session = OpenVinoSession(path, {"INFERENCE_PRECISION_HINT": precision, "NUM_STREAMS": 1})
+                reports.append(reference.measure(session, name))
+        return reports
+
+    if int8:
+        int8_steps, reports = _int8(plan, onnx, fp32_xml, xml, (calibration, calibration_source), gate, console)
+        steps += int8_steps
+    else:
+        reports = gate(xml, "")
+    steps.append(gate_line)
+    for report in reports:
         console.print(Markdown(report.to_markdown(accepted=spec.accept_accuracy_loss)))
-        steps.append(f"gated at {name}: {'passed' if report.passed else 'FAILED'}, {report.summary()}")
-        reports.append(report)
+        steps.append(f"gated at {report.variant}: {'passed' if report.passed else 'FAILED'}, {report.summary()}")
     if "bf16" not in precisions:
         steps.append("BF16 not gated: this CPU has no BF16; a node whose CPU has it computes in BF16 ungated")
     for report in reports:  # each by its own name: the native backend cannot opt out of BF16
         if not report.passed and not spec.accept_accuracy_loss:
             raise AccuracyError(
                 f"accuracy gate failed: {report.summary()}; nothing was published"
-                + ("; INT8 lost too much: build with --precision fp32, or accept it with --accept-accuracy-loss"
-                   if int8 else "; OpenVINO computes in BF16 on CPUs that have it (the native backend cannot turn "
-                   "that off): build with --runtime onnx" if "BF16" in report.variant else "")
+                + ("; INT8 lost too much, with every candidate: build with --precision fp32, or accept it with "
+                   "--accept-accuracy-loss" if int8 else "; OpenVINO computes in BF16 on CPUs that have it (the "
+                   "native backend cannot turn that off): build with --runtime onnx" if "BF16" in report.variant
+                   else "")
             )  # fmt: skip
     accuracy = dataclasses.replace(worst_of(reports), variant=f"OpenVINO {'/'.join(p.upper() for p in precisions)}")
     return Variant(OptimizeReport(steps=steps), accuracy, None, reference)
+
+
+def _int8(
+    plan: BuildPlan,
+    onnx: Export,
+    fp32_xml: Path,
+    xml: Path,
+    calibration: tuple[list[str], str],
+    gate: Callable[[Path, str], list[AccuracyReport]],
+    console: Console,
+) -> tuple[list[str], list[AccuracyReport]]:
+    """NNCF's INT8 IR of ``fp32_xml`` at ``xml``, the first candidate that passes; its card lines and gate reports."""
+    texts, source = calibration
+    pairs = plan.pairs(texts)
+    feeds = [onnx.encoder([t], None if pairs is None else [pairs[i]]) for i, t in enumerate(texts)]
+    with console.status("INT8…") as status, stage("OpenVINO INT8"):
+
+        def gate_candidate(path: Path, candidate: Int8Candidate) -> list[AccuracyReport]:
+            status.update(f"INT8, {candidate.label}: gated…")
+            return gate(path, "INT8+")
+
+        trials, chosen, version = search_int8_ir(
+            fp32_xml, xml, feeds, gate_candidate,
+            announce=lambda line: console.print(line, markup=False, soft_wrap=True),
+            status=lambda candidate: status.update(f"INT8, {candidate.label}: NNCF calibration on {len(feeds)} texts…"),
+        )  # fmt: skip
+    served = (
+        f"the first of its candidates in expected speed order that passed the gate at every precision: "
+        f"{chosen.candidate.label}" if chosen.passed else
+        f"no candidate passed the gate at every precision; the most accurate: {chosen.candidate.label}"
+    )  # fmt: skip
+    steps = [
+        f"int8 by NNCF {version} post-training quantisation (transformer preset: weights per channel, activations "
+        f"calibrated on {len(feeds)} texts from {source}; softmax and norms in float), {served}",
+        *(trial.line() for trial in trials if trial is not chosen),
+    ]
+    return steps, list(chosen.reports)
 
 
 def container_check(

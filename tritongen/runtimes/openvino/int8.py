@@ -1,0 +1,168 @@
+"""OpenVINO INT8 by NNCF: the fastest of a few candidates that passes the gate at every precision.
+
+NNCF's transformer preset quantises every MatMul, the attention products too, and leaves softmax and the norms in
+float. On MiniLM that loses too much on single words (min cosine 0.978 against FP32 PyTorch, under the 0.98
+floor). The inputs of the feed-forward down projections (a GELU's output, 4x wider than the hidden size) carry the
+outliers 8 bits hold worst; kept in float, MiniLM passes (0.988), and still computes 32 documents 1.7x faster
+than the sentence-transformers script's ONNX Runtime INT8 on a CPU with BF16, 1.2x at FP32 (docs/benchmarks.md).
+So candidates go in the order of their expected speed, and the first that passes is served:
+
+1. every MatMul in INT8 (NNCF's preset);
+2. the down projections in float;
+3. the down projections and the attention products in float.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tritongen.gates.accuracy import AccuracyReport, worst_of
+
+__all__ = [
+    "ATTENTION",
+    "CANDIDATES",
+    "DOWN",
+    "Int8Candidate",
+    "Int8Trial",
+    "float_matmuls",
+    "quantize_ir",
+    "search_int8_ir",
+]
+
+DOWN, ATTENTION = "down projections", "attention products"
+
+
+@dataclass(frozen=True)
+class Int8Candidate:
+    """One way to quantise: the kinds of MatMul it keeps in float (``DOWN``, ``ATTENTION``)."""
+
+    keeps: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """``every MatMul in INT8``, or ``the down projections in float``."""
+        return f"the {' and the '.join(self.keeps)} in float" if self.keeps else "every MatMul in INT8"
+
+
+CANDIDATES = (Int8Candidate(), Int8Candidate((DOWN,)), Int8Candidate((DOWN, ATTENTION)))
+
+
+@dataclass(frozen=True)
+class Int8Trial:
+    """A candidate built and gated: its gate at each precision, and how many MatMuls it kept in float."""
+
+    candidate: Int8Candidate
+    reports: tuple[AccuracyReport, ...]
+    kept: int
+
+    @property
+    def passed(self) -> bool:
+        """Whether it passed at every precision."""
+        return all(report.passed for report in self.reports)
+
+    @property
+    def worst(self) -> AccuracyReport:
+        """Its worst figures over the precisions."""
+        return worst_of(self.reports)
+
+    def line(self) -> str:
+        """One line for the console and the card."""
+        kept = f", {self.kept} MatMul{'s' if self.kept > 1 else ''} in float" if self.kept else ""
+        return f"INT8 candidate, {self.candidate.label}{kept}: {'passed' if self.passed else 'refused'}, " + (
+            "; ".join(report.summary() for report in self.reports)
+        )
+
+
+def float_matmuls(model: Any, kinds: Sequence[str]) -> list[str]:
+    """The names of ``model``'s MatMuls of ``kinds``.
+
+    Down projections have a constant weight and are wider in than out; attention products have no constant input.
+    """
+    names = []
+    for op in model.get_ops():
+        if op.get_type_name() != "MatMul":
+            continue
+        constant = any(op.input_value(i).get_node().get_type_name() in ("Constant", "Convert") for i in range(2))
+        if not constant:
+            kind = ATTENTION
+        else:
+            width_in, width_out = op.input_value(0).get_partial_shape()[-1], op.get_output_partial_shape(0)[-1]
+            static = width_in.is_static and width_out.is_static
+            kind = DOWN if static and width_in.get_length() > width_out.get_length() else ""
+        if kind in kinds:
+            names.append(op.get_friendly_name())
+    return names
+
+
+def quantize_ir(
+    xml_path: Path, target: Path, feeds: Sequence[Mapping[str, np.ndarray]], keeps: Sequence[str] = ()
+) -> tuple[str, int]:
+    """Post-training INT8 of the IR at ``xml_path`` into ``target`` with NNCF; NNCF's version and the MatMuls kept.
+
+    NNCF's transformer preset: MatMul weights per channel and activations calibrated on ``feeds`` (model inputs,
+    one text each), with the ops that lose accuracy in INT8 (softmax, layer norms...) left in float, and the
+    MatMuls of ``keeps`` too (:func:`float_matmuls`). The result is IR with FakeQuantize nodes, which the CPU
+    plugin runs as INT8 kernels (VNNI/AMX where the CPU has them) and which any OpenVINO since 2022 reads.
+    """
+    import logging
+
+    import nncf
+    import openvino as ov
+
+    nncf.set_log_level(logging.ERROR)
+    model = ov.Core().read_model(str(xml_path))
+    kept = float_matmuls(model, keeps) if keeps else []
+    quantized = nncf.quantize(
+        model,
+        nncf.Dataset(list(feeds)),
+        model_type=nncf.ModelType.TRANSFORMER,
+        subset_size=len(feeds),
+        **({"ignored_scope": nncf.IgnoredScope(names=kept)} if kept else {}),
+    )
+    ov.save_model(quantized, str(target), compress_to_fp16=False)
+    return str(nncf.__version__), len(kept)
+
+
+def search_int8_ir(
+    fp32_xml: Path,
+    target: Path,
+    feeds: Sequence[Mapping[str, np.ndarray]],
+    gate: Callable[[Path, Int8Candidate], Sequence[AccuracyReport]],
+    announce: Callable[[str], None] = lambda _: None,
+    status: Callable[[Int8Candidate], None] = lambda _: None,
+) -> tuple[list[Int8Trial], Int8Trial, str]:
+    """Quantise ``fp32_xml`` as :data:`CANDIDATES` say, in order, until one passes ``gate`` (at every precision).
+
+    The chosen candidate (the first that passed, else the most accurate) is written to ``target``
+    (``model.xml`` and its ``.bin``). Returns every trial, the chosen one and NNCF's version. ``status`` hears of
+    each candidate as it is quantised, ``announce`` gets each trial's line.
+    """
+    work = target.parent / "_int8_candidates"
+    work.mkdir(parents=True, exist_ok=True)
+    trials: list[tuple[Int8Trial, Path]] = []
+    version = ""
+    try:
+        for index, candidate in enumerate(CANDIDATES):
+            path = work / f"candidate_{index}.xml"
+            status(candidate)
+            version, kept = quantize_ir(fp32_xml, path, feeds, candidate.keeps)
+            if candidate.keeps and not kept:  # nothing of that kind to keep: the same model as the one before
+                continue
+            trial = Int8Trial(candidate, tuple(gate(path, candidate)), kept)
+            announce(trial.line())
+            trials.append((trial, path))
+            if trial.passed:
+                break
+        passed = [(t, p) for t, p in trials if t.passed]
+        chosen, path = passed[0] if passed else max(trials, key=lambda item: min(item[0].worst.margins().values()))
+        shutil.copyfile(path, target)
+        shutil.copyfile(path.with_suffix(".bin"), target.with_suffix(".bin"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return [trial for trial, _ in trials], chosen, version
