@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tritongen.gates.accuracy import AccuracyReport
-from tritongen.runtimes.openvino.int8 import ATTENTION, CANDIDATES, DOWN, float_matmuls, search_int8_ir
+from tritongen.runtimes.openvino.int8 import CANDIDATES, MatMulKind, float_matmuls, search_int8_ir
 
 HIDDEN, WIDE = 8, 32
 
@@ -40,9 +40,9 @@ def _block(path: Path | None = None):
 
 def test_float_matmuls_finds_the_down_projections_and_the_attention_products():
     model = _block()
-    assert float_matmuls(model, [DOWN]) == ["down"]
-    assert sorted(float_matmuls(model, [ATTENTION])) == ["context", "scores"]
-    assert sorted(float_matmuls(model, [DOWN, ATTENTION])) == ["context", "down", "scores"]
+    assert float_matmuls(model, [MatMulKind.DOWN]) == ["down"]
+    assert sorted(float_matmuls(model, [MatMulKind.ATTENTION])) == ["context", "scores"]
+    assert sorted(float_matmuls(model, [MatMulKind.DOWN, MatMulKind.ATTENTION])) == ["context", "down", "scores"]
     assert float_matmuls(model, []) == []
 
 

@@ -15,8 +15,9 @@ So candidates go in the order of their expected speed, and the first that passes
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -24,33 +25,33 @@ import numpy as np
 
 from tritongen.gates.accuracy import AccuracyReport, worst_of
 
-__all__ = [
-    "ATTENTION",
-    "CANDIDATES",
-    "DOWN",
-    "Int8Candidate",
-    "Int8Trial",
-    "float_matmuls",
-    "quantize_ir",
-    "search_int8_ir",
-]
+__all__ = ["CANDIDATES", "Int8Candidate", "Int8Trial", "MatMulKind", "float_matmuls", "quantize_ir", "search_int8_ir"]
 
-DOWN, ATTENTION = "down projections", "attention products"
+
+class MatMulKind(Enum):
+    """The MatMuls a candidate may keep in float."""
+
+    DOWN = "down projections"  # a constant weight, wider in than out: the feed-forward output
+    ATTENTION = "attention products"  # no constant input: the attention scores and the weighted values
 
 
 @dataclass(frozen=True)
 class Int8Candidate:
-    """One way to quantise: the kinds of MatMul it keeps in float (``DOWN``, ``ATTENTION``)."""
+    """One way to quantise: the kinds of MatMul it keeps in float."""
 
-    keeps: tuple[str, ...] = ()
+    keeps: tuple[MatMulKind, ...] = ()
 
     @property
     def label(self) -> str:
         """``every MatMul in INT8``, or ``the down projections in float``."""
-        return f"the {' and the '.join(self.keeps)} in float" if self.keeps else "every MatMul in INT8"
+        return f"the {' and the '.join(k.value for k in self.keeps)} in float" if self.keeps else "every MatMul in INT8"
 
 
-CANDIDATES = (Int8Candidate(), Int8Candidate((DOWN,)), Int8Candidate((DOWN, ATTENTION)))
+CANDIDATES = (
+    Int8Candidate(),
+    Int8Candidate((MatMulKind.DOWN,)),
+    Int8Candidate((MatMulKind.DOWN, MatMulKind.ATTENTION)),
+)
 
 
 @dataclass(frozen=True)
@@ -79,29 +80,25 @@ class Int8Trial:
         )
 
 
-def float_matmuls(model: Any, kinds: Sequence[str]) -> list[str]:
-    """The names of ``model``'s MatMuls of ``kinds``.
-
-    Down projections have a constant weight and are wider in than out; attention products have no constant input.
-    """
+def float_matmuls(model: Any, kinds: Collection[MatMulKind]) -> list[str]:
+    """The names of ``model``'s MatMuls of ``kinds``."""
     names = []
     for op in model.get_ops():
         if op.get_type_name() != "MatMul":
             continue
         constant = any(op.input_value(i).get_node().get_type_name() in ("Constant", "Convert") for i in range(2))
-        if not constant:
-            kind = ATTENTION
-        else:
+        kind: MatMulKind | None = MatMulKind.ATTENTION
+        if constant:
             width_in, width_out = op.input_value(0).get_partial_shape()[-1], op.get_output_partial_shape(0)[-1]
             static = width_in.is_static and width_out.is_static
-            kind = DOWN if static and width_in.get_length() > width_out.get_length() else ""
+            kind = MatMulKind.DOWN if static and width_in.get_length() > width_out.get_length() else None
         if kind in kinds:
             names.append(op.get_friendly_name())
     return names
 
 
 def quantize_ir(
-    xml_path: Path, target: Path, feeds: Sequence[Mapping[str, np.ndarray]], keeps: Sequence[str] = ()
+    xml_path: Path, target: Path, feeds: Sequence[Mapping[str, np.ndarray]], keeps: Collection[MatMulKind] = ()
 ) -> tuple[str, int]:
     """Post-training INT8 of the IR at ``xml_path`` into ``target`` with NNCF; NNCF's version and the MatMuls kept.
 
