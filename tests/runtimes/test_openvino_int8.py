@@ -85,3 +85,21 @@ def test_int8_serves_the_most_accurate_candidate_when_none_passes(tmp_path):
     assert [t.candidate for t in trials] == list(CANDIDATES) and not any(t.passed for t in trials)
     assert chosen.candidate == CANDIDATES[1]
     assert "refused" in chosen.line() and "the down projections in float, 1 MatMul in float" in chosen.line()
+
+
+@pytest.mark.build
+def test_int8_a_candidate_must_pass_where_it_will_be_served_too(tmp_path):
+    """Gated again where it will run (the target container's OpenVINO): refused there, the next candidate is tried."""
+    source = tmp_path / "fp32.xml"
+    _block(source)
+    feeds = [{"x": np.ones((1, 4, HIDDEN), np.float32)}]
+    there = iter([0.97, 0.99])  # the first candidate that passes here fails there; the next passes both
+    trials, chosen, _ = search_int8_ir(
+        source, tmp_path / "model.xml", feeds,
+        lambda path, candidate: [_report(0.97 if not candidate.keeps else 0.99)],
+        lambda path: [_report(next(there))],
+    )  # fmt: skip
+    assert [t.candidate for t in trials] == list(CANDIDATES)
+    assert not trials[0].there  # refused here: not gated there
+    assert trials[1].reports[0].passed and not trials[1].passed
+    assert chosen is trials[2] and chosen.passed and chosen.there

@@ -248,7 +248,7 @@ def _parity_in(session: ContainerSession, check: ContainerCheck) -> ContainerRep
 
 def _gate_in(session: ContainerSession, reference: Any, label: str, batch_dependent: bool) -> AccuracyReport:
     """The accuracy gate ``reference`` measured on ``session`` (the container's runtime)."""
-    return reference.measure(session, f"{label} in ORT {session.version}", batch_dependent=batch_dependent)
+    return reference.measure(session, f"{label} in {session.label}", batch_dependent=batch_dependent)
 
 
 def container_gate(

@@ -83,7 +83,7 @@ class OpenVino(Runtime):
         """The export as IR (INT8 by NNCF), gated at every precision OpenVINO may run it at."""
         from tritongen.runtimes.openvino.stages import optimise
 
-        return optimise(plan, onnx, console)
+        return optimise(self, plan, onnx, console)
 
     def container_check(
         self, plan: BuildPlan, onnx: Export, variant: Variant | None, console: Console, release: str, python: Path

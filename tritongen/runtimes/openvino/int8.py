@@ -61,11 +61,12 @@ class Int8Trial:
     candidate: Int8Candidate
     reports: tuple[AccuracyReport, ...]
     kept: int
+    there: tuple[AccuracyReport, ...] = ()  # the gate again where it will be served, once it passed here
 
     @property
     def passed(self) -> bool:
-        """Whether it passed at every precision."""
-        return all(report.passed for report in self.reports)
+        """Whether it passed at every precision, here and where it will be served."""
+        return all(report.passed for report in (*self.reports, *self.there))
 
     @property
     def worst(self) -> AccuracyReport:
@@ -76,7 +77,7 @@ class Int8Trial:
         """One line for the console and the card."""
         kept = f", {self.kept} MatMul{'s' if self.kept > 1 else ''} in float" if self.kept else ""
         return f"INT8 candidate, {self.candidate.label}{kept}: {'passed' if self.passed else 'refused'}, " + (
-            "; ".join(report.summary() for report in self.reports)
+            "; ".join(report.summary() for report in (*self.reports, *self.there))
         )
 
 
@@ -131,10 +132,14 @@ def search_int8_ir(
     target: Path,
     feeds: Sequence[Mapping[str, np.ndarray]],
     gate: Callable[[Path, Int8Candidate], Sequence[AccuracyReport]],
+    served: Callable[[Path], Sequence[AccuracyReport]] | None = None,
     announce: Callable[[str], None] = lambda _: None,
     status: Callable[[Int8Candidate], None] = lambda _: None,
 ) -> tuple[list[Int8Trial], Int8Trial, str]:
     """Quantise ``fp32_xml`` as :data:`CANDIDATES` say, in order, until one passes ``gate`` (at every precision).
+
+    ``served``, when set, gates a candidate that passed here again where it will be served (the target container's
+    OpenVINO); it must pass there too.
 
     The chosen candidate (the first that passed, else the most accurate) is written to ``target``
     (``model.xml`` and its ``.bin``). Returns every trial, the chosen one and NNCF's version. ``status`` hears of
@@ -151,7 +156,10 @@ def search_int8_ir(
             version, kept = quantize_ir(fp32_xml, path, feeds, candidate.keeps)
             if candidate.keeps and not kept:  # nothing of that kind to keep: the same model as the one before
                 continue
-            trial = Int8Trial(candidate, tuple(gate(path, candidate)), kept)
+            reports = tuple(gate(path, candidate))
+            passed_here = all(report.passed for report in reports)
+            there = tuple(served(path)) if served is not None and passed_here else ()
+            trial = Int8Trial(candidate, reports, kept, there)
             announce(trial.line())
             trials.append((trial, path))
             if trial.passed:

@@ -14,8 +14,8 @@ from rich.markdown import Markdown
 
 from tritongen.containers import container
 from tritongen.errors import AccuracyError, stage
-from tritongen.gates.accuracy import AccuracyReport, worst_of
-from tritongen.gates.compat import ContainerReport
+from tritongen.gates.accuracy import AccuracyReport, GateReference, worst_of
+from tritongen.gates.compat import ContainerReport, container_gate, container_python
 from tritongen.precision.optimize import OptimizeReport
 from tritongen.runtimes.base import Export, Runtime, Variant
 from tritongen.runtimes.gating import gate_reference, gate_texts
@@ -31,8 +31,10 @@ from tritongen.tasks import BuildPlan
 
 __all__ = ["container_check", "optimise"]
 
+_Gate = Callable[[Path], list[AccuracyReport]]
 
-def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant:
+
+def optimise(runtime: Runtime, plan: BuildPlan, onnx: Export, console: Console) -> Variant:
     """Stage 4 for ``runtime: openvino``: the FP32 export as IR, gated at every precision OpenVINO may run it at.
 
     The served model is ``model.xml``/``model.bin`` (no ``model.onnx``). OpenVINO computes in BF16 on CPUs that
@@ -60,7 +62,11 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant:
         return reports
 
     if int8:
-        int8_steps, reports = _int8(plan, onnx, fp32_xml, xml, (calibration, calibration_source), gate, console)
+        served = _served_gate(runtime, plan, reference)
+        int8_steps, reports = _int8(
+            plan, onnx, console, models=(fp32_xml, xml), calibration=(calibration, calibration_source), gate=gate,
+            served=served,
+        )  # fmt: skip
         steps += int8_steps
     else:
         reports = gate(xml, "")
@@ -83,17 +89,34 @@ def optimise(plan: BuildPlan, onnx: Export, console: Console) -> Variant:
     return Variant(OptimizeReport(steps=steps), accuracy, None, reference)
 
 
+def _served_gate(runtime: Runtime, plan: BuildPlan, reference: GateReference) -> _Gate | None:
+    """The gate in the first target container's OpenVINO at each precision, for the INT8 candidates; None: skipped."""
+    release = plan.spec.containers[0]
+    python = container_python(release)
+    if not plan.spec.container_check or python is None:
+        return None
+    gates = {
+        precision: container_gate(reference, lambda model, p=precision: runtime.container_session(model, python, p))
+        for precision in cpu_precisions()
+    }
+    return lambda path: [gate(path, f"INT8+{p.upper()}", False) for p, gate in gates.items()]
+
+
 def _int8(
     plan: BuildPlan,
     onnx: Export,
-    fp32_xml: Path,
-    xml: Path,
+    console: Console,
+    *,
+    models: tuple[Path, Path],
     calibration: tuple[list[str], str],
     gate: Callable[[Path, str], list[AccuracyReport]],
-    console: Console,
+    served: _Gate | None,
 ) -> tuple[list[str], list[AccuracyReport]]:
-    """NNCF's INT8 IR of ``fp32_xml`` at ``xml``, the first candidate that passes; its card lines and gate reports."""
-    texts, source = calibration
+    """The first INT8 candidate that passes ``gate`` here and ``served`` where it will run; its lines and reports.
+
+    ``models``: the FP32 IR and where the INT8 IR goes; ``calibration``: the texts and where they come from.
+    """
+    (fp32_xml, xml), (texts, source) = models, calibration
     pairs = plan.pairs(texts)
     feeds = [onnx.encoder([t], None if pairs is None else [pairs[i]]) for i, t in enumerate(texts)]
     with console.status("INT8…") as status, stage("OpenVINO INT8"):
@@ -102,19 +125,25 @@ def _int8(
             status.update(f"INT8, {candidate.label}: gated…")
             return gate(path, "INT8+")
 
+        def gate_there(path: Path) -> list[AccuracyReport]:
+            status.update("INT8: gated again in the target container's OpenVINO…")
+            assert served is not None
+            return served(path)
+
         trials, chosen, version = search_int8_ir(
-            fp32_xml, xml, feeds, gate_candidate,
+            fp32_xml, xml, feeds, gate_candidate, gate_there if served is not None else None,
             announce=lambda line: console.print(line, markup=False, soft_wrap=True),
             status=lambda candidate: status.update(f"INT8, {candidate.label}: NNCF calibration on {len(feeds)} texts…"),
         )  # fmt: skip
-    served = (
+    verdict = (
         f"the first of its candidates in expected speed order that passed the gate at every precision: "
         f"{chosen.candidate.label}" if chosen.passed else
         f"no candidate passed the gate at every precision; the most accurate: {chosen.candidate.label}"
     )  # fmt: skip
     steps = [
         f"int8 by NNCF {version} post-training quantisation (transformer preset: weights per channel, activations "
-        f"calibrated on {len(feeds)} texts from {source}; softmax and norms in float), {served}",
+        f"calibrated on {len(feeds)} texts from {source}; softmax and norms in float), {verdict}"
+        + (", here and in the target container's OpenVINO" if served is not None else ""),
         *(trial.line() for trial in trials if trial is not chosen),
     ]
     return steps, list(chosen.reports)
