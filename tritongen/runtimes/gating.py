@@ -57,10 +57,16 @@ def gate_reference(
     return reference, f"accuracy gate texts: {len(validation)} validation texts and {lengths.describe(plan.max_length)}"
 
 
-def served_gate(runtime: Runtime, plan: BuildPlan, reference: GateReference) -> ServedGate | None:
-    """The gate in the target container's runtime, for the INT8 search's candidates; None where it is skipped."""
+def served_gate(
+    runtime: Runtime, plan: BuildPlan, reference: GateReference, precision: str = "f32"
+) -> ServedGate | None:
+    """The gate in the target container's runtime, for the INT8 candidates; None where it is skipped.
+
+    ``precision``: what the runtime computes at there (OpenVINO's ``f32`` or ``bf16``).
+    """
     python = container_python(plan.spec.containers[0])
     if runtime.container_check_skipped or not plan.spec.container_check or python is None:
         return None
     where = f"{runtime.title} {runtime.container_release(container(plan.spec.containers[0]))}"
-    return ServedGate(container_gate(reference, lambda model: runtime.container_session(model, python)), where)
+    gate = container_gate(reference, lambda model: runtime.container_session(model, python, precision))
+    return ServedGate(gate, where)

@@ -15,10 +15,10 @@ from rich.markdown import Markdown
 from tritongen.containers import container
 from tritongen.errors import AccuracyError, stage
 from tritongen.gates.accuracy import AccuracyReport, GateReference, worst_of
-from tritongen.gates.compat import ContainerReport, container_gate, container_python
+from tritongen.gates.compat import ContainerReport
 from tritongen.precision.optimize import OptimizeReport
 from tritongen.runtimes.base import Export, Runtime, Variant
-from tritongen.runtimes.gating import gate_reference, gate_texts
+from tritongen.runtimes.gating import gate_reference, gate_texts, served_gate
 from tritongen.runtimes.openvino.int8 import Int8Candidate, search_int8_ir
 from tritongen.runtimes.openvino.ir import (
     IR_FILE,
@@ -91,15 +91,10 @@ def optimise(runtime: Runtime, plan: BuildPlan, onnx: Export, console: Console) 
 
 def _served_gate(runtime: Runtime, plan: BuildPlan, reference: GateReference) -> _Gate | None:
     """The gate in the first target container's OpenVINO at each precision, for the INT8 candidates; None: skipped."""
-    release = plan.spec.containers[0]
-    python = container_python(release)
-    if not plan.spec.container_check or python is None:
+    gates = {p: gate for p in cpu_precisions() if (gate := served_gate(runtime, plan, reference, p)) is not None}
+    if not gates:  # skipped at every precision alike
         return None
-    gates = {
-        precision: container_gate(reference, lambda model, p=precision: runtime.container_session(model, python, p))
-        for precision in cpu_precisions()
-    }
-    return lambda path: [gate(path, f"INT8+{p.upper()}", False) for p, gate in gates.items()]
+    return lambda path: [gate.measure(path, f"INT8+{p.upper()}", False) for p, gate in gates.items()]
 
 
 def _int8(
