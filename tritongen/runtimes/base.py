@@ -116,6 +116,9 @@ class Variant:
     accuracy: AccuracyReport
     search: SearchReport | None = None
     reference: GateReference | None = field(default=None, repr=False, compare=False)  # for the container check
+    # The served model's gate in the first target container's runtime, one report per precision, where stage 4 already
+    # measured it there (an INT8 search gates its candidates there): stage 5 takes these instead of measuring again.
+    gated_there: tuple[AccuracyReport, ...] = ()
 
     @property
     def chosen(self) -> str | None:

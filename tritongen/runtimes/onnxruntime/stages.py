@@ -14,7 +14,7 @@ from rich.markdown import Markdown
 from tritongen.containers import container
 from tritongen.cpu import int8_weights_saturate
 from tritongen.errors import AccuracyError, ParityError, stage
-from tritongen.gates.accuracy import AccuracyReport, require_accuracy
+from tritongen.gates.accuracy import require_accuracy
 from tritongen.gates.compat import ContainerCheck, ContainerReport, check_in_container
 from tritongen.precision.int8_search import SearchFeedback, SearchSettings, search_int8
 from tritongen.precision.optimize import optimize_model
@@ -73,7 +73,9 @@ def optimise(runtime: Runtime, plan: BuildPlan, onnx: Export, console: Console) 
             accuracy = reference.measure(target, runtime.variant_name(spec))
     console.print(Markdown(accuracy.to_markdown(accepted=spec.accept_accuracy_loss)))
     require_accuracy(accuracy, accept_loss=spec.accept_accuracy_loss)
-    return Variant(optimized, accuracy, search, reference)
+    chosen = None if search is None else search.chosen
+    there = (chosen.container,) if chosen is not None and chosen.container is not None else ()
+    return Variant(optimized, accuracy, search, reference, gated_there=there)
 
 
 def container_check(
@@ -90,7 +92,8 @@ def container_check(
     spec = plan.spec
     feeds = plan.bound.modality.feeds(plan, onnx.encoder)
     lossy = variant is not None and spec.precision != "fp32"
-    gated = _gated_there(variant, release == spec.containers[0])
+    first = variant is not None and bool(variant.gated_there) and release == spec.containers[0]
+    gated = variant.gated_there[0] if first and variant is not None else None
     release_there = runtime.container_release(target)
     if gated is not None:  # the INT8 search gated this very file there already: its figures stand
         label = f"{runtime.title} {release_there}"
@@ -113,10 +116,3 @@ def container_check(
         error = AccuracyError if lossy else ParityError
         raise error(f"{report.summary()}; nothing was published (serve it elsewhere with --no-container-check)")
     return report
-
-
-def _gated_there(variant: Variant | None, first_container: bool) -> AccuracyReport | None:
-    """The served candidate's gate in the first target container's runtime, where the INT8 search measured it."""
-    if variant is None or variant.search is None or variant.search.chosen is None or not first_container:
-        return None
-    return variant.search.chosen.container

@@ -63,13 +63,13 @@ def optimise(runtime: Runtime, plan: BuildPlan, onnx: Export, console: Console) 
 
     if int8:
         served = _served_gate(runtime, plan, reference)
-        int8_steps, reports = _int8(
+        int8_steps, reports, there = _int8(
             plan, onnx, console, models=(fp32_xml, xml), calibration=(calibration, calibration_source), gate=gate,
             served=served,
         )  # fmt: skip
         steps += int8_steps
     else:
-        reports = gate(xml, "")
+        reports, there = gate(xml, ""), []
     steps.append(gate_line)
     for report in reports:
         console.print(Markdown(report.to_markdown(accepted=spec.accept_accuracy_loss)))
@@ -86,7 +86,7 @@ def optimise(runtime: Runtime, plan: BuildPlan, onnx: Export, console: Console) 
                    else "")
             )  # fmt: skip
     accuracy = dataclasses.replace(worst_of(reports), variant=f"OpenVINO {'/'.join(p.upper() for p in precisions)}")
-    return Variant(OptimizeReport(steps=steps), accuracy, None, reference)
+    return Variant(OptimizeReport(steps=steps), accuracy, None, reference, gated_there=tuple(there))
 
 
 def _served_gate(runtime: Runtime, plan: BuildPlan, reference: GateReference) -> _Gate | None:
@@ -106,10 +106,11 @@ def _int8(
     calibration: tuple[list[str], str],
     gate: Callable[[Path, str], list[AccuracyReport]],
     served: _Gate | None,
-) -> tuple[list[str], list[AccuracyReport]]:
-    """The first INT8 candidate that passes ``gate`` here and ``served`` where it will run; its lines and reports.
+) -> tuple[list[str], list[AccuracyReport], list[AccuracyReport]]:
+    """The first INT8 candidate that passes ``gate`` here and ``served`` where it will run.
 
-    ``models``: the FP32 IR and where the INT8 IR goes; ``calibration``: the texts and where they come from.
+    Returns its card lines, its reports here and its reports there. ``models``: the FP32 IR and where the INT8 IR
+    goes; ``calibration``: the texts and where they come from.
     """
     (fp32_xml, xml), (texts, source) = models, calibration
     pairs = plan.pairs(texts)
@@ -141,7 +142,7 @@ def _int8(
         + (", here and in the target container's OpenVINO" if served is not None else ""),
         *(trial.line() for trial in trials if trial is not chosen),
     ]
-    return steps, list(chosen.reports)
+    return steps, list(chosen.reports), list(chosen.there)
 
 
 def container_check(
@@ -153,20 +154,23 @@ def container_check(
     if variant.reference is None:
         return {"skipped": "no gate reference"}
     reports, there = [], f"{runtime.title} {runtime.container_release(target)}"
-    for precision in cpu_precisions():
-        with (
-            console.status(f"Gating the IR at {precision.upper()} in {there}…"),
-            stage("container check"),
-            runtime.container_session(onnx.target.with_name(IR_FILE), python, precision) as session,
-        ):
-            accuracy = variant.reference.measure(session, f"{precision.upper()} in {session.label}")
-        report = ContainerReport(
-            session.version, "gate", target.release, accuracy.passed, accuracy=accuracy, label=session.label
-        )
+    measured = variant.gated_there if release == spec.containers[0] else ()  # the INT8 search gated this file there
+    for index, precision in enumerate(cpu_precisions()):
+        if measured:
+            accuracy = measured[index]
+        else:
+            with (
+                console.status(f"Gating the IR at {precision.upper()} in {there}…"),
+                stage("container check"),
+                runtime.container_session(onnx.target.with_name(IR_FILE), python, precision) as session,
+            ):
+                accuracy = variant.reference.measure(session, f"{precision.upper()} in {session.label}")
+        where = accuracy.variant.split(" in ")[-1]  # the runtime the gate ran in
+        report = ContainerReport(where, "gate", target.release, accuracy.passed, accuracy=accuracy, label=where)
         console.print(report.summary())
         if not report.passed and not spec.accept_accuracy_loss:
             raise AccuracyError(f"{report.summary()}; nothing was published (or build with --no-container-check)")
         reports.append(accuracy)
-    label, precisions = reports[0].variant.split(" in ")[-1], "/".join(p.upper() for p in cpu_precisions())
-    worst = dataclasses.replace(worst_of(reports), variant=f"{precisions} in {label}")
-    return ContainerReport(label, "gate", target.release, worst.passed, accuracy=worst, label=label)
+    precisions = "/".join(p.upper() for p in cpu_precisions())
+    worst = dataclasses.replace(worst_of(reports), variant=f"{precisions} in {where}")
+    return ContainerReport(where, "gate", target.release, worst.passed, accuracy=worst, label=where)
