@@ -132,7 +132,11 @@ class _Traffic(threading.Thread):
 
 
 class _Readiness(threading.Thread):
-    """Polls /healthz; ``states`` holds (time, status code)."""
+    """Polls /healthz; ``states`` holds (time the answer came, status code).
+
+    The time is the answer's, not the poll's start: a poll started just before the kill, answered after it, saw the
+    server after the kill (during a reload a poll takes a second or more).
+    """
 
     def __init__(self, serve: ServeProcess) -> None:
         super().__init__(daemon=True)
@@ -142,7 +146,8 @@ class _Readiness(threading.Thread):
 
     def run(self) -> None:
         while not self.halt.wait(0.2):
-            self.states.append((time.monotonic(), self.serve.health()))
+            code = self.serve.health()
+            self.states.append((time.monotonic(), code))
 
 
 def _recovered_at(traffic: _Traffic, killed: float) -> float | None:
