@@ -17,7 +17,8 @@ them to a one-line message and exit code 2. The tree::
     ├── RepositoryError          the output repository cannot be read or written
     ├── EngineError              a TensorRT engine cannot be built here
     ├── ServerError              tritonserver could not start or answer
-    │   └── PortTakenError       a port a server was given was in use when it tried to listen there
+    │   ├── PortTakenError       a port a server was given was in use when it tried to listen there
+    │   └── ServerCrashedError   tritonserver died of a signal while it served
     ├── RolloutError             a roll-out or rollback stopped; the version that served still does
     ├── BenchError               perf_analyzer or a baseline failed
     ├── DeployError              a deploy folder, manifest set or capacity plan cannot be made
@@ -53,6 +54,7 @@ __all__ = [
     "PortTakenError",
     "RepositoryError",
     "RolloutError",
+    "ServerCrashedError",
     "ServerError",
     "SpecError",
     "StageError",
@@ -205,6 +207,14 @@ class PortTakenError(ServerError):
         one = "port" if len(self.ports) == 1 else "one of the ports"
         super().__init__(f"{what} could not listen on {host}: {one} {shown} is already in use; choose other ports",
                          log_file=log_file)  # fmt: skip
+
+
+class ServerCrashedError(ServerError):
+    """tritonserver died of a signal (``number``, 11 for a segmentation fault) while it was ``what``."""
+
+    def __init__(self, what: str, number: int, *, log_file: str | os.PathLike[str] | None = None) -> None:
+        self.what, self.number = what, number
+        super().__init__(f"tritonserver crashed (signal {number}) while {what}; see its log", log_file=log_file)
 
 
 class RolloutError(TritongenError):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import os
+import signal
 
 import pytest
 
+from tritongen.bench import run as bench_run
 from tritongen.bench.perf import Sweep, parse_csv
 from tritongen.bench.run import BenchOptions, run_bench
 from tritongen.errors import BenchError
@@ -13,8 +17,20 @@ from tritongen.errors import BenchError
 pytestmark = [pytest.mark.e2e, pytest.mark.bench]
 
 
-def test_bench_smoke_runs_perf_analyzer_and_writes_report(tmp_path, tiny_factory, builds):
+def test_bench_smoke_runs_perf_analyzer_and_writes_report(tmp_path, tiny_factory, builds, monkeypatch, capsys):
     # The same build as tests/bench/test_tune.py's; the bench starts its own server.
+    traced, tracing = [], bench_run.tracing
+
+    @contextlib.contextmanager
+    def crashing_once(server):
+        """The first traced run's server gets the SIGSEGV Triton 2.51's trace race sometimes deals it."""
+        with tracing(server):
+            traced.append(server.process.pid)
+            if len(traced) == 1:
+                os.kill(server.process.pid, signal.SIGSEGV)
+            yield
+
+    monkeypatch.setattr(bench_run, "tracing", crashing_once)
     repo = builds.repository(builds(tiny_factory("bert"), "clf", buckets=(16, 32)), into=tmp_path / "repo")
     options = BenchOptions(
         name="clf",
@@ -60,6 +76,9 @@ def test_bench_smoke_runs_perf_analyzer_and_writes_report(tmp_path, tiny_factory
         "between steps",
     ]
     assert tail.median["clf_model compute"] > 0 and tail.batch[0] >= 1
+    # The crash was seen, the server restarted, and the second traced run is the one reported.
+    assert len(traced) == 2 and traced[0] != traced[1]
+    assert "tritonserver crashed (signal 11) while it traced every request" in capsys.readouterr().err
     assert "### Where the slowest requests wait" in summary
     data = tmp_path / "pa" / "clf"
     assert (data / "input_data.json").is_file() and (data / "sweep.json").is_file()

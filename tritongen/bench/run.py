@@ -39,14 +39,21 @@ from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_inpu
 from tritongen.bench.process import http_process
 from tritongen.bench.report import BenchReport, write_report
 from tritongen.bench.st_peer import ST_VENV, Fp32Check, compare_with_script, st_executable, st_server
-from tritongen.bench.tail import TailReport, read_traces, tail_report, trace_arguments, tracing
+from tritongen.bench.tail import (
+    TRACE_RACE_FIXED_IN,
+    TailReport,
+    read_traces,
+    tail_report,
+    trace_arguments,
+    tracing,
+)
 from tritongen.bench.tune import TuneGrid, TunePlan, TunePoint, tune
 from tritongen.builder.pipeline import build_repository
 from tritongen.builder.spec import load_spec, recorded_spec
 from tritongen.buildspec import DynamicBatchingSettings
 from tritongen.contract import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
 from tritongen.data.datasets import text_set
-from tritongen.errors import BenchError
+from tritongen.errors import BenchError, ServerCrashedError
 from tritongen.repository.contents import step_names
 from tritongen.repository.staging import existing_versions
 from tritongen.runtimes import get_runtime
@@ -59,6 +66,8 @@ __all__ = ["BenchOptions", "run_bench"]
 BASELINES = ("pipeline", "nobatch", "ceiling", "infinity", "gateway", "script", "interleaved")
 # (e), the gateway, only when asked: it measures the gateway, not the ensemble.
 DEFAULT_BASELINES = ("pipeline", "nobatch", "ceiling", "infinity", "script")
+# Runs of --tail before a tritonserver that crashes each time it traces is the bench's failure.
+TRACE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -285,9 +294,26 @@ def _measure_tail(run: _BenchRun, server: TritonServer, trace_file: Path) -> Tai
         return None
     concurrency = max(options.sweep.concurrency)
     run.console.print(f"[bold]Tracing every request for {options.peer_seconds:.0f} s at concurrency {concurrency}…")
-    target = kserve_target("ensemble", server.http_url, options.name, output=None)  # any task: every output
-    with tracing(server.http_url):
-        load = drive(target, run.texts, concurrency, options.peer_seconds)
+    for attempt in range(1, TRACE_ATTEMPTS + 1):
+        trace_file.unlink(missing_ok=True)  # a crashed run's partial file is no part of the next
+        target = kserve_target("ensemble", server.http_url, options.name, output=None)  # any task: every output
+        try:
+            with tracing(server):
+                load = drive(target, run.texts, concurrency, options.peer_seconds)
+            break
+        except ServerCrashedError as crash:
+            if attempt == TRACE_ATTEMPTS:
+                raise BenchError(
+                    f"{crash} on each of {TRACE_ATTEMPTS} tries: a tritonserver before {TRACE_RACE_FIXED_IN} can "
+                    "crash while it traces an ensemble; bench without --tail, or against a newer Triton",
+                    log_file=crash.log_file,
+                ) from None
+            run.console.print(
+                f"[yellow]{crash} (a race of tritonserver before {TRACE_RACE_FIXED_IN}); restarting it to trace "
+                f"again, try {attempt + 1} of {TRACE_ATTEMPTS}"
+            )
+            server.stop()
+            server.start()
     if not load.latencies_ms:
         raise BenchError(f"every traced request to `{options.name}` failed ({load.errors}); see the server's log")
     names = step_names(options.name)

@@ -23,13 +23,24 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tritongen.errors import BenchError
 
-__all__ = ["RequestTrace", "TailReport", "read_traces", "tail_report", "trace_arguments", "tracing"]
+if TYPE_CHECKING:
+    from tritongen.serve.server import TritonServer
+
+__all__ = [
+    "TRACE_RACE_FIXED_IN",
+    "RequestTrace",
+    "TailReport",
+    "read_traces",
+    "tail_report",
+    "trace_arguments",
+    "tracing",
+]
 
 NS_PER_MS = 1e6
 
@@ -42,18 +53,27 @@ def trace_arguments(path: Path) -> list[str]:
     ]  # fmt: skip
 
 
+# Triton before this release can crash while it traces ensembles: its trace release unlocks a mutex it may just have
+# freed (fixed upstream in triton-inference-server/server#8144). The local tritonserver is 2.51.
+TRACE_RACE_FIXED_IN = "Triton 2.57 (the 25.04 container)"
+
+
 @contextlib.contextmanager
-def tracing(http_url: str) -> Iterator[None]:
-    """Every request traced (TIMESTAMPS, rate 1) inside the block; off again after it (which writes the file)."""
+def tracing(server: TritonServer) -> Iterator[None]:
+    """Every request traced (TIMESTAMPS, rate 1) inside the block; off again after it (which writes the file).
+
+    Raises :class:`~tritongen.errors.ServerCrashedError` (the server killed) where tritonserver crashed meanwhile.
+    """
     import tritonclient.http as httpclient
 
-    client = httpclient.InferenceServerClient(http_url, network_timeout=60.0)
+    client = httpclient.InferenceServerClient(server.http_url, network_timeout=60.0)
     try:
-        client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
-        try:
-            yield
-        finally:
-            client.update_trace_settings(settings={"trace_level": ["OFF"]})
+        with server.crash_watch("it traced every request"):
+            client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+            try:
+                yield
+            finally:
+                client.update_trace_settings(settings={"trace_level": ["OFF"]})
     finally:
         client.close()
 

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tritongen.errors import PortTakenError, ServerError
+from tritongen.errors import PortTakenError, ServerCrashedError, ServerError
 from tritongen.serve.backends import (
     ServedBackends,
     built_container,
@@ -63,6 +64,11 @@ _REFUSED = re.compile(r"failed to load '(?P<model>[^']+)' version \d+: (?P<reaso
 _BENIGN = re.compile(r"CudaDriverHelper has not been initialized|Unable to allocate pinned system memory|CUDA driver")
 # Seconds past the exit timeout before the process group gets SIGKILL: Triton's own exit takes a moment.
 _KILL_MARGIN_S = 10.0
+# Triton's handler's line for a signal it received; SIGTERM and SIGINT are stops, any other is a crash.
+_SIGNAL_LINE = re.compile(r"^Signal \((?P<number>\d+)\) received\.", re.MULTILINE)
+_STOPS = {int(signal.SIGTERM), int(signal.SIGINT)}
+# How often crash_watch reads the log's new lines.
+_WATCH_PERIOD_S = 0.2
 
 
 @functools.lru_cache(maxsize=1)
@@ -346,6 +352,59 @@ class TritonServer:
         ]  # fmt: skip
         picked = (errors or lines or ["no output"])[0 if errors else -1]
         return picked.strip()[:400]
+
+    def fatal_signal(self, since: int = 0) -> int | None:
+        """The signal tritonserver logged receiving, past byte ``since`` of its log, other than a stop; None if none.
+
+        Triton's handler logs ``Signal (11) received.`` and may then hang rather than exit, so the process can look
+        alive after a crash; its log cannot.
+        """
+        with contextlib.suppress(OSError), open(self.log_file, "rb") as log:
+            log.seek(since)
+            for found in _SIGNAL_LINE.finditer(log.read().decode(errors="replace")):
+                if int(found["number"]) not in _STOPS:
+                    return int(found["number"])
+        return None
+
+    def kill(self) -> None:
+        """SIGKILL to the server's process group at once (a server that crashed and hangs); :meth:`stop` reaps it."""
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+
+    @contextlib.contextmanager
+    def crash_watch(self, what: str) -> Iterator[None]:
+        """Raise :class:`ServerCrashedError` if tritonserver crashes during the block (``what`` it was doing).
+
+        The server is killed the moment its log shows the crash, so clients inside the block fail at once rather
+        than wait out their time-outs on a server that hangs.
+        """
+        since = self.log_file.stat().st_size if self.log_file.is_file() else 0
+        done, crashed = threading.Event(), threading.Event()
+
+        def watch() -> None:
+            while not done.wait(_WATCH_PERIOD_S):
+                if self.fatal_signal(since) is not None:
+                    crashed.set()
+                    self.kill()
+                    return
+
+        watcher = threading.Thread(target=watch, name="tritonserver-crash-watch", daemon=True)
+        watcher.start()
+        failure: BaseException | None = None
+        try:
+            yield
+        except Exception as exc:  # a client's error is the crash's doing where the server crashed
+            failure = exc
+        finally:
+            done.set()
+            watcher.join()
+        number = self.fatal_signal(since)
+        if number is not None:
+            self.kill()
+            raise ServerCrashedError(what, number, log_file=self.log_file) from failure
+        if failure is not None:
+            raise failure
 
     def stop(self) -> None:
         """Stop the server and every process of its group, stubs included.
