@@ -128,6 +128,7 @@ def test_the_baselines_that_compare_embeddings_refuse_a_classifier(repo, tmp_pat
         run_bench(interleaved)
     with pytest.raises(BenchError, match="baseline interleaved: `clf` is a classification ensemble"):
         run_bench(dataclasses.replace(interleaved, compare=("clf",)))
+    assert not list(tmp_path.iterdir())  # refused before anything ran or was written
 
 
 @pytest.mark.e2e

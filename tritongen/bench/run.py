@@ -178,18 +178,25 @@ class _ServerFigures:
     interleaved: list[PeerComparison] = field(default_factory=list)  # (g) each --compare ensemble against ours
 
 
-def _peer_skipped(run: _BenchRun, baseline: str, venv: Path, ready: bool) -> bool:
-    """Whether the embedding peer ``baseline`` cannot run; asked for explicitly, that is an error, else a note."""
-    options, meta = run.options, run.meta
-    if baseline not in options.baselines:
-        return True
-    why = (
-        f"`{options.name}` is a {meta['task']} ensemble; the peer serves embeddings" if meta["task"] != "embedding"
-        else f"no {venv} (`make {venv.name.removeprefix('.venv-')}-venv` creates it)" if not ready
+def _peer_problem(baseline: str, name: str, task: str) -> str:
+    """Why the embedding peer ``baseline`` cannot run beside ensemble ``name`` of ``task``; empty where it can."""
+    venv, executable = (INFINITY_VENV, infinity_executable) if baseline == "infinity" else (ST_VENV, st_executable)
+    return (
+        f"`{name}` is a {task} ensemble; the peer serves embeddings" if task != "embedding"
+        else f"no {venv} (`make {venv.name.removeprefix('.venv-')}-venv` creates it)" if executable() is None
         else ""
     )  # fmt: skip
-    if why and options.baselines != DEFAULT_BASELINES:
-        raise BenchError(f"baseline {baseline}: {why}")
+
+
+def _peer_skipped(run: _BenchRun, baseline: str) -> bool:
+    """Whether the embedding peer ``baseline`` is not run: not asked for, or in the default set and cannot run.
+
+    Asked for explicitly, a peer that cannot run was refused before anything ran (:func:`_checked_metadata`).
+    """
+    options = run.options
+    if baseline not in options.baselines:
+        return True
+    why = _peer_problem(baseline, options.name, run.meta["task"])
     if why:
         run.console.print(f"[yellow]Baseline {baseline} skipped[/]: {why}")
     return bool(why)
@@ -202,7 +209,7 @@ def _measure_peer(run: _BenchRun, ours: HttpTarget) -> PeerComparison | None:
     is skipped with a note, so ``make bench`` works without the extra.
     """
     options, meta, console = run.options, run.meta, run.console
-    if _peer_skipped(run, "infinity", INFINITY_VENV, infinity_executable() is not None):
+    if _peer_skipped(run, "infinity"):
         return None
     console.print("[bold]Measuring baseline (d): infinity-emb on the same checkpoint, interleaved with the ensemble…")
     with infinity_server(meta["checkpoint"], options.name, run.results / "infinity_server.log") as url:
@@ -212,7 +219,7 @@ def _measure_peer(run: _BenchRun, ours: HttpTarget) -> PeerComparison | None:
 def _measure_script(run: _BenchRun, ours: HttpTarget) -> PeerComparison | None:
     """(f) for embedding ensembles: the sentence-transformers ONNX INT8 + FastAPI script, interleaved rounds."""
     options, meta, console = run.options, run.meta, run.console
-    if _peer_skipped(run, "script", ST_VENV, st_executable() is not None):
+    if _peer_skipped(run, "script"):
         return None
     console.print("[bold]Measuring baseline (f): the sentence-transformers script, interleaved with the ensemble…")
     fp32 = _fp32_check(run)
@@ -255,12 +262,6 @@ def _measure_interleaved(run: _BenchRun, server: TritonServer) -> list[PeerCompa
     options = run.options
     if "interleaved" not in options.baselines:
         return []
-    if not options.compare:
-        raise BenchError(f"baseline interleaved: name the ensembles to set beside `{options.name}` with --compare")
-    for name in (options.name, *options.compare):
-        task = _build_metadata(run.repository, name)["task"]
-        if task != "embedding":
-            raise BenchError(f"baseline interleaved: `{name}` is a {task} ensemble; the rounds compare embeddings")
     ours = kserve_target(f"`{options.name}`", server.http_url, options.name)
     compared = []
     for other in options.compare:
@@ -342,7 +343,7 @@ def _measure_tuning(run: _BenchRun, plan: TunePlan | None, server: TritonServer)
 
 
 def _checked_metadata(options: BenchOptions, repository: Path) -> dict[str, Any]:
-    """The ensemble's ``build.json`` record, once the baselines asked for fit what it is."""
+    """The ensemble's ``build.json`` record, once the baselines asked for fit what it is (before anything runs)."""
     unknown = sorted(set(options.baselines) - set(BASELINES))
     if unknown:
         raise BenchError(f"unknown baseline(s) {unknown}; choose from {list(BASELINES)}")
@@ -356,6 +357,17 @@ def _checked_metadata(options: BenchOptions, repository: Path) -> dict[str, Any]
         )
     if "gateway" in options.baselines and meta["task"] != "embedding":
         raise BenchError(f"baseline gateway: `{name}` is a {meta['task']} ensemble; it drives /v1/embeddings")
+    for peer in ("infinity", "script"):
+        why = _peer_problem(peer, name, meta["task"]) if peer in options.baselines else ""
+        if why and options.baselines != DEFAULT_BASELINES:  # the default set skips it with a note instead
+            raise BenchError(f"baseline {peer}: {why}")
+    if "interleaved" in options.baselines:
+        if not options.compare:
+            raise BenchError(f"baseline interleaved: name the ensembles to set beside `{name}` with --compare")
+        for other in (name, *options.compare):
+            task = _build_metadata(repository, other)["task"]
+            if task != "embedding":
+                raise BenchError(f"baseline interleaved: `{other}` is a {task} ensemble; the rounds compare embeddings")
     return meta
 
 
