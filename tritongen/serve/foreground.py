@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from tritongen.errors import ServerError
+from tritongen.errors import ServerCrashedError, ServerError
 from tritongen.serve.admin import AdminClient, http_headers, restricted_args, serving_key
 from tritongen.serve.health import HealthEndpoint, check, find_ensembles
 from tritongen.serve.otlp import opentelemetry_args
@@ -179,8 +179,13 @@ def _start_watchers(
 
 
 def _wait(server: TritonServer, stopping: threading.Event) -> None:
-    """Return on a stop signal; raise ServerError as soon as tritonserver exits by itself."""
+    """Return on a stop signal; raise ServerError as soon as tritonserver exits by itself, or crashes and hangs.
+
+    Triton's handler for a fatal signal logs ``Signal (11) received.`` and can then hang with its ports open; the
+    log is read as it grows, and such a server is killed, so that the pod restarts rather than hold a dead server.
+    """
     assert server.process is not None
+    crashed = server.crash_poller(since=0)
     while not stopping.wait(0.5):
         code = server.process.poll()
         if code is not None:
@@ -188,3 +193,8 @@ def _wait(server: TritonServer, stopping: threading.Event) -> None:
                 f"tritonserver exited unexpectedly with code {code}; stopping so that it can be restarted",
                 log_file=server.log_file,
             )
+        number = crashed()
+        if number is not None:
+            server.kill()
+            what = "it served; stopping so that it can be restarted"
+            raise ServerCrashedError(what, number, log_file=server.log_file)

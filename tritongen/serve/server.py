@@ -69,6 +69,7 @@ _SIGNAL_LINE = re.compile(r"^Signal \((?P<number>\d+)\) received\.", re.MULTILIN
 _STOPS = {int(signal.SIGTERM), int(signal.SIGINT)}
 # How often crash_watch reads the log's new lines.
 _WATCH_PERIOD_S = 0.2
+_SIGNAL_LINE_BYTES = 64  # longer than Triton's ``Signal (N) received.`` line
 
 
 @functools.lru_cache(maxsize=1)
@@ -372,6 +373,25 @@ class TritonServer:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.process.pid, signal.SIGKILL)
 
+    def crash_poller(self, since: int | None = None) -> Callable[[], int | None]:
+        """A reader of the log from byte ``since`` (default: its end now) on: each call gives a fatal signal or None.
+
+        Each call reads only what was added since the last (and a line's worth before it, for a line cut at the end).
+        """
+        read = self._log_size() if since is None else since
+
+        def poll() -> int | None:
+            nonlocal read
+            size = self._log_size()
+            number = self.fatal_signal(read)
+            read = max(read, size - _SIGNAL_LINE_BYTES)
+            return number
+
+        return poll
+
+    def _log_size(self) -> int:
+        return self.log_file.stat().st_size if self.log_file.is_file() else 0
+
     @contextlib.contextmanager
     def crash_watch(self, what: str) -> Iterator[None]:
         """Raise :class:`ServerCrashedError` if tritonserver crashes during the block (``what`` it was doing).
@@ -379,15 +399,21 @@ class TritonServer:
         The server is killed the moment its log shows the crash, so clients inside the block fail at once rather
         than wait out their time-outs on a server that hangs.
         """
-        since = self.log_file.stat().st_size if self.log_file.is_file() else 0
-        done, crashed = threading.Event(), threading.Event()
+        poll = self.crash_poller()
+        done, lock = threading.Event(), threading.Lock()
+        crashed: list[int] = []
+
+        def check() -> bool:
+            with lock:
+                number = poll()
+                if number is not None:
+                    crashed.append(number)
+                    self.kill()
+                return bool(crashed)
 
         def watch() -> None:
-            while not done.wait(_WATCH_PERIOD_S):
-                if self.fatal_signal(since) is not None:
-                    crashed.set()
-                    self.kill()
-                    return
+            while not done.wait(_WATCH_PERIOD_S) and not check():
+                pass
 
         watcher = threading.Thread(target=watch, name="tritonserver-crash-watch", daemon=True)
         watcher.start()
@@ -399,10 +425,8 @@ class TritonServer:
         finally:
             done.set()
             watcher.join()
-        number = self.fatal_signal(since)
-        if number is not None:
-            self.kill()
-            raise ServerCrashedError(what, number, log_file=self.log_file) from failure
+        if check():
+            raise ServerCrashedError(what, crashed[0], log_file=self.log_file) from failure
         if failure is not None:
             raise failure
 
