@@ -35,6 +35,8 @@ def traced(tiny_factory, builds, tmp_path_factory):
     with otlp_receiver() as receiver:
         otlp = ("--otlp-endpoint", receiver.url)
         with ServeProcess(repo, root / "serve.log", grace_period=3, extra_args=otlp) as serve:
+            said = serve.output()  # where the spans go, and the local Triton's tracing race
+            assert f"Every request is traced to {receiver.url}" in said and "can crash while it traces" in said, said
             triton = ("--triton-url", serve.grpc_url, "--triton-http-url", serve.http_url)
             with _gateway(root / "gateway.log", "--repository", str(repo), "--model", EMB, *triton, *otlp) as (url, _):
                 yield receiver, url

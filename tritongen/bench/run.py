@@ -39,14 +39,7 @@ from tritongen.bench.perf import PerfPoint, Sweep, run_perf_analyzer, write_inpu
 from tritongen.bench.process import http_process
 from tritongen.bench.report import BenchReport, write_report
 from tritongen.bench.st_peer import ST_VENV, Fp32Check, compare_with_script, st_executable, st_server
-from tritongen.bench.tail import (
-    TRACE_RACE_FIXED_IN,
-    TailReport,
-    read_traces,
-    tail_report,
-    trace_arguments,
-    tracing,
-)
+from tritongen.bench.tail import TailReport, read_traces, tail_report, trace_arguments, tracing
 from tritongen.bench.tune import TuneGrid, TunePlan, TunePoint, tune
 from tritongen.builder.pipeline import build_repository
 from tritongen.builder.spec import load_spec, recorded_spec
@@ -57,6 +50,7 @@ from tritongen.errors import BenchError, ServerCrashedError
 from tritongen.repository.contents import step_names
 from tritongen.repository.staging import existing_versions
 from tritongen.runtimes import get_runtime
+from tritongen.serve.otlp import TRACE_RACE_FIXED_IN
 from tritongen.serve.server import Endpoints, TritonServer, server_environment
 from tritongen.serve.stats import StepStats, model_stats, stats_delta
 from tritongen.tasks import TASKS

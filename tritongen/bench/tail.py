@@ -32,15 +32,7 @@ from tritongen.errors import BenchError
 if TYPE_CHECKING:
     from tritongen.serve.server import TritonServer
 
-__all__ = [
-    "TRACE_RACE_FIXED_IN",
-    "RequestTrace",
-    "TailReport",
-    "read_traces",
-    "tail_report",
-    "trace_arguments",
-    "tracing",
-]
+__all__ = ["RequestTrace", "TailReport", "read_traces", "tail_report", "trace_arguments", "tracing"]
 
 NS_PER_MS = 1e6
 
@@ -51,11 +43,6 @@ def trace_arguments(path: Path) -> list[str]:
         "--trace-config", f"triton,file={path}", "--trace-config", "triton,log-frequency=0",
         "--trace-config", "level=OFF", "--trace-config", "rate=1",
     ]  # fmt: skip
-
-
-# Triton before this release can crash while it traces ensembles: its trace release unlocks a mutex it may just have
-# freed (fixed upstream in triton-inference-server/server#8144). The local tritonserver is 2.51.
-TRACE_RACE_FIXED_IN = "Triton 2.57 (the 25.04 container)"
 
 
 @contextlib.contextmanager

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from tritongen.containers import LOCAL_CONTAINER, container
 from tritongen.errors import ServerCrashedError, ServerError
 from tritongen.serve.admin import AdminClient, http_headers, restricted_args, serving_key
 from tritongen.serve.health import HealthEndpoint, check, find_ensembles
-from tritongen.serve.otlp import opentelemetry_args
+from tritongen.serve.otlp import TRACE_RACE_FIXED_IN, opentelemetry_args, traces_url
 from tritongen.serve.server import Endpoints, TritonServer, cache_args
 from tritongen.serve.supervisor import Supervisor
 
@@ -130,6 +131,12 @@ def serve(options: ServeOptions, *, log: Callable[[str], None] = print) -> None:
             f"Ctrl-C or SIGTERM stops it ({options.grace_period}s grace)."
         )
         log("Model steps served by: " + "; ".join(server.backends.lines()))
+        if options.otlp_endpoint:
+            log(
+                f"Every request is traced to {traces_url(options.otlp_endpoint)}. This tritonserver is "
+                f"{container(LOCAL_CONTAINER).triton}: before {TRACE_RACE_FIXED_IN} Triton can crash while it traces "
+                "ensembles under load (serve then exits 2); trace in production on a newer container."
+            )
         if key_file is not None:
             log(f"The admin key (model loading and unloading) is in {key_file}.")
         _wait(server, stopping)

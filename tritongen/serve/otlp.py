@@ -5,7 +5,11 @@ Light on purpose: the gateway and ``serve`` both read it.
 
 from __future__ import annotations
 
-__all__ = ["opentelemetry_args", "traces_url"]
+__all__ = ["TRACE_RACE_FIXED_IN", "opentelemetry_args", "traces_url"]
+
+# Triton before this release can crash while it traces ensembles: its trace release unlocks a mutex it may just have
+# freed (fixed upstream in triton-inference-server/server#8144). The local tritonserver is 2.51.
+TRACE_RACE_FIXED_IN = "Triton 2.57 (the 25.04 container)"
 
 
 def traces_url(endpoint: str) -> str:
