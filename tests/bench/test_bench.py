@@ -76,8 +76,9 @@ def test_bench_smoke_runs_perf_analyzer_and_writes_report(tmp_path, tiny_factory
         "between steps",
     ]
     assert tail.median["clf_model compute"] > 0 and tail.batch[0] >= 1
-    # The crash was seen, the server restarted, and the second traced run is the one reported.
-    assert len(traced) == 2 and traced[0] != traced[1]
+    # The crash was seen and the server restarted; the race itself may crash a later try too (then restarted again),
+    # so the reported run is the first that did not crash, on a server of its own.
+    assert len(traced) >= 2 and len(set(traced)) == len(traced)
     assert "tritonserver crashed (signal 11) while it traced every request" in capsys.readouterr().err
     assert "### Where the slowest requests wait" in summary
     data = tmp_path / "pa" / "clf"

@@ -61,7 +61,7 @@ BASELINES = ("pipeline", "nobatch", "ceiling", "infinity", "gateway", "script", 
 # (e), the gateway, only when asked: it measures the gateway, not the ensemble.
 DEFAULT_BASELINES = ("pipeline", "nobatch", "ceiling", "infinity", "script")
 # Runs of --tail before a tritonserver that crashes each time it traces is the bench's failure.
-TRACE_ATTEMPTS = 3
+TRACE_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
