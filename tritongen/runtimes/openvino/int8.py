@@ -99,13 +99,13 @@ def float_matmuls(model: Any, kinds: Collection[MatMulKind]) -> list[str]:
 
 
 def quantize_ir(
-    xml_path: Path, target: Path, feeds: Sequence[Mapping[str, np.ndarray]], keeps: Collection[MatMulKind] = ()
-) -> tuple[str, int]:
-    """Post-training INT8 of the IR at ``xml_path`` into ``target`` with NNCF; NNCF's version and the MatMuls kept.
+    xml_path: Path, target: Path, feeds: Sequence[Mapping[str, np.ndarray]], kept: Collection[str] = ()
+) -> str:
+    """Post-training INT8 of the IR at ``xml_path`` into ``target`` with NNCF; return NNCF's version.
 
     NNCF's transformer preset: MatMul weights per channel and activations calibrated on ``feeds`` (model inputs,
     one text each), with the ops that lose accuracy in INT8 (softmax, layer norms...) left in float, and the
-    MatMuls of ``keeps`` too (:func:`float_matmuls`). The result is IR with FakeQuantize nodes, which the CPU
+    MatMuls named in ``kept`` too (:func:`float_matmuls`). The result is IR with FakeQuantize nodes, which the CPU
     plugin runs as INT8 kernels (VNNI/AMX where the CPU has them) and which any OpenVINO since 2022 reads.
     """
     import logging
@@ -114,17 +114,15 @@ def quantize_ir(
     import openvino as ov
 
     nncf.set_log_level(logging.ERROR)
-    model = ov.Core().read_model(str(xml_path))
-    kept = float_matmuls(model, keeps) if keeps else []
     quantized = nncf.quantize(
-        model,
+        ov.Core().read_model(str(xml_path)),
         nncf.Dataset(list(feeds)),
         model_type=nncf.ModelType.TRANSFORMER,
         subset_size=len(feeds),
-        **({"ignored_scope": nncf.IgnoredScope(names=kept)} if kept else {}),
+        **({"ignored_scope": nncf.IgnoredScope(names=list(kept))} if kept else {}),
     )
     ov.save_model(quantized, str(target), compress_to_fp16=False)
-    return str(nncf.__version__), len(kept)
+    return str(nncf.__version__)
 
 
 def search_int8_ir(
@@ -145,21 +143,25 @@ def search_int8_ir(
     (``model.xml`` and its ``.bin``). Returns every trial, the chosen one and NNCF's version. ``status`` hears of
     each candidate as it is quantised, ``announce`` gets each trial's line.
     """
+    import openvino as ov
+
+    model = ov.Core().read_model(str(fp32_xml))
     work = target.parent / "_int8_candidates"
     work.mkdir(parents=True, exist_ok=True)
     trials: list[tuple[Int8Trial, Path]] = []
-    version = ""
+    version, tried = "", None
     try:
         for index, candidate in enumerate(CANDIDATES):
-            path = work / f"candidate_{index}.xml"
-            status(candidate)
-            version, kept = quantize_ir(fp32_xml, path, feeds, candidate.keeps)
-            if candidate.keeps and not kept:  # nothing of that kind to keep: the same model as the one before
+            kept = float_matmuls(model, candidate.keeps)
+            if set(kept) == tried:  # nothing more of its kinds to keep: the same model as the one tried before
                 continue
+            tried, path = set(kept), work / f"candidate_{index}.xml"
+            status(candidate)
+            version = quantize_ir(fp32_xml, path, feeds, kept)
             reports = tuple(gate(path, candidate))
             passed_here = all(report.passed for report in reports)
             there = tuple(served(path)) if served is not None and passed_here else ()
-            trial = Int8Trial(candidate, reports, kept, there)
+            trial = Int8Trial(candidate, reports, len(kept), there)
             announce(trial.line())
             trials.append((trial, path))
             if trial.passed:
