@@ -358,8 +358,8 @@ def _checked_metadata(options: BenchOptions, repository: Path) -> dict[str, Any]
     if "interleaved" in options.baselines:
         if not options.compare:
             raise BenchError(f"baseline interleaved: name the ensembles to set beside `{name}` with --compare")
-        for other in (name, *options.compare):
-            task = _build_metadata(repository, other)["task"]
+        tasks = {name: meta["task"], **{other: _build_metadata(repository, other)["task"] for other in options.compare}}
+        for other, task in tasks.items():
             if task != "embedding":
                 raise BenchError(f"baseline interleaved: `{other}` is a {task} ensemble; the rounds compare embeddings")
     return meta

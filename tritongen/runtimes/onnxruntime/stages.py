@@ -92,8 +92,8 @@ def container_check(
     spec = plan.spec
     feeds = plan.bound.modality.feeds(plan, onnx.encoder)
     lossy = variant is not None and spec.precision != "fp32"
-    first = variant is not None and bool(variant.gated_there) and release == spec.containers[0]
-    gated = variant.gated_there[0] if first and variant is not None else None
+    there = variant.gated_there if variant is not None and release == spec.containers[0] else ()
+    gated = there[0] if there else None
     release_there = runtime.container_release(target)
     if gated is not None:  # the INT8 search gated this very file there already: its figures stand
         label = f"{runtime.title} {release_there}"
