@@ -29,13 +29,13 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from tritongen.contract import ATTENTION_MASK, INPUT_IDS, SENTENCE_EMBEDDING, TOKEN_TYPE_IDS
+    from tritongen.encoding import TextEncoder
     from tritongen.gates.accuracy import GateReference, default_texts
     from tritongen.gates.parity import ReferenceModel
     from tritongen.model.checkpoint import bundled_minilm, inspect_checkpoint
     from tritongen.model.export import export_onnx
     from tritongen.precision import sensitivity
     from tritongen.precision.optimize import Int8Recipe, prepare_for_quantization, quantize_int8, weight_matmuls
-    from tritongen.steps.tokenizer import TextEncoder
     from tritongen.tasks import get_task
 
     path = bundled_minilm()

@@ -22,9 +22,9 @@ from tritongen.builder.spec import load_spec
 from tritongen.configs.model_config import Kind
 from tritongen.configs.parser import read_config
 from tritongen.deploy.plan import CpuSideBound, plan_capacity, read_cpu_side
+from tritongen.encoding import pack_encodings
 from tritongen.repository.contents import built_sizing
 from tritongen.sizing.cpu_side import REFERENCE_CPU_SIDE, CpuSideFigures
-from tritongen.steps._common import pack_encodings
 from tritongen.steps.tokenizer import PARALLEL_TEXTS, serial
 
 

@@ -22,7 +22,7 @@ from tritongen.deploy.gateway import GATEWAY_PACKAGES, GATEWAY_PORT, run_command
 from tritongen.deploy.package import PROBE_PATH
 from tritongen.errors import DeployError
 from tritongen.gates.compat import VENVS
-from tritongen.steps.helpers import STEP_PACKAGE, write_helpers
+from tritongen.steps.helpers import STEP_PACKAGE, helper_file, write_helpers
 
 LOCK = Path(__file__).resolve().parents[2] / "requirements.lock"
 SOURCE = Path(__file__).resolve().parents[2] / "tritongen"
@@ -41,7 +41,7 @@ def repo(tmp_path: Path) -> Path:
         (root / step / "1" / "payload.bin").write_bytes(b"x")
     for step, source in (("demo_tokenizer", "tokenizer.py"), ("demo_postprocess", "postprocess.py")):
         shutil.copy(TRITON_MODELS / source, root / step / "1" / "model.py")
-        write_helpers(root / step / "1", ("tritongen.steps._common", "tritongen.contract"))
+        write_helpers(root / step / "1", ("tritongen.steps._common", "tritongen.contract", "tritongen.encoding"))
     _wire(root, STEPS[1:])
     return root
 
@@ -49,6 +49,8 @@ def repo(tmp_path: Path) -> Path:
 def _image_model(repo: Path) -> Path:
     """The stand-in as an image model: its tokenizer step decodes images (Pillow)."""
     shutil.copy(TRITON_MODELS / "image.py", repo / "demo_tokenizer" / "1" / "model.py")
+    for step in ("demo_tokenizer", "demo_postprocess"):  # an image task's steps get no text encoding
+        (repo / step / "1" / helper_file("tritongen.encoding")).unlink()
     return repo
 
 

@@ -46,7 +46,7 @@ def test_length_texts_come_from_a_short_user_file_without_repeating_words():
 
 
 def test_row_texts_reach_the_real_minilm_tokenizers_row(minilm_tokenizer_file):
-    from tritongen.steps.tokenizer import TextEncoder
+    from tritongen.encoding import TextEncoder
 
     encoder = TextEncoder(str(minilm_tokenizer_file), 256, [32, 128])
     derived = length_texts(default_texts("validation"), lambda text: not encoder.encode([text])[0].overflowing)

@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from tritongen.encoding import TextEncoder
 from tritongen.gates.accuracy import AccuracyReport, GateReference
 from tritongen.gates.parity import ReferenceModel
 from tritongen.precision.int8_report import Candidate, SearchReport, Trial
@@ -23,7 +24,6 @@ from tritongen.precision.optimize import (
 )
 from tritongen.precision.sensitivity import LayerSensitivity, build_switch_model, measure_sensitivity, rank_layers
 from tritongen.precision.smoothquant import smooth_activations
-from tritongen.steps.tokenizer import TextEncoder
 
 TEXTS = [f"review {i}: {'great' if i % 3 else 'awful'} product, would {'' if i % 2 else 'not '}buy" for i in range(40)]
 INPUTS = ["input_ids", "attention_mask", "token_type_ids"]

@@ -13,12 +13,12 @@ from tests.conftest import GATED_TEXTS
 from tritongen.builder.pipeline import build_repository
 from tritongen.buildspec import BuildSpec
 from tritongen.cli import main
+from tritongen.encoding import TextEncoder
 from tritongen.errors import AccuracyError
 from tritongen.gates.accuracy import measure_accuracy, require_accuracy
 from tritongen.gates.parity import ReferenceModel
 from tritongen.repository.contents import step_names
 from tritongen.serve.client import infer
-from tritongen.steps.tokenizer import TextEncoder
 from tritongen.tasks import get_task
 
 # The real all-MiniLM-L6-v2 (the embedding gate: cosine mean >= 0.99, min >= 0.98), built as conftest's

@@ -91,8 +91,8 @@ def test_the_native_backend_computes_in_the_precision_the_card_names(repo, tmp_p
     at each precision: it must equal the precision the card names for this CPU, and not the other one.
     """
     from tests.builds import native_backend, step_alone
+    from tritongen.encoding import TextEncoder
     from tritongen.runtimes import get_runtime
-    from tritongen.steps.tokenizer import TextEncoder
 
     if not native_backend("openvino") or container_python("24.10") is None:
         pytest.skip("needs the native openvino backend (TRITONGEN_BACKENDS) and the 24.10 venv (make compat-venv)")

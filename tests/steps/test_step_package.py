@@ -138,7 +138,12 @@ def test_server_runs_a_step_with_its_own_package_and_never_an_installed_helper(b
 def test_task_helper_needs_neither_torch_nor_transformers_nor_tritongen(step_folder, module) -> None:
     last = module.rsplit(".", 1)[-1]
     folder = step_folder(
-        module, "tritongen.steps._common", "tritongen.contract", "tritongen.parameters", "tritongen.vectors"
+        module,
+        "tritongen.steps._common",
+        "tritongen.contract",
+        "tritongen.encoding",
+        "tritongen.parameters",
+        "tritongen.vectors",
     )
     code = (  # imported from the step's folder, as the Python backend does
         f"import sys; sys.path.insert(0, {str(folder)!r}); from _tritongen_step import {last}; "

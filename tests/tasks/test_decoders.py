@@ -17,6 +17,7 @@ from tests.pb_stub import Request, texts
 from tests.tiny_decoders import QWEN3_PROMPTS, decoder_embedders
 from tritongen.builder.pipeline import exported, fold, inspect, parity, render
 from tritongen.buildspec import BuildSpec
+from tritongen.encoding import TextEncoder
 from tritongen.errors import CheckpointError, UnsupportedModelError
 from tritongen.gates.parity import ReferenceModel, check_parity
 from tritongen.model.checkpoint import inspect_checkpoint
@@ -24,7 +25,6 @@ from tritongen.repository.staging import staging
 from tritongen.runtimes import get_runtime
 from tritongen.runtimes.onnxruntime import backend as ort_model
 from tritongen.steps import postprocess, tokenizer
-from tritongen.steps.tokenizer import TextEncoder
 from tritongen.tasks.embedding import postprocess as embedding_postprocess
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tritongen.encoding import TextEncoder
 from tritongen.runtimes import Runtime
-from tritongen.steps.tokenizer import TextEncoder
 
 __all__ = ["CeilingPoint", "ceiling_session", "measure_ceiling"]
 

@@ -43,7 +43,7 @@ def rates(
     """
     from tokenizers import Tokenizer
 
-    from tritongen.steps.tokenizer import TextEncoder
+    from tritongen.encoding import TextEncoder
 
     tokenizer = Tokenizer.from_file(tokenizer_file)
     tokenizer.no_padding()

@@ -6,7 +6,6 @@ The vector maths they share with the gateway and the gates is :mod:`tritongen.ve
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -19,7 +18,6 @@ try:
 except ImportError:  # outside the server: importable for tests and build-time checks
     pb_utils = None
 
-from _tritongen_step.contract import ATTENTION_MASK, INPUT_IDS, OFFSETS, SPECIAL_MASK, TOKEN_TYPE_IDS, WORD_IDS
 
 __all__ = [
     "PerRequestStep",
@@ -28,12 +26,10 @@ __all__ = [
     "encode_windows",
     "input_error",
     "model_parameters",
-    "pack_encodings",
     "read_json",
     "resolve_version_file",
     "respond_per_request",
     "settings_kept",
-    "token_metadata",
 ]
 
 
@@ -174,53 +170,3 @@ def encode_windows(
             windows.append(window)
             owners.append(index)
     return windows, np.asarray(owners, dtype=np.int64)
-
-
-def _span(n: int, width: int, side: str) -> slice:
-    """Where a row of ``n`` tokens sits in ``width`` columns padded on ``side``."""
-    return slice(width - n, width) if side == "left" else slice(0, n)
-
-
-def pack_encodings(
-    encodings: Sequence[Any], width: int, pad_id: int = 0, pad_type_id: int = 0, side: str = "right"
-) -> dict[str, np.ndarray]:
-    """``input_ids``, ``attention_mask`` and ``token_type_ids`` of ``tokenizers`` encodings, padded to ``width``.
-
-    The one packing of encodings into int64 model inputs (the tokenizer steps, NER and QA windows).
-    ``side`` is where the padding goes: ``right``, or ``left`` for checkpoints that declare it (Qwen3-Embedding).
-    Every row's ids go into one flat array and are placed with one mask, not row by row: per request this is
-    what a Python step spends besides the tokenizer itself.
-    """
-    rows = len(encodings)
-    lengths = np.fromiter((len(enc.ids) for enc in encodings), dtype=np.int64, count=rows)
-    columns = np.arange(width)
-    placed = columns >= (width - lengths)[:, None] if side == "left" else columns < lengths[:, None]
-    total = int(lengths.sum())
-    ids = np.full((rows, width), pad_id, dtype=np.int64)
-    types = np.full((rows, width), pad_type_id, dtype=np.int64)
-    ids[placed] = np.fromiter(itertools.chain.from_iterable(enc.ids for enc in encodings), np.int64, count=total)
-    types[placed] = np.fromiter(itertools.chain.from_iterable(enc.type_ids for enc in encodings), np.int64, count=total)
-    mask = np.zeros((rows, width), dtype=np.int64)
-    mask[placed] = np.fromiter(
-        itertools.chain.from_iterable(enc.attention_mask for enc in encodings), np.int64, count=total
-    )
-    return {INPUT_IDS: ids, ATTENTION_MASK: mask, TOKEN_TYPE_IDS: types}
-
-
-def token_metadata(encodings: Sequence[Any], width: int, side: str = "right") -> dict[str, np.ndarray]:
-    """``special_mask``, ``word_ids`` and ``offsets`` of ``tokenizers`` encodings, padded to ``width`` on ``side``.
-
-    Padding is marked special, with word id -1 and offsets (0, 0), like special tokens.
-    """
-    rows = len(encodings)
-    special = np.ones((rows, width), dtype=np.int64)
-    words = np.full((rows, width), -1, dtype=np.int64)
-    offsets = np.zeros((rows, width, 2), dtype=np.int64)
-    for row, enc in enumerate(encodings):
-        n = len(enc.ids)
-        if n:
-            span = _span(n, width, side)
-            special[row, span] = enc.special_tokens_mask
-            words[row, span] = [-1 if w is None else w for w in enc.word_ids]
-            offsets[row, span] = np.asarray(enc.offsets, dtype=np.int64).reshape(n, 2)
-    return {SPECIAL_MASK: special, WORD_IDS: words, OFFSETS: offsets}

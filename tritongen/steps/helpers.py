@@ -48,6 +48,7 @@ _STEPS = "tritongen.steps"
 # task declares (``Task.helper_modules``), added when the task registers.
 _HELPERS: dict[str, str] = {
     "contract": "tritongen.contract",
+    "encoding": "tritongen.encoding",
     "parameters": "tritongen.parameters",
     "vectors": "tritongen.vectors",
 }

@@ -314,7 +314,10 @@ class Task(TaskDetection, TaskSection, TaskSteps, TaskInputs, TaskOutputs, TaskB
         token_tensors = self.modality.tensors(checkpoint, names)
         extra = [t for t in self.tokenizer_outputs(checkpoint) if t.name not in names]
         post_out = self.postprocess_outputs(checkpoint)
-        helpers = (_COMMON, "tritongen.contract", "tritongen.parameters", "tritongen.vectors", *self.helper_modules)
+        helpers = (
+            _COMMON, "tritongen.contract", "tritongen.parameters", "tritongen.vectors",
+            *self.modality.helper_modules, *self.helper_modules,
+        )  # fmt: skip
         return TaskPlan(
             task=self.name,
             settings=settings,

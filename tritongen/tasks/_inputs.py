@@ -30,6 +30,8 @@ __all__ = ["TextInputs"]
 class TextInputs(Modality):
     """Text: the transformers tokenizer, ``tokenizer.json`` served by the tokenizer step, bucket padding."""
 
+    helper_modules = ("tritongen.encoding",)  # TextEncoder: the tokenizer steps' encoding and packing
+
     def load(self, checkpoint: Checkpoint) -> Any:
         from transformers import AutoTokenizer
 
@@ -80,7 +82,7 @@ class TextInputs(Modality):
         return written(TokenizerFileParameters(), tokenizer)
 
     def encoder(self, plan: BuildPlan, step_dir: Path) -> Any:
-        from tritongen.steps.tokenizer import TextEncoder
+        from tritongen.encoding import TextEncoder
 
         tokenizer_file = step_dir / "tokenizer.json"
         plan.hf_tokenizer.backend_tokenizer.save(str(tokenizer_file))

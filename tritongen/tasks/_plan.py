@@ -74,6 +74,8 @@ class Modality:
     name = "text"
     records_canary = True  # whether the build records ``canary.json`` for roll-outs
     counts_tokens = True  # whether the first step gives each text's ``TOKEN_COUNT`` (the gateway's usage)
+    # Helper modules the steps of this input kind import, copied beside them (``tokenizers`` comes with text's).
+    helper_modules: tuple[str, ...] = ()
 
     def check_spec(self, spec: BuildSpec, *, serves_onnx: bool) -> None:
         """Refuse settings this input kind cannot serve (SpecError); ``serves_onnx``: the runtime serves the export."""

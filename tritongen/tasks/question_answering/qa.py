@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from _tritongen_step._common import pack_encodings, settings_kept, token_metadata
+from _tritongen_step._common import settings_kept
 from _tritongen_step.contract import ATTENTION_MASK, INPUT_IDS, OFFSETS, TOKEN_TYPE_IDS, WORD_IDS
+from _tritongen_step.encoding import pack_encodings, token_metadata
 from _tritongen_step.parameters import QaAnswerParameters
 from _tritongen_step.vectors import softmax
 

@@ -48,9 +48,10 @@ from typing import Any
 
 import numpy as np
 
-from _tritongen_step._common import encode_truncated, encode_windows, token_metadata
-from _tritongen_step._common import pack_encodings as _pack_inputs
+from _tritongen_step._common import encode_truncated, encode_windows
 from _tritongen_step.contract import INPUT_IDS, OFFSETS, SPECIAL_MASK
+from _tritongen_step.encoding import pack_encodings as _pack_inputs
+from _tritongen_step.encoding import token_metadata
 from _tritongen_step.vectors import softmax
 
 __all__ = [
