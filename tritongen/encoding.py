@@ -28,8 +28,11 @@ from .contract import (
     TOKEN_TYPE_IDS,
     WORD_IDS,
 )
+from .parameters import TokenizerParameters
 
-__all__ = ["IdEncoding", "TextEncoder", "pack_encodings", "token_metadata", "truncated"]
+__all__ = ["ENCODER_OUTPUTS", "IdEncoding", "TextEncoder", "pack_encodings", "token_metadata", "truncated"]
+
+ENCODER_OUTPUTS = (INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS, *TOKEN_METADATA)  # what the packing can give a model
 
 
 class IdEncoding:
@@ -87,6 +90,19 @@ class TextEncoder:
         self.padding_side = padding_side
         self._left: Any = None  # the tokenizer that keeps a long text's last tokens, made when first asked for
         self.vocabulary = self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @classmethod
+    def configured(cls, tokenizer_file: str, settings: TokenizerParameters, input_names: Sequence[str]) -> TextEncoder:
+        """The encoder a tokenizer step's config describes (its ``TokenizerParameters``), packing ``input_names``."""
+        return cls(
+            tokenizer_file,
+            settings.max_length,
+            None if settings.pads_to_longest else list(settings.buckets),
+            pad_id=settings.pad_id,
+            pad_type_id=settings.pad_type_id,
+            input_names=[n for n in input_names if n in ENCODER_OUTPUTS],
+            padding_side=settings.padding_side or "right",
+        )
 
     def bucket(self, length: int) -> int:
         """Smallest bucket that holds ``length`` tokens."""

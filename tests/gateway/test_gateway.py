@@ -339,6 +339,56 @@ def test_embed_matches_triton_and_normalises_when_asked(gateway, served):
     assert status == 422 and "normalize: false" in _tei_error(answer, "Validation")
 
 
+def _inferences(served, model: str) -> int:
+    """How many inferences Triton has run of ``model`` (its statistics)."""
+    triton = grpcclient.InferenceServerClient(served[0].grpc_url)
+    try:
+        stats = triton.get_inference_statistics(model, as_json=True)["model_stats"]
+    finally:
+        triton.close()
+    return sum(int(entry.get("inference_count", 0)) for entry in stats)
+
+
+@pytest.mark.e2e
+def test_the_gateway_runs_an_embedders_python_steps_itself_and_its_vectors_equal_the_ensembles_bit_for_bit(
+    gateway, served
+):
+    """The gateway encodes and normalises an embedder's rows itself and calls its model step alone: Triton's
+    tokenizer and postprocess steps see none of these requests, and every vector, every token count and every
+    truncation is the ensemble's, bit for bit, for 1, 7 and 32 texts of mixed lengths and for a long text's end."""
+    mixed = [TEXTS[i % len(TEXTS)] * (1 + i % 5) for i in range(32)]
+    mixed[5] = LONG  # cut at the model's length: the same tokens both ways
+    steps = [f"{EMB}_tokenizer", f"{EMB}_postprocess", f"{EMB}_model"]
+    before = [_inferences(served, step) for step in steps]
+    answers = {}
+    for count in (1, 7, 32):
+        status, answer = post(gateway, "/v1/embeddings", {"input": mixed[:count], "model": EMB})
+        assert status == 200, answer
+        answers[count] = answer
+    status, left = post(gateway, "/embed", {"inputs": [ENDS], "model": EMB, "truncation_direction": "Left"})
+    assert status == 200, left
+    after = [_inferences(served, step) for step in steps]
+    assert after[:2] == before[:2] and after[2] > before[2], (before, after)
+    for count, answer in answers.items():
+        expected = direct(served, EMB, mixed[:count])
+        got = np.array([row["embedding"] for row in answer["data"]], dtype=np.float32)
+        assert np.array_equal(got, np.array([row["EMBEDDING"] for row in expected], dtype=np.float32)), count
+        tokens = sum(int(np.asarray(row["TOKEN_COUNT"]).sum()) for row in expected)
+        assert answer["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+    triton = grpcclient.InferenceServerClient(served[0].grpc_url)
+    try:  # the ensemble itself, told to keep the end
+        text, keep_end = (
+            grpcclient.InferInput("TEXT", [1, 1], "BYTES"),
+            grpcclient.InferInput("TRUNCATE_LEFT", [1, 1], "BOOL"),
+        )
+        text.set_data_from_numpy(np.array([[ENDS.encode()]], dtype=np.object_))
+        keep_end.set_data_from_numpy(np.array([[True]]))
+        end = triton.infer(EMB, [text, keep_end]).as_numpy("EMBEDDING")
+    finally:
+        triton.close()
+    assert np.array_equal(np.array(left, dtype=np.float32), end)
+
+
 def _triton_calls(gateway, model: str) -> float:
     """How many Triton calls the gateway has made for ``model`` (its ``/metrics``)."""
     with urllib.request.urlopen(f"http://{gateway[0]}/metrics", timeout=10) as response:

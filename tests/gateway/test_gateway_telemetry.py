@@ -38,8 +38,12 @@ def traced(tiny_factory, builds, tmp_path_factory):
             said = serve.output()  # where the spans go, and the local Triton's tracing race
             assert f"Every request is traced to {receiver.url}" in said and "can crash while it traces" in said, said
             triton = ("--triton-url", serve.grpc_url, "--triton-http-url", serve.http_url)
-            with _gateway(root / "gateway.log", "--repository", str(repo), "--model", EMB, *triton, *otlp) as (url, _):
-                yield receiver, url
+            common = ("--repository", str(repo), "--model", EMB, *triton, *otlp)
+            with (
+                _gateway(root / "gateway.log", *common) as (url, _),
+                _gateway(root / "ensemble.log", *common, "--through-ensemble") as (through, _),
+            ):
+                yield receiver, {"direct": url, "ensemble": through}
 
 
 def _post(url: str, path: str, body: object, headers: dict[str, str] | None = None) -> int:
@@ -50,36 +54,45 @@ def _post(url: str, path: str, body: object, headers: dict[str, str] | None = No
         return int(response.status)
 
 
-def test_one_trace_holds_the_gateways_request_its_triton_call_and_tritons_own_spans(traced):
+@pytest.mark.parametrize("path", ["direct", "ensemble"])
+def test_one_trace_holds_the_gateways_request_its_triton_call_and_tritons_own_spans(traced, path):
     """The client's ``traceparent`` is the parent of the gateway's request span; its call's span is the parent of
-    Triton's, which Triton posts as OTLP JSON where the gateway posts protobuf."""
-    receiver, url = traced
-    assert _post(url, "/embed", {"inputs": ["a traced text"]}, {"traceparent": f"00-{TRACE}-{PARENT}-01"}) == 200
+    Triton's, which Triton posts as OTLP JSON where the gateway posts protobuf.
 
-    steps = {EMB, f"{EMB}_tokenizer", f"{EMB}_model", f"{EMB}_postprocess"}  # the ensemble and each of its steps
+    By default the gateway calls the embedder's model step itself (its Python steps' work done in the gateway);
+    ``--through-ensemble``, the ensemble, whose steps Triton traces under it.
+    """
+    receiver, urls = traced
+    trace = f"{TRACE[:-1]}{'1' if path == 'direct' else '2'}"
+    assert _post(urls[path], "/embed", {"inputs": ["a traced text"]}, {"traceparent": f"00-{trace}-{PARENT}-01"}) == 200
+
+    steps = {EMB, f"{EMB}_tokenizer", f"{EMB}_model", f"{EMB}_postprocess"} if path == "ensemble" else {f"{EMB}_model"}
+    called = EMB if path == "ensemble" else f"{EMB}_model"
 
     def complete(spans):
-        names = {s.name for s in spans if s.trace_id == TRACE and s.service == "triton-inference-server"}
-        return steps | {"InferRequest"} <= names and any(s.trace_id == TRACE and s.name == "POST /embed" for s in spans)
+        names = {s.name for s in spans if s.trace_id == trace and s.service == "triton-inference-server"}
+        return steps | {"InferRequest"} <= names and any(s.trace_id == trace and s.name == "POST /embed" for s in spans)
 
-    spans = [s for s in receiver.wait_for(complete) if s.trace_id == TRACE]
+    spans = [s for s in receiver.wait_for(complete) if s.trace_id == trace]
     (request,) = [s for s in spans if s.name == "POST /embed"]
     assert request.parent_span_id == PARENT and request.service == "tritongen-gateway" and request.kind == 2  # SERVER
-    (call,) = [s for s in spans if s.name == f"triton infer {EMB}"]
+    (call,) = [s for s in spans if s.name == f"triton infer {called}"]
     assert call.parent_span_id == request.span_id and call.kind == 3  # CLIENT
     triton = [s for s in spans if s.service == "triton-inference-server"]
-    # Triton's request (its HTTP frontend), under the call; the ensemble under it; each step under the ensemble.
+    # Triton's request (its HTTP frontend), under the call; the model it ran under it; an ensemble's steps under it.
     (served,) = [s for s in triton if s.name == "InferRequest"]
-    (ensemble,) = [s for s in triton if s.name == EMB]
-    assert served.parent_span_id == call.span_id and ensemble.parent_span_id == served.span_id
-    assert all(s.parent_span_id == ensemble.span_id for s in triton if s.name in steps - {EMB}), [
+    (ran,) = [s for s in triton if s.name == called]
+    assert served.parent_span_id == call.span_id and ran.parent_span_id == served.span_id
+    assert all(s.parent_span_id == ran.span_id for s in triton if s.name in steps - {called}), [
         (s.name, s.span_id, s.parent_span_id) for s in triton
     ]
+    assert {s.name for s in triton} - {"compute"} == steps | {"InferRequest"}  # no step the call did not run
     assert receiver.encodings == {"protobuf", "json"}
 
 
 def test_a_request_without_traceparent_starts_its_own_trace(traced):
-    receiver, url = traced
+    receiver, urls = traced
+    url = urls["direct"]
     before = {s.trace_id for s in receiver.spans}
     assert _post(url, "/v1/embeddings", {"input": "no parent here", "model": EMB}) == 200
     spans = receiver.wait_for(lambda s: any(x.name == "POST /v1/embeddings" and x.trace_id not in before for x in s))
@@ -88,7 +101,7 @@ def test_a_request_without_traceparent_starts_its_own_trace(traced):
 
 
 def test_metrics_carry_teis_names_by_model_and_route(traced):
-    _, url = traced
+    url = traced[1]["direct"]
     for _ in range(3):
         assert _post(url, "/embed", {"inputs": ["one", "two"]}) == 200
     with urllib.request.urlopen(f"http://{url}/metrics", timeout=10) as response:
@@ -106,7 +119,7 @@ def test_metrics_carry_teis_names_by_model_and_route(traced):
     shutil.which("prometheus") is None, reason="prometheus is not installed (apt-get install prometheus)"
 )
 def test_prometheus_scrapes_the_gateways_request_count_and_failures(traced, tmp_path):
-    _, url = traced
+    url = traced[1]["direct"]
     config = prometheus_config([], interval_s=1, gateways=[url])
     queries = [(panel.title, expr) for panel in gateway_panels(EMB) for expr, _ in panel.targets]
     with prometheus(tmp_path, config) as prom:

@@ -216,6 +216,12 @@ def _gateway_options(gateway: argparse.ArgumentParser) -> None:
         "it runs on every instance of the model step (default: per ensemble, its steps' most instances; 1: never)",
     )
     gateway.add_argument(
+        "--through-ensemble",
+        action="store_true",
+        help="send every call through the ensemble; by default, for an embedder whose steps it can run, the gateway "
+        "tokenises and normalises itself and calls the model step alone (the same embeddings, two Python hops fewer)",
+    )
+    gateway.add_argument(
         "--api-key-file",
         type=Path,
         help="file holding the API key clients must send (default: $TRITONGEN_GATEWAY_KEY; none: open)",
@@ -276,6 +282,7 @@ def _gateway(args: argparse.Namespace) -> None:
         spread_calls=args.spread_calls,
         otlp_endpoint=args.otlp_endpoint,
         otlp_service_name=args.otlp_service_name,
+        direct=not args.through_ensemble,
     )
     if options.max_triton_calls is not None and options.max_triton_calls < 0:
         raise UsageError("--max-triton-calls must be 0 or more")

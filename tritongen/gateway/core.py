@@ -40,6 +40,7 @@ from tritongen.contract import (
 from tritongen.errors import GatewayError, describe
 from tritongen.gateway.auth import check_key
 from tritongen.gateway.batcher import Batcher, Call, cut_calls, merged_contexts
+from tritongen.gateway.direct import DirectPath
 from tritongen.gateway.discovery import local_folder, served_names
 from tritongen.gateway.errors import Family, error_response, unavailable
 from tritongen.gateway.metrics import CONTENT_TYPE, FAILURES, GatewayMetrics
@@ -88,7 +89,13 @@ class GatewayOptions:
     # OpenTelemetry: where spans go (an OTLP/HTTP collector; None: no tracing) and the service they name.
     otlp_endpoint: str | None = None
     otlp_service_name: str = DEFAULT_SERVICE
+    # Where an embedder allows it, the gateway encodes and normalises itself and calls the model step alone
+    # (tritongen.gateway.direct); False: every call goes through the ensemble.
+    direct: bool = True
 
+
+# A call whose rows hold this many characters (or token ids) in all is encoded on a worker thread, not on the loop.
+_ENCODE_OFF_LOOP = 4096
 
 # Between the calls a big request is cut into (tritongen.gateway.batcher.cut_calls): sent together, they reach the one
 # tokenizer instance together, which batches them, and the model step's dynamic batcher then merges them again into
@@ -146,12 +153,42 @@ class Gateway:
     async def _send(
         self, model: ModelInfo, inputs: Mapping[str, Sequence[Any]], outputs: Sequence[str]
     ) -> dict[str, np.ndarray]:
-        """One Triton call; where tracing is on, a span under the request's whose context Triton gets too."""
+        """One Triton call: the ensemble, or its model step alone, its Python steps run here (:mod:`~.direct`).
+
+        Where tracing is on, the call is a span under the request's, whose context Triton gets too.
+        """
+        direct = model.direct if self.options.direct else None
+        direct = direct if direct is not None and direct.serves(inputs) else None
         if self.tracing is None:
-            return await self.triton.infer(model, inputs, outputs)
+            return await self._call(model, direct, inputs, outputs)
         links = [context.run(self.tracing.current) for context in merged_contexts()]
-        with self.tracing.call(model.name, len(next(iter(inputs.values()))), links) as headers:
+        called = model.name if direct is None else direct.step
+        with self.tracing.call(called, len(next(iter(inputs.values()))), links) as headers:
+            return await self._call(model, direct, inputs, outputs, headers)
+
+    async def _call(
+        self,
+        model: ModelInfo,
+        direct: DirectPath | None,
+        inputs: Mapping[str, Sequence[Any]],
+        outputs: Sequence[str],
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, np.ndarray]:
+        if direct is None:
             return await self.triton.infer(model, inputs, outputs, headers)
+        rows = sum(len(row) for row in inputs.get(TEXT) or inputs.get(TOKEN_IDS) or ())
+        started = time.perf_counter()
+        try:  # a big call's tokenisation off the event loop (the Rust tokenizer lets the GIL go)
+            if rows < _ENCODE_OFF_LOOP:
+                encode = direct.encode(inputs)
+            else:
+                encode = await asyncio.to_thread(direct.encode, inputs)
+        except ValueError as exc:  # a token id outside the vocabulary, where the gateway could not check it before
+            raise bad(str(exc), "inputs") from None
+        self.metrics.encoded(model.name, time.perf_counter() - started)
+        arrays, given = encode
+        given[EMBEDDING] = direct.finish(await self.triton.infer_step(direct.step, arrays, direct.output, headers))
+        return {name: given[name] for name in outputs}
 
     async def _names(self) -> list[str]:
         return await served_names(self.triton, self.options.repository, self.options.admin_key_file)

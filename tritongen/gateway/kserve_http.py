@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 import httptools
 import numpy as np
-from tritonclient.utils import triton_to_np_dtype
+from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 from tritongen.errors import GatewayError
 from tritongen.gateway.errors import from_triton_http
@@ -54,6 +54,12 @@ class WireTensor:
         else:
             raw = np.asarray(values, dtype=triton_to_np_dtype(datatype)).tobytes()
         return cls(name, datatype, (len(values), 1), raw)
+
+    @classmethod
+    def array(cls, name: str, values: np.ndarray) -> WireTensor:
+        """A tensor of a numeric array as it is (its shape, its dtype's KServe datatype)."""
+        values = np.ascontiguousarray(values)
+        return cls(name, np_to_triton_dtype(values.dtype), values.shape, values.tobytes())
 
     @classmethod
     def padded(cls, name: str, datatype: str, rows: Sequence[Sequence[int]], pad: int = -1) -> WireTensor:

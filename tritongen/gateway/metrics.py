@@ -11,9 +11,11 @@ since one gateway serves several ensembles:
 - ``te_request_input_length``: the tokens the model read of each input (the ensemble's ``TOKEN_COUNT``);
 - ``te_queue_size``: requests waiting for a Triton call; ``te_batch_next_size``: the rows of each call.
 
-TEI's ``te_request_tokenization_duration`` has no counterpart: the ensemble tokenises inside Triton, so that time
-is part of the inference duration (Triton's own ``nv_inference_*`` metrics break it down by step). Ours, without a
-TEI counterpart: ``tritongen_gateway_coalesced_requests``, the client requests each Triton call answered.
+TEI's ``te_request_tokenization_duration`` is the gateway's own encoding of a call, where it runs an embedder's
+Python steps itself (:mod:`tritongen.gateway.direct`); through an ensemble the tokenisation is inside Triton, part of
+the inference duration (Triton's own ``nv_inference_*`` metrics break it down by step). Ours, without a TEI
+counterpart: ``tritongen_gateway_coalesced_requests``, the client requests each Triton call answered, and
+``tritongen_gateway_model_step_calls``, the calls that went to the model step alone.
 """
 
 from __future__ import annotations
@@ -87,6 +89,14 @@ class GatewayMetrics:
             "tritongen_gateway_coalesced_requests", "Client requests per Triton call", ["model"],
             buckets=_BATCH_BUCKETS, registry=self.registry,
         )  # fmt: skip
+        self.tokenization = Histogram(
+            "te_request_tokenization_duration", "The gateway's encoding of a call (s)", ["model"],
+            buckets=_DURATION_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.step_calls = Counter(
+            "tritongen_gateway_model_step_calls", "Triton calls sent to the model step alone, its Python steps' work "
+            "done in the gateway", ["model"], registry=self.registry,
+        )  # fmt: skip
         self._children: dict[tuple[object, ...], Any] = {}
         self._pending: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
 
@@ -143,6 +153,14 @@ class GatewayMetrics:
         for wait in waits:
             queue.observe(wait)
             inference.observe(seconds)
+
+    def encoded(self, model: str, seconds: float) -> None:
+        """One call encoded in the gateway in ``seconds``, for the model step alone."""
+        self._later(self._encoded, model, seconds)
+
+    def _encoded(self, model: str, seconds: float) -> None:
+        self._of(self.tokenization, model).observe(seconds)
+        self._of(self.step_calls, model).inc()
 
     def queued(self, model: str, waiting: int) -> None:
         """How many requests wait for a Triton call to ``model`` now."""

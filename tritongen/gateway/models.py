@@ -33,6 +33,7 @@ from tritongen.contract import (
     TEXT_PAIR,
 )
 from tritongen.errors import GatewayError
+from tritongen.gateway.direct import DirectPath, direct_path
 from tritongen.gateway.errors import model_not_found, unsupported_route
 from tritongen.parameters import (
     EmbeddingParameters,
@@ -119,6 +120,7 @@ class ModelInfo:
     instances: int = 1  # the most instances any of its steps has: how many calls it works on at once
     prompts: Mapping[str, str] = field(default_factory=dict)  # its tokenizer step's, by name (TEI's prompt_name)
     default_prompt: str = ""  # the one a text gets when a request names none
+    direct: DirectPath | None = None  # how the gateway runs its Python steps itself (tritongen.gateway.direct)
     _why: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)  # why_not, once per route
 
     @property
@@ -255,6 +257,7 @@ def describe_models(
             max((typed[m].instances for m in config.step_models if m in typed), default=1),
             prompts,
             default_prompt or "",
+            direct_path(config, typed, versions, repository),
         )
     return models
 

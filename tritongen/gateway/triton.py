@@ -137,3 +137,10 @@ class TritonClient:
             make = WireTensor.padded if matrix else WireTensor.column
             tensors.append(make(name, model.inputs[name].datatype, values))
         return await self._inference.post(model.name, tensors, outputs, headers)
+
+    async def infer_step(
+        self, step: str, arrays: Mapping[str, np.ndarray], output: str, headers: Mapping[str, str] | None = None
+    ) -> np.ndarray:
+        """One call of an ensemble's model step on its input ``arrays`` (:mod:`tritongen.gateway.direct`)."""
+        tensors = [WireTensor.array(name, array) for name, array in arrays.items()]
+        return (await self._inference.post(step, tensors, [output], headers))[output]

@@ -44,15 +44,11 @@ from _tritongen_step._common import (
     resolve_version_file,
 )
 from _tritongen_step.contract import (
-    ATTENTION_MASK,
-    INPUT_IDS,
     PROMPT_NAME,
     TEXT,
     TEXT_PAIR,
     TOKEN_COUNT,
     TOKEN_IDS,
-    TOKEN_METADATA,
-    TOKEN_TYPE_IDS,
     TRUNCATE_LEFT,
     TRUNCATED,
 )
@@ -76,9 +72,6 @@ __all__ = [
     "serial",
     "truncated",
 ]
-
-
-_ENCODER_OUTPUTS = (INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS, *TOKEN_METADATA)
 
 
 class Rows:
@@ -136,15 +129,10 @@ class TritonPythonModel:
         params = model_parameters(config)
         self.output_names = [out["name"] for out in config["output"]]
         self.input_names = [inp["name"] for inp in config["input"]]
-        tokenizer = TokenizerParameters.from_parameters(params, config.get("name", "the tokenizer step"))
-        self.encoder = TextEncoder(
+        self.encoder = TextEncoder.configured(
             str(resolve_version_file(args, TokenizerFileParameters.from_parameters(params).tokenizer_file)),
-            tokenizer.max_length,
-            None if tokenizer.pads_to_longest else list(tokenizer.buckets),
-            pad_id=tokenizer.pad_id,
-            pad_type_id=tokenizer.pad_type_id,
-            input_names=[n for n in self.output_names if n in _ENCODER_OUTPUTS],
-            padding_side=tokenizer.padding_side or "right",
+            TokenizerParameters.from_parameters(params, config.get("name", "the tokenizer step")),
+            self.output_names,
         )
         prompts = PromptParameters.from_parameters(params)
         self.prompts: dict[str, str] = prompts.prompts
