@@ -22,10 +22,9 @@ from tritongen.builder.spec import load_spec
 from tritongen.configs.model_config import Kind
 from tritongen.configs.parser import read_config
 from tritongen.deploy.plan import CpuSideBound, plan_capacity, read_cpu_side
-from tritongen.encoding import pack_encodings
+from tritongen.encoding import PARALLEL_TEXTS, pack_encodings, serial
 from tritongen.repository.contents import built_sizing
 from tritongen.sizing.cpu_side import REFERENCE_CPU_SIDE, CpuSideFigures
-from tritongen.steps.tokenizer import PARALLEL_TEXTS, serial
 
 
 def _config(max_batch_size: int, inputs: list[tuple[str, list[int]]], outputs: list[tuple[str, int, list[int]]]):

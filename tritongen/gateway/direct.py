@@ -34,7 +34,7 @@ import tritongen.encoding
 import tritongen.vectors
 from tritongen.configs.model_config import ModelConfig
 from tritongen.contract import EMBEDDING, TEXT, TOKEN_COUNT, TOKEN_IDS, TRUNCATE_LEFT, TRUNCATED
-from tritongen.encoding import ENCODER_OUTPUTS, TextEncoder, truncated
+from tritongen.encoding import ENCODER_OUTPUTS, TextEncoder, serial, truncated
 from tritongen.parameters import (
     EmbeddingParameters,
     PromptParameters,
@@ -75,6 +75,7 @@ class DirectPath:
         if TOKEN_IDS in inputs:
             encodings = self.encoder.from_ids(inputs[TOKEN_IDS], left)
         else:
+            serial(len(inputs[TEXT]))  # as the step: a few texts on this thread, not the tokenizer's pool
             encodings = self.encoder.encode(inputs[TEXT], None, left)
         packed = self.encoder.pack(encodings)
         arrays = {name: packed[source] for name, source in self.feeds.items()}

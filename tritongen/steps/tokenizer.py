@@ -28,7 +28,6 @@ does (absent or empty: ``default_prompt_name``, if any).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,7 +51,7 @@ from _tritongen_step.contract import (
     TRUNCATE_LEFT,
     TRUNCATED,
 )
-from _tritongen_step.encoding import IdEncoding, TextEncoder, truncated
+from _tritongen_step.encoding import PARALLEL_TEXTS, IdEncoding, TextEncoder, serial, truncated
 from _tritongen_step.parameters import (
     PromptParameters,
     StrideParameters,
@@ -91,20 +90,6 @@ class Rows:
         encoded: list[IdEncoding] | None = None,
     ) -> None:
         self.texts, self.pairs, self.left, self.encoded = texts, pairs, left, encoded
-
-
-# Below this many texts in one ``execute``, the Rust tokenizer encodes on this instance's one thread: waking its
-# thread pool costs more CPU than it saves on a few texts (about 15% of a one-text request's encoding), and the
-# step's instances, sized for the node, are its parallelism. A client's batch is spread over the cores.
-PARALLEL_TEXTS = 16
-
-
-def serial(texts: int) -> None:
-    """Let the tokenizer's thread pool encode the next call only when it holds ``PARALLEL_TEXTS`` texts or more.
-
-    The Rust tokenizer reads ``TOKENIZERS_PARALLELISM`` at every call; a step process has no other use for it.
-    """
-    os.environ["TOKENIZERS_PARALLELISM"] = "true" if texts >= PARALLEL_TEXTS else "false"
 
 
 def check_windows(count: int, limit: int, window: int, what: str) -> None:
