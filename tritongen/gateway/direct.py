@@ -109,6 +109,8 @@ def direct_path(
     version = versions.get(first.model_name)
     if tokenizer is None or step is None or version is None or not tokenizer.sets(TokenizerParameters):
         return None
+    if 0 < step.max_batch_size < ensemble.max_batch_size:  # a call the ensemble takes in one, the step would refuse
+        return None
     if tokenizer.sets(StrideParameters) or (
         tokenizer.sets(PromptParameters) and tokenizer.read(PromptParameters).prompts
     ):
