@@ -808,6 +808,9 @@ def test_bench_measures_the_gateway_beside_triton_in_interleaved_rounds(served, 
         figures = comparison.at(concurrency)
         assert figures["direct"] > 0 and figures["gateway"] > 0 and figures["errors"] == 0
     assert f"## (e) the OpenAI/TEI gateway in front of `{EMB}`" in paths["summary"].read_text()
+    # an embedder's every call went to its model step alone, the Python steps' work done in the gateway
+    alone, calls = comparison.step_calls or (0, 0)
+    assert alone == calls > 0 and f"sent {calls} of its {calls} Triton calls" in paths["summary"].read_text()
 
 
 @pytest.mark.e2e

@@ -121,6 +121,7 @@ class GatewayComparison(InterleavedRounds):
     max_abs_diff: float
     seconds: float
     paired: PairedLatency | None = None
+    step_calls: tuple[int, int] | None = None  # the gateway's calls to the model step alone, and all its calls
     figures: ClassVar[RoundFigures] = {
         "direct": lambda a, b: a.throughput,
         "gateway": lambda a, b: b.throughput,
@@ -165,6 +166,13 @@ class GatewayComparison(InterleavedRounds):
             "",
             f"Same embeddings both ways: max abs difference {self.max_abs_diff:.2e}. Failed requests: {self.failed()}.",
         ]
+        if self.step_calls is not None:
+            alone, calls = self.step_calls
+            lines += [
+                "",
+                f"The gateway sent {alone} of its {calls} Triton calls to the model step alone, its Python steps' "
+                "work done in the gateway (`--through-ensemble`: all through the ensemble).",
+            ]
         return "\n".join(lines) + "\n"
 
 
@@ -202,4 +210,24 @@ def compare_with_gateway(
         server, process = pids
         meters = {SERVER: lambda: server_cpu(server), GATEWAY: lambda: process_cpu(process)}
     results = interleaved_rounds(direct, gateway, texts, plan, progress, meters)
-    return GatewayComparison(name, results, max_abs_diff, plan.seconds, paired)
+    return GatewayComparison(name, results, max_abs_diff, plan.seconds, paired, step_calls(setup.gateway_url, name))
+
+
+def step_calls(gateway_url: str, name: str) -> tuple[int, int] | None:
+    """The gateway's calls of ``name`` to its model step alone, and all its Triton calls of it (its ``/metrics``)."""
+    host, _, port = gateway_url.rpartition(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+    except OSError:
+        return None
+    finally:
+        connection.close()
+    label = f'{{model="{name}"}} '
+    counts = {}
+    for line in text.splitlines():
+        for metric in ("tritongen_gateway_model_step_calls_total", "te_batch_next_size_count"):
+            if line.startswith(metric + label):
+                counts[metric] = int(float(line.removeprefix(metric + label)))
+    return counts.get("tritongen_gateway_model_step_calls_total", 0), counts.get("te_batch_next_size_count", 0)
