@@ -117,7 +117,7 @@ def gateway(served, tmp_path_factory):
     with _gateway(
         log, "--repository", str(repo), "--triton-url", serve.grpc_url, "--triton-http-url", serve.http_url, key=KEY
     ) as (url, process):
-        yield url, process
+        yield url, process, log
     # uvicorn drains, then re-raises SIGTERM so that the exit status tells how it stopped
     assert process.returncode == -signal.SIGTERM and "Traceback" not in log.read_text(), log.read_text()
 
@@ -369,6 +369,7 @@ def test_the_gateway_runs_an_embedders_python_steps_itself_and_its_vectors_equal
     assert status == 200, left
     after = [_inferences(served, step) for step in steps]
     assert after[:2] == before[:2] and after[2] > before[2], (before, after)
+    assert f"calling the model step alone, for {EMB}, " in gateway[2].read_text()  # it says so at start
     for count, answer in answers.items():
         expected = direct(served, EMB, mixed[:count])
         got = np.array([row["embedding"] for row in answer["data"]], dtype=np.float32)

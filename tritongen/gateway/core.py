@@ -541,6 +541,10 @@ class Gateway:
             problem = f" ({self.catalogue.problem})" if self.catalogue.problem else ""
             where = f"{self.options.triton_url} (inference at {self.options.triton_http_url})"
             print(f"gateway: Triton at {where} serves {names}{problem}", flush=True)
+            direct = sorted(name for name, model in self.catalogue.models.items() if model.direct is not None)
+            if direct and self.options.direct:
+                alone = ", ".join(direct)
+                print(f"gateway: runs the Python steps itself, calling the model step alone, for {alone}", flush=True)
         except GatewayError as exc:  # Triton may come up later; the first request reads the catalogue again
             print(f"gateway: {exc.message}; will retry on the first request", flush=True)
         if self.tracing is not None:
