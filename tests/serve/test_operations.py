@@ -132,22 +132,24 @@ class _Traffic(threading.Thread):
 
 
 class _Readiness(threading.Thread):
-    """Polls /healthz; ``states`` holds (time the answer came, status code).
+    """Polls /healthz; ``states`` holds (time the poll began, time its answer came, status code).
 
-    The time is the answer's, not the poll's start: a poll started just before the kill, answered after it, saw the
-    server after the kill (during a reload a poll takes a second or more).
+    During a reload a poll takes a second or more, so the state it reports held somewhere between the two times: a
+    poll begun just before the kill may see the server after it, and one answered just after recovery may report
+    the outage it found while the recovery was being checked.
     """
 
     def __init__(self, serve: ServeProcess) -> None:
         super().__init__(daemon=True)
         self.serve = serve
-        self.states: list[tuple[float, int | None]] = []
+        self.states: list[tuple[float, float, int | None]] = []
         self.halt = threading.Event()
 
     def run(self) -> None:
         while not self.halt.wait(0.2):
+            began = time.monotonic()
             code = self.serve.health()
-            self.states.append((time.monotonic(), code))
+            self.states.append((began, time.monotonic(), code))
 
 
 def _recovered_at(traffic: _Traffic, killed: float) -> float | None:
@@ -187,7 +189,9 @@ def test_serve_answers_again_when_a_step_stub_is_killed(served, step):
     again = infer([TEXT], name=NAME, url=served.grpc_url)[0]
     assert again["LABEL"] == expected["LABEL"]
     np.testing.assert_allclose(again["PROBABILITIES"], expected["PROBABILITIES"], atol=1e-6)
-    assert any(code != 200 and killed <= t <= answered for t, code in readiness.states), readiness.states
+    # the outage was seen by a poll that overlapped the time between the kill and the recovery
+    outage = [(began, came) for began, came, code in readiness.states if code != 200]
+    assert any(came >= killed and began <= answered for began, came in outage), (killed, answered, readiness.states)
     failures = [o for o in traffic.outcomes if o.error]
     print(
         f"\n{step}: answers again {recovered - killed:.1f}s after the kill, healthy at {answered - killed:.1f}s; "
