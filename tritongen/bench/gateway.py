@@ -210,13 +210,14 @@ def compare_with_gateway(
         server, process = pids
         meters = {SERVER: lambda: server_cpu(server), GATEWAY: lambda: process_cpu(process)}
     results = interleaved_rounds(direct, gateway, texts, plan, progress, meters)
-    return GatewayComparison(name, results, max_abs_diff, plan.seconds, paired, step_calls(setup.gateway_url, name))
+    return GatewayComparison(name, results, max_abs_diff, plan.seconds, paired, step_calls(gateway, name))
 
 
-def step_calls(gateway_url: str, name: str) -> tuple[int, int] | None:
+def step_calls(gateway: HttpTarget, name: str) -> tuple[int, int] | None:
     """The gateway's calls of ``name`` to its model step alone, and all its Triton calls of it (its ``/metrics``)."""
-    host, _, port = gateway_url.rpartition(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    from prometheus_client.parser import text_string_to_metric_families
+
+    connection = http.client.HTTPConnection(gateway.host, gateway.port, timeout=10)
     try:
         connection.request("GET", "/metrics")
         text = connection.getresponse().read().decode()
@@ -224,10 +225,10 @@ def step_calls(gateway_url: str, name: str) -> tuple[int, int] | None:
         return None
     finally:
         connection.close()
-    label = f'{{model="{name}"}} '
-    counts = {}
-    for line in text.splitlines():
-        for metric in ("tritongen_gateway_model_step_calls_total", "te_batch_next_size_count"):
-            if line.startswith(metric + label):
-                counts[metric] = int(float(line.removeprefix(metric + label)))
+    counts = {
+        sample.name: int(sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("model") == name
+    }
     return counts.get("tritongen_gateway_model_step_calls_total", 0), counts.get("te_batch_next_size_count", 0)

@@ -39,7 +39,7 @@ from tritongen.contract import (
 )
 from tritongen.errors import GatewayError, describe
 from tritongen.gateway.auth import check_key
-from tritongen.gateway.batcher import Batcher, Call, cut_calls, merged_contexts
+from tritongen.gateway.batcher import SPREAD_LENGTH, Batcher, Call, cut_calls, merged_contexts, row_lengths
 from tritongen.gateway.direct import DirectPath
 from tritongen.gateway.discovery import local_folder, served_names
 from tritongen.gateway.errors import Family, error_response, unavailable
@@ -93,9 +93,6 @@ class GatewayOptions:
     # (tritongen.gateway.direct); False: every call goes through the ensemble.
     direct: bool = True
 
-
-# A call whose rows hold this many characters (or token ids) in all is encoded on a worker thread, not on the loop.
-_ENCODE_OFF_LOOP = 4096
 
 # Between the calls a big request is cut into (tritongen.gateway.batcher.cut_calls): sent together, they reach the one
 # tokenizer instance together, which batches them, and the model step's dynamic batcher then merges them again into
@@ -176,10 +173,9 @@ class Gateway:
     ) -> dict[str, np.ndarray]:
         if direct is None:
             return await self.triton.infer(model, inputs, outputs, headers)
-        rows = sum(len(row) for row in inputs.get(TEXT) or inputs.get(TOKEN_IDS) or ())
         started = time.perf_counter()
         try:  # a big call's tokenisation off the event loop (the Rust tokenizer lets the GIL go)
-            if rows < _ENCODE_OFF_LOOP:
+            if sum(row_lengths(inputs)) < SPREAD_LENGTH:
                 encode = direct.encode(inputs)
             else:
                 encode = await asyncio.to_thread(direct.encode, inputs)
