@@ -49,6 +49,10 @@ from typing import Any
 
 CONCURRENCY = (1, 8, 32, 128, 256)
 GPU_BATCHES = (1, 8, 32, 64, 128)
+BATCHED = 64  # texts per request in the batched point: one padded shape, served and in process alike
+BATCHED_CONCURRENCY = (1, 4)
+PARITY_GROUP = 8  # texts per parity request, of mixed lengths
+PARITY_TEXTS = 256  # the first bench texts: the pack computes the CPU build's outputs for them (reference.npz)
 
 
 def _free_ports(count: int) -> list[int]:
@@ -97,9 +101,12 @@ class Node:
         ort = self.backends / "onnxruntime"
         shutil.copytree(self.carry / "backends" / "onnxruntime", ort)
         released = self._onnxruntime_libraries(ort)
-        libs = [str(self.pytriton / "nvidia_pytriton.libs"), str(self.carry / "lib"), _libpython_dir()]
+        libpython = _libpython_dir(self.carry)
+        libs = [str(self.pytriton / "nvidia_pytriton.libs"), str(self.carry / "lib"), libpython]
         if not self.cpu:
-            found = _run(["bash", str(self.carry / "gpu" / "tools" / "nvidia_lib_path.sh"), sys.executable])
+            # The node's own Python finds the NVIDIA libraries PyTorch installed (this venv reaches them via a .pth)
+            node_python = os.environ.get("NODE_PYTHON", sys.executable)
+            found = _run(["bash", str(self.carry / "gpu" / "tools" / "nvidia_lib_path.sh"), node_python])
             libs += [p for p in found.stdout.strip().split(":") if p]
         self.env = {
             **os.environ,
@@ -107,13 +114,21 @@ class Node:
             "PATH": os.pathsep.join([str(self.venv / "bin"), os.environ.get("PATH", "")]),
         }
         self.env.pop("PYTHONPATH", None)
+        if libpython == str(self.carry / "lib" / "libpython"):
+            # the carried libpython (another 3.12 build) reads the node's standard library and this venv's packages
+            import site
+            import sysconfig
+
+            self.env["PYTHONHOME"] = sys.base_prefix
+            self.env["PYTHONPATH"] = os.pathsep.join([sysconfig.get_paths()["purelib"], *site.getsitepackages()])
         import numpy
 
         if int(numpy.__version__.split(".")[0]) >= 2:
             raise SystemExit(
                 f"NumPy {numpy.__version__} here: pytriton's stub needs NumPy 1 (gpu_node_check.sh's venv)"
             )
-        return {"python": sys.version.split()[0], "stub_numpy": numpy.__version__, "onnxruntime": released}
+        return {"python": sys.version.split()[0], "stub_numpy": numpy.__version__, "onnxruntime": released,
+                "libpython": libpython}  # fmt: skip
 
     def _onnxruntime_libraries(self, ort: Path) -> str:
         """ONNX Runtime 1.31.1's libraries beside the backend: the GPU wheel's on the node, the CPU one's here."""
@@ -162,13 +177,17 @@ class Node:
                 process.wait(timeout=10)
 
 
-def _libpython_dir() -> str:
+def _libpython_dir(carry: Path) -> str:
+    """Where the stub finds libpython3.X: this Python's own, else the one the pack carried (``lib/libpython``)."""
     import sysconfig
 
+    name = f"libpython{sys.version_info.major}.{sys.version_info.minor}"
     for folder in (sysconfig.get_config_var("LIBDIR"), "/usr/lib/x86_64-linux-gnu", "/usr/local/lib"):
-        if folder and list(Path(folder).glob(f"libpython{sys.version_info.major}.{sys.version_info.minor}*.so*")):
+        if folder and list(Path(folder).glob(f"{name}*.so*")):
             return str(folder)
-    raise SystemExit(f"no libpython{sys.version_info.major}.{sys.version_info.minor} shared library for the stub")
+    if list((carry / "lib" / "libpython").glob(f"{name}*.so*")):
+        return str(carry / "lib" / "libpython")
+    raise SystemExit(f"no {name} shared library for the stub, here or carried")
 
 
 def _wait_ready(http: str, process: subprocess.Popen, log: Path) -> None:
@@ -252,21 +271,20 @@ def verify(node: Node, out: Path) -> dict[str, Any]:
 # --- 4. the model step alone -------------------------------------------------------------------------------------
 
 
-def _encoder(node: Node) -> Any:
-    """The tokenizer step's encoder, set up from the parameters its config has (``build.json``)."""
-    sys.path.insert(0, str(node.carry / "src"))
+def encoder_for(carry: Path) -> Any:
+    """The tokenizer step's encoder, set up from the parameters its config has (``build.json``), as the step does."""
+    sys.path.insert(0, str(carry / "src"))
     from tritongen.contract import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
+    from tritongen.encoding import TextEncoder
     from tritongen.parameters import TokenizerParameters
-    from tritongen.steps.tokenizer import TextEncoder
 
-    tokens = TokenizerParameters.from_parameters(json.loads((node.carry / "build.json").read_text()), "the build")
-    buckets = None if tokens.pads_to_longest else list(tokens.buckets)
-    return TextEncoder(
-        str(node.carry / "tokenizer.json"),
-        tokens.max_length,
-        buckets,
-        input_names=(INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS),
-    )
+    tokens = TokenizerParameters.from_parameters(json.loads((carry / "build.json").read_text()), "the build")
+    names = (INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS)
+    return TextEncoder.configured(str(carry / "tokenizer.json"), tokens, names)
+
+
+def _encoder(node: Node) -> Any:
+    return encoder_for(node.carry)
 
 
 def _token_data(node: Node, texts: list[str], path: Path, inputs: list[str]) -> None:
@@ -377,8 +395,71 @@ def _on_device(config: str, cpu: bool) -> str:
     return "\n".join(lines).replace("KIND_GPU", "KIND_CPU") + "\n"
 
 
+def _fixed_rows(node: Node, texts: list[str], names: list[str]) -> dict[str, Any]:
+    """``BATCHED`` texts encoded as one request: every row padded to one shape, as the batched point sends them."""
+    return {k: v for k, v in _encoder(node)(texts[:BATCHED]).items() if k in names}
+
+
+def _batched_data(rows: dict[str, Any], path: Path) -> None:
+    """perf_analyzer input for ``-b BATCHED``: one entry per row, every row of the same length."""
+    count = len(next(iter(rows.values())))
+    entries = [{k: {"content": v[i].tolist(), "shape": [v.shape[1]]} for k, v in rows.items()} for i in range(count)]
+    path.write_text(json.dumps({"data": entries}))
+
+
+def _infer(http: str, model: str, feeds: dict[str, Any], inputs: dict[str, str], outputs: list[str]) -> dict:
+    """One request over HTTP/JSON: ``feeds`` in (``inputs``: name to Triton datatype), ``outputs`` as float32."""
+    import numpy as np
+
+    body = {
+        "inputs": [{"name": k, "shape": list(v.shape), "datatype": inputs[k], "data": v.ravel().tolist()}
+                   for k, v in feeds.items()],
+        "outputs": [{"name": name} for name in outputs],
+    }  # fmt: skip
+    answer = _post(http, f"/v2/models/{model}/infer", body)
+    return {o["name"]: np.asarray(o["data"], dtype=np.float32).reshape(o["shape"]) for o in answer["outputs"]}
+
+
+def parity(node: Node, at: dict[str, str], step: str, texts: list[str]) -> dict[str, Any]:
+    """The served step's outputs against the CPU build's FP32 outputs (``reference.npz``, from the pack), row by row.
+
+    Texts go in groups of ``PARITY_GROUP`` of mixed lengths, each padded as the tokenizer step pads it, as the pack
+    grouped them. The cosine of each row with FP32's must pass the build's embedding gate
+    (``tritongen.gates.accuracy``).
+    """
+    import numpy as np
+
+    sys.path.insert(0, str(node.carry / "src"))
+    from tritongen.gates.accuracy import COSINE_MEAN_MIN, COSINE_MIN_MIN
+
+    if not (node.carry / "reference.npz").is_file():
+        return {"skipped": "no CPU build's outputs were packed (gpu_node_pack.py --fp32)"}
+    reference = np.load(node.carry / "reference.npz")
+    config = _get(at["http"], f"/v2/models/{step}/config")
+    inputs = {t["name"]: t["data_type"].removeprefix("TYPE_") for t in config["input"]}
+    common = [t["name"] for t in config["output"] if t["name"] in reference.files]
+    if not common:
+        return {"error": f"no output in common: served {[t['name'] for t in config['output']]}, the CPU build's "
+                         f"{reference.files}"}  # fmt: skip
+    encoder, served = _encoder(node), []
+    for start in range(0, len(texts), PARITY_GROUP):
+        feeds = {k: v for k, v in encoder(texts[start : start + PARITY_GROUP]).items() if k in inputs}
+        rows = _infer(at["http"], step, feeds, inputs, common[:1])[common[0]]
+        served.append(rows.reshape(len(rows), -1))
+    a = np.concatenate(served)
+    b = reference[common[0]][: len(a)]
+    cosine = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
+    mean, least = float(cosine.mean()), float(cosine.min())
+    return {
+        "output": common[0], "texts": int(cosine.size), "cosine_mean": mean, "cosine_min": least,
+        "max_abs_diff": float(np.abs(a - b).max()), "gate": {"mean": COSINE_MEAN_MIN, "min": COSINE_MIN_MIN},
+        "passed": mean >= COSINE_MEAN_MIN and least >= COSINE_MIN_MIN,
+    }  # fmt: skip
+
+
 def model_step(node: Node, texts: list[str], out: Path, quick: bool) -> dict[str, Any]:
-    """The model step alone through the native backend, FP16 and FP32, at every concurrency."""
+    """The model step alone through the native backend, FP16 and FP32: one text a request at every concurrency,
+    ``BATCHED`` texts a request, and (FP16) its outputs against the CPU build's FP32 model."""
     results: dict[str, Any] = {}
     for precision in ("fp16", "fp32"):
         if not (node.carry / "models" / f"{precision}.onnx").is_file():
@@ -386,11 +467,19 @@ def model_step(node: Node, texts: list[str], out: Path, quick: bool) -> dict[str
         repository, step = _step_repository(node, precision)
         with node.server(repository, out / f"step_{precision}_server.log", [step]) as at:
             inputs = [t["name"] for t in _get(at["http"], f"/v2/models/{step}/config")["input"]]
+            if precision == "fp16":
+                results["parity"] = parity(node, at, step, texts[: 2 * PARITY_GROUP if quick else PARITY_TEXTS])
+                print(json.dumps({"parity": results["parity"]}), flush=True)
             data = out / f"step_input_data_{precision}.json"
             _token_data(node, texts, data, inputs)
             points = [_perf(node, at, step, data, c, out, quick) for c in CONCURRENCY]
+            batched = out / f"step_batched_data_{precision}.json"
+            _batched_data(_fixed_rows(node, texts, inputs), batched)
+            results[f"{precision}_b{BATCHED}"] = [
+                _perf(node, at, step, batched, c, out, quick, batch=BATCHED) for c in BATCHED_CONCURRENCY
+            ]
         results[precision] = points
-        print(json.dumps({precision: points}), flush=True)
+        print(json.dumps({precision: points, "batched": results[f"{precision}_b{BATCHED}"]}), flush=True)
     return results
 
 
@@ -434,6 +523,8 @@ def in_process(node: Node, texts: list[str], quick: bool) -> dict[str, Any]:
             feeds = [{k: v for k, v in encoder(texts[i : i + batch]).items() if k in names}
                      for i in range(0, len(texts) - batch + 1, batch)]  # fmt: skip
             results[f"ort_{precision}_b{batch}"] = _rate(partial(session.run, None), feeds, batch, seconds)
+        fixed = _fixed_rows(node, texts, sorted(names))  # the batched point's very request
+        results[f"ort_{precision}_fixed_b{BATCHED}"] = _rate(partial(session.run, None), [fixed], BATCHED, seconds)
     if not node.cpu and (node.carry / "config.json").is_file():
         results.update(_torch_fp16(node, encoder, texts, batches, seconds))
     return results
@@ -491,6 +582,22 @@ def ensemble(node: Node, texts: list[str], out: Path, quick: bool) -> dict[str, 
 # --- the report ---------------------------------------------------------------------------------------------------
 
 
+def served_against_in_process(report: dict[str, Any]) -> dict[str, Any]:
+    """Each precision's served texts/s at ``BATCHED`` texts a request over the same request run in process."""
+    steps, alone = report.get("model_step") or {}, report.get("in_process") or {}
+    ratios: dict[str, Any] = {}
+    for precision in ("fp16", "fp32"):
+        points = steps.get(f"{precision}_b{BATCHED}") if isinstance(steps, dict) else None
+        base = alone.get(f"ort_{precision}_fixed_b{BATCHED}") if isinstance(alone, dict) else None
+        if not points or not base:
+            continue
+        ratios[precision] = {
+            "in_process_texts_per_s": base["texts_per_s"],
+            **{f"c{p['concurrency']}": p.get("texts_per_s", 0.0) / base["texts_per_s"] for p in points},
+        }
+    return ratios
+
+
 def _markdown(report: dict[str, Any]) -> str:
     lines = [f"# GPU-node check ({'dry run, KIND_CPU' if report['cpu'] else 'KIND_GPU'})", ""]
     lines += [f"- {key}: {value}" for key, value in report.get("layout", {}).items()]
@@ -508,6 +615,11 @@ def _markdown(report: dict[str, Any]) -> str:
                 f"| {p['concurrency']} | {p.get('texts_per_s', 0):,.0f} | {p.get('p50_ms', 0):.2f} | "
                 f"{p.get('p99_ms', 0):.2f} | {p.get('average_batch', 0):.1f} | {'' if gpu is None else f'{gpu:.0f}'} |"
             )
+    lines += ["", f"- parity: {json.dumps((report.get('model_step') or {}).get('parity'))}"]
+    for precision, ratio in (report.get("served_vs_in_process") or {}).items():
+        figures = ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items() if k.startswith("c"))
+        lines.append(f"- served / in process, {precision}, {BATCHED} texts a request: {figures} "
+                     f"(in process {ratio['in_process_texts_per_s']:,.0f} texts/s)")  # fmt: skip
     whole = report.get("ensemble") or {}
     if isinstance(whole.get("points"), list):
         header = "| concurrency | texts/s | p50 ms | p99 ms | server CPU ms/request by process |"
@@ -555,6 +667,10 @@ def main() -> int:
                 if key == "layout":
                     break
             (args.out / "gpu_node.json").write_text(json.dumps(report, indent=1))
+        report["served_vs_in_process"] = served_against_in_process(report)
+        parity_result = (report.get("model_step") or {}).get("parity") or {}
+        failed = failed or parity_result.get("passed") is False or "error" in parity_result
+        (args.out / "gpu_node.json").write_text(json.dumps(report, indent=1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     (args.out / "gpu_node.md").write_text(_markdown(report))

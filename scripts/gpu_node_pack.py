@@ -11,10 +11,15 @@ of ``--part-mib`` (default 60) with a manifest of checksums:
 - ``wheels/``: ``onnxruntime-gpu==1.31.1`` for Python 3.12 (its libraries go beside the backend, and it runs the
   in-process figures), and NumPy 1.26 and tokenizers for Python 3.12 (the stub's venv) from the 26.08 container's
   resolved wheels; none with ``--cpu`` (the dry run uses this machine's own);
-- ``repo/``: the ``DEVICE=gpu`` build's newest version (its model file apart, in ``models/fp16.onnx``), and
-  ``models/fp32.onnx`` from a CPU build where ``--fp32`` names one; the build's ``tokenizer.json``, its row length and
-  buckets (``build.json``), the checkpoint's ``config.json`` (PyTorch's architecture), 512 bench texts;
+- ``repo/``: the ``DEVICE=gpu`` build's newest version (its model file apart, in ``models/fp16.onnx``); the build's
+  ``tokenizer.json``, its row length and buckets (``build.json``), the checkpoint's ``config.json`` (PyTorch's
+  architecture), 512 bench texts;
+- ``reference.npz``, where ``--fp32`` names a CPU build's FP32 ``model.onnx`` of the same model: its outputs for the
+  parity texts, computed here under ONNX Runtime's CPU provider, that the served FP16 step must match on the GPU
+  (the FP32 model itself stays here: it would cost a part of its own);
 - ``src/tritongen`` and the check itself.
+
+The tar is xz-compressed (``carry.tar.xz``): the server's libraries and perf_analyzer shrink to a third.
 
 ``python scripts/gpu_node_pack.py --repository REPO --name NAME --out DIR [--fp32 MODEL] [--cpu]``; then carry
 ``DIR/parts/*`` and run ``scripts/gpu_node_check.sh DIR/parts OUT`` there (docs/benchmarks.md, "On a GPU node").
@@ -64,6 +69,11 @@ def _pytriton(carry: Path) -> None:
     (carry / "lib").mkdir()
     for pattern, name in (("libb64-*.so.0d", "libb64.so.0d"), ("libcudart-*.so.12*", "libcudart.so.12")):
         shutil.copy2(sorted((site / "nvidia_pytriton.libs").glob(pattern))[0], carry / "lib" / name)
+    # A libpython of the node's release, for a node whose Python has no shared library (the stub embeds one).
+    found = sorted(Path.home().glob(f".pyenv/versions/{NODE_PYTHON}.*/lib/libpython{NODE_PYTHON}.so.1.0"))
+    if found:
+        (carry / "lib" / "libpython").mkdir()
+        shutil.copy2(found[-1], carry / "lib" / "libpython" / found[-1].name)
 
 
 def _backend(carry: Path) -> None:
@@ -133,7 +143,27 @@ def _build(carry: Path, repository: Path, name: str, fp32: Path | None) -> None:
     if checkpoint.is_file():
         shutil.copy2(checkpoint, carry / "config.json")
     if fp32 is not None:
-        shutil.copy2(fp32, carry / "models" / "fp32.onnx")
+        _reference(carry, fp32)
+
+
+def _reference(carry: Path, fp32: Path) -> None:
+    """The CPU build's FP32 outputs for the check's parity texts, encoded as the check encodes them."""
+    import numpy as np
+    import onnxruntime as ort
+
+    sys.path.insert(0, str(carry))
+    from gpu_node_check import PARITY_GROUP, PARITY_TEXTS, encoder_for
+
+    texts = json.loads((carry / "texts.json").read_text())[:PARITY_TEXTS]
+    encoder = encoder_for(carry)
+    session = ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"])
+    wanted = {i.name for i in session.get_inputs()}
+    outputs: dict[str, list] = {o.name: [] for o in session.get_outputs()}
+    for start in range(0, len(texts), PARITY_GROUP):
+        feeds = {k: v for k, v in encoder(texts[start : start + PARITY_GROUP]).items() if k in wanted}
+        for name, value in zip(outputs, session.run(list(outputs), feeds), strict=True):
+            outputs[name].append(value.reshape(len(value), -1).astype(np.float32))
+    np.savez(carry / "reference.npz", **{name: np.concatenate(parts) for name, parts in outputs.items()})
 
 
 def _texts(carry: Path) -> None:
@@ -148,14 +178,14 @@ def _sources(carry: Path) -> None:
 
 
 def split(tar: Path, parts: Path, part_bytes: int) -> dict[str, object]:
-    """``tar`` cut into ``carry.tar.part-NN`` files of at most ``part_bytes``; the manifest of checksums."""
+    """``tar`` cut into ``carry.tar.xz.part-NN`` files of at most ``part_bytes``; the manifest of checksums."""
     parts.mkdir(parents=True, exist_ok=True)
     whole = hashlib.sha256()
     names = []
     with open(tar, "rb") as handle:
         while chunk := handle.read(part_bytes):
             whole.update(chunk)
-            name = f"carry.tar.part-{len(names):02d}"
+            name = f"carry.tar.xz.part-{len(names):02d}"
             (parts / name).write_bytes(chunk)
             names.append(name)
     manifest = {"sha256": whole.hexdigest(), "bytes": tar.stat().st_size, "parts": names}
@@ -169,9 +199,9 @@ def main() -> int:
     parser.add_argument("--repository", type=Path, required=True)
     parser.add_argument("--name", required=True, help="a DEVICE=gpu build (GPU_ACCELERATOR=cuda without TensorRT)")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--fp32", type=Path, help="an FP32 model.onnx of the same model (a CPU build's)")
+    parser.add_argument("--fp32", type=Path, help="a CPU build's FP32 model.onnx: the parity reference")
     parser.add_argument("--cpu", action="store_true", help="for the dry run here: no GPU wheels")
-    parser.add_argument("--part-mib", type=int, default=60)
+    parser.add_argument("--part-mib", type=int, default=56, help="a part + the working tree: at most 64 MiB")
     parser.add_argument("--cache", type=Path, default=ROOT / "build" / "wheels", help="downloaded wheels")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpu-pack-") as tmp:
@@ -181,12 +211,15 @@ def main() -> int:
         _backend(carry)
         if not args.cpu:
             _wheels(carry, args.cache)
-        _build(carry, args.repository, args.name, args.fp32)
         _texts(carry)
         _sources(carry)
-        tar = Path(tmp) / "carry.tar"
-        with tarfile.open(tar, "w") as archive:
+        _build(carry, args.repository, args.name, args.fp32)
+        plain = Path(tmp) / "carry.tar"
+        with tarfile.open(plain, "w") as archive:
             archive.add(carry, arcname="carry")
+        print(f"compressing {plain.stat().st_size / 2**20:.0f} MiB (xz)…", flush=True)
+        subprocess.run(["xz", "-T2", "-6", str(plain)], check=True)
+        tar = Path(tmp) / "carry.tar.xz"
         shutil.rmtree(args.out / "parts", ignore_errors=True)
         manifest = split(tar, args.out / "parts", args.part_mib * 1024 * 1024)
     print(f"{manifest['bytes'] / 2**20:.0f} MiB in {len(manifest['parts'])} parts under {args.out / 'parts'}")

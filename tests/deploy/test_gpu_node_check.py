@@ -26,17 +26,19 @@ GPU_BACKEND = ROOT.parent / "shared" / "triton-backends" / "gpu" / "onnxruntime"
 @pytest.mark.skipif(not GPU_BACKEND.is_file(), reason="needs ../shared/triton-backends/gpu (the backend's CUDA build)")
 def test_the_gpu_node_check_runs_whole_here_with_the_cpu_in_place_of_the_gpu(tiny_factory, builds, tmp_path):
     built = builds(tiny_factory("bert", "embedding"), "gpu_cuda", device="gpu", gpu_accelerator="cuda")
+    cpu = builds(tiny_factory("bert", "embedding"), "cpu_folded", fold=True)  # the parity reference's FP32 model
     (tmp_path / "tmp").mkdir()
     env = {**server_environment(), "PYTHON": sys.executable, "TMPDIR": str(tmp_path / "tmp")}
     packed = subprocess.run(
         [sys.executable, "scripts/gpu_node_pack.py", "--repository", str(built.repository), "--name", "gpu_cuda",
-         "--out", str(tmp_path / "pack"), "--cpu", "--part-mib", "40"],
+         "--out", str(tmp_path / "pack"), "--cpu", "--part-mib", "8",
+         "--fp32", str(cpu.repository / "cpu_folded_model" / "1" / "model.onnx")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert packed.returncode == 0, packed.stdout + packed.stderr
     manifest = json.loads((tmp_path / "pack" / "parts" / "MANIFEST.json").read_text())
     assert len(manifest["parts"]) > 1  # carried in parts, joined and checked there
-    assert all((tmp_path / "pack" / "parts" / p).stat().st_size <= 40 * 2**20 for p in manifest["parts"])
+    assert all((tmp_path / "pack" / "parts" / p).stat().st_size <= 8 * 2**20 for p in manifest["parts"])
     done = subprocess.run(
         ["bash", str(tmp_path / "pack" / "parts" / "gpu_node_check.sh"), str(tmp_path / "pack" / "parts"),
          str(tmp_path / "out"), "--cpu", "--quick"],
@@ -52,6 +54,13 @@ def test_the_gpu_node_check_runs_whole_here_with_the_cpu_in_place_of_the_gpu(tin
         assert [p["concurrency"] for p in points] == [1, 8, 32, 128, 256]
         assert all(p["texts_per_s"] > 0 and p["p99_ms"] >= p["p50_ms"] > 0 and p["average_batch"] >= 1 for p in points)
     assert report["in_process"]["ort_fp16_b1"]["texts_per_s"] > 0
+    # the served step's rows against the CPU build's FP32 rows, computed by the pack; the FP16 gate the build passed
+    parity = report["model_step"]["parity"]
+    assert parity["texts"] == 16 and parity["output"] and parity["passed"], parity
+    batched = report["model_step"]["fp16_b64"]
+    assert [p["concurrency"] for p in batched] == [1, 4] and all(p["texts_per_request"] == 64 for p in batched)
+    assert all(p["texts_per_s"] > 0 and p["average_batch"] >= 64 for p in batched), batched
+    assert report["served_vs_in_process"]["fp16"]["c1"] > 0
     whole = report["ensemble"]["points"]
     assert all(p["texts_per_s"] > 0 and "tokenizer" in p["cpu_ms_per_request"] for p in whole), whole
     assert "## The whole ensemble" in (tmp_path / "out" / "gpu_node.md").read_text()
