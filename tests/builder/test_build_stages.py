@@ -103,6 +103,7 @@ def test_size_stage_lays_out_the_model_step_only_where_the_spec_leaves_it_open(p
     config = render(sized)["model"][1]
     assert config.instance_group[0].count == chosen.instances
     assert config.parameters["intra_op_thread_count"].string_value == str(chosen.threads)
+    assert config.HasField("dynamic_batching") == (chosen.instances > 1 or chosen.threads == 1)
     assert _published(plan.spec.repository) == []
 
 

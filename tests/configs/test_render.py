@@ -84,6 +84,29 @@ def test_render_keeps_max_batch_size_zero_explicit_when_batching_off():
     assert list(model.model_warmup[0].inputs["input_ids"].dims) == [1, 16]
 
 
+@pytest.mark.parametrize(
+    ("instances", "threads", "batcher"),
+    [
+        (InstanceGroup(count=2), 1, True),
+        (InstanceGroup(count=1), 1, True),
+        (InstanceGroup(count=1), 2, False),  # one session of spinning threads: Triton 2.51's batcher stalls it
+        (InstanceGroup(count=1), 0, False),  # ONNX Runtime's own thread count: every core
+        (InstanceGroup(count=1, kind="KIND_GPU"), 0, True),
+    ],
+)
+def test_render_drops_the_batcher_for_one_cpu_instance_of_several_threads(instances, threads, batcher):
+    from tritongen.runtimes.onnxruntime import OnnxRuntimeSettings
+
+    spec = BuildSpec(
+        model="m", name="emb", model_instances=instances,
+        runtime_settings={"onnxruntime": OnnxRuntimeSettings(intra_op_threads=threads)},
+    )  # fmt: skip
+    rendered = _render(spec, task="embedding", checkpoint=_checkpoint(architectures=["BertModel"]))
+    assert rendered["model"][1].HasField("dynamic_batching") is batcher
+    assert rendered["model"][1].max_batch_size == spec.max_batch_size  # batched calls (the gateway's) still fit
+    assert rendered["tokenizer"][1].HasField("dynamic_batching")
+
+
 def test_render_outputs_embedding_contract_when_task_is_embedding():
     checkpoint = _checkpoint(architectures=["BertModel"], hidden_size=48)
     rendered = _render(BuildSpec(model="m", name="emb"), task="embedding", checkpoint=checkpoint)
@@ -189,7 +212,9 @@ def test_queue_limit_is_the_model_steps_alone_eight_batches_by_default_and_zero_
     from tritongen.builder.pipeline import inspect, render
 
     console = Console(quiet=True)
-    spec = BuildSpec(model=str(tiny_factory("bert")), name="q", max_batch_size=16)
+    spec = BuildSpec(
+        model=str(tiny_factory("bert")), name="q", max_batch_size=16, model_instances=InstanceGroup(count=2)
+    )
     assert render(inspect(spec, console))["model"][1].dynamic_batching.default_queue_policy.max_queue_size == 128
     unbounded = spec.replace(dynamic_batching=DynamicBatchingSettings(queue_policy=QueuePolicy(max_queue_size=0)))
     assert render(inspect(unbounded, console))["model"][1].dynamic_batching.default_queue_policy.max_queue_size == 0

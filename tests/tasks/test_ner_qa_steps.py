@@ -57,7 +57,7 @@ def _qa_configs(**settings):
 
 
 def test_qa_configs_take_whole_requests_but_the_model_step_batches_windows():
-    configs = _qa_configs(max_batch_size=32)
+    configs = _qa_configs(max_batch_size=32, model_instances={"count": 2})
     for step in ("ensemble", "tokenizer", "postprocess"):
         assert configs[step].max_batch_size == 0
         assert not configs[step].HasField("dynamic_batching")
@@ -85,7 +85,7 @@ def test_qa_configs_carry_window_and_no_answer_settings():
 
 
 def test_ner_configs_pass_offsets_and_word_ids_to_postprocess():
-    spec = load_spec(model="m", name="ner", aggregation_strategy="max")
+    spec = load_spec(model="m", name="ner", aggregation_strategy="max", model_instances={"count": 2})
     checkpoint = _checkpoint("BertForTokenClassification", {"0": "O", "1": "B-PER", "2": "I-PER"})
     plan = get_task("token-classification").bind(
         spec, checkpoint, inputs=["input_ids"], row_length=128, tokenizer_facts={}

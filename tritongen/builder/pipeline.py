@@ -445,17 +445,28 @@ def size(
             texts,
             progress=lambda message: status.update(f"Measuring the {message}…"),
             per_request=per_request,
+            triton_batches=lambda layout: runtime.triton_batches(laid_out(layout).spec),
         )
     refined, chosen, why = decided.refined(measured)
     report = SizingReport(decided.prefer, decided.cores, measured, chosen, why, len(texts),
                           time.perf_counter() - start, measured_on=_served_by(runtime, steps),
                           workload=decided.workload)  # fmt: skip
     console.print(f"[green]Model step layout[/]: {chosen.layout.label}, because {why} ({report.seconds:.0f} s)")
-    hint = documents_hint(decided.workload, runtime.name, spec.precision, cpu_flags())
-    if hint is not None:
+    sized = runtime.with_layout(spec, refined)
+    hints = [documents_hint(decided.workload, runtime.name, spec.precision, cpu_flags())]
+    if not runtime.triton_batches(sized):
+        hints.append(UNBATCHED_NOTE)
+    for hint in filter(None, hints):
         report.notes.append(hint)
         console.print(f"[yellow]Note[/]: {hint}")
-    return dataclasses.replace(plan, spec=runtime.with_layout(spec, refined)), report
+    return dataclasses.replace(plan, spec=sized), report
+
+
+UNBATCHED_NOTE = (
+    "one instance of several threads is served without Triton's dynamic batcher, which stalls such an instance "
+    "(and without its queue limit): each request runs alone on every thread, and the gateway batches concurrent "
+    "texts into one call (docs/benchmarks.md)"
+)
 
 
 def documents_hint(workload: str, runtime: str, precision: str, flags: frozenset[str]) -> str | None:

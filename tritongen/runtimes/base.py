@@ -240,6 +240,10 @@ class Threads:
         section, key = self.thread_setting
         return [f"{section.section}:", f"  {key}: {threads}"]
 
+    def triton_batches(self, spec: BuildSpec) -> bool:
+        """Whether the model step ``spec`` renders takes Triton's dynamic batcher (see the runtimes' overrides)."""
+        return True
+
 
 class Layouts(Threads):
     """A CPU build's model-step layout: whether the spec leaves it open, where it is written, how it is timed."""

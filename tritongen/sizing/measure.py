@@ -43,12 +43,13 @@ def measure_layouts(
     texts: Sequence[str],
     progress: Callable[[str], None] = lambda message: None,
     per_request: int = 1,
+    triton_batches: Callable[[Layout], bool] = lambda layout: True,
 ) -> list[Measurement]:
     """Every layout's best figures over :data:`ROUNDS` interleaved rounds, in the order given.
 
     ``open_session(layout)`` opens one instance's session; ``encode(texts)`` gives one call's inputs. Each request
-    holds ``per_request`` of the ``texts`` (one: queries, batched as Triton's batcher merges them; more: documents,
-    each request its own call).
+    holds ``per_request`` of the ``texts`` (one: queries, batched as Triton's batcher merges them, one text a call
+    where ``triton_batches(layout)`` says its config has no batcher; more: documents, each request its own call).
     """
     if per_request > 1:
         requests = [encode(texts[i : i + per_request]) for i in range(0, len(texts), per_request)]
@@ -61,7 +62,7 @@ def measure_layouts(
         buckets.setdefault(_width(feeds), []).append(text)
 
     def batched(layout: Layout) -> list[Feeds]:
-        batch = max(1, SATURATION // layout.instances)
+        batch = max(1, SATURATION // layout.instances) if triton_batches(layout) else 1
         return [  # every text once
             encode(group[start : start + batch]) for group in buckets.values() for start in range(0, len(group), batch)
         ]

@@ -106,13 +106,28 @@ class OnnxRuntime(Runtime):
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         return lambda feeds: session.run(None, feeds)
 
+    def triton_batches(self, spec: BuildSpec) -> bool:
+        """Not for one CPU instance whose session runs several threads: there Triton's batcher stalls.
+
+        Triton 2.51's dynamic batcher, in front of one model instance whose ONNX Runtime threads spin, held about one
+        request in ten for 500 ms (its idle wait: the wake-up for the request was lost while the instance finished
+        the one before; p90 504 ms at concurrency 1, docs/benchmarks.md). Without it each request runs alone on
+        every thread, and what batches concurrent texts is the gateway, which sends them as one call.
+        """
+        instances = spec.model_instances
+        threads = spec.section(OnnxRuntimeSettings).intra_op_threads
+        return not (instances.kind == "KIND_CPU" and instances.count == 1 and threads != 1)
+
     def model_config(self, step: ModelStep) -> ModelConfig:
         """The onnxruntime backend: session threads in ``parameters``, graph level and the optional TensorRT EP."""
         from tritongen.configs.model_config import ModelConfig, OnnxRuntimeOptimization
 
         ort = step.spec.section(OnnxRuntimeSettings)
+        common = step.common()
+        if not self.triton_batches(step.spec):
+            common["dynamic_batching"] = None
         return ModelConfig(
-            **step.common(),
+            **common,
             backend=self.backend,
             default_model_filename=self.model_file,
             instance_group=step.instances(),
