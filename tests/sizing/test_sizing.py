@@ -220,6 +220,9 @@ def test_the_card_says_how_every_cpu_build_got_its_layout():
     assert measured.endswith("measured and chosen at build time (balanced, [below](#model-step-layout))")
     given = _sizing_line(load_spec(model="m", model_instances={"count": 1}))
     assert given.endswith("as the spec sets it, not measured")
+    assert "without Triton's dynamic batcher" in given  # one instance, the runtime's own (several) threads
+    one = _sizing_line(load_spec(model="m", model_instances={"count": 1}, onnxruntime={"intra_op_threads": 1}))
+    assert "dynamic batcher" not in one
     assert "OpenVINO's layout is not measured" in _sizing_line(load_spec(model="m", runtime="openvino"))
     bigger = _sizing_line(load_spec(model="m", cpu_cores=usable_cores() + 1))
     assert bigger.endswith("the fixed default, not measured (the node has more cores than the build machine)")

@@ -13,6 +13,7 @@ from tritongen.gates.parity import ParityReport
 from tritongen.model.checkpoint import Checkpoint
 from tritongen.model.fold import FoldReport
 from tritongen.runtimes import Variant, get_runtime
+from tritongen.runtimes.base import UNBATCHED
 from tritongen.sizing import SizingReport
 from tritongen.sizing.cpu_side import REFERENCE_CPU_SIDE
 from tritongen.tasks import BuildPlan
@@ -117,6 +118,8 @@ def _sizing_line(spec: Any, sizing: SizingReport | None = None) -> str:
         line += f"; sized for a {spec.cpu_cores}-core node (`cpu_cores`, `--cpu-cores` for another)"
     if group.kind == "KIND_GPU":
         return line
+    if not runtime.triton_batches(spec):
+        line += f"; {UNBATCHED}"
     if sizing is not None:
         return line + f"; measured and chosen at build time ({sizing.prefer}, [below](#model-step-layout))"
     if not runtime.measures_layout:

@@ -52,6 +52,7 @@ from tritongen.repository.canary import tolerance as canary_tolerance
 from tritongen.repository.contents import served_steps, served_windows
 from tritongen.repository.staging import Staging, staging
 from tritongen.runtimes import Export, Runtime, Variant, get_runtime
+from tritongen.runtimes.base import UNBATCHED
 from tritongen.serve.backends import installed_release, served_backends
 from tritongen.serve.step_server import StepCall, StepServer, on_cpu
 from tritongen.sizing import DOCUMENT_REQUESTS, DOCUMENTS_PER_REQUEST, Layout, SizingReport
@@ -453,20 +454,13 @@ def size(
                           workload=decided.workload)  # fmt: skip
     console.print(f"[green]Model step layout[/]: {chosen.layout.label}, because {why} ({report.seconds:.0f} s)")
     sized = runtime.with_layout(spec, refined)
-    hints = [documents_hint(decided.workload, runtime.name, spec.precision, cpu_flags())]
-    if not runtime.triton_batches(sized):
-        hints.append(UNBATCHED_NOTE)
-    for hint in filter(None, hints):
+    hint = documents_hint(decided.workload, runtime.name, spec.precision, cpu_flags())
+    if hint is not None:
         report.notes.append(hint)
         console.print(f"[yellow]Note[/]: {hint}")
+    if not runtime.triton_batches(sized):  # the card's model-step line says it too
+        console.print(f"[yellow]Note[/]: {UNBATCHED}")
     return dataclasses.replace(plan, spec=sized), report
-
-
-UNBATCHED_NOTE = (
-    "one instance of several threads is served without Triton's dynamic batcher, which stalls such an instance "
-    "(and without its queue limit): each request runs alone on every thread, and the gateway batches concurrent "
-    "texts into one call (docs/benchmarks.md)"
-)
 
 
 def documents_hint(workload: str, runtime: str, precision: str, flags: frozenset[str]) -> str | None:

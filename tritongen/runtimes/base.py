@@ -219,6 +219,13 @@ class SpecRules:
         return name + (" optimised" if spec.optimize else "")
 
 
+UNBATCHED = (
+    "one instance of several threads is served without Triton's dynamic batcher, which stalls such an instance "
+    "(and without its queue limit): each request runs alone on every thread, and the gateway batches concurrent "
+    "texts into one call (docs/benchmarks.md)"
+)
+
+
 class Threads:
     """The model step's threads per instance: the config parameter, and the spec setting that gives it."""
 
