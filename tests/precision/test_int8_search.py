@@ -18,6 +18,7 @@ from tritongen.precision.int8_search import SearchFeedback, SearchSettings, Serv
 from tritongen.precision.optimize import (
     Int8Recipe,
     WeightMatMul,
+    carry_dimension_names,
     prepare_for_quantization,
     quantize_int8,
     weight_matmuls,
@@ -48,6 +49,51 @@ def tiny(tiny_factory, tmp_path_factory):
         "work": work, "fp32": work / "fp32.onnx", "prepared": prepared, "encoder": encoder, "module": module,
         "hf_tokenizer": AutoTokenizer.from_pretrained(str(path)), "layers": weight_matmuls(prepared),
     }  # fmt: skip
+
+
+def _dims(model, name):
+    tensors = [*model.graph.input, *model.graph.value_info, *model.graph.output]
+    return next([d.dim_param or d.dim_value for d in t.type.tensor_type.shape.dim] for t in tensors if t.name == name)
+
+
+def test_carry_dimension_names_renames_a_symbol_only_where_the_exporter_names_it_one_way():
+    from onnx import TensorProto, helper
+
+    def graph(value_info):
+        nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"])]
+        nodes += [helper.make_node("Relu", ["b"], ["c"])]
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence", 4])
+        c = helper.make_tensor_value_info("c", TensorProto.FLOAT, None)
+        infos = [helper.make_tensor_value_info(n, TensorProto.FLOAT, dims) for n, dims in value_info.items()]
+        return helper.make_model(helper.make_graph(nodes, "g", [x], [c], value_info=infos))
+
+    exported = graph({"a": ["batch", "sequence", 4], "b": ["batch", "sequence", 4]})
+    # unk__1 reads as "sequence" in a and b; unk__2 as "batch" in a and "sequence" in b: ambiguous, kept
+    inferred = graph({"a": ["unk__2", "unk__1", 4], "b": ["unk__2", "unk__1", 4], "c": ["unk__2", "unk__3", 4]})
+    inferred.graph.value_info[1].type.tensor_type.shape.dim[0].dim_param = "unk__2"
+    exported.graph.value_info[1].type.tensor_type.shape.dim[0].dim_param = "sequence"
+
+    assert carry_dimension_names(exported, inferred) == 2
+    assert _dims(inferred, "a") == ["unk__2", "sequence", 4] and _dims(inferred, "b") == ["unk__2", "sequence", 4]
+    assert _dims(inferred, "c") == ["unk__2", "unk__3", 4]  # a symbol the exporter never named stays
+    assert carry_dimension_names(exported, inferred) == 0
+
+
+def test_prepared_model_keeps_the_exporters_dimension_names_on_the_residual_stream(tiny):
+    """ONNX's inference names unknown dimensions afresh; the prepared model reads them as the exporter did."""
+    exported, prepared = onnx.load(str(tiny["fp32"])), onnx.load(str(tiny["prepared"]))
+    produced = {output: node for node in prepared.graph.node for output in node.output}
+    adds = [
+        produced[n.input[0]]
+        for n in prepared.graph.node
+        if n.op_type == "LayerNormalization"
+        and produced.get(n.input[0]) is not None
+        and produced[n.input[0]].op_type == "Add"
+    ]
+    symbols = {d for t in exported.graph.input for d in _dims(exported, t.name) if isinstance(d, str)}
+    residual = [add for add in adds if _dims(prepared, add.input[0]) == _dims(prepared, add.input[1])]
+    assert len(residual) >= len(adds) - 1 >= 1
+    assert all(set(_dims(prepared, add.input[0])[:2]) <= symbols for add in residual)
 
 
 def _logits(path_or_session, encoder, feeds=None):

@@ -113,6 +113,27 @@ def test_optimised_model_has_fused_operators(variants):
     assert "BiasGelu" in ops or "FastGelu" in ops or "Gelu" in ops
 
 
+def test_int8_model_leaves_onnx_runtime_no_residual_layernorm_unfused(minilm_variant, tmp_path):
+    """ONNX Runtime fuses every residual ``Add`` + ``LayerNormalization`` of a quantised model it loads.
+
+    It fuses them into ``SkipLayerNormalization`` only where the two inputs of the ``Add`` are annotated with one
+    shape; left apart, the plain ``LayerNormalization`` of ONNX Runtime 1.27-1.28 (the 26.xx containers') runs
+    about six times slower. Only the embeddings' (a broadcast ``Add``) is left. The variant is quantised without
+    the offline fusions, as ``make repo PRECISION=int8`` builds.
+    """
+    import onnxruntime as ort
+
+    built = minilm_variant("int8_static")
+    path = built.repository / step_names("int8_static")["model"] / "1" / "model.onnx"
+    assert "SkipLayerNormalization" not in {n.op_type for n in onnx.load(str(path)).graph.node}
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    ops = [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node]
+    assert ops.count("SkipLayerNormalization") == 12 and ops.count("LayerNormalization") == 1, ops
+
+
 def test_fp16_model_keeps_fp32_inputs_and_outputs(variants):
     repo, _, _ = variants
     model = onnx.load(str(repo / "fp16_model" / "1" / "model.onnx"))

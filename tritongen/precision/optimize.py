@@ -35,6 +35,7 @@ __all__ = [
     "Int8Recipe",
     "OptimizeReport",
     "WeightMatMul",
+    "carry_dimension_names",
     "optimize_model",
     "prepare_for_quantization",
     "quantize_int8",
@@ -176,13 +177,16 @@ def prepare_for_quantization(source: Path, work: Path) -> Path:
     """``source`` with clean shape annotations and ONNX Runtime's pre-processing, as ``work/prepared.onnx``.
 
     The exporter's intermediate shape annotations are dropped: ONNX shape inference re-derives them, and
-    some (e.g. around a Gemm classifier head) contradict what it infers.
+    some (e.g. around a Gemm classifier head) contradict what it infers. Its names for the symbolic
+    dimensions are then given back (:func:`carry_dimension_names`).
     """
     import onnx
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     cleaned, prepared = work / "cleaned.onnx", work / "prepared.onnx"
-    model = onnx.load(str(source))
+    exported = onnx.load(str(source))
+    model = onnx.ModelProto()
+    model.CopyFrom(exported)
     del model.graph.value_info[:]
     onnx.save_model(model, str(cleaned))
     with _working_directory(work):
@@ -191,7 +195,45 @@ def prepare_for_quantization(source: Path, work: Path) -> Path:
         except Exception:  # symbolic inference gives up on some dynamo graphs; ONNX's own inference suffices
             quant_pre_process(str(cleaned), str(prepared), skip_symbolic_shape=True)
     cleaned.unlink(missing_ok=True)
+    result = onnx.load(str(prepared))
+    if carry_dimension_names(exported, result):
+        onnx.save_model(result, str(prepared))
     return prepared
+
+
+def _tensor_types(graph: Any) -> Iterator[Any]:
+    yield from graph.input
+    yield from graph.value_info
+    yield from graph.output
+
+
+def carry_dimension_names(exported: Any, model: Any) -> int:
+    """Rename ``model``'s symbolic dimensions to the exporter's names for them; returns how many were renamed.
+
+    ONNX's shape inference names each unknown dimension it meets afresh (``unk__35``), so the two inputs of
+    a residual ``Add`` no longer read as one shape, and ONNX Runtime then leaves its ``Add`` + ``LayerNorm``
+    unfused: in ONNX Runtime 1.28 a plain ``LayerNormalization`` runs about six times slower than the fused
+    ``SkipLayerNormalization``. A symbol is renamed only where every tensor the two graphs share reads it as
+    the same exporter name; the rest keep theirs.
+    """
+    theirs = {t.name: t.type.tensor_type.shape.dim for t in _tensor_types(exported.graph)}
+    names: dict[str, set[str]] = {}
+    for tensor in _tensor_types(model.graph):
+        reference = theirs.get(tensor.name)
+        dims = tensor.type.tensor_type.shape.dim
+        if reference is None or len(reference) != len(dims):
+            continue
+        for ours, exporter in zip(dims, reference, strict=True):
+            if ours.dim_param and exporter.dim_param:
+                names.setdefault(ours.dim_param, set()).add(exporter.dim_param)
+    rename = {symbol: found.pop() for symbol, found in names.items() if len(found) == 1}
+    renamed = 0
+    for tensor in _tensor_types(model.graph):
+        for dim in tensor.type.tensor_type.shape.dim:
+            if dim.dim_param in rename and rename[dim.dim_param] != dim.dim_param:
+                dim.dim_param = rename[dim.dim_param]
+                renamed += 1
+    return renamed
 
 
 # Shape inference cannot type the outputs of ONNX Runtime's fused operators (SkipLayerNormalization...):
