@@ -74,7 +74,7 @@ def test_stages_publish_nothing_until_publish(plan, quiet):
 def test_size_stage_lays_out_the_model_step_only_where_the_spec_leaves_it_open(plan, quiet):
     from tritongen.buildspec import ModelLayoutSettings
     from tritongen.runtimes.onnxruntime import OnnxRuntimeSettings
-    from tritongen.sizing import TIE, candidates
+    from tritongen.sizing import TIE, Layout, candidates
 
     open_plan = dataclasses.replace(
         plan, spec=plan.spec.replace(cpu_cores=2, model_layout=ModelLayoutSettings(prefer="latency", measure=True))
@@ -95,7 +95,8 @@ def test_size_stage_lays_out_the_model_step_only_where_the_spec_leaves_it_open(p
     assert unmeasured is None and fixed.spec.model_instances.count == 2  # left open, not measured: the fixed default
     assert fixed.spec.section(OnnxRuntimeSettings).intra_op_threads == 1
     assert report is not None and report.prefer == "latency" and report.cores == 2
-    assert [m.layout for m in report.measurements] == candidates(2, reserved=2)  # the tokenizer's and postprocess's
+    # the tokenizer's and postprocess's cores kept, and (preferring latency) one instance on every core
+    assert [m.layout for m in report.measurements] == [*candidates(2, reserved=2), Layout(1, 2)]
     chosen = report.chosen.layout
     assert report.chosen.one_ms <= min(m.one_ms for m in report.measurements) * (1 + TIE)  # `latency`'s rule
     assert sized.spec.model_instances.count == chosen.instances

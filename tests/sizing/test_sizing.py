@@ -43,6 +43,27 @@ def test_threads_that_spin_share_only_the_cores_the_python_steps_leave():
     assert all(layout.instances * layout.threads <= 14 for layout in big if layout.threads > 1)
 
 
+def test_preferring_latency_also_times_one_instance_on_every_core():
+    onnx = get_runtime("onnx")
+    latency = onnx.cpu_layout(load_spec(model="m", cpu_cores=2, model_layout={"prefer": "latency"}))
+    assert latency.candidates() == [Layout(1, 1), Layout(2, 1), Layout(1, 2)]
+    assert latency.candidates(folded=True) == [Layout(1, 1), Layout(2, 1), Layout(1, 2)]
+    for prefer in ("balanced", "throughput"):  # it would always win balanced's latency slack
+        spec = load_spec(model="m", cpu_cores=2, model_layout={"prefer": prefer})
+        assert onnx.cpu_layout(spec).candidates() == candidates(2, reserved=2)
+    eight = onnx.cpu_layout(load_spec(model="m", cpu_cores=8, model_layout={"prefer": "latency"}))
+    assert eight.candidates()[-1] == Layout(1, 8) and eight.candidates().count(Layout(1, 8)) == 1
+    one = onnx.cpu_layout(load_spec(model="m", cpu_cores=1, model_layout={"prefer": "latency"}))
+    assert one.candidates() == [Layout(1, 1)]
+    # served without Triton's batcher, which stalls one CPU instance of several threads
+    assert not onnx.triton_batches(
+        onnx.with_layout(
+            load_spec(model="m", cpu_cores=2),
+            latency.refined([Measurement(Layout(1, 2), 1.0, 100.0), Measurement(Layout(2, 1), 2.0, 150.0)])[0],
+        )
+    )
+
+
 def _m(instances: int, threads: int, one_ms: float, rate: float) -> Measurement:
     return Measurement(Layout(instances, threads), one_ms, rate)
 
@@ -174,8 +195,9 @@ def test_the_loader_records_an_open_layout_and_the_size_stage_decides_it_once():
     assert runtime.cpu_layout(spec).layout == Layout(1, 0)  # as loaded: nothing written yet
     decided = runtime.decided_layout(spec, usable=usable_cores())
     assert decided == CpuLayout(2, (2, 1), fixed_layout(2, reserved=3), measure=usable_cores() >= 2, prefer="latency")
-    assert decided.candidates() == candidates(2, reserved=3)
-    assert decided.candidates(folded=True) == candidates(2, reserved=2)  # a folded postprocess keeps no core
+    # a folded postprocess keeps no core; preferring latency, one instance on every core is timed too
+    assert decided.candidates() == [*candidates(2, reserved=3), Layout(1, 2)]
+    assert decided.candidates(folded=True) == [*candidates(2, reserved=2), Layout(1, 2)]
     refined, chosen, why = decided.refined(MEASURED)
     assert (refined.layout, chosen.layout) == (Layout(1, 2), Layout(1, 2)) and "fastest" in why
     laid_out = runtime.with_layout(spec, refined)

@@ -95,12 +95,18 @@ class CpuLayout:
         """The layouts the size stage times (:func:`candidates`): the postprocess step keeps no core once ``folded``.
 
         Timed on documents, the Python steps keep none: next to a request of 32 long texts their work is small, so
-        an instance may have threads on every core.
+        an instance may have threads on every core. Preferring ``latency``, one instance on every core is timed too:
+        it gives one request every core, which is what that preference asks for (served without Triton's batcher,
+        ``Runtime.triton_batches``). The other rules leave it out: it always answers one request fastest, so
+        ``balanced`` would take it whatever it serves.
         """
         tokenizers, postprocessors = self.python_instances
         if self.workload == "documents":
             return candidates(self.cores, reserved=0)
-        return candidates(self.cores, reserved=tokenizers + (0 if folded else postprocessors))
+        found = candidates(self.cores, reserved=tokenizers + (0 if folded else postprocessors))
+        if self.prefer == "latency":
+            found = list(dict.fromkeys([*found, Layout(1, max(1, self.cores))]))
+        return found
 
     def refined(self, measurements: Sequence[Measurement]) -> tuple[CpuLayout, Measurement, str]:
         """The layout with the measured one ``prefer`` picks (:func:`choose`), that measurement, and why."""
@@ -184,10 +190,9 @@ def candidates(cores: int, reserved: int = 0) -> list[Layout]:
     One-thread instances, 1, 2, 4 and 8 of them up to the node's cores: a one-thread session has no thread pool,
     so nothing of it waits on a core it does not use. Instances of several threads share only the cores left
     beside the Python steps: Triton's onnxruntime backend has no switch for spinning, so their threads spin
-    between operators (ONNX Runtime's default) and hold their cores while a request runs. Served on 2 cores
-    beside the Python steps, one instance of two threads answered 31 requests/s at concurrency 1 with a p99 of
-    519 ms, against 92 for two one-thread instances (docs/benchmarks.md); in process, where nothing else needs
-    the cores, such a layout would look the fastest.
+    between operators (ONNX Runtime's default) and hold their cores while a request runs. (One instance of two
+    threads once answered with a p99 of 519 ms on 2 cores; that was Triton's batcher stalling the one instance,
+    which such a step is now served without: docs/benchmarks.md.)
     """
     cores = max(1, cores)
     layouts = [Layout(n, 1) for n in (1, 2, 4, 8) if n <= cores]
