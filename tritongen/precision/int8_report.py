@@ -241,7 +241,7 @@ class SearchReport:
         speed = " and ".join(f"{chosen.speedup.get(b, 0.0):.2f}x (batch {b})" for b in SPEED_BATCHES)
         lines = [
             f"Served: **{chosen.candidate.label}** ({chosen.candidate.why}); {chosen.accuracy.summary()}; "
-            f"in-process it runs at {speed} the FP32 model's speed.",
+            f"in process in {self.runtime} it runs at {speed} the FP32 model's speed.",
             "",
             self._margin_line(chosen),
             "",
@@ -287,8 +287,8 @@ class SearchReport:
             f"Every candidate tried, in order ({len(self.layers)} weight MatMuls). Accuracy: the gate against FP32 "
             f"PyTorch on {self.trials[0].accuracy.texts if self.trials else 0} validation texts in {self.runtime}."
             f"{again} Decided by: the criterion missed, else the one cleared by the least. Speed: the served "
-            f"path in-process (tokenizer and ONNX Runtime) on this machine, as a multiple of FP32 in the same run "
-            f"(FP32: {fp32} texts/s); for the report only.",
+            f"path in process (tokenizer and {self.runtime}) on this machine, as a multiple of FP32 in the same run "
+            f"(FP32: {fp32} texts/s); for the report only: releases differ in which fused operators are fast.",
             "",
             "| candidate | int8 / float layers | "
             + " | ".join(columns + [f"speed, batch {b}" for b in SPEED_BATCHES])
