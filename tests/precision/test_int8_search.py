@@ -73,10 +73,10 @@ def test_carry_dimension_names_renames_a_symbol_only_where_the_exporter_names_it
     inferred.graph.value_info[1].type.tensor_type.shape.dim[0].dim_param = "unk__2"
     exported.graph.value_info[1].type.tensor_type.shape.dim[0].dim_param = "sequence"
 
-    assert carry_dimension_names(exported, inferred) == 2
+    assert carry_dimension_names(exported.graph, inferred.graph) == 2
     assert _dims(inferred, "a") == ["unk__2", "sequence", 4] and _dims(inferred, "b") == ["unk__2", "sequence", 4]
     assert _dims(inferred, "c") == ["unk__2", "unk__3", 4]  # a symbol the exporter never named stays
-    assert carry_dimension_names(exported, inferred) == 0
+    assert carry_dimension_names(exported.graph, inferred.graph) == 0
 
 
 def test_prepared_model_keeps_the_exporters_dimension_names_on_the_residual_stream(tiny):

@@ -184,9 +184,11 @@ def prepare_for_quantization(source: Path, work: Path) -> Path:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     cleaned, prepared = work / "cleaned.onnx", work / "prepared.onnx"
-    exported = onnx.load(str(source))
-    model = onnx.ModelProto()
-    model.CopyFrom(exported)
+    model = onnx.load(str(source))
+    exported = onnx.GraphProto()  # the exporter's annotations alone, not a second copy of the weights
+    exported.input.extend(model.graph.input)
+    exported.value_info.extend(model.graph.value_info)
+    exported.output.extend(model.graph.output)
     del model.graph.value_info[:]
     onnx.save_model(model, str(cleaned))
     with _working_directory(work):
@@ -196,7 +198,7 @@ def prepare_for_quantization(source: Path, work: Path) -> Path:
             quant_pre_process(str(cleaned), str(prepared), skip_symbolic_shape=True)
     cleaned.unlink(missing_ok=True)
     result = onnx.load(str(prepared))
-    if carry_dimension_names(exported, result):
+    if carry_dimension_names(exported, result.graph):
         onnx.save_model(result, str(prepared))
     return prepared
 
@@ -207,8 +209,8 @@ def _tensor_types(graph: Any) -> Iterator[Any]:
     yield from graph.output
 
 
-def carry_dimension_names(exported: Any, model: Any) -> int:
-    """Rename ``model``'s symbolic dimensions to the exporter's names for them; returns how many were renamed.
+def carry_dimension_names(exported: Any, graph: Any) -> int:
+    """Rename ``graph``'s symbolic dimensions to the ``exported`` graph's names for them; returns how many were renamed.
 
     ONNX's shape inference names each unknown dimension it meets afresh (``unk__35``), so the two inputs of
     a residual ``Add`` no longer read as one shape, and ONNX Runtime then leaves its ``Add`` + ``LayerNorm``
@@ -216,9 +218,9 @@ def carry_dimension_names(exported: Any, model: Any) -> int:
     ``SkipLayerNormalization``. A symbol is renamed only where every tensor the two graphs share reads it as
     the same exporter name; the rest keep theirs.
     """
-    theirs = {t.name: t.type.tensor_type.shape.dim for t in _tensor_types(exported.graph)}
+    theirs = {t.name: t.type.tensor_type.shape.dim for t in _tensor_types(exported)}
     names: dict[str, set[str]] = {}
-    for tensor in _tensor_types(model.graph):
+    for tensor in _tensor_types(graph):
         reference = theirs.get(tensor.name)
         dims = tensor.type.tensor_type.shape.dim
         if reference is None or len(reference) != len(dims):
@@ -228,7 +230,7 @@ def carry_dimension_names(exported: Any, model: Any) -> int:
                 names.setdefault(ours.dim_param, set()).add(exporter.dim_param)
     rename = {symbol: found.pop() for symbol, found in names.items() if len(found) == 1}
     renamed = 0
-    for tensor in _tensor_types(model.graph):
+    for tensor in _tensor_types(graph):
         for dim in tensor.type.tensor_type.shape.dim:
             if dim.dim_param in rename and rename[dim.dim_param] != dim.dim_param:
                 dim.dim_param = rename[dim.dim_param]
