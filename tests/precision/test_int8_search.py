@@ -13,6 +13,7 @@ import pytest
 from tritongen.encoding import TextEncoder
 from tritongen.gates.accuracy import AccuracyReport, GateReference
 from tritongen.gates.parity import ReferenceModel
+from tritongen.precision.fusion import TOLERANCE, fuse_attention, fuse_quantized_attention
 from tritongen.precision.int8_report import Candidate, SearchReport, Trial
 from tritongen.precision.int8_search import SearchFeedback, SearchSettings, ServedGate, search_int8, smallest_passing
 from tritongen.precision.optimize import (
@@ -205,7 +206,12 @@ def test_search_keeps_exactly_the_sensitive_layers_in_float_when_the_gate_needs_
     assert {item.layer.node for item in report.sensitivity[:3]} == set(sensitive)
     served = onnx.load(str(target)).graph
     assert {n.name for n in served.node if n.op_type == "MatMul"} >= set(sensitive)
-    assert sum(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for n in served.node) == len(layers) - 3
+    # the blocks whose query, key and value are all int8 serve them as one QAttention each
+    fused = sum(n.op_type == "QAttention" for n in served.node)
+    assert fused == report.chosen.fusion.blocks
+    assert (
+        sum(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for n in served.node) + 3 * fused == len(layers) - 3
+    )
     assert all(trial.speedup[1] > 0 and trial.speedup[8] > 0 for trial in report.trials)
     json.dumps(report.to_dict())  # build.json takes it as it is
     # Where the time went, by phase: the layer ranking happened while finding the served candidate.
@@ -530,3 +536,58 @@ def test_the_cheaper_balancing_leaves_the_down_projections_inputs_and_is_tried_f
     served = onnx.load(str(tmp_path / "model.onnx")).graph
     balanced = {n.input[0] for n in served.node if n.op_type == "Mul" and n.name.endswith("_Smooth")}
     assert balanced == narrow and not balanced & wide
+
+
+def _padded_feeds(encoder):
+    """One padded batch (a short text beside a long one) and one text alone."""
+    long = " ".join(TEXTS[:6])
+    return [encoder([TEXTS[0], long, TEXTS[1]]), encoder([TEXTS[2]])]
+
+
+def _quantized(tiny, tmp_path):
+    path = tmp_path / "int8.onnx"
+    quantize_int8(tiny["prepared"], path, Int8Recipe("dynamic", [layer.node for layer in tiny["layers"]]))
+    return path
+
+
+def test_fuse_quantized_attention_rewrites_each_block_as_one_qattention_when_every_node_matches(tiny, tmp_path):
+    path = _quantized(tiny, tmp_path)
+    model = onnx.load(str(path))
+    blocks = sum(n.op_type == "Softmax" for n in model.graph.node)
+    assert fuse_quantized_attention(model) == blocks >= 2
+    onnx.checker.check_model(model)
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("QAttention") == blocks and "Softmax" not in ops and "Transpose" not in ops
+    assert ops.count("MatMulInteger") == len(tiny["layers"]) - 3 * blocks
+    fused = tmp_path / "fused.onnx"
+    onnx.save_model(model, str(fused))
+    # The same int8 numbers, attention in float either way: only float rounding may differ (none here).
+    for feeds in _padded_feeds(tiny["encoder"]):
+        before, after = (ort.InferenceSession(str(p)).run(None, feeds)[0] for p in (path, fused))
+        assert np.linalg.norm(after - before) <= 0.02 * np.linalg.norm(before)
+
+
+def test_fuse_attention_writes_the_graph_unchanged_when_the_rewrite_moves_the_outputs(tiny, tmp_path, monkeypatch):
+    import tritongen.precision.fusion as fusion
+
+    real = fusion.fuse_quantized_attention
+
+    def maskless(model):  # a wrong rewrite: the padding of a short text beside a long one is attended to
+        blocks = real(model)
+        for node in model.graph.node:
+            if node.op_type == "QAttention":
+                node.input[5] = ""
+        return blocks
+
+    monkeypatch.setattr(fusion, "fuse_quantized_attention", maskless)
+    path = _quantized(tiny, tmp_path)
+    result = fuse_attention(path, tmp_path / "served.onnx", _padded_feeds(tiny["encoder"]))
+    assert result.blocks == 0 and result.worst > TOLERANCE
+    assert result.note().startswith("Attention left unfused: its outputs moved by ")
+    assert (tmp_path / "served.onnx").read_bytes() == path.read_bytes()
+
+
+def test_fuse_quantized_attention_leaves_a_graph_without_quantised_projections(tiny):
+    model = onnx.load(str(tiny["fp32"]))
+    nodes = len(model.graph.node)
+    assert fuse_quantized_attention(model) == 0 and len(model.graph.node) == nodes

@@ -11,6 +11,7 @@ from typing import Any
 from tritongen.cpu import int8_weights_saturate
 from tritongen.errors import AccuracyError
 from tritongen.gates.accuracy import LABEL_AGREEMENT_MIN, AccuracyReport
+from tritongen.precision.fusion import AttentionFusion
 from tritongen.precision.optimize import WeightMatMul
 from tritongen.precision.sensitivity import LayerSensitivity
 
@@ -55,6 +56,8 @@ class Trial:
     speedup: dict[int, float] = field(default_factory=dict)  # batch size -> times FP32, same run
     container: AccuracyReport | None = None  # the gate again in the serving runtime; only after passing ours
     seconds: float = 0.0  # to quantise and gate it, for the console
+    quantized: Path | None = None  # the quantiser's own graph, where ``path`` is its rewrite (attention fused)
+    fusion: AttentionFusion | None = None  # what the attention fusion did to it
 
     @property
     def measured(self) -> list[AccuracyReport]:

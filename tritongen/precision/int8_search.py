@@ -36,6 +36,7 @@ from typing import Any
 
 from tritongen.errors import ExportError, describe
 from tritongen.gates.accuracy import AccuracyReport, GateReference
+from tritongen.precision.fusion import fuse_attention
 from tritongen.precision.int8_report import SPEED_BATCHES, Candidate, SearchReport, Trial
 from tritongen.precision.optimize import (
     HISTOGRAM_TEXTS,
@@ -62,6 +63,7 @@ __all__ = [
 SCHEMES = ("dynamic", "static")  # expected speed on the CPU execution provider, fastest first
 SENSITIVITY_TEXTS = 32  # texts nearest the decision boundary, for the per-layer measurements
 CALIBRATION_TEXTS = 128  # min-max calibration streams; more texts only cost time
+FUSION_CHECK_TEXTS = 8  # calibration texts the attention fusion's outputs are compared on, in one padded batch
 SMOOTHING_ALPHA = 0.75  # how much of the activations' range moves into the weights (0.5 in the paper)
 # After the choice, for the model card's trade-off curve only: the served candidate with this many of its
 # most sensitive weight MatMuls (also) in float, and every scheme's whole model. Empty: no curve.
@@ -122,7 +124,8 @@ class SearchSettings:
     which may carry fusions), timed on ``speed_texts``. When nothing passes, the most accurate candidate is
     written only with ``accept_loss``. ``curve`` adds candidates after the choice, for the model card's
     trade-off curve only (None: for small models only, :data:`CURVE_AUTO_BYTES`). ``served``, when set, gates
-    every candidate that passed here again where it will run.
+    every candidate that passed here again where it will run. ``fuse_attention`` rewrites each dynamic
+    candidate's attention blocks as one operator each before it is gated, where the outputs stay the same.
     """
 
     reference: GateReference
@@ -135,6 +138,7 @@ class SearchSettings:
     accept_loss: bool = False
     curve: bool | None = True  # None: only for a source of at most CURVE_AUTO_BYTES
     served: ServedGate | None = None
+    fuse_attention: bool = True  # dynamic candidates' attention as QAttention (CPU; ``tritongen.precision.fusion``)
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,8 @@ class _Search:
             f"on {settings.reference.count} validation texts; the first that passes is served"
         )
         self._smoothed: dict[str, Path] = {}
+        # What the attention fusion is checked on: a padded batch of texts of mixed lengths, and one text alone.
+        self.fusion_feeds = [settings.encoder(self.calibration[:count]) for count in (FUSION_CHECK_TEXTS, 1)]
 
     def notes(self) -> list[str]:
         """How the levers that were used were set up, for the report."""
@@ -231,6 +237,9 @@ class _Search:
                 "Every candidate that passed here was gated again in the serving runtime (the target Triton "
                 f"container's ONNX Runtime); {self.failed_there} passed here and failed there."
             )
+        fusion = None if self.report.chosen is None else self.report.chosen.fusion
+        if fusion is not None and fusion.note():
+            notes.append(fusion.note())
         if self.report.sensitivity:
             notes.append(
                 "Sensitivity: each weight MatMul alone in int8 (the others float), ranked by the mean difference "
@@ -282,8 +291,13 @@ class _Search:
             candidate.scheme, int8_nodes, self.settings.encoder, self.calibration, self.settings.symmetric,
             candidate.calibration,
         )  # fmt: skip
-        quantize_int8(self.float_model(candidate.smooth), path, recipe)
         dynamic = candidate.scheme == "dynamic"
+        fuse = dynamic and self.settings.fuse_attention
+        quantized = path.with_name(f"{path.stem}_quantized.onnx") if fuse else path
+        quantize_int8(self.float_model(candidate.smooth), quantized, recipe)
+        fusion = fuse_attention(quantized, path, self.fusion_feeds) if fuse else None
+        if fusion is not None and not fusion.blocks:
+            quantized.unlink()
         accuracy = self.settings.reference.measure(
             path, f"INT8 {candidate.label}", batch_dependent=dynamic, until_failed=until_failed
         )
@@ -294,7 +308,8 @@ class _Search:
                 there = served.measure(path, f"INT8 {candidate.label}", dynamic)
             if not there.passed:
                 self.failed_there += 1
-        trial = Trial(candidate, accuracy, path, container=there, seconds=time.perf_counter() - start)
+        trial = Trial(candidate, accuracy, path, container=there, seconds=time.perf_counter() - start, fusion=fusion)
+        trial.quantized = quantized if quantized.exists() and quantized != path else None
         self.feedback.announce(self.report.trial_line(trial))
         self.report.trials.append(trial)
         return trial
@@ -350,7 +365,7 @@ class _Search:
         whole = next(t for t in self.report.trials if t.candidate == base)  # built before any layer search
         self.feedback.status("INT8 search: building the sensitivity model…")
         switch = build_switch_model(
-            self.float_model(base.smooth), whole.path, self.work / "switch.onnx", scheme=base.scheme
+            self.float_model(base.smooth), whole.quantized or whole.path, self.work / "switch.onnx", scheme=base.scheme
         )
         sensitivities = measure_sensitivity(
             switch, self.report.layers, self.settings.reference.subset(SENSITIVITY_TEXTS), batch_dependent=False,

@@ -50,7 +50,7 @@ def optimise(runtime: Runtime, plan: BuildPlan, onnx: Export, console: Console) 
             reference, onnx.encoder, calibration, schemes=runtime.int8_schemes(spec.quantization),
             symmetric=runtime.symmetric_int8, baseline=onnx.fp32_path,
             speed_texts=validation[:: max(1, len(validation) // 24)], accept_loss=spec.accept_accuracy_loss,
-            curve=spec.int8_curve, served=served_gate(runtime, plan, reference),
+            curve=spec.int8_curve, served=served_gate(runtime, plan, reference), fuse_attention=spec.device != "gpu",
         )  # fmt: skip
         with console.status("INT8 search…") as status, stage("INT8 search"):
             feedback = SearchFeedback(status.update, lambda line: console.print(line, markup=False, soft_wrap=True))
