@@ -23,9 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from tritongen.contract import ATTENTION_MASK
+
 __all__ = ["MASK_INPUT", "TOLERANCE", "AttentionFusion", "fuse_attention", "fuse_quantized_attention"]
 
-MASK_INPUT = "attention_mask"  # the graph input QAttention's raw mask is read from
+MASK_INPUT = ATTENTION_MASK  # the graph input QAttention's raw mask is read from
 # Largest relative difference (L2, per output row) the fused graph may show against the unfused one. A float
 # reordering inside the attention can move one activation across a rounding step of the next dynamic
 # quantisation: about 1e-4 of a row; anything that changes what is computed is orders of magnitude above.
