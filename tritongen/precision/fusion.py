@@ -88,17 +88,20 @@ def _largest_difference(source: Path, target: Path, feeds: Sequence[Mapping[str,
     options.log_severity_level = 3
     sessions = [ort.InferenceSession(str(p), options, providers=["CPUExecutionProvider"]) for p in (source, target)]
     worst = 0.0
+    names = {i.name for i in sessions[0].get_inputs()}
     for feed in feeds:
-        names = {i.name for i in sessions[0].get_inputs()}
         inputs = {k: v for k, v in feed.items() if k in names}
         before, after = (s.run(None, inputs) for s in sessions)
         for a, b in zip(before, after, strict=True):
-            a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-            rows = a.reshape(a.shape[0], -1) if a.ndim else a.reshape(1, 1)
-            delta = (b.reshape(rows.shape) - rows) if a.ndim else (b - a).reshape(1, 1)
+            rows, moved = _rows(a), _rows(b) - _rows(a)
             norm = np.maximum(np.linalg.norm(rows, axis=1), 1e-12)
-            worst = max(worst, float((np.linalg.norm(delta, axis=1) / norm).max()))
+            worst = max(worst, float((np.linalg.norm(moved, axis=1) / norm).max()))
     return worst
+
+
+def _rows(output: Any) -> np.ndarray:
+    array = np.asarray(output, np.float64)
+    return array.reshape(array.shape[0] if array.ndim else 1, -1)
 
 
 def fuse_quantized_attention(model: Any) -> int:
@@ -117,9 +120,8 @@ def fuse_quantized_attention(model: Any) -> int:
         return 0
     from onnx import TensorProto, helper
 
-    mask = helper.make_node(
-        "Cast", [MASK_INPUT], [f"{MASK_INPUT}_int32"], name=f"{MASK_INPUT}_int32", to=TensorProto.INT32
-    )
+    name = f"{MASK_INPUT}_for_qattention"
+    mask = helper.make_node("Cast", [MASK_INPUT], [name], name=name, to=TensorProto.INT32)
     replaced = {
         id(block.output): block.fused(f"QAttention_{index}", mask.output[0], model.graph)
         for index, block in enumerate(blocks)

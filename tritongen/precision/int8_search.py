@@ -213,7 +213,8 @@ class _Search:
         )
         self._smoothed: dict[str, Path] = {}
         # What the attention fusion is checked on: a padded batch of texts of mixed lengths, and one text alone.
-        self.fusion_feeds = [settings.encoder(self.calibration[:count]) for count in (FUSION_CHECK_TEXTS, 1)]
+        texts = list(settings.speed_texts) or self.calibration
+        self.fusion_feeds = [settings.encoder(texts[:count]) for count in (FUSION_CHECK_TEXTS, 1)] if texts else []
 
     def notes(self) -> list[str]:
         """How the levers that were used were set up, for the report."""
@@ -292,11 +293,12 @@ class _Search:
             candidate.calibration,
         )  # fmt: skip
         dynamic = candidate.scheme == "dynamic"
-        fuse = dynamic and self.settings.fuse_attention
+        fuse = dynamic and self.settings.fuse_attention and bool(self.fusion_feeds)
         quantized = path.with_name(f"{path.stem}_quantized.onnx") if fuse else path
         quantize_int8(self.float_model(candidate.smooth), quantized, recipe)
         fusion = fuse_attention(quantized, path, self.fusion_feeds) if fuse else None
-        if fusion is not None and not fusion.blocks:
+        unfused = quantized if fusion is not None and fusion.blocks else None  # what the switch model reads
+        if fuse and unfused is None:
             quantized.unlink()
         accuracy = self.settings.reference.measure(
             path, f"INT8 {candidate.label}", batch_dependent=dynamic, until_failed=until_failed
@@ -308,8 +310,8 @@ class _Search:
                 there = served.measure(path, f"INT8 {candidate.label}", dynamic)
             if not there.passed:
                 self.failed_there += 1
-        trial = Trial(candidate, accuracy, path, container=there, seconds=time.perf_counter() - start, fusion=fusion)
-        trial.quantized = quantized if quantized.exists() and quantized != path else None
+        seconds = time.perf_counter() - start
+        trial = Trial(candidate, accuracy, path, container=there, seconds=seconds, quantized=unfused, fusion=fusion)
         self.feedback.announce(self.report.trial_line(trial))
         self.report.trials.append(trial)
         return trial
