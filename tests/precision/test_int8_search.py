@@ -13,7 +13,7 @@ import pytest
 from tritongen.encoding import TextEncoder
 from tritongen.gates.accuracy import AccuracyReport, GateReference
 from tritongen.gates.parity import ReferenceModel
-from tritongen.precision.fusion import TOLERANCE, fuse_attention, fuse_quantized_attention
+from tritongen.precision.fusion import FLOAT_TOLERANCE, QUANTIZED_TOLERANCE, fuse_attention, fuse_attention_blocks
 from tritongen.precision.int8_report import Candidate, SearchReport, Trial
 from tritongen.precision.int8_search import SearchFeedback, SearchSettings, ServedGate, search_int8, smallest_passing
 from tritongen.precision.optimize import (
@@ -550,11 +550,11 @@ def _quantized(tiny, tmp_path):
     return path
 
 
-def test_fuse_quantized_attention_rewrites_each_block_as_one_qattention_when_every_node_matches(tiny, tmp_path):
+def test_fuse_attention_blocks_rewrites_each_quantised_block_as_one_qattention_when_every_node_matches(tiny, tmp_path):
     path = _quantized(tiny, tmp_path)
     model = onnx.load(str(path))
     blocks = sum(n.op_type == "Softmax" for n in model.graph.node)
-    assert fuse_quantized_attention(model) == blocks >= 2
+    assert fuse_attention_blocks(model) == ["QAttention"] * blocks and blocks >= 2
     onnx.checker.check_model(model)
     ops = [n.op_type for n in model.graph.node]
     assert ops.count("QAttention") == blocks and "Softmax" not in ops and "Transpose" not in ops
@@ -570,24 +570,31 @@ def test_fuse_quantized_attention_rewrites_each_block_as_one_qattention_when_eve
 def test_fuse_attention_writes_the_graph_unchanged_when_the_rewrite_moves_the_outputs(tiny, tmp_path, monkeypatch):
     import tritongen.precision.fusion as fusion
 
-    real = fusion.fuse_quantized_attention
+    real = fusion.fuse_attention_blocks
 
-    def maskless(model):  # a wrong rewrite: the padding of a short text beside a long one is attended to
-        blocks = real(model)
+    def maskless(model, operators):  # a wrong rewrite: the padding of a short text beside a long one is attended to
+        blocks = real(model, operators)
         for node in model.graph.node:
             if node.op_type == "QAttention":
                 node.input[5] = ""
         return blocks
 
-    monkeypatch.setattr(fusion, "fuse_quantized_attention", maskless)
+    monkeypatch.setattr(fusion, "fuse_attention_blocks", maskless)
     path = _quantized(tiny, tmp_path)
     result = fuse_attention(path, tmp_path / "served.onnx", _padded_feeds(tiny["encoder"]))
-    assert result.blocks == 0 and result.worst > TOLERANCE
+    assert result.blocks == 0 and result.worst > QUANTIZED_TOLERANCE
     assert result.note().startswith("Attention left unfused: its outputs moved by ")
     assert (tmp_path / "served.onnx").read_bytes() == path.read_bytes()
 
 
-def test_fuse_quantized_attention_leaves_a_graph_without_quantised_projections(tiny):
-    model = onnx.load(str(tiny["fp32"]))
-    nodes = len(model.graph.node)
-    assert fuse_quantized_attention(model) == 0 and len(model.graph.node) == nodes
+def test_fuse_attention_writes_each_float_block_as_one_attention_when_every_node_matches(tiny, tmp_path):
+    """The float graph (an FP32 build with ``--optimize``): the same attention as one ``Attention`` per block."""
+    target = tmp_path / "fused.onnx"
+    result = fuse_attention(tiny["fp32"], target, _padded_feeds(tiny["encoder"]))
+    blocks = sum(n.op_type == "Softmax" for n in onnx.load(str(tiny["fp32"])).graph.node)
+    ops = [n.op_type for n in onnx.load(str(target)).graph.node]
+    assert result.blocks == ops.count("Attention") == blocks >= 2 and result.operators == ("Attention",)
+    assert "Softmax" not in ops and result.worst <= FLOAT_TOLERANCE
+    assert result.note().startswith(
+        f"Attention fused: each of the {blocks} self-attention blocks runs as one `Attention`"
+    )

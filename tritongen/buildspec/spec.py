@@ -157,7 +157,7 @@ class BuildSpec:
     max_length: int | None = None  # tokens a model row holds; None: the model's own limit (and the tokenizer's)
     parity_tolerance: float = 1e-4
     precision: Literal["fp32", "fp16", "int8"] = "fp32"
-    optimize: bool = False  # offline transformer fusions (ONNX Runtime only)
+    optimize: bool = False  # offline transformer fusions, attention too at FP32 on CPU (ONNX Runtime only)
     quantization: Literal["auto", "static", "dynamic"] = "auto"  # int8: auto searches every scheme
     # int8: also measure the trade-off curve for the model card (a few more candidates, each one more gate); None:
     # only for models of at most CURVE_AUTO_BYTES of FP32 weights, where it costs little beside the search.

@@ -156,7 +156,11 @@ def _add_variant_options(build: argparse.ArgumentParser) -> None:
         choices=("fp32", "fp16", "int8"),
         help="served precision (default fp32; runtime openvino: fp32 or int8 by NNCF)",
     )
-    build.add_argument("--optimize", action=argparse.BooleanOptionalAction, help="offline transformer fusions")
+    build.add_argument(
+        "--optimize",
+        action=argparse.BooleanOptionalAction,
+        help="offline transformer fusions (at FP32 on CPU, attention too)",
+    )
     build.add_argument(
         "--quantization",
         choices=("auto", "static", "dynamic"),

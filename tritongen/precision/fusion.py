@@ -1,22 +1,24 @@
-"""Attention fusion for dynamically quantised encoders: each self-attention block as one ``QAttention`` operator.
+"""Attention fusion: each self-attention block of an encoder's graph as one ONNX Runtime operator.
 
-ONNX Runtime's online optimiser fuses the dynamic int8 projections (``MatMulIntegerToFloat``) but not the
-attention the dynamo exporter writes: per layer three projections, six ``Reshape``/``Transpose`` nodes, two float
-``MatMul``s, the scale, the mask's ``Add`` and the ``Softmax`` stay separate operators. ``QAttention`` (an ONNX
-Runtime contrib operator since 1.x, on the CPU of every supported container) computes the same: one int8 GEMM
-over the three projections' packed weights, each column keeping its own scale and zero point, then the attention
-in float, with the model's ``attention_mask`` as its raw mask. On MiniLM it answers a request of 32 long texts
-about 1.17x as fast, short texts a few percent faster, with identical outputs in ONNX Runtime 1.19 and 1.28.
+ONNX Runtime's online optimiser does not fuse the attention the dynamo exporter writes: per layer three
+projections, three reshapes and three transposes into heads, two float products, the mask's ``Add``, the
+``Softmax`` and the merge back stay 16 operators (it fuses the dynamic int8 projections into
+``MatMulIntegerToFloat``, and no more). Two contrib operators, on the CPU of every supported container, compute the
+same in one: ``Attention`` for float projections, one GEMM over the three projections' packed weights, and
+``QAttention`` for dynamically quantised ones, one int8 GEMM where each column keeps its own scale and zero point;
+both then compute the attention in float, with the model's ``attention_mask`` as their raw mask. On MiniLM INT8 a
+request of 32 long texts is answered about 1.17x as fast and short texts a few percent faster, with outputs
+identical, bit for bit, in ONNX Runtime 1.19 and 1.28.
 
-:func:`fuse_attention` rewrites only blocks whose every node matches, and keeps the rewrite only where the
-fused graph's outputs equal the unfused graph's on the texts it is given (:data:`TOLERANCE`); otherwise the
-unfused graph is written unchanged. The result is then gated like any other int8 candidate.
+:func:`fuse_attention` rewrites only blocks whose every node matches, and keeps the rewrite only where the fused
+graph's outputs stay within a tolerance of the unfused graph's on the inputs it is given
+(:data:`QUANTIZED_TOLERANCE`, :data:`FLOAT_TOLERANCE`); otherwise the unfused graph is written unchanged.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,60 +27,93 @@ import numpy as np
 
 from tritongen.contract import ATTENTION_MASK
 
-__all__ = ["MASK_INPUT", "TOLERANCE", "AttentionFusion", "fuse_attention", "fuse_quantized_attention"]
+__all__ = [
+    "CHECK_TEXTS",
+    "FLOAT_TOLERANCE",
+    "MASK_INPUT",
+    "OPERATORS",
+    "QUANTIZED_TOLERANCE",
+    "AttentionFusion",
+    "check_feeds",
+    "fuse_attention",
+    "fuse_attention_blocks",
+]
 
-MASK_INPUT = ATTENTION_MASK  # the graph input QAttention's raw mask is read from
-# Largest relative difference (L2, per output row) the fused graph may show against the unfused one. A float
-# reordering inside the attention can move one activation across a rounding step of the next dynamic
-# quantisation: about 1e-4 of a row; anything that changes what is computed is orders of magnitude above.
-TOLERANCE = 1e-3
+MASK_INPUT = ATTENTION_MASK  # the graph input the fused operators' raw mask is read from
+# Largest relative difference (L2, per output row) the fused graph may show against the unfused one. Float
+# projections and attention computed in another order differ by about 1e-6. Where the graph is dynamically
+# quantised, such a difference can move one activation across a rounding step of the next quantisation: about 1e-4
+# of a row. Anything that changes what is computed is orders of magnitude above either.
+FLOAT_TOLERANCE = 1e-5
+QUANTIZED_TOLERANCE = 1e-3
+OPERATORS = ("Attention", "QAttention")  # float projections, dynamically quantised ones
+CHECK_TEXTS = 8  # texts the fused graph is compared on, in one padded batch (and the first alone)
 _MS_DOMAIN = "com.microsoft"
 
 
 @dataclass(frozen=True)
 class AttentionFusion:
-    """What :func:`fuse_attention` did: how many attention blocks it fused, or why it wrote the graph unchanged."""
+    """What :func:`fuse_attention` did: the attention blocks it fused, or why it wrote the graph unchanged."""
 
     blocks: int
+    operators: tuple[str, ...] = ()  # the fused operators used: Attention, QAttention
     worst: float = 0.0  # largest relative difference against the unfused graph on the check inputs
     refused: str = ""  # why a rewrite was not kept
+    checked: bool = True  # False: written unchecked, the same rewrite having been checked on the model already
 
     def note(self) -> str:
-        """One sentence for the INT8 report, empty where there was nothing to fuse."""
+        """One sentence for the model card, empty where there was nothing to fuse."""
         if self.refused:
             return f"Attention left unfused: {self.refused}."
         if not self.blocks:
             return ""
-        return (
-            f"Attention fused: each of the {self.blocks} self-attention blocks runs as one `QAttention` operator "
-            f"(outputs within {self.worst:.1e} of the unfused graph's on the check texts)."
+        checked = (
+            f"outputs within {self.worst:.1e} of the unfused graph's on the check texts"
+            if self.checked
+            else "the rewrite checked once on this model, on its first quantisation"
         )
+        operators = " or ".join(f"`{op}`" for op in self.operators)
+        blocks = f"each of the {self.blocks} self-attention blocks"
+        return f"Attention fused: {blocks} runs as one {operators} operator ({checked})."
 
 
-def fuse_attention(source: Path, target: Path, feeds: Sequence[Mapping[str, np.ndarray]]) -> AttentionFusion:
-    """Write ``source`` with its quantised attention blocks fused to ``target``, or ``source`` unchanged.
+def check_feeds(encoder: Any, texts: Sequence[Any]) -> list[Mapping[str, np.ndarray]]:
+    """What a fusion is checked on: a padded batch of up to :data:`CHECK_TEXTS` of ``texts``, and the first alone."""
+    return [encoder(list(texts[:count])) for count in (CHECK_TEXTS, 1)] if texts else []
 
-    The fused graph is kept only where its outputs on every one of ``feeds`` are within :data:`TOLERANCE` of the
-    unfused graph's.
+
+def fuse_attention(
+    source: Path, target: Path, feeds: Sequence[Mapping[str, np.ndarray]], operators: Collection[str] = OPERATORS
+) -> AttentionFusion:
+    """Write ``source`` with its attention blocks fused (into ``operators``) to ``target``, or ``source`` unchanged.
+
+    The fused graph is kept only where its outputs on every one of ``feeds`` are within the tolerance of the
+    unfused graph's (:data:`QUANTIZED_TOLERANCE` where a fused block is quantised, else :data:`FLOAT_TOLERANCE`).
+    With no ``feeds`` it is written unchecked: for another graph of one model whose rewrite was checked already
+    (the INT8 search's later candidates, which differ only in their numbers).
     """
     import onnx
 
     model = onnx.load(str(source))
-    blocks = fuse_quantized_attention(model)
-    if not blocks:
+    fused = fuse_attention_blocks(model, operators)
+    if not fused:
         shutil.copyfile(source, target)
         return AttentionFusion(0)
     onnx.save_model(model, str(target))
+    kinds = tuple(sorted(set(fused)))
+    if not feeds:
+        return AttentionFusion(len(fused), kinds, checked=False)
     try:
         worst = _largest_difference(source, target, feeds)
     except Exception as exc:  # ONNX Runtime raises its own types; any failure means the rewrite is not kept
         reason = f"the fused graph does not run ({' '.join(str(exc).split())[:160]})"
         shutil.copyfile(source, target)
-        return AttentionFusion(0, refused=reason)
-    if worst > TOLERANCE:
+        return AttentionFusion(0, kinds, refused=reason)
+    tolerance = QUANTIZED_TOLERANCE if "QAttention" in kinds else FLOAT_TOLERANCE
+    if worst > tolerance:
         shutil.copyfile(source, target)
-        return AttentionFusion(0, worst, f"its outputs moved by {worst:.1e} against the unfused graph's")
-    return AttentionFusion(blocks, worst)
+        return AttentionFusion(0, kinds, worst, f"its outputs moved by {worst:.1e} against the unfused graph's")
+    return AttentionFusion(len(fused), kinds, worst)
 
 
 def _largest_difference(source: Path, target: Path, feeds: Sequence[Mapping[str, np.ndarray]]) -> float:
@@ -104,26 +139,28 @@ def _rows(output: Any) -> np.ndarray:
     return array.reshape(array.shape[0] if array.ndim else 1, -1)
 
 
-def fuse_quantized_attention(model: Any) -> int:
-    """Rewrite ``model`` (an ``onnx.ModelProto``) in place: each matching attention block as one ``QAttention``.
+def fuse_attention_blocks(model: Any, operators: Collection[str] = OPERATORS) -> list[str]:
+    """Rewrite ``model`` (an ``onnx.ModelProto``) in place, each matching attention block as one of ``operators``.
 
     A block matches when its ``Softmax`` reads ``scores * scale + mask`` (``scale`` 1/sqrt(head size)) with
     ``scores`` the product of the query and the transposed key, its only reader multiplies it by the values, and
-    the query, key and value are each ``MatMulInteger`` -> ``Cast`` -> ``Mul`` (scales) -> ``Add`` (bias) ->
-    ``Reshape`` -> ``Transpose`` of one shared dynamically quantised input. Returns the number of blocks fused.
+    the query, key and value are each a projection (``MatMul`` + bias, or ``MatMulInteger`` -> ``Cast`` -> ``Mul`` +
+    bias) of one shared input, split into heads by ``Reshape`` -> ``Transpose``. Returns the operator each fused
+    block became (``Attention`` or ``QAttention``), in graph order.
     """
     graph = _Graph(model.graph)
     if MASK_INPUT not in {i.name for i in model.graph.input}:
-        return 0
-    blocks = [block for block in (graph.block(softmax) for softmax in graph.nodes("Softmax")) if block is not None]
+        return []
+    found = (graph.block(softmax) for softmax in graph.nodes("Softmax"))
+    blocks = [block for block in found if block is not None and block.operator in operators]
     if not blocks:
-        return 0
+        return []
     from onnx import TensorProto, helper
 
-    name = f"{MASK_INPUT}_for_qattention"
+    name = f"{MASK_INPUT}_for_attention"
     mask = helper.make_node("Cast", [MASK_INPUT], [name], name=name, to=TensorProto.INT32)
     replaced = {
-        id(block.output): block.fused(f"QAttention_{index}", mask.output[0], model.graph)
+        id(block.output): block.fused(f"{block.operator}_{index}", mask.output[0], model.graph)
         for index, block in enumerate(blocks)
     }
     nodes = [replaced.get(id(node), node) for node in model.graph.node]
@@ -132,47 +169,58 @@ def fuse_quantized_attention(model: Any) -> int:
     _drop_unused(model.graph)  # what only the blocks read: their old nodes, and the mask's own subgraph
     if not any(opset.domain == _MS_DOMAIN for opset in model.opset_import):
         model.opset_import.append(helper.make_opsetid(_MS_DOMAIN, 1))
-    return len(blocks)
+    return [block.operator for block in blocks]
 
 
 @dataclass
 class _Projection:
-    """``MatMulInteger`` -> ``Cast`` -> ``Mul`` (by input scale x weight scales) -> ``Add`` (bias) of one block."""
+    """One of a block's three projections: ``MatMul`` -> ``Add`` (bias), or a dynamically quantised one.
+
+    Quantised: ``MatMulInteger`` -> ``Cast`` -> ``Mul`` (by the input's scale times the weight's) -> ``Add`` (bias).
+    """
 
     matmul: Any
-    scales: Any  # the Mul of the input's scale by the weight's
-    weight: np.ndarray  # int8 [in, out]
-    zero_point: np.ndarray  # [out]
-    scale: np.ndarray  # the weight's per-column scales [out]
+    weight: np.ndarray  # [in, out]: float, or int8
     bias: np.ndarray  # [out]
+    scales: Any = None  # quantised: the Mul of the input's scale by the weight's
+    zero_point: np.ndarray | None = None  # quantised: the weight's per-column zero points [out]
+    scale: np.ndarray | None = None  # quantised: the weight's per-column scales [out]
 
 
 @dataclass
 class _Block:
-    """One self-attention block's nodes, from the three projections to the ``Reshape`` that merges the heads."""
+    """One self-attention block: its three projections, what they read, and the ``Reshape`` that merges the heads."""
 
     projections: tuple[_Projection, _Projection, _Projection]  # query, key, value
-    quantized: Any  # the DynamicQuantizeLinear all three read
+    source: str  # the tensor all three project
+    quantized: Any  # the DynamicQuantizeLinear producing ``source``; None for float projections
     heads: int
     output: Any  # the Reshape whose output the fused operator produces
 
+    @property
+    def operator(self) -> str:
+        return "Attention" if self.quantized is None else "QAttention"
+
     def fused(self, name: str, mask: str, graph: Any) -> Any:
-        """The ``QAttention`` node that replaces the block; its packed weights are added to ``graph``."""
+        """The operator that replaces the block; its packed weights are added to ``graph``."""
         from onnx import helper, numpy_helper
 
-        packed = {
-            "weight": np.concatenate([p.weight for p in self.projections], axis=1),
-            "weight_zero_point": np.concatenate([p.zero_point for p in self.projections]),
-            "weight_scale": np.concatenate([p.scale for p in self.projections]).astype(np.float32),
-            "bias": np.concatenate([p.bias for p in self.projections]).astype(np.float32),
-        }
+        def pack(part: str) -> np.ndarray:
+            return np.concatenate([getattr(p, part) for p in self.projections], axis=-1)
+
+        packed = {"weight": pack("weight"), "bias": pack("bias").astype(np.float32)}
+        if self.quantized is None:
+            packed["weight"] = packed["weight"].astype(np.float32)
+            inputs = [self.source, f"{name}_weight", f"{name}_bias", mask]
+        else:
+            packed.update(weight_scale=pack("scale").astype(np.float32), weight_zero_point=pack("zero_point"))
+            _, scale, zero_point = self.quantized.output
+            inputs = [self.source, f"{name}_weight", f"{name}_bias", scale, f"{name}_weight_scale", mask, zero_point,
+                      f"{name}_weight_zero_point"]  # fmt: skip
         for key, value in packed.items():
             graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(value), f"{name}_{key}"))
-        data, scale, zero_point = self.quantized.output
-        inputs = [data, f"{name}_weight", f"{name}_bias", scale, f"{name}_weight_scale", mask, zero_point,
-                  f"{name}_weight_zero_point"]  # fmt: skip
         return helper.make_node(
-            "QAttention", inputs, [self.output.output[0]], name=name, domain=_MS_DOMAIN, num_heads=self.heads
+            self.operator, inputs, [self.output.output[0]], name=name, domain=_MS_DOMAIN, num_heads=self.heads
         )
 
 
@@ -230,23 +278,30 @@ class _Graph:
     def _assemble(
         self, scaled: Any, heads: list[tuple[Any, Any]], merge: tuple[Any, Any], projections: list[_Projection]
     ) -> _Block | None:
-        """The block, where the projections share one quantised input and the scale and head size agree."""
-        if len({p.matmul.input[0] for p in projections}) != 1 or len({p.matmul.input[2] for p in projections}) != 1:
+        """The block, where the projections read one input alike and the scale and head size agree."""
+        sources = {p.matmul.input[0] for p in projections}
+        kinds = {p.scales is None for p in projections}
+        shapes = {p.weight.shape for p in projections}
+        if len(sources) != 1 or len(kinds) != 1 or len(shapes) != 1:
             return None
-        quantized = self.made_by(projections[0].matmul.input[0], "DynamicQuantizeLinear")
+        source = sources.pop()
+        quantized = None if kinds.pop() else self.made_by(source, "DynamicQuantizeLinear")
+        if quantized is not None and (
+            len({p.matmul.input[2] for p in projections}) != 1
+            or any(quantized.output[1] not in p.scales.input for p in projections)
+        ):
+            return None
+        if projections[0].scales is not None and quantized is None:
+            return None
         head_size = self._head_size(heads[0][1])
         hidden = projections[0].weight.shape[1]
-        if quantized is None or not head_size or hidden % head_size:
-            return None
-        if any(p.weight.shape != projections[0].weight.shape for p in projections):
-            return None
-        if any(quantized.output[1] not in p.scales.input for p in projections):
+        if not head_size or hidden % head_size:
             return None
         constant = self.scalar(next(n for n in scaled.input if n in self.constants)) or 0.0
         scale = constant if scaled.op_type == "Mul" else 1.0 / constant
         if abs(scale * np.sqrt(head_size) - 1.0) > 1e-5:
             return None
-        return _Block(tuple(projections), quantized, hidden // head_size, merge[1])  # type: ignore[arg-type]
+        return _Block(tuple(projections), source, quantized, hidden // head_size, merge[1])  # type: ignore[arg-type]
 
     def _is_scale(self, node: Any) -> bool:
         return (
@@ -284,14 +339,23 @@ class _Graph:
         return int(shape.reshape(-1)[-1]) if shape is not None and shape.size else 0
 
     def _projection(self, name: str) -> _Projection | None:
-        """The quantised projection producing ``name``, where its weights, scales and bias are constants."""
+        """The projection producing ``name`` (float, or quantised), where its weights and bias are constants."""
         add = self.made_by(name, "Add")
         if add is None or len(add.input) != 2:
             return None
         bias_name = next((n for n in add.input if n in self.constants), None)
-        product = self.made_by(next((n for n in add.input if n != bias_name), ""), "Mul")
+        product = self.producer.get(next((n for n in add.input if n != bias_name), ""))
         if bias_name is None or product is None:
             return None
+        bias = self.constants[bias_name]
+        if product.op_type == "MatMul":
+            weight = self.constants.get(product.input[1])
+            if weight is None or weight.ndim != 2 or weight.dtype != np.float32 or bias.shape != weight.shape[1:]:
+                return None
+            return _Projection(product, weight, bias)
+        return self._quantized_projection(product, bias) if product.op_type == "Mul" else None
+
+    def _quantized_projection(self, product: Any, bias: np.ndarray) -> _Projection | None:
         cast = next((c for c in (self.made_by(n, "Cast") for n in product.input) if c is not None), None)
         scales = next((m for m in (self.made_by(n, "Mul") for n in product.input) if m is not None), None)
         matmul = None if cast is None else self.made_by(cast.input[0], "MatMulInteger")
@@ -299,16 +363,15 @@ class _Graph:
             return None
         weight, zero_point = self.constants.get(matmul.input[1]), self.constants.get(matmul.input[3])
         scale = next((self.constants[n] for n in scales.input if n in self.constants), None)
-        bias = self.constants[bias_name]
         if weight is None or zero_point is None or scale is None or weight.ndim != 2 or weight.dtype != np.int8:
             return None
         columns = weight.shape[1]
         if bias.shape != (columns,) or scale.size not in (1, columns) or zero_point.size not in (1, columns):
             return None
         return _Projection(
-            matmul, scales, weight,
+            matmul, weight, bias, scales,
             np.broadcast_to(zero_point.reshape(-1), (columns,)).astype(np.int8),
-            np.broadcast_to(scale.reshape(-1), (columns,)), bias,
+            np.broadcast_to(scale.reshape(-1), (columns,)),
         )  # fmt: skip
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from tritongen.errors import ExportError, describe
 from tritongen.gates.accuracy import AccuracyReport, GateReference
-from tritongen.precision.fusion import fuse_attention
+from tritongen.precision.fusion import AttentionFusion, check_feeds, fuse_attention
 from tritongen.precision.int8_report import SPEED_BATCHES, Candidate, SearchReport, Trial
 from tritongen.precision.optimize import (
     HISTOGRAM_TEXTS,
@@ -63,7 +63,6 @@ __all__ = [
 SCHEMES = ("dynamic", "static")  # expected speed on the CPU execution provider, fastest first
 SENSITIVITY_TEXTS = 32  # texts nearest the decision boundary, for the per-layer measurements
 CALIBRATION_TEXTS = 128  # min-max calibration streams; more texts only cost time
-FUSION_CHECK_TEXTS = 8  # calibration texts the attention fusion's outputs are compared on, in one padded batch
 SMOOTHING_ALPHA = 0.75  # how much of the activations' range moves into the weights (0.5 in the paper)
 # After the choice, for the model card's trade-off curve only: the served candidate with this many of its
 # most sensitive weight MatMuls (also) in float, and every scheme's whole model. Empty: no curve.
@@ -212,9 +211,8 @@ class _Search:
             f"on {settings.reference.count} validation texts; the first that passes is served"
         )
         self._smoothed: dict[str, Path] = {}
-        # What the attention fusion is checked on: a padded batch of texts of mixed lengths, and one text alone.
-        texts = list(settings.speed_texts) or self.calibration
-        self.fusion_feeds = [settings.encoder(texts[:count]) for count in (FUSION_CHECK_TEXTS, 1)] if texts else []
+        self.fusion_feeds = check_feeds(settings.encoder, list(settings.speed_texts) or self.calibration)
+        self.fusion_checked: AttentionFusion | None = None  # the first fused candidate's check, which the rest take
 
     def notes(self) -> list[str]:
         """How the levers that were used were set up, for the report."""
@@ -293,10 +291,17 @@ class _Search:
             candidate.calibration,
         )  # fmt: skip
         dynamic = candidate.scheme == "dynamic"
+        checked = self.fusion_checked
         fuse = dynamic and self.settings.fuse_attention and bool(self.fusion_feeds)
+        fuse = fuse and (checked is None or bool(checked.blocks))  # a rewrite refused once is not tried again
         quantized = path.with_name(f"{path.stem}_quantized.onnx") if fuse else path
         quantize_int8(self.float_model(candidate.smooth), quantized, recipe)
-        fusion = fuse_attention(quantized, path, self.fusion_feeds) if fuse else None
+        # Only the int8 blocks: a block kept in float stays as the gate's layer choices left it. The rewrite is
+        # checked once: the candidates differ only in their numbers, and each is gated as it is served.
+        feeds = self.fusion_feeds if checked is None else []
+        fusion = fuse_attention(quantized, path, feeds, ("QAttention",)) if fuse else None
+        if fusion is not None and checked is None and (fusion.blocks or fusion.refused):
+            self.fusion_checked = fusion
         unfused = quantized if fusion is not None and fusion.blocks else None  # what the switch model reads
         if fuse and unfused is None:
             quantized.unlink()

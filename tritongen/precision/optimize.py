@@ -1,6 +1,7 @@
 """Offline graph optimisation and precision conversion of the exported ONNX model.
 
-- fusion: ONNX Runtime's transformer optimiser (attention, LayerNorm, GELU fusions), saved;
+- fusion: ONNX Runtime's transformer optimiser (attention, LayerNorm, GELU fusions), saved; at FP32 then each
+  attention block it could not fuse as one ``Attention`` (``tritongen.precision.fusion``);
 - fp16: float16 weights and compute, float32 inputs and outputs kept;
 - int8 (``quantize_int8``, driven by ``tritongen.precision.int8_search``): static QDQ calibrated on texts (with
   symmetric int8 activations TensorRT takes it as explicit INT8), or dynamic (weights quantised ahead
@@ -18,7 +19,7 @@ import contextlib
 import io
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import numpy as np
 from tritongen.cpu import int8_weights_saturate
 from tritongen.errors import ExportError
 from tritongen.model.checkpoint import Checkpoint
+from tritongen.precision.fusion import fuse_attention
 
 __all__ = [
     "CALIBRATION_METHODS",
@@ -366,11 +368,21 @@ def _float_for_other_readers(path: Path, nodes: Sequence[str]) -> None:
         onnx.save_model(model, str(path))
 
 
-def optimize_model(source: Path, target: Path, checkpoint: Checkpoint, *, precision: str, fuse: bool) -> OptimizeReport:
+def optimize_model(
+    source: Path,
+    target: Path,
+    checkpoint: Checkpoint,
+    *,
+    precision: str,
+    fuse: bool,
+    attention_feeds: Sequence[Mapping[str, np.ndarray]] = (),
+) -> OptimizeReport:
     """Write ``source`` with the fusions (``fuse``) and float conversion of ``precision`` to ``target``.
 
     For ``int8`` only the fusions happen here (attention left unfused, so its MatMuls stay visible);
-    ``tritongen.precision.int8_search`` quantises the result.
+    ``tritongen.precision.int8_search`` quantises the result. With ``attention_feeds`` (FP32 only), each attention
+    block that ONNX Runtime's optimiser left unfused becomes one ``Attention`` operator, checked on those inputs
+    (:func:`tritongen.precision.fusion.fuse_attention`).
     """
     report = OptimizeReport()
     work = target.resolve().parent / "_optimize"
@@ -381,6 +393,11 @@ def optimize_model(source: Path, target: Path, checkpoint: Checkpoint, *, precis
             fused = work / "fused.onnx"
             _fuse(current, fused, checkpoint, attention=precision != "int8", report=report)
             current = fused
+        if fuse and attention_feeds and precision == "fp32":
+            attention = work / "attention.onnx"
+            fusion = fuse_attention(current, attention, attention_feeds, ("Attention",))
+            report.steps += [fusion.note()] if fusion.note() else []
+            current = attention
         if precision == "fp16":
             half = work / "fp16.onnx"
             _to_fp16(current, half, report)

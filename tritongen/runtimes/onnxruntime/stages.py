@@ -16,6 +16,7 @@ from tritongen.cpu import int8_weights_saturate
 from tritongen.errors import AccuracyError, ParityError, stage
 from tritongen.gates.accuracy import require_accuracy
 from tritongen.gates.compat import ContainerCheck, ContainerReport, check_in_container
+from tritongen.precision.fusion import check_feeds
 from tritongen.precision.int8_search import SearchFeedback, SearchSettings, search_int8
 from tritongen.precision.optimize import optimize_model
 from tritongen.runtimes.base import Export, Runtime, Variant
@@ -39,8 +40,10 @@ def optimise(runtime: Runtime, plan: BuildPlan, onnx: Export, console: Console) 
         console.status(f"Optimising ({spec.precision}, fusions {'on' if spec.optimize else 'off'})…"),
         stage("optimisation"),
     ):
+        fp32_cpu = spec.optimize and spec.precision == "fp32" and spec.device != "gpu"  # attention fused too
+        feeds = check_feeds(onnx.encoder, validation) if fp32_cpu else []
         optimized = optimize_model(
-            onnx.fp32_path, target, plan.checkpoint, precision=spec.precision, fuse=spec.optimize
+            onnx.fp32_path, target, plan.checkpoint, precision=spec.precision, fuse=spec.optimize, attention_feeds=feeds
         )
     reference, gate_line = gate_reference(plan, onnx, console, validation)
     optimized.steps.append(gate_line)
