@@ -284,14 +284,13 @@ class _Graph:
         shapes = {p.weight.shape for p in projections}
         if len(sources) != 1 or len(kinds) != 1 or len(shapes) != 1:
             return None
-        source = sources.pop()
-        quantized = None if kinds.pop() else self.made_by(source, "DynamicQuantizeLinear")
-        if quantized is not None and (
-            len({p.matmul.input[2] for p in projections}) != 1
+        source, floating = sources.pop(), kinds.pop()
+        quantized = None if floating else self.made_by(source, "DynamicQuantizeLinear")
+        if not floating and (
+            quantized is None
+            or len({p.matmul.input[2] for p in projections}) != 1
             or any(quantized.output[1] not in p.scales.input for p in projections)
         ):
-            return None
-        if projections[0].scales is not None and quantized is None:
             return None
         head_size = self._head_size(heads[0][1])
         hidden = projections[0].weight.shape[1]

@@ -293,15 +293,15 @@ class _Search:
         dynamic = candidate.scheme == "dynamic"
         checked = self.fusion_checked
         fuse = dynamic and self.settings.fuse_attention and bool(self.fusion_feeds)
-        fuse = fuse and (checked is None or bool(checked.blocks))  # a rewrite refused once is not tried again
+        fuse = fuse and (checked is None or bool(checked.blocks))
         quantized = path.with_name(f"{path.stem}_quantized.onnx") if fuse else path
         quantize_int8(self.float_model(candidate.smooth), quantized, recipe)
         # Only the int8 blocks: a block kept in float stays as the gate's layer choices left it. The rewrite is
         # checked once: the candidates differ only in their numbers, and each is gated as it is served.
         feeds = self.fusion_feeds if checked is None else []
         fusion = fuse_attention(quantized, path, feeds, ("QAttention",)) if fuse else None
-        if fusion is not None and checked is None and (fusion.blocks or fusion.refused):
-            self.fusion_checked = fusion
+        if checked is None and fusion is not None:
+            self.fusion_checked = fusion  # nothing matched, or refused: later candidates are not rewritten either
         unfused = quantized if fusion is not None and fusion.blocks else None  # what the switch model reads
         if fuse and unfused is None:
             quantized.unlink()

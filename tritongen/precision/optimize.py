@@ -380,9 +380,9 @@ def optimize_model(
     """Write ``source`` with the fusions (``fuse``) and float conversion of ``precision`` to ``target``.
 
     For ``int8`` only the fusions happen here (attention left unfused, so its MatMuls stay visible);
-    ``tritongen.precision.int8_search`` quantises the result. With ``attention_feeds`` (FP32 only), each attention
-    block that ONNX Runtime's optimiser left unfused becomes one ``Attention`` operator, checked on those inputs
-    (:func:`tritongen.precision.fusion.fuse_attention`).
+    ``tritongen.precision.int8_search`` quantises the result. With ``attention_feeds`` (which the build gives for an
+    FP32 model with fusions on a CPU node), each attention block that ONNX Runtime's optimiser left unfused becomes
+    one ``Attention`` operator, checked on those inputs (:func:`tritongen.precision.fusion.fuse_attention`).
     """
     report = OptimizeReport()
     work = target.resolve().parent / "_optimize"
@@ -393,10 +393,10 @@ def optimize_model(
             fused = work / "fused.onnx"
             _fuse(current, fused, checkpoint, attention=precision != "int8", report=report)
             current = fused
-        if fuse and attention_feeds and precision == "fp32":
+        if attention_feeds:
             attention = work / "attention.onnx"
-            fusion = fuse_attention(current, attention, attention_feeds, ("Attention",))
-            report.steps += [fusion.note()] if fusion.note() else []
+            note = fuse_attention(current, attention, attention_feeds, ("Attention",)).note()
+            report.steps += [note] if note else []
             current = attention
         if precision == "fp16":
             half = work / "fp16.onnx"
